@@ -15,6 +15,7 @@
 #include <dlock.h>
 #include <hiredis/hiredis.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,8 +24,7 @@
 static const char *url;
 static dlock_t *lock; /* NULL with --no-lock */
 static pthread_barrier_t start;
-static int failures;
-static pthread_mutex_t failures_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int failures;
 
 /* Opens a plain hiredis connection for the sale's own data. It reads the two
  * URL forms dlock accepts, so one DLOCK_URL configures both. */
@@ -61,9 +61,7 @@ static void fail(const char *what, int rc) {
   if (rc < 0)
     fprintf(stderr, "stock: %s: %s (%s)\n", what, dlock_strerror(rc),
             dlock_last_error());
-  pthread_mutex_lock(&failures_mu);
   failures++;
-  pthread_mutex_unlock(&failures_mu);
 }
 
 static void *worker(void *arg) {
