@@ -1,0 +1,286 @@
+/*
+ * dlock: Redisson's distributed lock family for C.
+ *
+ * Locks live in Redis, in exactly the layout Redisson uses, so C programs and
+ * Java services using Redisson exclude each other on the same lock name.
+ *
+ * Threads: a dlock_client_t may be shared by any number of threads; so may a
+ * dlock_t. A lock is owned by (client, owner), where the owner is by default
+ * the calling thread (see dlock_self()), exactly like Redisson's
+ * "<client-uuid>:<thread-id>". The *_as variants take an explicit owner so one
+ * thread can lock and another unlock.
+ *
+ * Errors: every function returns 0 (or the non-negative value documented for
+ * it) on success and a negative DLOCK_E* code on failure. The detail of the
+ * last failure on the calling thread (the syscall and errno, or the text of
+ * Redis's error reply) is returned by dlock_last_error().
+ *
+ * Memory: everything dlock allocates is freed by the matching *_free or
+ * *_close function; strings returned as "const char *" are owned by dlock.
+ */
+#ifndef DLOCK_H
+#define DLOCK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(DLOCK_BUILDING) && defined(__GNUC__)
+#define DLOCK_EXPORT __attribute__((visibility("default")))
+#else
+#define DLOCK_EXPORT
+#endif
+
+#define DLOCK_VERSION_MAJOR 0
+#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_PATCH 0
+#define DLOCK_VERSION_STRING "0.1.0"
+
+/*
+ * Error codes. One table generates the enum, dlock_strerror() and
+ * dlock_err_name(), so the three never disagree.
+ */
+#define DLOCK_ERRNO_MAP(X)                                                      \
+  X(EINVAL, -1, "invalid argument")                                           \
+  X(ENOMEM, -2, "out of memory")                                              \
+  X(EIO, -3, "connection to Redis failed or timed out")                       \
+  X(ETIMEDOUT, -4, "lock not acquired within the wait time")                  \
+  X(ENOTHELD, -5, "lock not held by this owner")                              \
+  X(ELOST, -6, "lock was lost while held (expired or deleted)")               \
+  X(ESERVER, -7, "Redis answered with an error")                              \
+  X(EAUTH, -8, "authentication or permission denied by Redis")                \
+  X(ECANCELED, -9, "operation canceled: the client is shutting down")         \
+  X(EPROTO, -10, "unexpected reply: the server does not speak Redis")         \
+  X(ENOQUORUM, -11, "no majority of Redis nodes could be reached")
+
+typedef enum dlock_err {
+#define DLOCK__ERR_ENUM(name, code, text) DLOCK_##name = (code),
+  DLOCK_ERRNO_MAP(DLOCK__ERR_ENUM)
+#undef DLOCK__ERR_ENUM
+} dlock_err_t;
+
+/* A short English description of 'err'; never NULL (unknown codes included). */
+DLOCK_EXPORT const char *dlock_strerror(int err);
+
+/* The symbolic name of 'err' ("DLOCK_ETIMEDOUT"); "DLOCK_E?" when unknown. */
+DLOCK_EXPORT const char *dlock_err_name(int err);
+
+/*
+ * The detail of the last failure on the calling thread, for example
+ * "connect(127.0.0.1:6379): Connection refused" or Redis's "READONLY ..."
+ * text. Valid until the next dlock call on this thread; "" when none.
+ */
+DLOCK_EXPORT const char *dlock_last_error(void);
+
+/* -------------------------------------------------------------------------
+ * Clients
+ * ------------------------------------------------------------------------- */
+
+typedef struct dlock_client dlock_client_t;
+typedef struct dlock dlock_t;
+
+/* lease_ms meaning "hold until unlocked, renewed by the watchdog". */
+#define DLOCK_WATCHDOG (-1)
+/* wait_ms meaning "wait as long as it takes". */
+#define DLOCK_WAIT_FOREVER (-1)
+/* The longest lock name accepted, in bytes. */
+#define DLOCK_NAME_MAX 65536
+
+/*
+ * Called from the client's watchdog thread as soon as a renewal finds that a
+ * lock is no longer held by its owner (it expired or was deleted), or when
+ * Redis stayed unreachable for longer than the lease. 'name' is the lock
+ * name ('name_len' bytes, NUL-terminated too), 'owner' the owner that lost
+ * it. The callback may call dlock functions but should return quickly: it
+ * delays the renewal of other locks.
+ */
+typedef void (*dlock_lost_cb)(void *data, const char *name, size_t name_len,
+                              uint64_t owner);
+
+typedef struct dlock_options {
+  /* "redis://[user:pass@]host[:port][/db]" or "unix:///path[?db=N]";
+   * default "redis://127.0.0.1:6379". Not copied by dlock_options_init. */
+  const char *url;
+  int64_t connect_timeout_ms;  /* default 2000 */
+  int64_t command_timeout_ms;  /* default 3000 */
+  int64_t watchdog_timeout_ms; /* default 30000; renewal every third */
+  /* Client id used in owner fields; NULL (default) draws a random UUID.
+   * Copied at open. Two live clients must never share an id. */
+  const char *client_id;
+  /* How many times an unlock whose reply was lost is sent again on a fresh
+   * connection (it is idempotent, see the unlock latch); default 2. */
+  int unlock_retries;
+  /* How long a queued fair-lock waiter may be absent before it is dropped
+   * from the queue; default 300000 (Redisson's fairLockWaitTimeout). */
+  int64_t fair_wait_timeout_ms;
+  dlock_lost_cb on_lost; /* default NULL */
+  void *on_lost_data;
+} dlock_options_t;
+
+/* Fills 'o' with the defaults above. */
+DLOCK_EXPORT void dlock_options_init(dlock_options_t *o);
+
+/*
+ * Connects to the server named by 'o->url' (authenticating and selecting
+ * the database it names), starts the client's background threads and stores
+ * the new client in '*out'. Fails with DLOCK_EINVAL for a bad URL or option,
+ * DLOCK_EIO when the server cannot be reached, DLOCK_EAUTH for a refused
+ * password and DLOCK_EPROTO when what answers is not Redis.
+ */
+DLOCK_EXPORT int dlock_client_open(const dlock_options_t *o,
+                                   dlock_client_t **out);
+
+/*
+ * Makes every call blocked on 'c' (waiting for a lock or for Redis) return
+ * DLOCK_ECANCELED soon, and every later call fail with it. Safe to call from
+ * any thread, and more than once; not from a signal handler.
+ */
+DLOCK_EXPORT void dlock_client_shutdown(dlock_client_t *c);
+
+/*
+ * Stops the watchdog and the background threads and frees 'c'. Locks still
+ * held are not released: they expire by their lease (a watchdog lock within
+ * watchdog_timeout_ms). No other thread may be using 'c'. NULL is ignored.
+ */
+DLOCK_EXPORT void dlock_client_close(dlock_client_t *c);
+
+/* The client UUID used in owner fields ("<id>:<owner>"). Owned by 'c'. */
+DLOCK_EXPORT const char *dlock_client_id(const dlock_client_t *c);
+
+/*
+ * The owner number of the calling thread: unique within the process for its
+ * whole life, never reused after the thread exits.
+ */
+DLOCK_EXPORT uint64_t dlock_self(void);
+
+/* A fresh owner number, never used by any thread, for owners that are not
+ * threads (a task handed from thread to thread). */
+DLOCK_EXPORT uint64_t dlock_owner_new(void);
+
+/* -------------------------------------------------------------------------
+ * Locks
+ * ------------------------------------------------------------------------- */
+
+/*
+ * Creates a handle on the reentrant lock 'name' (Redisson's getLock). The
+ * handle is cheap and holds no server state; any number of handles on one
+ * name share the same lock. 'name' must be 1..DLOCK_NAME_MAX bytes.
+ * dlock_getn takes a name of 'len' bytes that may contain NULs.
+ * The handle must be freed before its client is closed.
+ */
+DLOCK_EXPORT int dlock_get(dlock_client_t *c, const char *name, dlock_t **out);
+DLOCK_EXPORT int dlock_getn(dlock_client_t *c, const char *name, size_t len,
+                            dlock_t **out);
+
+/* Frees the handle (not the lock: holds stay held). NULL is ignored. */
+DLOCK_EXPORT void dlock_free(dlock_t *l);
+
+/* The lock name and its length; owned by 'l'. */
+DLOCK_EXPORT const char *dlock_name(const dlock_t *l, size_t *len);
+
+/*
+ * Acquires the lock for the calling thread, waiting as long as it takes.
+ * 'lease_ms' > 0: the lock expires after it unless unlocked first;
+ * DLOCK_WATCHDOG: it is held until unlocked, renewed in the background.
+ * Reentrant: an owner that holds the lock gets it again (the count goes up;
+ * it takes as many unlocks). Returns 0, or DLOCK_ECANCELED, DLOCK_EIO, ...
+ */
+DLOCK_EXPORT int dlock_lock(dlock_t *l, int64_t lease_ms);
+
+/*
+ * Like dlock_lock but gives up after 'wait_ms' (0: a single attempt;
+ * DLOCK_WAIT_FOREVER: no limit) with DLOCK_ETIMEDOUT.
+ */
+DLOCK_EXPORT int dlock_trylock(dlock_t *l, int64_t wait_ms, int64_t lease_ms);
+
+/*
+ * Releases one hold of the calling thread; the lock is free when the count
+ * reaches 0, and one waiter per process is woken. Returns 0;
+ * DLOCK_ENOTHELD when this owner holds nothing; DLOCK_ELOST when this owner
+ * held it but it expired or was deleted meanwhile (the critical section may
+ * have overlapped with another holder's). An unlock whose reply is lost is
+ * sent again; the retry cannot release twice.
+ */
+DLOCK_EXPORT int dlock_unlock(dlock_t *l);
+
+/* The same verbs with an explicit owner instead of the calling thread. */
+DLOCK_EXPORT int dlock_lock_as(dlock_t *l, uint64_t owner, int64_t lease_ms);
+DLOCK_EXPORT int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                                  int64_t lease_ms);
+DLOCK_EXPORT int dlock_unlock_as(dlock_t *l, uint64_t owner);
+
+/*
+ * Deletes the lock whoever holds it and wakes its waiters. Returns 1 when a
+ * lock was deleted, 0 when there was none.
+ */
+DLOCK_EXPORT int dlock_force_unlock(dlock_t *l);
+
+/* 1 when anyone holds the lock, 0 when it is free. */
+DLOCK_EXPORT int dlock_is_locked(dlock_t *l);
+
+/* 1 when the calling thread (or 'owner') holds the lock, else 0. */
+DLOCK_EXPORT int dlock_is_held(dlock_t *l);
+DLOCK_EXPORT int dlock_is_held_as(dlock_t *l, uint64_t owner);
+
+/* The hold count of the calling thread (or 'owner'), >= 0. */
+DLOCK_EXPORT int dlock_hold_count(dlock_t *l);
+DLOCK_EXPORT int dlock_hold_count_as(dlock_t *l, uint64_t owner);
+
+/*
+ * Milliseconds until the lock expires; 0 when nobody holds it; INT64_MAX
+ * when it is held without expiry (set so by some other program).
+ */
+DLOCK_EXPORT int64_t dlock_ttl(dlock_t *l);
+
+/*
+ * The fencing token of the calling thread's (or 'owner''s) hold, 0 if it
+ * holds none. Tokens come from the counter "redisson_lock_token:{name}",
+ * incremented on every free->held transition, so a later holder always has a
+ * larger token; a reentrant acquisition keeps its token. Pass it to the
+ * protected resource, which refuses writes with a token lower than the
+ * largest it has seen. Answered locally, without a round trip.
+ */
+DLOCK_EXPORT uint64_t dlock_token(dlock_t *l);
+DLOCK_EXPORT uint64_t dlock_token_as(dlock_t *l, uint64_t owner);
+
+/* -------------------------------------------------------------------------
+ * Inspection (what "dlock status" shows)
+ * ------------------------------------------------------------------------- */
+
+typedef struct dlock_holder {
+  char *owner;   /* the hash field: "<client-id>:<owner>" (or ":write") */
+  int64_t count; /* hold count */
+} dlock_holder_t;
+
+typedef struct dlock_waiter {
+  char *owner;         /* fair-lock queue entry */
+  int64_t deadline_ms; /* Unix time (ms) after which it is dropped */
+} dlock_waiter_t;
+
+typedef struct dlock_info {
+  int locked;               /* 1 held, 0 free */
+  int64_t ttl_ms;           /* as dlock_ttl() */
+  uint64_t token;           /* last fencing token issued (0: never) */
+  char *mode;               /* read-write lock "read"/"write"; else NULL */
+  size_t nholders;
+  dlock_holder_t *holders;
+  size_t nwaiters; /* fair-lock queue, head first */
+  dlock_waiter_t *waiters;
+} dlock_info_t;
+
+/*
+ * Reads everything known about lock 'name' (any kind, taken by dlock or by
+ * Redisson) into a new '*out', freed with dlock_info_free().
+ */
+DLOCK_EXPORT int dlock_inspect(dlock_client_t *c, const char *name, size_t len,
+                               dlock_info_t **out);
+DLOCK_EXPORT void dlock_info_free(dlock_info_t *info);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DLOCK_H */

@@ -1,0 +1,167 @@
+/*
+ * Opening and closing clients, and the small services they give the lock
+ * code: owner fields and plain commands.
+ */
+#include "client.h"
+
+#include "error.h"
+#include "watchdog.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#define DEFAULT_URL "redis://127.0.0.1:6379"
+
+void dlock_options_init(dlock_options_t *o) {
+  if (o == NULL)
+    return;
+  memset(o, 0, sizeof(*o));
+  o->url = DEFAULT_URL;
+  o->connect_timeout_ms = 2000;
+  o->command_timeout_ms = 3000;
+  o->watchdog_timeout_ms = 30000;
+  o->unlock_retries = 2;
+  o->fair_wait_timeout_ms = 300000;
+}
+
+/* A random (version 4) UUID, like Redisson's client ids. */
+static int make_uuid(char out[37]) {
+  unsigned char b[16];
+  size_t got = 0;
+  while (got < sizeof(b)) {
+    ssize_t n = getrandom(b + got, sizeof(b) - got, 0);
+    if (n < 0 && errno != EINTR)
+      return dlock__fail(DLOCK_EIO, "getrandom: %s", strerror(errno));
+    if (n > 0)
+      got += (size_t)n;
+  }
+  b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
+  b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
+  snprintf(out, 37,
+           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
+           b[11], b[12], b[13], b[14], b[15]);
+  return 0;
+}
+
+static int check_options(const dlock_options_t *o) {
+  if (o->connect_timeout_ms <= 0 || o->command_timeout_ms <= 0)
+    return dlock__fail(DLOCK_EINVAL,
+                       "connect_timeout_ms and command_timeout_ms must be > 0");
+  if (o->watchdog_timeout_ms < 3)
+    return dlock__fail(DLOCK_EINVAL, "watchdog_timeout_ms must be >= 3");
+  if (o->unlock_retries < 0)
+    return dlock__fail(DLOCK_EINVAL, "unlock_retries must be >= 0");
+  if (o->fair_wait_timeout_ms <= 0)
+    return dlock__fail(DLOCK_EINVAL, "fair_wait_timeout_ms must be > 0");
+  if (o->client_id != NULL &&
+      (o->client_id[0] == '\0' ||
+       strlen(o->client_id) > DLOCK__CLIENT_ID_MAX))
+    return dlock__fail(DLOCK_EINVAL, "client_id must be 1..%d bytes",
+                       DLOCK__CLIENT_ID_MAX);
+  return 0;
+}
+
+static void destroy(dlock_client_t *c) {
+  dlock__watchdog_stop(c->wd);
+  dlock__pubsub_stop(c->ps);
+  dlock__conn_free(c->conn);
+  dlock__holds_clear(&c->holds);
+  dlock__endpoint_free(&c->ep);
+  pthread_mutex_destroy(&c->mu);
+  free(c->url);
+  free(c);
+}
+
+int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
+  if (o == NULL || out == NULL)
+    return dlock__fail(DLOCK_EINVAL, "options and out must not be NULL");
+  *out = NULL;
+  int rc = check_options(o);
+  if (rc != 0)
+    return rc;
+  dlock_client_t *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
+  pthread_mutex_init(&c->mu, NULL);
+  dlock__holds_init(&c->holds);
+  c->opt = *o;
+  const char *url = o->url ? o->url : DEFAULT_URL;
+  if ((c->url = strdup(url)) == NULL)
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
+  c->opt.url = c->url;
+  if (rc == 0)
+    rc = dlock__url_parse(url, &c->ep);
+  if (rc == 0 && o->client_id != NULL)
+    snprintf(c->id, sizeof(c->id), "%s", o->client_id);
+  else if (rc == 0)
+    rc = make_uuid(c->id);
+  dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms};
+  if (rc == 0)
+    rc = dlock__conn_new(&cfg, &c->conn);
+  if (rc == 0)
+    rc = dlock__conn_open(c->conn);
+  if (rc == 0)
+    rc = dlock__pubsub_start(&c->ep, o->connect_timeout_ms,
+                             o->command_timeout_ms, &c->ps);
+  if (rc == 0)
+    rc = dlock__watchdog_start(c, &c->wd);
+  if (rc != 0) {
+    destroy(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+void dlock_client_shutdown(dlock_client_t *c) {
+  if (c == NULL)
+    return;
+  atomic_store(&c->canceled, 1);
+  dlock__conn_cancel(c->conn);
+  dlock__pubsub_cancel(c->ps);
+}
+
+void dlock_client_close(dlock_client_t *c) {
+  if (c == NULL)
+    return;
+  destroy(c);
+}
+
+const char *dlock_client_id(const dlock_client_t *c) {
+  return c != NULL ? c->id : "";
+}
+
+size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,
+                          char buf[DLOCK__FIELD_MAX]) {
+  int n = snprintf(buf, DLOCK__FIELD_MAX, "%s:%" PRIu64, c->id, owner);
+  return (size_t)n;
+}
+
+int dlock__check_canceled(dlock_client_t *c) {
+  if (atomic_load(&c->canceled))
+    return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+  return 0;
+}
+
+int dlock__command(dlock_client_t *c, int argc, const char **argv,
+                   const size_t *lens, redisReply **out) {
+  char *cmd;
+  int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+  if (len < 0)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
+  size_t slen = (size_t)len;
+  int rc = dlock__conn_call(c->conn, 1, &cmd, &slen, out, 0);
+  redisFreeCommand(cmd);
+  if (rc == 0 && (*out)->type == REDIS_REPLY_ERROR) {
+    rc = dlock__fail_reply((*out)->str, (*out)->len);
+    freeReplyObject(*out);
+    *out = NULL;
+  }
+  return rc;
+}

@@ -1,0 +1,481 @@
+/*
+ * The shared command connection (see conn.h for the scheme).
+ *
+ * Locking: 'mu' guards everything in the struct and the hiredis context.
+ * The driver releases 'mu' only around poll(), so the context is never used
+ * by two threads at once. While a driver polls, nobody may close the socket
+ * under it: a failure noticed by another thread only shuts the socket down,
+ * which wakes the driver, and the driver closes it.
+ */
+#define _GNU_SOURCE
+#include "conn.h"
+
+#include <hiredis/sds.h>
+
+#include "error.h"
+#include "monotime.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+/* Reconnection back-off: the first retry is immediate (a restarted server
+ * is usually back already), later ones wait longer, so that callers fail
+ * fast while the server is down instead of each paying a connect timeout. */
+#define BACKOFF_FIRST_US 20000
+#define BACKOFF_MAX_US 1000000
+
+typedef struct caller {
+  pthread_cond_t cv;
+  size_t remaining; /* requests still without an answer */
+  int64_t deadline_us;
+} caller;
+
+typedef struct request {
+  struct request *next;
+  caller *who;
+  redisReply *reply;
+  int err; /* DLOCK_E* when it failed without a reply */
+} request;
+
+struct dlock__conn {
+  pthread_mutex_t mu;
+  dlock__conn_cfg cfg;
+  redisContext *ctx;      /* NULL while disconnected */
+  request *head, *tail;   /* sent, awaiting replies, oldest first */
+  int driving;            /* a thread is reading replies */
+  int canceled;           /* dlock__conn_cancel was called */
+  int64_t retry_at_us;    /* no reconnect before this */
+  int64_t backoff_us;
+  int last_code;          /* why the last connection failed */
+  int broken_code;        /* set by break_locked for the driver to report */
+  char last_err[256];
+};
+
+static int init_monotonic_cond(pthread_cond_t *cv) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  int rc = pthread_cond_init(cv, &attr);
+  pthread_condattr_destroy(&attr);
+  return rc;
+}
+
+int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out) {
+  dlock__conn *c = calloc(1, sizeof(*c));
+  if (c == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory creating a connection");
+  if (pthread_mutex_init(&c->mu, NULL) != 0) {
+    free(c);
+    return dlock__fail(DLOCK_ENOMEM, "pthread_mutex_init failed");
+  }
+  c->cfg = *cfg;
+  *out = c;
+  return 0;
+}
+
+/* ---- opening a connection ------------------------------------------------ */
+
+static struct timeval timeval_of_ms(int64_t ms) {
+  struct timeval tv;
+  tv.tv_sec = (time_t)(ms / 1000);
+  tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
+  return tv;
+}
+
+/* Turns a failed hiredis context call into a code and detail. */
+static int fail_ctx(redisContext *ctx, const char *where, const char *addr,
+                    int64_t timeout_ms) {
+  if (ctx->err == REDIS_ERR_PROTOCOL)
+    return dlock__fail(DLOCK_EPROTO,
+                       "%s %s: not a Redis server? (%s)", where, addr,
+                       ctx->errstr);
+  if (ctx->err == REDIS_ERR_IO &&
+      (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT))
+    return dlock__fail(DLOCK_EIO, "%s %s: no answer within %lld ms", where,
+                       addr, (long long)timeout_ms);
+  if (ctx->err == REDIS_ERR_OOM)
+    return dlock__fail(DLOCK_ENOMEM, "%s %s: out of memory", where, addr);
+  return dlock__fail(DLOCK_EIO, "%s %s: %s", where, addr, ctx->errstr);
+}
+
+/* Runs one handshake command and checks that it did not fail. */
+static int handshake(redisContext *ctx, const char *addr, int64_t timeout_ms,
+                     int argc, const char **argv, const char *expect) {
+  redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
+  if (r == NULL)
+    return fail_ctx(ctx, argv[0], addr, timeout_ms);
+  int rc = 0;
+  if (r->type == REDIS_REPLY_ERROR) {
+    rc = dlock__fail_reply(r->str, r->len);
+    /* Some servers say "ERR" to AUTH when no password is configured; to the
+     * user that is still a refused password. */
+    if (strcmp(argv[0], "AUTH") == 0)
+      rc = dlock__fail(DLOCK_EAUTH, "AUTH refused by %s: %.200s", addr,
+                       r->str);
+  } else if (expect != NULL &&
+             (r->type != REDIS_REPLY_STATUS || strcmp(r->str, expect) != 0)) {
+    rc = dlock__fail(DLOCK_EPROTO, "%s %s: unexpected reply, not Redis?",
+                     argv[0], addr);
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+static int authenticate(redisContext *ctx, const dlock__endpoint *ep,
+                        const char *addr, int64_t timeout_ms) {
+  const char *argv[3] = {"AUTH", ep->user, ep->pass};
+  if (ep->pass == NULL && ep->user == NULL)
+    return 0;
+  if (ep->user != NULL)
+    return handshake(ctx, addr, timeout_ms, 3, argv, NULL);
+  argv[1] = ep->pass;
+  return handshake(ctx, addr, timeout_ms, 2, argv, NULL);
+}
+
+int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
+                   int64_t command_timeout_ms, redisContext **out) {
+  char addr[160];
+  dlock__endpoint_describe(ep, addr, sizeof(addr));
+  struct timeval tv = timeval_of_ms(connect_timeout_ms);
+  redisContext *ctx = ep->path ? redisConnectUnixWithTimeout(ep->path, tv)
+                               : redisConnectWithTimeout(ep->host, ep->port, tv);
+  if (ctx == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory connecting to %s", addr);
+  int rc = 0;
+  if (ctx->err)
+    rc = fail_ctx(ctx, "connect", addr, connect_timeout_ms);
+  if (rc == 0) {
+    /* A child started by the program must not inherit our sockets. */
+    fcntl(ctx->fd, F_SETFD, FD_CLOEXEC);
+    if (redisSetTimeout(ctx, timeval_of_ms(command_timeout_ms)) != REDIS_OK)
+      rc = fail_ctx(ctx, "setsockopt", addr, command_timeout_ms);
+  }
+  if (rc == 0)
+    rc = authenticate(ctx, ep, addr, command_timeout_ms);
+  if (rc == 0 && ep->db != 0) {
+    char db[16];
+    snprintf(db, sizeof(db), "%d", ep->db);
+    const char *argv[2] = {"SELECT", db};
+    rc = handshake(ctx, addr, command_timeout_ms, 2, argv, "OK");
+  }
+  if (rc == 0) {
+    const char *argv[1] = {"PING"};
+    rc = handshake(ctx, addr, command_timeout_ms, 1, argv, "PONG");
+  }
+  if (rc != 0) {
+    redisFree(ctx);
+    return rc;
+  }
+  *out = ctx;
+  return 0;
+}
+
+int dlock__set_nonblocking(redisContext *ctx) {
+  int flags = fcntl(ctx->fd, F_GETFL);
+  if (flags < 0 || fcntl(ctx->fd, F_SETFL, flags | O_NONBLOCK) < 0)
+    return dlock__fail(DLOCK_EIO, "fcntl(O_NONBLOCK): %s", strerror(errno));
+  /* hiredis treats EAGAIN as "try later" only in non-blocking mode. */
+  ctx->flags &= ~REDIS_BLOCK;
+  return 0;
+}
+
+/* ---- failure and reconnection ------------------------------------------- */
+
+/* Fails every waiting request with 'code', closes the socket and arranges
+ * the next reconnection. Only the driver, or anybody while there is no
+ * driver, may call this. */
+static void fail_all_locked(dlock__conn *c, int code, const char *why) {
+  if (c->broken_code != 0) {
+    /* The reason given by whoever broke the connection beats the driver's
+     * view of it ("connection reset"). */
+    code = c->broken_code;
+    c->broken_code = 0;
+  } else {
+    snprintf(c->last_err, sizeof(c->last_err), "%s", why);
+  }
+  c->last_code = code;
+  for (request *r = c->head; r != NULL;) {
+    request *next = r->next;
+    r->err = code;
+    if (--r->who->remaining == 0)
+      pthread_cond_signal(&r->who->cv);
+    r = next;
+  }
+  c->head = c->tail = NULL;
+  if (c->ctx != NULL) {
+    redisFree(c->ctx);
+    c->ctx = NULL;
+  }
+  c->retry_at_us = dlock__now_us() + c->backoff_us;
+  c->backoff_us = c->backoff_us == 0 ? BACKOFF_FIRST_US : c->backoff_us * 2;
+  if (c->backoff_us > BACKOFF_MAX_US)
+    c->backoff_us = BACKOFF_MAX_US;
+}
+
+/* Fails the connection from a thread that may not be the driver: with a
+ * driver polling the socket, the socket is only shut down (which wakes the
+ * driver) and the driver closes it. */
+static void break_locked(dlock__conn *c, int code, const char *why) {
+  if (!c->driving) {
+    fail_all_locked(c, code, why);
+    return;
+  }
+  if (c->broken_code == 0) {
+    c->broken_code = code;
+    snprintf(c->last_err, sizeof(c->last_err), "%s", why);
+  }
+  shutdown(c->ctx->fd, SHUT_RDWR);
+}
+
+/* An idle connection with something to read has been closed by the server
+ * (a restart, a CLIENT KILL, an idle timeout): replace it before sending,
+ * rather than lose the next command on it. */
+static int idle_connection_is_dead(dlock__conn *c) {
+  if (c->head != NULL || c->driving)
+    return 0;
+  struct pollfd p = {.fd = c->ctx->fd, .events = POLLIN};
+  return poll(&p, 1, 0) != 0;
+}
+
+static int connect_locked(dlock__conn *c, int64_t deadline_us) {
+  if (c->ctx != NULL && !idle_connection_is_dead(c))
+    return 0;
+  if (c->ctx != NULL)
+    fail_all_locked(c, DLOCK_EIO, "connection closed by the server");
+  int64_t now = dlock__now_us();
+  if (now < c->retry_at_us)
+    return dlock__fail(c->last_code ? c->last_code : DLOCK_EIO,
+                       "%s (next reconnect in %lld ms)", c->last_err,
+                       (long long)((c->retry_at_us - now + 999) / 1000));
+  int64_t budget_ms = (deadline_us - now) / 1000;
+  if (budget_ms > c->cfg.connect_timeout_ms)
+    budget_ms = c->cfg.connect_timeout_ms;
+  if (budget_ms < 1)
+    budget_ms = 1;
+  redisContext *ctx;
+  int rc = dlock__connect(c->cfg.ep, budget_ms, c->cfg.command_timeout_ms,
+                          &ctx);
+  if (rc == 0)
+    rc = dlock__set_nonblocking(ctx) == 0 ? 0 : (redisFree(ctx), DLOCK_EIO);
+  if (rc != 0) {
+    fail_all_locked(c, rc, dlock_last_error());
+    return rc;
+  }
+  c->ctx = ctx;
+  c->backoff_us = 0;
+  c->last_code = 0;
+  return 0;
+}
+
+int dlock__conn_open(dlock__conn *c) {
+  pthread_mutex_lock(&c->mu);
+  c->retry_at_us = 0;
+  int rc = connect_locked(c, dlock__now_us() +
+                                 c->cfg.connect_timeout_ms * 1000);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+/* ---- sending and receiving ---------------------------------------------- */
+
+/* Writes what the socket takes without blocking. */
+static int flush_locked(dlock__conn *c) {
+  int done = 0;
+  while (!done) {
+    if (redisBufferWrite(c->ctx, &done) != REDIS_OK)
+      return -1;
+    if (!done && c->ctx->obuf != NULL) {
+      struct pollfd p = {.fd = c->ctx->fd, .events = POLLOUT};
+      if (poll(&p, 1, 0) <= 0)
+        break; /* the driver finishes the write when the socket drains */
+    }
+  }
+  return 0;
+}
+
+static int has_output(const dlock__conn *c) {
+  return c->ctx != NULL && c->ctx->obuf != NULL && sdslen(c->ctx->obuf) > 0;
+}
+
+/* Hands every complete reply in the read buffer to its request. */
+static int dispatch_replies_locked(dlock__conn *c, caller *me) {
+  for (;;) {
+    void *reply = NULL;
+    if (redisGetReplyFromReader(c->ctx, &reply) != REDIS_OK)
+      return DLOCK_EPROTO;
+    if (reply == NULL)
+      return 0;
+    request *r = c->head;
+    if (r == NULL) {
+      /* A reply nobody asked for: the stream is out of step. */
+      freeReplyObject(reply);
+      return DLOCK_EPROTO;
+    }
+    c->head = r->next;
+    if (c->head == NULL)
+      c->tail = NULL;
+    r->reply = reply;
+    if (--r->who->remaining == 0 && r->who != me)
+      pthread_cond_signal(&r->who->cv);
+  }
+}
+
+/* Reads replies for everybody until the caller 'me' has all of its own. */
+static void drive_locked(dlock__conn *c, caller *me) {
+  char why[200];
+  c->driving = 1;
+  while (me->remaining > 0 && c->ctx != NULL) {
+    int64_t deadline = c->head ? c->head->who->deadline_us : me->deadline_us;
+    if (c->canceled) {
+      fail_all_locked(c, DLOCK_ECANCELED, "client is shutting down");
+      break;
+    }
+    if (dlock__now_us() >= deadline) {
+      snprintf(why, sizeof(why), "no reply from Redis within %lld ms",
+               (long long)c->cfg.command_timeout_ms);
+      fail_all_locked(c, DLOCK_EIO, why);
+      break;
+    }
+    struct pollfd p = {.fd = c->ctx->fd,
+                       .events = (short)(POLLIN | (has_output(c) ? POLLOUT : 0))};
+    pthread_mutex_unlock(&c->mu);
+    int n = poll(&p, 1, dlock__ms_until(deadline));
+    int poll_errno = errno;
+    pthread_mutex_lock(&c->mu);
+    if (n < 0 && poll_errno != EINTR) {
+      snprintf(why, sizeof(why), "poll: %s", strerror(poll_errno));
+      fail_all_locked(c, DLOCK_EIO, why);
+      break;
+    }
+    if (n <= 0)
+      continue;
+    if ((p.revents & POLLOUT) && flush_locked(c) != 0) {
+      snprintf(why, sizeof(why), "write: %s", c->ctx->errstr);
+      fail_all_locked(c, DLOCK_EIO, why);
+      break;
+    }
+    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+      if (redisBufferRead(c->ctx) != REDIS_OK) {
+        snprintf(why, sizeof(why), "read: %s", c->ctx->errstr);
+        fail_all_locked(c, DLOCK_EIO, why);
+        break;
+      }
+      int rc = dispatch_replies_locked(c, me);
+      if (rc != 0) {
+        snprintf(why, sizeof(why), "bad reply from server: %s",
+                 c->ctx->err ? c->ctx->errstr : "reply without a request");
+        fail_all_locked(c, rc, why);
+        break;
+      }
+    }
+  }
+  c->driving = 0;
+  /* The oldest waiter reads next; its reply is the next to come. */
+  if (c->head != NULL)
+    pthread_cond_signal(&c->head->who->cv);
+}
+
+static void release_replies(size_t n, request *reqs, redisReply **replies) {
+  for (size_t i = 0; i < n; i++) {
+    if (reqs[i].reply != NULL)
+      freeReplyObject(reqs[i].reply);
+    replies[i] = NULL;
+  }
+}
+
+/* Queues the requests on the socket. On failure none of them is queued. */
+static int enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
+                          const size_t *lens, request *reqs, caller *me) {
+  for (size_t i = 0; i < n; i++) {
+    if (redisAppendFormattedCommand(c->ctx, cmds[i], lens[i]) != REDIS_OK) {
+      /* The partial batch in the output buffer would desynchronise the
+       * stream, so the connection goes. */
+      break_locked(c, DLOCK_ENOMEM, "out of memory queueing a command");
+      return DLOCK_ENOMEM;
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    reqs[i].who = me;
+    if (c->tail != NULL)
+      c->tail->next = &reqs[i];
+    else
+      c->head = &reqs[i];
+    c->tail = &reqs[i];
+  }
+  return 0;
+}
+
+int dlock__conn_call(dlock__conn *c, size_t n, char *const *cmds,
+                     const size_t *lens, redisReply **replies,
+                     int64_t deadline_us) {
+  request local[4];
+  request *reqs = n <= 4 ? local : calloc(n, sizeof(*reqs));
+  if (reqs == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory for %zu requests", n);
+  memset(reqs, 0, n * sizeof(*reqs));
+  caller me;
+  me.remaining = n;
+  me.deadline_us = deadline_us ? deadline_us
+                               : dlock__now_us() +
+                                     c->cfg.command_timeout_ms * 1000;
+  init_monotonic_cond(&me.cv);
+
+  pthread_mutex_lock(&c->mu);
+  int rc = c->canceled ? DLOCK_ECANCELED : connect_locked(c, me.deadline_us);
+  if (rc == DLOCK_ECANCELED)
+    dlock__fail(rc, "client is shutting down");
+  if (rc == 0)
+    rc = enqueue_locked(c, n, cmds, lens, reqs, &me);
+  if (rc == 0 && flush_locked(c) != 0) {
+    char why[200];
+    snprintf(why, sizeof(why), "write: %s", c->ctx->errstr);
+    break_locked(c, DLOCK_EIO, why);
+  }
+  while (rc == 0 && me.remaining > 0) {
+    if (!c->driving)
+      drive_locked(c, &me);
+    else
+      pthread_cond_wait(&me.cv, &c->mu);
+  }
+  if (rc == 0) {
+    for (size_t i = 0; i < n && rc == 0; i++)
+      rc = reqs[i].err;
+    if (rc != 0)
+      dlock__fail_text(rc, c->last_err);
+  }
+  pthread_mutex_unlock(&c->mu);
+  pthread_cond_destroy(&me.cv);
+
+  if (rc == 0) {
+    for (size_t i = 0; i < n; i++)
+      replies[i] = reqs[i].reply;
+  } else {
+    release_replies(n, reqs, replies);
+  }
+  if (reqs != local)
+    free(reqs);
+  return rc;
+}
+
+void dlock__conn_cancel(dlock__conn *c) {
+  pthread_mutex_lock(&c->mu);
+  c->canceled = 1;
+  if (c->ctx != NULL)
+    break_locked(c, DLOCK_ECANCELED, "client is shutting down");
+  pthread_mutex_unlock(&c->mu);
+}
+
+void dlock__conn_free(dlock__conn *c) {
+  if (c == NULL)
+    return;
+  if (c->ctx != NULL)
+    redisFree(c->ctx);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}

@@ -1,0 +1,67 @@
+/*
+ * A command connection to one Redis server, shared by every thread of a
+ * client with automatic pipelining.
+ *
+ * There is no I/O thread in the request path. A calling thread writes its
+ * command straight to the socket; the first thread that needs a reply reads
+ * for everybody (the "driver") and hands each reply to the thread waiting for
+ * it, in order. So a lone caller costs exactly one round trip, like a plain
+ * synchronous client, while many callers share the socket and their commands
+ * travel together. When the driver has its reply it passes the role to the
+ * oldest waiter.
+ */
+#ifndef DLOCK_CONN_H
+#define DLOCK_CONN_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "url.h"
+
+typedef struct dlock__conn dlock__conn;
+
+typedef struct dlock__conn_cfg {
+  const dlock__endpoint *ep; /* not copied: must outlive the connection */
+  int64_t connect_timeout_ms;
+  int64_t command_timeout_ms;
+} dlock__conn_cfg;
+
+/* Creates an unconnected connection. 0 or DLOCK_ENOMEM. */
+int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out);
+
+/* Connects now (if not connected), reporting why it cannot. */
+int dlock__conn_open(dlock__conn *c);
+
+/*
+ * Sends 'n' formatted commands (one pipelined batch) and waits for their
+ * replies until 'deadline_us' (CLOCK_MONOTONIC; 0 means now + the command
+ * timeout). On 0, replies[i] holds each reply (error replies included),
+ * owned by the caller. On failure (DLOCK_EIO, DLOCK_EPROTO,
+ * DLOCK_ECANCELED...) every replies[i] is NULL and nothing is left to free.
+ * A connection that fails is closed and opened again by a later call.
+ */
+int dlock__conn_call(dlock__conn *c, size_t n, char *const *cmds,
+                     const size_t *lens, redisReply **replies,
+                     int64_t deadline_us);
+
+/* Makes every call in progress and every later call fail with
+ * DLOCK_ECANCELED. */
+void dlock__conn_cancel(dlock__conn *c);
+
+/* Closes and frees 'c'; no call may be in progress. NULL is ignored. */
+void dlock__conn_free(dlock__conn *c);
+
+/*
+ * Opens a connected, authenticated hiredis context for 'ep' in blocking
+ * mode, with the command timeout as its socket timeout, the database
+ * selected and the close-on-exec flag set. Checks with PING that the server
+ * speaks Redis. Shared by the command and pub/sub connections.
+ */
+int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
+                   int64_t command_timeout_ms, redisContext **out);
+
+/* Switches a context from dlock__connect to non-blocking I/O. */
+int dlock__set_nonblocking(redisContext *ctx);
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * Error names, descriptions and the per-thread detail of the last failure.
+ */
+#include "error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Long enough for Redis's longest error replies plus context; longer
+ * details are cut, never overflowed. */
+#define DETAIL_MAX 512
+
+static _Thread_local char detail[DETAIL_MAX];
+
+const char *dlock_strerror(int err) {
+  switch (err) {
+#define DLOCK__ERR_TEXT(name, code, text)                                      \
+  case code:                                                                   \
+    return text;
+    DLOCK_ERRNO_MAP(DLOCK__ERR_TEXT)
+#undef DLOCK__ERR_TEXT
+  case 0:
+    return "success";
+  default:
+    return "unknown error";
+  }
+}
+
+const char *dlock_err_name(int err) {
+  switch (err) {
+#define DLOCK__ERR_NAME(name, code, text)                                      \
+  case code:                                                                   \
+    return "DLOCK_" #name;
+    DLOCK_ERRNO_MAP(DLOCK__ERR_NAME)
+#undef DLOCK__ERR_NAME
+  case 0:
+    return "DLOCK_OK";
+  default:
+    return "DLOCK_E?";
+  }
+}
+
+const char *dlock_last_error(void) { return detail; }
+
+int dlock__fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(detail, sizeof(detail), fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+int dlock__fail_text(int code, const char *text) {
+  snprintf(detail, sizeof(detail), "%s", text);
+  return code;
+}
+
+/* Redis reports missing credentials and permissions with these prefixes;
+ * everything else is an ordinary server error (OOM, READONLY, BUSY...). */
+static int is_auth_error(const char *text, size_t len) {
+  static const char *const prefixes[] = {"NOAUTH", "WRONGPASS", "NOPERM",
+                                         "ERR invalid password",
+                                         "ERR AUTH", "ERR Client sent AUTH"};
+  for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+    size_t n = strlen(prefixes[i]);
+    if (len >= n && memcmp(text, prefixes[i], n) == 0)
+      return 1;
+  }
+  return 0;
+}
+
+int dlock__fail_reply(const char *text, size_t len) {
+  int code = is_auth_error(text, len) ? DLOCK_EAUTH : DLOCK_ESERVER;
+  int shown = len > DETAIL_MAX - 16 ? DETAIL_MAX - 16 : (int)len;
+  snprintf(detail, sizeof(detail), "redis: %.*s", shown, text);
+  return code;
+}

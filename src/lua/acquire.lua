@@ -1,0 +1,25 @@
+-- Acquire the reentrant lock KEYS[1] for owner field ARGV[2].
+-- KEYS[2]: fencing counter. ARGV[1]: lease in ms. ARGV[3]: the hold count
+-- the client believes the owner has (0 when it believes it holds none).
+-- Returns {1, token, count} when held by the owner afterwards, or
+-- {0, pttl} when another owner holds it.
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+if count == nil then
+  if redis.call('exists', KEYS[1]) == 1 then
+    return {0, redis.call('pttl', KEYS[1])}
+  end
+  -- Free: a new hold, and the only place a new fencing token is issued.
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, redis.call('incr', KEYS[2]), 1}
+end
+local token = tonumber(redis.call('get', KEYS[2])) or 0
+if count == tonumber(ARGV[3]) + 1 then
+  -- An earlier try already took this hold but its reply was lost: report
+  -- it instead of counting it twice.
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, token, count}
+end
+count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+redis.call('pexpire', KEYS[1], ARGV[1])
+return {1, token, count}

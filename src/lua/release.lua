@@ -1,0 +1,25 @@
+-- Release one hold of owner field ARGV[3] on the reentrant lock KEYS[1].
+-- KEYS[2]: channel told when the lock becomes free; KEYS[3]: the latch
+-- that makes a retried release return the first answer instead of
+-- releasing twice. ARGV[1]: unlock message; ARGV[2]: lease in ms to restore
+-- while still held; ARGV[4]: latch lifetime in ms.
+-- Returns the holds left (0: now free), or -1 when the owner holds none.
+local done = redis.call('get', KEYS[3])
+if done then
+  return tonumber(done)
+end
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+if count == nil then
+  return -1
+end
+-- The latch is written before anything changes, so a refused write (OOM)
+-- leaves the lock exactly as it was.
+redis.call('set', KEYS[3], count - 1, 'px', ARGV[4])
+if count > 1 then
+  redis.call('hincrby', KEYS[1], ARGV[3], -1)
+  redis.call('pexpire', KEYS[1], ARGV[2])
+else
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], ARGV[1])
+end
+return count - 1

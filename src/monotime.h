@@ -1,0 +1,37 @@
+/*
+ * Monotonic time. Every deadline in dlock is a point on CLOCK_MONOTONIC in
+ * microseconds, named *_us, so it is never mixed with wall-clock time, which
+ * can jump.
+ */
+#ifndef DLOCK_MONOTIME_H
+#define DLOCK_MONOTIME_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline int64_t dlock__now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The absolute CLOCK_MONOTONIC time for pthread_cond_timedwait on a
+ * condition variable created with the monotonic clock attribute. */
+static inline struct timespec dlock__timespec_at(int64_t at_us) {
+  struct timespec ts;
+  ts.tv_sec = (time_t)(at_us / 1000000);
+  ts.tv_nsec = (long)(at_us % 1000000) * 1000;
+  return ts;
+}
+
+/* Milliseconds from now until 'at_us', rounded up, never negative: poll()
+ * must not wake a hair before the deadline and then spin. */
+static inline int dlock__ms_until(int64_t at_us) {
+  int64_t left = at_us - dlock__now_us();
+  if (left <= 0)
+    return 0;
+  int64_t ms = (left + 999) / 1000;
+  return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
+}
+
+#endif

@@ -1,0 +1,435 @@
+/*
+ * The pub/sub connection and its thread (see pubsub.h).
+ *
+ * Locking: 'mu' guards the channel list and the flags; the hiredis context
+ * belongs to the thread alone. Waiters talk to the thread through the
+ * channel states and a self-pipe that wakes its poll().
+ */
+#define _GNU_SOURCE
+#include "pubsub.h"
+
+#include "conn.h"
+#include "error.h"
+#include "monotime.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A channel nobody waits on stays subscribed this long, so a lock that is
+ * contended again and again does not pay SUBSCRIBE and UNSUBSCRIBE each
+ * time. */
+#define LINGER_US 500000
+#define BACKOFF_FIRST_US 20000
+#define BACKOFF_MAX_US 1000000
+
+enum sub_state { SUB_NONE, SUB_SENT, SUB_ACTIVE, SUB_LEAVING };
+
+struct dlock__sub {
+  struct dlock__sub *next;
+  char *name;
+  size_t len;
+  int refs;    /* waiters that joined and have not left */
+  int permits; /* wake-ups not yet taken */
+  int state;   /* enum sub_state */
+  int resync;  /* wake everyone once the subscription is back */
+  int64_t idle_since_us;
+  pthread_cond_t wake;  /* waiters sleeping for a permit */
+  pthread_cond_t ready; /* joiners waiting for the subscription */
+};
+
+struct dlock__pubsub {
+  pthread_mutex_t mu;
+  pthread_t thread;
+  int pipe_fd[2];
+  const dlock__endpoint *ep;
+  int64_t connect_timeout_ms, command_timeout_ms;
+  dlock__sub *subs;
+  redisContext *ctx; /* the thread's */
+  int connected;
+  int stopping;
+  int canceled;
+  int64_t retry_at_us, backoff_us;
+};
+
+static void init_monotonic_cond(pthread_cond_t *cv) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &attr);
+  pthread_condattr_destroy(&attr);
+}
+
+static void poke_thread(dlock__pubsub *ps) {
+  char b = 1;
+  /* A full pipe already guarantees a wake-up, so EAGAIN is fine. */
+  ssize_t n = write(ps->pipe_fd[1], &b, 1);
+  (void)n;
+}
+
+static dlock__sub *find_sub(dlock__pubsub *ps, const char *name, size_t len) {
+  for (dlock__sub *s = ps->subs; s != NULL; s = s->next)
+    if (s->len == len && memcmp(s->name, name, len) == 0)
+      return s;
+  return NULL;
+}
+
+static void free_sub(dlock__sub *s) {
+  pthread_cond_destroy(&s->wake);
+  pthread_cond_destroy(&s->ready);
+  free(s->name);
+  free(s);
+}
+
+/* Gives every waiter of 's' a reason to try again. */
+static void wake_all_locked(dlock__sub *s) {
+  s->permits = s->refs;
+  pthread_cond_broadcast(&s->wake);
+}
+
+/* ---- the thread ----------------------------------------------------------- */
+
+static void on_disconnect_locked(dlock__pubsub *ps) {
+  if (ps->ctx != NULL) {
+    redisFree(ps->ctx);
+    ps->ctx = NULL;
+  }
+  ps->connected = 0;
+  ps->retry_at_us = dlock__now_us() + ps->backoff_us;
+  ps->backoff_us = ps->backoff_us ? ps->backoff_us * 2 : BACKOFF_FIRST_US;
+  if (ps->backoff_us > BACKOFF_MAX_US)
+    ps->backoff_us = BACKOFF_MAX_US;
+  for (dlock__sub *s = ps->subs; s != NULL; s = s->next) {
+    s->state = SUB_NONE;
+    s->resync = 1;
+    pthread_cond_broadcast(&s->ready);
+  }
+}
+
+static void try_connect_locked(dlock__pubsub *ps) {
+  if (ps->connected || dlock__now_us() < ps->retry_at_us)
+    return;
+  pthread_mutex_unlock(&ps->mu);
+  redisContext *ctx = NULL;
+  int rc = dlock__connect(ps->ep, ps->connect_timeout_ms,
+                          ps->command_timeout_ms, &ctx);
+  if (rc == 0 && dlock__set_nonblocking(ctx) != 0) {
+    redisFree(ctx);
+    rc = -1;
+  }
+  pthread_mutex_lock(&ps->mu);
+  if (rc != 0) {
+    on_disconnect_locked(ps);
+    return;
+  }
+  ps->ctx = ctx;
+  ps->connected = 1;
+  ps->backoff_us = 0;
+}
+
+/* Appends one SUBSCRIBE or UNSUBSCRIBE for every channel in 'from'. */
+static int append_batch(redisContext *ctx, const char *verb, int n,
+                        const char **argv, size_t *lens) {
+  argv[0] = verb;
+  lens[0] = strlen(verb);
+  return n > 0 ? redisAppendCommandArgv(ctx, n + 1, argv, lens) : REDIS_OK;
+}
+
+/* Brings the server's subscriptions in line with the waiters and returns
+ * the next time something is due (linger expiry), or 0. */
+static int64_t sync_subscriptions_locked(dlock__pubsub *ps) {
+  int64_t now = dlock__now_us(), next_due = 0;
+  size_t total = 0;
+  for (dlock__sub *s = ps->subs; s != NULL; s = s->next)
+    total++;
+  const char **sub_argv = malloc((total + 1) * sizeof(*sub_argv));
+  size_t *sub_lens = malloc((total + 1) * sizeof(*sub_lens));
+  const char **uns_argv = malloc((total + 1) * sizeof(*uns_argv));
+  size_t *uns_lens = malloc((total + 1) * sizeof(*uns_lens));
+  int nsub = 0, nuns = 0;
+  for (dlock__sub **p = &ps->subs; *p != NULL;) {
+    dlock__sub *s = *p;
+    if (s->refs == 0 && s->state == SUB_NONE) {
+      *p = s->next;
+      free_sub(s);
+      continue;
+    }
+    p = &s->next;
+    if (!ps->connected || sub_argv == NULL || sub_lens == NULL ||
+        uns_argv == NULL || uns_lens == NULL)
+      continue;
+    if (s->refs > 0 && s->state == SUB_NONE) {
+      sub_argv[1 + nsub] = s->name;
+      sub_lens[1 + nsub++] = s->len;
+      s->state = SUB_SENT;
+    } else if (s->refs == 0 && s->state == SUB_ACTIVE) {
+      int64_t due = s->idle_since_us + LINGER_US;
+      if (due <= now) {
+        uns_argv[1 + nuns] = s->name;
+        uns_lens[1 + nuns++] = s->len;
+        s->state = SUB_LEAVING;
+      } else if (next_due == 0 || due < next_due) {
+        next_due = due;
+      }
+    }
+  }
+  if (ps->connected && sub_argv != NULL && sub_lens != NULL &&
+      uns_argv != NULL && uns_lens != NULL) {
+    if (append_batch(ps->ctx, "SUBSCRIBE", nsub, sub_argv, sub_lens) !=
+            REDIS_OK ||
+        append_batch(ps->ctx, "UNSUBSCRIBE", nuns, uns_argv, uns_lens) !=
+            REDIS_OK)
+      on_disconnect_locked(ps);
+  } else if (ps->connected) {
+    next_due = now + 10000; /* out of memory: try again shortly */
+  }
+  free((void *)sub_argv);
+  free(sub_lens);
+  free((void *)uns_argv);
+  free(uns_lens);
+  return next_due;
+}
+
+static int is_str(const redisReply *r, const char *s) {
+  return (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
+         r->len == strlen(s) && memcmp(r->str, s, r->len) == 0;
+}
+
+static void handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
+      r->element[1]->type != REDIS_REPLY_STRING)
+    return;
+  const redisReply *kind = r->element[0], *chan = r->element[1];
+  dlock__sub *s = find_sub(ps, chan->str, chan->len);
+  if (s == NULL)
+    return;
+  if (is_str(kind, "message")) {
+    if (s->refs == 0)
+      return;
+    if (is_str(r->element[2], "1")) {
+      wake_all_locked(s);
+    } else if (s->permits < s->refs) {
+      s->permits++;
+      pthread_cond_signal(&s->wake);
+    }
+  } else if (is_str(kind, "subscribe")) {
+    s->state = SUB_ACTIVE;
+    pthread_cond_broadcast(&s->ready);
+    if (s->resync) {
+      s->resync = 0;
+      wake_all_locked(s);
+    }
+  } else if (is_str(kind, "unsubscribe")) {
+    s->state = SUB_NONE;
+  }
+}
+
+static void read_replies_locked(dlock__pubsub *ps) {
+  if (redisBufferRead(ps->ctx) != REDIS_OK) {
+    on_disconnect_locked(ps);
+    return;
+  }
+  for (;;) {
+    void *reply = NULL;
+    if (redisGetReplyFromReader(ps->ctx, &reply) != REDIS_OK) {
+      on_disconnect_locked(ps);
+      return;
+    }
+    if (reply == NULL)
+      return;
+    handle_reply_locked(ps, reply);
+    freeReplyObject(reply);
+  }
+}
+
+static void drain_pipe(int fd) {
+  char buf[64];
+  while (read(fd, buf, sizeof(buf)) > 0) {
+  }
+}
+
+static void *pubsub_main(void *arg) {
+  dlock__pubsub *ps = arg;
+  pthread_mutex_lock(&ps->mu);
+  while (!ps->stopping) {
+    try_connect_locked(ps);
+    int64_t due = sync_subscriptions_locked(ps);
+    if (!ps->connected && (due == 0 || ps->retry_at_us < due))
+      due = ps->retry_at_us;
+    struct pollfd p[2] = {{.fd = ps->pipe_fd[0], .events = POLLIN},
+                          {.fd = -1, .events = POLLIN}};
+    if (ps->connected) {
+      int done = 0;
+      if (redisBufferWrite(ps->ctx, &done) != REDIS_OK) {
+        on_disconnect_locked(ps);
+        continue;
+      }
+      p[1].fd = ps->ctx->fd;
+      if (!done)
+        p[1].events |= POLLOUT;
+    }
+    pthread_mutex_unlock(&ps->mu);
+    int n = poll(p, 2, due ? dlock__ms_until(due) : -1);
+    pthread_mutex_lock(&ps->mu);
+    if (n <= 0)
+      continue;
+    if (p[0].revents & POLLIN)
+      drain_pipe(ps->pipe_fd[0]);
+    if (ps->connected && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+      read_replies_locked(ps);
+  }
+  pthread_mutex_unlock(&ps->mu);
+  return NULL;
+}
+
+/* ---- the waiters' side ----------------------------------------------------- */
+
+int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
+                        int64_t command_timeout_ms, dlock__pubsub **out) {
+  dlock__pubsub *ps = calloc(1, sizeof(*ps));
+  if (ps == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory starting pub/sub");
+  ps->ep = ep;
+  ps->connect_timeout_ms = connect_timeout_ms;
+  ps->command_timeout_ms = command_timeout_ms;
+  if (pipe2(ps->pipe_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
+    int rc = dlock__fail(DLOCK_EIO, "pipe2: %s", strerror(errno));
+    free(ps);
+    return rc;
+  }
+  pthread_mutex_init(&ps->mu, NULL);
+  /* Connect before returning, so the first waiter finds it ready. */
+  int rc = dlock__connect(ep, connect_timeout_ms, command_timeout_ms,
+                          &ps->ctx);
+  if (rc == 0 && (rc = dlock__set_nonblocking(ps->ctx)) == 0) {
+    ps->connected = 1;
+    if (pthread_create(&ps->thread, NULL, pubsub_main, ps) != 0)
+      rc = dlock__fail(DLOCK_ENOMEM, "pthread_create failed");
+  }
+  if (rc != 0) {
+    if (ps->ctx != NULL)
+      redisFree(ps->ctx);
+    close(ps->pipe_fd[0]);
+    close(ps->pipe_fd[1]);
+    pthread_mutex_destroy(&ps->mu);
+    free(ps);
+    return rc;
+  }
+  *out = ps;
+  return 0;
+}
+
+void dlock__pubsub_cancel(dlock__pubsub *ps) {
+  pthread_mutex_lock(&ps->mu);
+  ps->canceled = 1;
+  for (dlock__sub *s = ps->subs; s != NULL; s = s->next) {
+    pthread_cond_broadcast(&s->wake);
+    pthread_cond_broadcast(&s->ready);
+  }
+  pthread_mutex_unlock(&ps->mu);
+}
+
+void dlock__pubsub_stop(dlock__pubsub *ps) {
+  if (ps == NULL)
+    return;
+  pthread_mutex_lock(&ps->mu);
+  ps->stopping = 1;
+  pthread_mutex_unlock(&ps->mu);
+  poke_thread(ps);
+  pthread_join(ps->thread, NULL);
+  if (ps->ctx != NULL)
+    redisFree(ps->ctx);
+  while (ps->subs != NULL) {
+    dlock__sub *next = ps->subs->next;
+    free_sub(ps->subs);
+    ps->subs = next;
+  }
+  close(ps->pipe_fd[0]);
+  close(ps->pipe_fd[1]);
+  pthread_mutex_destroy(&ps->mu);
+  free(ps);
+}
+
+static dlock__sub *new_sub(const char *name, size_t len) {
+  dlock__sub *s = calloc(1, sizeof(*s));
+  if (s == NULL || (s->name = malloc(len + 1)) == NULL) {
+    free(s);
+    return NULL;
+  }
+  memcpy(s->name, name, len);
+  s->name[len] = '\0';
+  s->len = len;
+  init_monotonic_cond(&s->wake);
+  init_monotonic_cond(&s->ready);
+  return s;
+}
+
+int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
+                       int64_t deadline_us, dlock__sub **out) {
+  pthread_mutex_lock(&ps->mu);
+  if (ps->canceled) {
+    pthread_mutex_unlock(&ps->mu);
+    return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+  }
+  dlock__sub *s = find_sub(ps, channel, len);
+  if (s == NULL) {
+    if ((s = new_sub(channel, len)) == NULL) {
+      pthread_mutex_unlock(&ps->mu);
+      return dlock__fail(DLOCK_ENOMEM, "out of memory joining a channel");
+    }
+    s->next = ps->subs;
+    ps->subs = s;
+  }
+  if (s->refs++ == 0)
+    s->permits = 0;
+  if (s->state != SUB_ACTIVE)
+    poke_thread(ps);
+  while (s->state != SUB_ACTIVE && ps->connected && !ps->canceled &&
+         dlock__now_us() < deadline_us) {
+    struct timespec ts = dlock__timespec_at(deadline_us);
+    pthread_cond_timedwait(&s->ready, &ps->mu, &ts);
+  }
+  int canceled = ps->canceled;
+  if (canceled)
+    s->refs--;
+  pthread_mutex_unlock(&ps->mu);
+  if (canceled)
+    return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+  *out = s;
+  return 0;
+}
+
+int dlock__pubsub_wait(dlock__pubsub *ps, dlock__sub *s, int64_t until_us) {
+  pthread_mutex_lock(&ps->mu);
+  while (s->permits == 0 && !ps->canceled && dlock__now_us() < until_us) {
+    struct timespec ts = dlock__timespec_at(until_us);
+    pthread_cond_timedwait(&s->wake, &ps->mu, &ts);
+  }
+  int rc = 0;
+  if (ps->canceled)
+    rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+  else if (s->permits > 0) {
+    s->permits--;
+    rc = 1;
+  }
+  pthread_mutex_unlock(&ps->mu);
+  return rc;
+}
+
+void dlock__pubsub_leave(dlock__pubsub *ps, dlock__sub *s) {
+  pthread_mutex_lock(&ps->mu);
+  if (--s->refs == 0) {
+    s->permits = 0;
+    s->idle_since_us = dlock__now_us();
+    poke_thread(ps);
+  } else if (s->permits > s->refs) {
+    s->permits = s->refs;
+  }
+  pthread_mutex_unlock(&ps->mu);
+}

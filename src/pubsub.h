@@ -1,0 +1,49 @@
+/*
+ * Unlock notifications. Each client keeps one pub/sub connection, served by
+ * its own thread. Waiters join a channel (shared by every waiter of the
+ * client on that channel), sleep until a message or a deadline, and leave.
+ * A message "0" wakes one waiter of the client, "1" wakes all of them
+ * (Redisson's read-write lock uses it when the write lock is released).
+ *
+ * Wake-ups are counted like semaphore permits, so a message that arrives
+ * between a waiter's failed attempt and its sleep is not lost. After the
+ * connection comes back, every waiter is woken once, because unlock
+ * messages sent while it was down are gone.
+ */
+#ifndef DLOCK_PUBSUB_H
+#define DLOCK_PUBSUB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "url.h"
+
+typedef struct dlock__pubsub dlock__pubsub;
+typedef struct dlock__sub dlock__sub;
+
+/* Connects the pub/sub connection and starts its thread. */
+int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
+                        int64_t command_timeout_ms, dlock__pubsub **out);
+
+/* Wakes every waiter with DLOCK_ECANCELED, now and later. */
+void dlock__pubsub_cancel(dlock__pubsub *ps);
+
+/* Stops the thread and frees everything. NULL is ignored. */
+void dlock__pubsub_stop(dlock__pubsub *ps);
+
+/*
+ * Joins 'channel' and waits until Redis confirms the subscription or
+ * 'deadline_us' passes. Without a working connection it returns at once:
+ * the waiter then sleeps by the lock's TTL only. 0, DLOCK_ENOMEM or
+ * DLOCK_ECANCELED.
+ */
+int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
+                       int64_t deadline_us, dlock__sub **out);
+
+/* Sleeps until a wake-up (returns 1), 'until_us' (0), or cancellation. */
+int dlock__pubsub_wait(dlock__pubsub *ps, dlock__sub *sub, int64_t until_us);
+
+/* Leaves the channel; it is unsubscribed once nobody waits for a while. */
+void dlock__pubsub_leave(dlock__pubsub *ps, dlock__sub *sub);
+
+#endif

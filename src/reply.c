@@ -1,0 +1,62 @@
+/*
+ * Script reply decoding (see reply.h).
+ */
+#include "reply.h"
+
+#include "error.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int dlock__decode_integer(const redisReply *r, int64_t *out) {
+  if (r == NULL || r->type != REDIS_REPLY_INTEGER)
+    return dlock__fail(DLOCK_EPROTO, "expected an integer reply from Redis");
+  *out = (int64_t)r->integer;
+  return 0;
+}
+
+int dlock__decode_number(const redisReply *r, int64_t nil_value,
+                         int64_t *out) {
+  if (r != NULL && r->type == REDIS_REPLY_NIL) {
+    *out = nil_value;
+    return 0;
+  }
+  if (r != NULL && r->type == REDIS_REPLY_STRING && r->len > 0 &&
+      r->len < 21) {
+    char buf[24], *end;
+    memcpy(buf, r->str, r->len);
+    buf[r->len] = '\0';
+    errno = 0;
+    long long v = strtoll(buf, &end, 10);
+    if (errno == 0 && *end == '\0') {
+      *out = v;
+      return 0;
+    }
+  }
+  if (r != NULL && r->type == REDIS_REPLY_INTEGER)
+    return dlock__decode_integer(r, out);
+  return dlock__fail(DLOCK_EPROTO, "expected a number from Redis");
+}
+
+int dlock__decode_acquire(const redisReply *r, dlock__acquired *out) {
+  memset(out, 0, sizeof(*out));
+  if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 2)
+    return dlock__fail(DLOCK_EPROTO, "acquire script gave a bad reply");
+  for (size_t i = 0; i < r->elements; i++)
+    if (r->element[i] == NULL || r->element[i]->type != REDIS_REPLY_INTEGER)
+      return dlock__fail(DLOCK_EPROTO, "acquire script gave a bad reply");
+  long long flag = r->element[0]->integer;
+  if (flag == 0 && r->elements == 2) {
+    out->ttl_ms = r->element[1]->integer;
+    return 0;
+  }
+  if (flag == 1 && r->elements == 3 && r->element[1]->integer >= 0 &&
+      r->element[2]->integer > 0) {
+    out->held = 1;
+    out->token = (uint64_t)r->element[1]->integer;
+    out->count = r->element[2]->integer;
+    return 0;
+  }
+  return dlock__fail(DLOCK_EPROTO, "acquire script gave a bad reply");
+}

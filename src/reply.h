@@ -1,0 +1,31 @@
+/*
+ * Decoding script replies into lock results. Kept apart from the I/O so it
+ * can be tested and fuzzed with arbitrary replies: any shape Redis (or
+ * something pretending to be Redis) sends gives a result or DLOCK_EPROTO,
+ * never a crash.
+ */
+#ifndef DLOCK_REPLY_H
+#define DLOCK_REPLY_H
+
+#include <hiredis/hiredis.h>
+#include <stdint.h>
+
+typedef struct dlock__acquired {
+  int held;        /* 1: the owner holds the lock now */
+  uint64_t token;  /* when held: the fencing token */
+  int64_t count;   /* when held: the owner's hold count */
+  int64_t ttl_ms;  /* when not held: the holder's remaining lease (-1: none,
+                      -2: the key vanished meanwhile) */
+} dlock__acquired;
+
+/* Decodes {1, token, count} or {0, pttl}. 0 or DLOCK_EPROTO. */
+int dlock__decode_acquire(const redisReply *r, dlock__acquired *out);
+
+/* Decodes an integer reply. 0 or DLOCK_EPROTO. */
+int dlock__decode_integer(const redisReply *r, int64_t *out);
+
+/* Decodes an integer, a numeric string (HGET) or nil (as 'nil_value'). */
+int dlock__decode_number(const redisReply *r, int64_t nil_value,
+                         int64_t *out);
+
+#endif

@@ -1,0 +1,118 @@
+/*
+ * Running the embedded scripts with EVALSHA, falling back to EVAL.
+ */
+#include "scripts.h"
+
+#include "error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Formats one call as EVALSHA (or EVAL with the body when 'with_body'). */
+static int format_eval(const dlock__eval *e, int with_body, char **cmd,
+                       size_t *len) {
+  int argc = 3 + e->nkeys + e->nargs;
+  const char *local_argv[16];
+  size_t local_lens[16];
+  const char **argv = argc <= 16 ? local_argv : malloc(argc * sizeof(*argv));
+  size_t *lens = argc <= 16 ? local_lens : malloc(argc * sizeof(*lens));
+  char nkeys[16];
+  int rc = 0;
+  if (argv == NULL || lens == NULL) {
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory formatting a script call");
+    goto out;
+  }
+  snprintf(nkeys, sizeof(nkeys), "%d", e->nkeys);
+  argv[0] = with_body ? "EVAL" : "EVALSHA";
+  lens[0] = strlen(argv[0]);
+  argv[1] = with_body ? e->script->body : e->script->sha;
+  lens[1] = with_body ? e->script->len : 40;
+  argv[2] = nkeys;
+  lens[2] = strlen(nkeys);
+  memcpy(argv + 3, e->argv, (size_t)(argc - 3) * sizeof(*argv));
+  memcpy(lens + 3, e->lens, (size_t)(argc - 3) * sizeof(*lens));
+  int n = redisFormatCommandArgv(cmd, argc, argv, lens);
+  if (n < 0)
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory formatting a script call");
+  else
+    *len = (size_t)n;
+out:
+  if (argv != local_argv)
+    free((void *)argv);
+  if (lens != local_lens)
+    free(lens);
+  return rc;
+}
+
+static int is_noscript(const redisReply *r) {
+  return r != NULL && r->type == REDIS_REPLY_ERROR && r->len >= 8 &&
+         memcmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Sends the calls flagged in 'which' (all when NULL) in one round. */
+static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
+                      const unsigned char *which, int with_body,
+                      redisReply **replies, int64_t deadline_us) {
+  char **cmds = calloc(n, sizeof(*cmds));
+  size_t *lens = calloc(n, sizeof(*lens));
+  redisReply **got = calloc(n, sizeof(*got));
+  size_t *slot = calloc(n, sizeof(*slot));
+  size_t m = 0;
+  int rc = 0;
+  if (cmds == NULL || lens == NULL || got == NULL || slot == NULL)
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory sending %zu scripts", n);
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (which != NULL && !which[i])
+      continue;
+    rc = format_eval(&calls[i], with_body, &cmds[m], &lens[m]);
+    slot[m++] = i;
+  }
+  if (rc == 0)
+    rc = dlock__conn_call(conn, m, cmds, lens, got, deadline_us);
+  for (size_t j = 0; j < m; j++) {
+    if (rc == 0)
+      replies[slot[j]] = got[j];
+    redisFreeCommand(cmds[j]);
+  }
+  free(cmds);
+  free(lens);
+  free(got);
+  free(slot);
+  return rc;
+}
+
+int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
+                    redisReply **replies, int64_t deadline_us) {
+  memset(replies, 0, n * sizeof(*replies));
+  int rc = send_round(conn, n, calls, NULL, 0, replies, deadline_us);
+  if (rc != 0)
+    return rc;
+  unsigned char *reload = NULL;
+  for (size_t i = 0; i < n; i++) {
+    if (!is_noscript(replies[i]))
+      continue;
+    if (reload == NULL && (reload = calloc(n, 1)) == NULL) {
+      rc = dlock__fail(DLOCK_ENOMEM, "out of memory reloading scripts");
+      break;
+    }
+    reload[i] = 1;
+    freeReplyObject(replies[i]);
+    replies[i] = NULL;
+  }
+  if (rc == 0 && reload != NULL)
+    rc = send_round(conn, n, calls, reload, 1, replies, deadline_us);
+  free(reload);
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (replies[i] != NULL && replies[i]->type == REDIS_REPLY_ERROR)
+      rc = dlock__fail_reply(replies[i]->str, replies[i]->len);
+  }
+  if (rc != 0) {
+    for (size_t i = 0; i < n; i++) {
+      if (replies[i] != NULL)
+        freeReplyObject(replies[i]);
+      replies[i] = NULL;
+    }
+  }
+  return rc;
+}

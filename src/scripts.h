@@ -1,0 +1,47 @@
+/*
+ * The Lua scripts (the files in src/lua, embedded at build time with their SHA-1)
+ * and how they are run: EVALSHA first, and EVAL with the body when Redis
+ * answers NOSCRIPT (after SCRIPT FLUSH, a restart or a failover), which also
+ * loads it for next time. Names and owner ids only ever travel as KEYS and
+ * ARGV, never inside script text.
+ */
+#ifndef DLOCK_SCRIPTS_H
+#define DLOCK_SCRIPTS_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+
+#include "conn.h"
+
+typedef struct dlock__script {
+  const char *name;
+  const char *body;
+  size_t len;
+  const char *sha; /* 40 lowercase hex digits */
+} dlock__script;
+
+extern const dlock__script dlock__script_acquire;
+extern const dlock__script dlock__script_release;
+extern const dlock__script dlock__script_renew;
+extern const dlock__script dlock__script_force_release;
+
+/* One script call: its script, and its keys and arguments as byte strings. */
+typedef struct dlock__eval {
+  const dlock__script *script;
+  int nkeys;
+  int nargs;
+  const char **argv; /* nkeys keys, then nargs arguments */
+  const size_t *lens;
+} dlock__eval;
+
+/*
+ * Runs 'n' script calls in one pipelined round and stores their replies in
+ * 'replies'. Returns 0 when every reply is a non-error reply (owned by the
+ * caller), else the first failure's code with every reply freed: a Redis
+ * error reply becomes DLOCK_ESERVER or DLOCK_EAUTH with its text as the
+ * detail. 'deadline_us' as for dlock__conn_call.
+ */
+int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
+                    redisReply **replies, int64_t deadline_us);
+
+#endif

@@ -1,0 +1,224 @@
+/*
+ * URL parsing. Written for hostile input: every length is checked, nothing is
+ * read past the terminating NUL, and a failure frees what it allocated.
+ */
+#include "url.h"
+
+#include "error.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_PORT 6379
+
+static int hexval(int ch) {
+  if (ch >= '0' && ch <= '9')
+    return ch - '0';
+  ch = tolower(ch);
+  if (ch >= 'a' && ch <= 'f')
+    return ch - 'a' + 10;
+  return -1;
+}
+
+/* Copies 'len' bytes of 's' while decoding %XX escapes. NULL on a bad
+ * escape or allocation failure ('*nomem' tells which). */
+static char *decode(const char *s, size_t len, int *nomem) {
+  char *out = malloc(len + 1);
+  size_t o = 0;
+  *nomem = out == NULL;
+  if (out == NULL)
+    return NULL;
+  for (size_t i = 0; i < len; i++) {
+    if (s[i] != '%') {
+      out[o++] = s[i];
+      continue;
+    }
+    if (i + 2 >= len) {
+      free(out);
+      return NULL;
+    }
+    int a = hexval((unsigned char)s[i + 1]), b = hexval((unsigned char)s[i + 2]);
+    if (a < 0 || b < 0 || (a == 0 && b == 0)) {
+      free(out);
+      return NULL;
+    }
+    out[o++] = (char)(a * 16 + b);
+    i += 2;
+  }
+  out[o] = '\0';
+  return out;
+}
+
+static char *dup_range(const char *s, size_t len) {
+  char *out = malloc(len + 1);
+  if (out != NULL) {
+    memcpy(out, s, len);
+    out[len] = '\0';
+  }
+  return out;
+}
+
+/* Parses a decimal number in [lo, hi] from exactly 'len' bytes. */
+static int parse_number(const char *s, size_t len, long lo, long hi,
+                        long *out) {
+  if (len == 0 || len > 10)
+    return -1;
+  long v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (!isdigit((unsigned char)s[i]))
+      return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  if (v < lo || v > hi)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+/* Splits "user:pass@" off the front of 'rest' (up to 'end'). */
+static int parse_userinfo(const char **rest, const char *end,
+                          dlock__endpoint *out) {
+  const char *at = memchr(*rest, '@', (size_t)(end - *rest));
+  if (at == NULL)
+    return 0;
+  const char *colon = memchr(*rest, ':', (size_t)(at - *rest));
+  const char *user_end = colon ? colon : at;
+  int nomem = 0;
+  if (user_end > *rest) {
+    out->user = decode(*rest, (size_t)(user_end - *rest), &nomem);
+    if (out->user == NULL)
+      return nomem ? dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL")
+                   : dlock__fail(DLOCK_EINVAL, "bad %%-escape in URL user");
+  }
+  if (colon != NULL) {
+    out->pass = decode(colon + 1, (size_t)(at - colon - 1), &nomem);
+    if (out->pass == NULL)
+      return nomem ? dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL")
+                   : dlock__fail(DLOCK_EINVAL,
+                                 "bad %%-escape in URL password");
+  }
+  *rest = at + 1;
+  return 0;
+}
+
+static int parse_unix(const char *rest, dlock__endpoint *out) {
+  const char *end = rest + strlen(rest);
+  const char *query = strchr(rest, '?');
+  const char *path_end = query ? query : end;
+  int rc = parse_userinfo(&rest, path_end, out);
+  if (rc != 0)
+    return rc;
+  if (rest >= path_end || *rest != '/')
+    return dlock__fail(DLOCK_EINVAL,
+                       "unix URL needs an absolute socket path: unix:///path");
+  if ((size_t)(path_end - rest) >= 108)
+    return dlock__fail(DLOCK_EINVAL, "unix socket path is too long");
+  if ((out->path = dup_range(rest, (size_t)(path_end - rest))) == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL");
+  if (query != NULL) {
+    long db;
+    if (strncmp(query, "?db=", 4) != 0 ||
+        parse_number(query + 4, strlen(query + 4), 0, 1000000, &db) != 0)
+      return dlock__fail(DLOCK_EINVAL,
+                         "unix URL query must be ?db=N (a database number)");
+    out->db = (int)db;
+  }
+  return 0;
+}
+
+static int parse_host_port(const char *rest, const char *end,
+                           dlock__endpoint *out) {
+  const char *host = rest, *host_end, *port = NULL;
+  if (*rest == '[') {
+    host = rest + 1;
+    host_end = memchr(host, ']', (size_t)(end - host));
+    if (host_end == NULL)
+      return dlock__fail(DLOCK_EINVAL, "unterminated [IPv6] host in URL");
+    if (host_end + 1 < end) {
+      if (host_end[1] != ':')
+        return dlock__fail(DLOCK_EINVAL, "junk after [IPv6] host in URL");
+      port = host_end + 2;
+    }
+  } else {
+    host_end = memchr(rest, ':', (size_t)(end - rest));
+    if (host_end != NULL)
+      port = host_end + 1;
+    else
+      host_end = end;
+  }
+  if (host_end == host)
+    return dlock__fail(DLOCK_EINVAL, "URL has no host");
+  long p = DEFAULT_PORT;
+  if (port != NULL && parse_number(port, (size_t)(end - port), 1, 65535, &p))
+    return dlock__fail(DLOCK_EINVAL,
+                       "URL port must be a number from 1 to 65535");
+  out->port = (int)p;
+  if ((out->host = dup_range(host, (size_t)(host_end - host))) == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL");
+  return 0;
+}
+
+static int parse_tcp(const char *rest, dlock__endpoint *out) {
+  const char *end = rest + strlen(rest);
+  const char *slash = strchr(rest, '/');
+  const char *authority_end = slash ? slash : end;
+  int rc = parse_userinfo(&rest, authority_end, out);
+  if (rc == 0)
+    rc = parse_host_port(rest, authority_end, out);
+  if (rc == 0 && slash != NULL && slash[1] != '\0') {
+    long db;
+    if (parse_number(slash + 1, strlen(slash + 1), 0, 1000000, &db) != 0)
+      return dlock__fail(DLOCK_EINVAL,
+                         "URL path must be a database number: /N");
+    out->db = (int)db;
+  }
+  return rc;
+}
+
+int dlock__url_parse(const char *url, dlock__endpoint *out) {
+  if (out == NULL)
+    return dlock__fail(DLOCK_EINVAL, "no endpoint to fill");
+  memset(out, 0, sizeof(*out));
+  if (url == NULL || *url == '\0')
+    return dlock__fail(DLOCK_EINVAL, "URL is empty");
+  int rc;
+  if (strncmp(url, "redis://", 8) == 0)
+    rc = parse_tcp(url + 8, out);
+  else if (strncmp(url, "unix://", 7) == 0)
+    rc = parse_unix(url + 7, out);
+  else if (strncmp(url, "rediss://", 9) == 0)
+    rc = dlock__fail(DLOCK_EINVAL, "TLS (rediss://) is not supported");
+  else
+    rc = dlock__fail(DLOCK_EINVAL,
+                     "URL must start with redis:// or unix:// (got \"%.40s\")",
+                     strstr(url, "@") ? "..." : url);
+  if (rc != 0)
+    dlock__endpoint_free(out);
+  return rc;
+}
+
+void dlock__endpoint_free(dlock__endpoint *e) {
+  if (e == NULL)
+    return;
+  free(e->host);
+  free(e->path);
+  free(e->user);
+  if (e->pass != NULL) {
+    /* Passwords do not linger in freed memory. */
+    memset(e->pass, 0, strlen(e->pass));
+    free(e->pass);
+  }
+  memset(e, 0, sizeof(*e));
+}
+
+void dlock__endpoint_describe(const dlock__endpoint *e, char *buf, size_t n) {
+  if (e->path != NULL)
+    snprintf(buf, n, "%s", e->path);
+  else if (e->host != NULL && strchr(e->host, ':') != NULL)
+    snprintf(buf, n, "[%s]:%d", e->host, e->port);
+  else
+    snprintf(buf, n, "%s:%d", e->host ? e->host : "?", e->port);
+}

@@ -1,0 +1,248 @@
+/*
+ * Lease renewal in the background (see watchdog.h).
+ */
+#include "watchdog.h"
+
+#include "error.h"
+#include "monotime.h"
+#include "scripts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Locks per script call: big enough that 10 000 locks take 20 calls in one
+ * round, small enough that one call does not stall Redis noticeably. */
+#define RENEW_BATCH 500
+/* After a failed round, retry this much sooner than the usual period. */
+#define RETRY_DIVISOR 4
+
+struct dlock__watchdog {
+  dlock_client_t *c;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int stopping;
+};
+
+typedef struct renewal {
+  char *name;
+  size_t name_len;
+  uint64_t owner;
+  uint64_t seq;
+  char field[DLOCK__FIELD_MAX];
+  size_t field_len;
+} renewal;
+
+typedef struct round {
+  renewal *items;
+  size_t n, cap;
+  int nomem;
+  const dlock_client_t *c;
+} round;
+
+static void collect_one(dlock__hold *h, void *arg) {
+  round *r = arg;
+  if (!h->watchdog || h->lost || r->nomem)
+    return;
+  if (r->n == r->cap) {
+    size_t cap = r->cap ? r->cap * 2 : 64;
+    renewal *items = realloc(r->items, cap * sizeof(*items));
+    if (items == NULL) {
+      r->nomem = 1;
+      return;
+    }
+    r->items = items;
+    r->cap = cap;
+  }
+  renewal *it = &r->items[r->n];
+  if ((it->name = malloc(h->name_len + 1)) == NULL) {
+    r->nomem = 1;
+    return;
+  }
+  memcpy(it->name, h->name, h->name_len + 1);
+  it->name_len = h->name_len;
+  it->owner = h->owner;
+  it->seq = h->seq;
+  it->field_len = dlock__owner_field(r->c, h->owner, it->field);
+  r->n++;
+}
+
+static void free_round(round *r) {
+  for (size_t i = 0; i < r->n; i++)
+    free(r->items[i].name);
+  free(r->items);
+}
+
+/* Sends every renewal in one pipelined round of batched script calls.
+ * Fills 'renewed' (1/0 per item) and returns 0, or an error code. */
+static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
+  size_t ncalls = (r->n + RENEW_BATCH - 1) / RENEW_BATCH;
+  dlock__eval *calls = calloc(ncalls, sizeof(*calls));
+  redisReply **replies = calloc(ncalls, sizeof(*replies));
+  const char **argv = calloc(2 * r->n + ncalls, sizeof(*argv));
+  size_t *lens = calloc(2 * r->n + ncalls, sizeof(*lens));
+  char lease[24];
+  int rc = 0;
+  if (calls == NULL || replies == NULL || argv == NULL || lens == NULL) {
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory renewing locks");
+    goto out;
+  }
+  snprintf(lease, sizeof(lease), "%lld",
+           (long long)c->opt.watchdog_timeout_ms);
+  size_t pos = 0;
+  for (size_t k = 0; k < ncalls; k++) {
+    size_t first = k * RENEW_BATCH;
+    size_t count = r->n - first < RENEW_BATCH ? r->n - first : RENEW_BATCH;
+    calls[k].script = &dlock__script_renew;
+    calls[k].nkeys = (int)count;
+    calls[k].nargs = (int)count + 1;
+    calls[k].argv = &argv[pos];
+    calls[k].lens = &lens[pos];
+    for (size_t i = 0; i < count; i++, pos++) {
+      argv[pos] = r->items[first + i].name;
+      lens[pos] = r->items[first + i].name_len;
+    }
+    argv[pos] = lease;
+    lens[pos++] = strlen(lease);
+    for (size_t i = 0; i < count; i++, pos++) {
+      argv[pos] = r->items[first + i].field;
+      lens[pos] = r->items[first + i].field_len;
+    }
+  }
+  rc = dlock__eval_run(c->conn, ncalls, calls, replies, 0);
+  for (size_t k = 0; k < ncalls && rc == 0; k++) {
+    const redisReply *rep = replies[k];
+    size_t first = k * RENEW_BATCH;
+    size_t count = (size_t)calls[k].nkeys;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements != count) {
+      rc = dlock__fail(DLOCK_EPROTO, "renewal script gave a bad reply");
+      break;
+    }
+    for (size_t i = 0; i < count; i++)
+      renewed[first + i] = rep->element[i]->type == REDIS_REPLY_INTEGER &&
+                           rep->element[i]->integer == 1;
+  }
+  for (size_t k = 0; k < ncalls && replies != NULL; k++)
+    if (replies[k] != NULL)
+      freeReplyObject(replies[k]);
+out:
+  free(calls);
+  free(replies);
+  free((void *)argv);
+  free(lens);
+  return rc;
+}
+
+/* Applies a round's outcome to the hold table and returns how many of the
+ * items were found lost (their indexes are set in 'lost'). A hold that was
+ * released or re-acquired meanwhile (another seq) is left alone. */
+static size_t apply_round(dlock_client_t *c, round *r, int rc,
+                          const unsigned char *renewed, int64_t sent_us,
+                          unsigned char *lost) {
+  size_t nlost = 0;
+  int64_t now = dlock__now_us();
+  int64_t lease_us = c->opt.watchdog_timeout_ms * 1000;
+  pthread_mutex_lock(&c->mu);
+  for (size_t i = 0; i < r->n; i++) {
+    renewal *it = &r->items[i];
+    dlock__hold *h =
+        dlock__holds_find(&c->holds, it->name, it->name_len, it->owner);
+    if (h == NULL || h->seq != it->seq || h->lost)
+      continue;
+    if (rc == 0 && renewed[i]) {
+      h->confirmed_us = sent_us;
+    } else if (rc == 0 || now - h->confirmed_us >= lease_us) {
+      /* Gone, or unreachable for so long that the key has expired. */
+      h->lost = 1;
+      lost[i] = 1;
+      nlost++;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  return nlost;
+}
+
+/* One renewal round; returns 0 when Redis answered it. */
+static int renew_round(dlock_client_t *c) {
+  round r = {.c = c};
+  pthread_mutex_lock(&c->mu);
+  dlock__holds_each(&c->holds, collect_one, &r);
+  pthread_mutex_unlock(&c->mu);
+  if (r.n == 0) {
+    free_round(&r);
+    return r.nomem ? DLOCK_ENOMEM : 0;
+  }
+  unsigned char *renewed = calloc(r.n, 1), *lost = calloc(r.n, 1);
+  int rc = DLOCK_ENOMEM;
+  if (renewed != NULL && lost != NULL) {
+    int64_t sent_us = dlock__now_us();
+    rc = send_renewals(c, &r, renewed);
+    size_t nlost = apply_round(c, &r, rc, renewed, sent_us, lost);
+    for (size_t i = 0; i < r.n && nlost > 0; i++)
+      if (lost[i] && c->opt.on_lost != NULL)
+        c->opt.on_lost(c->opt.on_lost_data, r.items[i].name,
+                       r.items[i].name_len, r.items[i].owner);
+  }
+  free(renewed);
+  free(lost);
+  free_round(&r);
+  return r.nomem ? DLOCK_ENOMEM : rc;
+}
+
+void dlock__watchdog_renew_now(dlock_client_t *c) { (void)renew_round(c); }
+
+static void *watchdog_main(void *arg) {
+  dlock__watchdog *wd = arg;
+  int64_t period_us = wd->c->opt.watchdog_timeout_ms * 1000 / 3;
+  int64_t next_us = dlock__now_us() + period_us;
+  pthread_mutex_lock(&wd->mu);
+  while (!wd->stopping) {
+    if (dlock__now_us() < next_us) {
+      struct timespec ts = dlock__timespec_at(next_us);
+      pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
+      continue;
+    }
+    pthread_mutex_unlock(&wd->mu);
+    int rc = renew_round(wd->c);
+    pthread_mutex_lock(&wd->mu);
+    next_us = dlock__now_us() +
+              (rc == 0 ? period_us : period_us / RETRY_DIVISOR);
+  }
+  pthread_mutex_unlock(&wd->mu);
+  return NULL;
+}
+
+int dlock__watchdog_start(dlock_client_t *c, dlock__watchdog **out) {
+  dlock__watchdog *wd = calloc(1, sizeof(*wd));
+  if (wd == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory starting the watchdog");
+  wd->c = c;
+  pthread_mutex_init(&wd->mu, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&wd->cv, &attr);
+  pthread_condattr_destroy(&attr);
+  if (pthread_create(&wd->thread, NULL, watchdog_main, wd) != 0) {
+    pthread_cond_destroy(&wd->cv);
+    pthread_mutex_destroy(&wd->mu);
+    free(wd);
+    return dlock__fail(DLOCK_ENOMEM, "pthread_create failed");
+  }
+  *out = wd;
+  return 0;
+}
+
+void dlock__watchdog_stop(dlock__watchdog *wd) {
+  if (wd == NULL)
+    return;
+  pthread_mutex_lock(&wd->mu);
+  wd->stopping = 1;
+  pthread_cond_signal(&wd->cv);
+  pthread_mutex_unlock(&wd->mu);
+  pthread_join(wd->thread, NULL);
+  pthread_cond_destroy(&wd->cv);
+  pthread_mutex_destroy(&wd->mu);
+  free(wd);
+}
