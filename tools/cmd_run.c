@@ -1,0 +1,481 @@
+/*
+ * dlock run [options] NAME [--] CMD [ARG]...: waits for the lock NAME, runs
+ * CMD with the lock held, releases it when CMD exits and exits with CMD's
+ * status. While CMD runs, dlock passes termination signals on to it, and
+ * stops it (SIGTERM, then SIGKILL after --grace) if the lock is lost: a
+ * command that keeps running without its lock is exactly what a lock is
+ * there to prevent.
+ *
+ * Everything the main thread waits for (the acquisition, signals, the
+ * child's exit, a lost lock) arrives as an event on one self-pipe, so the
+ * flow below is a plain loop without races between those sources.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "args.h"
+#include "child.h"
+#include "cli.h"
+#include "duration.h"
+#include "events.h"
+#include "exit_codes.h"
+
+#define DEFAULT_GRACE_MS 5000
+
+static void print_run_help(FILE *out) {
+  fprintf(out,
+          "usage: %s\n"
+          "Waits for the lock NAME, runs CMD with it held (renewed by the "
+          "watchdog), releases\nit when CMD exits and exits with CMD's status. "
+          "CMD gets DLOCK_NAME and\nDLOCK_TOKEN (the fencing token) in its "
+          "environment; SIGINT, SIGTERM, SIGHUP and\nSIGQUIT sent to dlock are "
+          "passed on to CMD. If the lock is lost while CMD runs,\nCMD gets "
+          "SIGTERM, then SIGKILL after --grace, and dlock exits with 76.\n\n"
+          "Options:\n"
+          "  --wait DUR    how long to wait for the lock; 0 = a single try "
+          "(default: forever)\n"
+          "  --lease DUR   fixed lease without renewal; CMD is stopped as "
+          "for a lost lock\n"
+          "                when it runs out (default: none, the watchdog "
+          "renews the lock)\n"
+          "  --grace DUR   time from SIGTERM to SIGKILL after a loss "
+          "(default: 5s)\n"
+          "  -h, --help    show this help\n",
+          cli_cmd_run.usage);
+  cli_print_global_options_help(out);
+  fputs("\nExit status: CMD's status (128+N if killed by signal N); 75 lock "
+        "not acquired\nwithin --wait (CMD not started); 76 lock lost while "
+        "CMD ran; 69 Redis\nunreachable or refusing; 64 bad usage; 126/127 "
+        "CMD not executable/not found.\n"
+        "\nExamples:\n"
+        "  dlock run --wait 0 nightly-report -- ./report.sh --full\n"
+        "  dlock run --wait 10m --grace 30s db-migrate -- make migrate\n",
+        out);
+}
+
+typedef struct run_options {
+  const char *name;
+  char **command;   /* NULL-terminated, from argv */
+  int64_t wait_ms;  /* DLOCK_WAIT_FOREVER unless --wait */
+  int64_t lease_ms; /* DLOCK_WATCHDOG unless --lease */
+  int64_t grace_ms;
+} run_options_t;
+
+typedef struct run_state {
+  const cli_command_t *cmd;
+  const run_options_t *opt;
+  dlock_client_t *client;
+  dlock_t *lock;
+  uint64_t owner; /* the lock's owner id: taken on one thread, freed on another */
+  uint64_t token;
+  int64_t lease_deadline; /* monotonic ms when a fixed lease ends; -1 none */
+  pid_t child;
+  int child_wait_status;
+  int child_exited;
+  int lost;              /* the lock is known to be lost */
+  int64_t kill_deadline; /* when SIGKILL follows the SIGTERM of a loss */
+  int killed;
+} run_state_t;
+
+static int64_t monotonic_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- command line --------------------------------------------------- */
+
+/* Applies one option of "dlock run"; 0 or EXIT_USAGE. */
+static int apply_run_option(const cli_command_t *cmd, cli_globals_t *g,
+                            run_options_t *o, const char *name,
+                            const char *value) {
+  if (strcmp(name, "wait") == 0) {
+    if (strcmp(value, "forever") == 0) {
+      o->wait_ms = DLOCK_WAIT_FOREVER;
+      return 0;
+    }
+    return cli_parse_duration(cmd, "wait", value, 0, &o->wait_ms);
+  }
+  if (strcmp(name, "lease") == 0)
+    return cli_parse_duration(cmd, "lease", value, 1, &o->lease_ms);
+  if (strcmp(name, "grace") == 0)
+    return cli_parse_duration(cmd, "grace", value, 0, &o->grace_ms);
+  return cli_set_global_option(cmd, g, name, value);
+}
+
+/*
+ * Parses "[options] NAME [--] CMD [ARG]...". Options may come before or
+ * after NAME; the first argument after NAME that is not an option, or
+ * everything after a "--" that follows NAME, is the command. Returns 0,
+ * -1 after --help, or EXIT_USAGE.
+ */
+static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g,
+                          int argc, char **argv, run_options_t *o) {
+  static const arg_option_t options[] = {
+      {"wait", 0, 1},     {"lease", 0, 1}, {"grace", 0, 1},
+      {"help", 'h', 0},   {"url", 0, 1},   {"watchdog", 0, 1}};
+  arg_parser_t p;
+  int rc = 0;
+
+  arg_parser_init(&p, options, sizeof options / sizeof options[0], argc,
+                  argv);
+  while (rc == 0 && o->command == NULL) {
+    int opt = arg_next(&p);
+    if (opt == ARG_END)
+      break;
+    if (opt == ARG_ERROR)
+      rc = cli_usage_error(cmd, "%s", p.problem);
+    else if (opt == ARG_DASHDASH && o->name != NULL)
+      o->command = arg_remaining(&p);
+    else if (opt == ARG_DASHDASH)
+      continue; /* "run -- NAME CMD...": the name comes next */
+    else if (opt == ARG_POSITIONAL && o->name == NULL)
+      o->name = p.value;
+    else if (opt == ARG_POSITIONAL)
+      o->command = arg_remaining(&p) - 1;
+    else if (strcmp(options[opt].long_name, "help") == 0) {
+      print_run_help(stdout);
+      return -1;
+    } else
+      rc = apply_run_option(cmd, g, o, options[opt].long_name, p.value);
+  }
+  if (rc != 0)
+    return rc;
+  if (o->name == NULL)
+    return cli_usage_error(cmd, "missing lock name and command");
+  if ((rc = cli_check_lock_name(cmd, o->name)) != 0)
+    return rc;
+  if (o->command == NULL || o->command[0] == NULL)
+    return cli_usage_error(cmd, "missing command to run under lock '%s'",
+                           o->name);
+  return 0;
+}
+
+/* ---- acquiring ------------------------------------------------------ */
+
+typedef struct acquisition {
+  dlock_t *lock;
+  uint64_t owner;
+  int64_t wait_ms;
+  int64_t lease_ms;
+  int result;
+} acquisition_t;
+
+/* Runs the blocking acquisition off the main thread, so that the main
+ * thread stays free to notice Ctrl-C or SIGTERM while waiting. */
+static void *acquire_in_background(void *arg) {
+  acquisition_t *a = arg;
+  a->result = dlock_trylock_as(a->lock, a->owner, a->wait_ms, a->lease_ms);
+  events_post(EVENT_ACQUIRE_DONE);
+  return NULL;
+}
+
+/* Waits for the acquisition thread; returns the first terminating signal
+ * that arrived meanwhile (after cancelling the wait), or 0. */
+static int wait_for_acquisition(run_state_t *r) {
+  int interrupted_by = 0;
+
+  for (;;) {
+    unsigned char events[64];
+    size_t n = events_wait(-1, events, sizeof events);
+    for (size_t i = 0; i < n; i++) {
+      int signo = event_signal(events[i]);
+      if (events[i] == EVENT_ACQUIRE_DONE)
+        return interrupted_by;
+      if (signo != 0 && signo != SIGCHLD && interrupted_by == 0) {
+        interrupted_by = signo;
+        /* Makes the pending trylock return DLOCK_ECANCELED. Should it have
+         * succeeded at this very moment, the lock cannot be released any
+         * more and expires by itself (watchdog timeout or --lease). */
+        dlock_client_shutdown(r->client);
+      }
+    }
+  }
+}
+
+static int report_not_acquired(const run_state_t *r) {
+  char wait_text[32];
+
+  if (r->opt->wait_ms == 0) {
+    cli_error(r->cmd, "lock '%s' is held elsewhere; not acquired "
+                      "(--wait 0: a single try)",
+              r->opt->name);
+  } else {
+    duration_format_exact(r->opt->wait_ms, wait_text, sizeof wait_text);
+    cli_error(r->cmd, "lock '%s' is held elsewhere; not acquired within %s",
+              r->opt->name, wait_text);
+  }
+  return EXIT_NOT_ACQUIRED;
+}
+
+/*
+ * The monotonic time by which a fixed lease surely has run out: the key's
+ * TTL measured after the acquisition, counted from before the question was
+ * asked, so the estimate can only be early, never late.
+ */
+static int64_t lease_deadline_after_acquisition(run_state_t *r) {
+  int64_t asked_at = monotonic_ms();
+  int64_t ttl = dlock_ttl(r->lock);
+
+  if (ttl < 0)
+    return asked_at + r->opt->lease_ms;
+  if (ttl == INT64_MAX)
+    return -1;
+  return asked_at + ttl;
+}
+
+/* Takes the lock; 0 when held, else the exit status after a message. */
+static int acquire_lock(run_state_t *r) {
+  acquisition_t a = {r->lock, r->owner, r->opt->wait_ms, r->opt->lease_ms,
+                     0};
+  pthread_t thread;
+  char what[256];
+
+  if (pthread_create(&thread, NULL, acquire_in_background, &a) != 0) {
+    cli_error(r->cmd, "cannot start a thread: %s", strerror(errno));
+    return EXIT_INTERNAL;
+  }
+  int interrupted_by = wait_for_acquisition(r);
+  pthread_join(thread, NULL);
+
+  if (interrupted_by != 0) {
+    cli_error(r->cmd, "interrupted by %s while waiting for lock '%s'",
+              signal_name(interrupted_by), r->opt->name);
+    return EXIT_SIGNAL_BASE + interrupted_by;
+  }
+  if (a.result == DLOCK_ETIMEDOUT)
+    return report_not_acquired(r);
+  if (a.result != 0) {
+    snprintf(what, sizeof what, "cannot acquire lock '%.200s'",
+             r->opt->name);
+    return cli_fail(r->cmd, a.result, what);
+  }
+  r->token = dlock_token_as(r->lock, r->owner);
+  r->lease_deadline = r->opt->lease_ms > 0
+                          ? lease_deadline_after_acquisition(r)
+                          : -1;
+  return 0;
+}
+
+/* ---- supervising the command ---------------------------------------- */
+
+static void on_lock_lost(void *data, const char *name, size_t name_len,
+                         uint64_t owner) {
+  (void)data, (void)name, (void)name_len, (void)owner;
+  events_post(EVENT_LOCK_LOST);
+}
+
+/* Starts stopping the command after the lock was lost: SIGTERM now,
+ * SIGKILL when the grace period ends. */
+static void stop_command_after_loss(run_state_t *r, const char *why) {
+  char grace[32];
+
+  if (r->lost)
+    return;
+  r->lost = 1;
+  duration_format_exact(r->opt->grace_ms, grace, sizeof grace);
+  cli_error(r->cmd, "lock '%s' lost while the command ran (%s); sending "
+                    "SIGTERM, SIGKILL in %s",
+            r->opt->name, why, grace);
+  kill(r->child, SIGTERM);
+  r->kill_deadline = monotonic_ms() + r->opt->grace_ms;
+}
+
+static void handle_event(run_state_t *r, unsigned char event) {
+  int signo = event_signal(event);
+
+  if (event == EVENT_LOCK_LOST)
+    stop_command_after_loss(r, "it expired or was deleted, or Redis was "
+                               "unreachable for longer than the lease");
+  else if (signo != 0 && signo != SIGCHLD && !event_from_terminal(event))
+    kill(r->child, signo);
+  /* SIGCHLD needs nothing here: the loop reaps after every wake-up. A
+   * signal typed at the terminal already reached the command, which is in
+   * the same foreground process group. */
+}
+
+static void check_deadlines(run_state_t *r) {
+  int64_t now = monotonic_ms();
+
+  if (!r->lost && r->lease_deadline >= 0 && now >= r->lease_deadline)
+    stop_command_after_loss(r, "its --lease ran out");
+  if (r->lost && !r->killed && now >= r->kill_deadline) {
+    cli_error(r->cmd, "the command did not exit after SIGTERM; sending "
+                      "SIGKILL");
+    kill(r->child, SIGKILL);
+    r->killed = 1;
+  }
+}
+
+/* Milliseconds until the next deadline, for poll(); -1 when none. */
+static int time_to_next_deadline(const run_state_t *r) {
+  int64_t next = -1;
+
+  if (!r->lost && r->lease_deadline >= 0)
+    next = r->lease_deadline;
+  else if (r->lost && !r->killed)
+    next = r->kill_deadline;
+  if (next < 0)
+    return -1;
+  int64_t left = next - monotonic_ms();
+  return left <= 0 ? 0 : (left > INT_MAX ? INT_MAX : (int)left);
+}
+
+static void reap_command(run_state_t *r) {
+  int status;
+  pid_t pid;
+
+  do
+    pid = waitpid(r->child, &status, WNOHANG);
+  while (pid < 0 && errno == EINTR);
+  if (pid == r->child) {
+    r->child_wait_status = status;
+    r->child_exited = 1;
+  }
+}
+
+static void supervise_command(run_state_t *r) {
+  while (!r->child_exited) {
+    unsigned char events[64];
+    size_t n = events_wait(time_to_next_deadline(r), events, sizeof events);
+    for (size_t i = 0; i < n; i++)
+      handle_event(r, events[i]);
+    check_deadlines(r);
+    reap_command(r);
+  }
+}
+
+/*
+ * Checks the news that came between the acquisition and now: a signal or a
+ * loss in that gap means the command must not start. Returns 0 or the exit
+ * status.
+ */
+static int check_events_before_start(run_state_t *r) {
+  unsigned char events[64];
+  size_t n = events_wait(0, events, sizeof events);
+
+  for (size_t i = 0; i < n; i++) {
+    int signo = event_signal(events[i]);
+    if (events[i] == EVENT_LOCK_LOST) {
+      cli_error(r->cmd, "lock '%s' lost before the command started",
+                r->opt->name);
+      r->lost = 1;
+      return EXIT_LOCK_LOST;
+    }
+    if (signo != 0 && signo != SIGCHLD) {
+      cli_error(r->cmd, "interrupted by %s; command not started",
+                signal_name(signo));
+      return EXIT_SIGNAL_BASE + signo;
+    }
+  }
+  return 0;
+}
+
+static int start_command(run_state_t *r, const child_start_state_t *start) {
+  int err = child_start(start, r->opt->command, r->opt->name, r->token,
+                        &r->child);
+
+  if (err == 0)
+    return 0;
+  cli_error(r->cmd, "%s: %s", r->opt->command[0], strerror(err));
+  if (err == ENOENT)
+    return EXIT_NOT_FOUND;
+  if (err == ENOMEM || err == EAGAIN)
+    return EXIT_INTERNAL;
+  return EXIT_CANNOT_EXECUTE;
+}
+
+/*
+ * Releases the lock after the command ended and picks dlock's exit status:
+ * the command's own, unless the lock turned out to be lost, in which case
+ * the command's work may have overlapped another holder's.
+ */
+static int release_lock(run_state_t *r, int status) {
+  int rc = dlock_unlock_as(r->lock, r->owner);
+
+  if (r->lost)
+    return EXIT_LOCK_LOST; /* the release above was only a courtesy */
+  if (rc == DLOCK_ELOST || rc == DLOCK_ENOTHELD) {
+    cli_error(r->cmd, "lock '%s' was lost while the command ran (found at "
+                      "release)",
+              r->opt->name);
+    return EXIT_LOCK_LOST;
+  }
+  if (rc != 0) {
+    char what[256];
+    snprintf(what, sizeof what, "could not release lock '%.200s'; it "
+                                "expires by itself",
+             r->opt->name);
+    cli_fail(r->cmd, rc, what);
+  }
+  return status;
+}
+
+static int run_command_under_lock(run_state_t *r,
+                                  const child_start_state_t *start) {
+  int rc = check_events_before_start(r);
+
+  if (rc == 0)
+    rc = start_command(r, start);
+  if (rc != 0) {
+    dlock_unlock_as(r->lock, r->owner);
+    return rc;
+  }
+  supervise_command(r);
+  return release_lock(r, child_exit_status(r->child_wait_status));
+}
+
+/* ---- command -------------------------------------------------------- */
+
+static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
+                    char **argv) {
+  run_options_t o = {NULL, NULL, DLOCK_WAIT_FOREVER, DLOCK_WATCHDOG,
+                     DEFAULT_GRACE_MS};
+  run_state_t r;
+  child_start_state_t start;
+  int rc = parse_run_args(cmd, g, argc, argv, &o);
+
+  if (rc != 0)
+    return rc < 0 ? EXIT_OK : rc;
+  /* Before the library starts threads or touches signals, so the command
+   * can be given back exactly the state dlock was started with. */
+  child_start_state_capture(&start);
+  if (events_open() != 0) {
+    cli_error(cmd, "cannot create a pipe: %s", strerror(errno));
+    return EXIT_INTERNAL;
+  }
+
+  memset(&r, 0, sizeof r);
+  r.cmd = cmd;
+  r.opt = &o;
+  r.owner = dlock_owner_new();
+  rc = cli_open_client(cmd, g, on_lock_lost, NULL, &r.client);
+  if (rc == 0 && (rc = dlock_get(r.client, o.name, &r.lock)) != 0)
+    rc = cli_fail(cmd, rc, "cannot use the lock name");
+  if (rc == 0 && events_catch_signals(&start.ignored) != 0) {
+    cli_error(cmd, "cannot install signal handlers: %s", strerror(errno));
+    rc = EXIT_INTERNAL;
+  }
+  if (rc == 0)
+    rc = acquire_lock(&r);
+  if (rc == 0)
+    rc = run_command_under_lock(&r, &start);
+
+  dlock_free(r.lock);
+  dlock_client_close(r.client);
+  events_close();
+  return rc;
+}
+
+const cli_command_t cli_cmd_run = {
+    "run", "dlock run [--wait DUR] [--lease DUR] [--grace DUR] NAME [--] CMD "
+           "[ARG]...",
+    "run a command while holding a lock", run_main, print_run_help};

@@ -1,0 +1,20 @@
+/*
+ * Redis URLs as the user sees them in messages. A URL may carry a password
+ * ("redis://:secret@host"), and messages end up in logs and CI output, so
+ * every URL dlock prints goes through url_masked() first.
+ */
+#ifndef DLOCK_TOOLS_URL_H
+#define DLOCK_TOOLS_URL_H
+
+/* The URL used when neither --url nor $DLOCK_URL says otherwise. */
+#define DLOCK_DEFAULT_URL "redis://127.0.0.1:6379"
+
+/*
+ * Returns a new copy of 'url' with the password replaced by "***"
+ * ("redis://user:***@host:6379"), or NULL when out of memory. Everything
+ * between "://" and the last '@' is user information; when it holds no ':'
+ * it is masked whole, since some clients read a lone user part as password.
+ */
+char *url_masked(const char *url);
+
+#endif
