@@ -1,0 +1,44 @@
+# Writes the C file that embeds the library's Lua scripts.
+#
+#   cmake -DOUT=<file.c> -DFILES=<a.lua;b.lua> -P embed_lua.cmake
+#
+# For src/lua/NAME.lua it defines
+#
+#   const dlock__script dlock__script_NAME = {"NAME", body, len, "sha1"};
+#
+# The body is written as an array of '\xNN' character constants (with a
+# terminating NUL that 'len' does not count) rather than a string literal, so
+# no character of a script ever needs escaping. Plain 0xNN integers would not
+# do: bytes above 0x7f overflow a signed char, and -Woverflow (on by default)
+# would reject UTF-8 in a comment. The SHA1 is that of the exact file bytes,
+# the digest Redis computes for SCRIPT LOAD, so EVALSHA works without a load.
+# Characters of NAME that cannot appear in a C identifier become '_'.
+
+if(NOT OUT)
+  message(FATAL_ERROR "embed_lua.cmake: OUT is not set")
+endif()
+
+set(text "/* Generated from the scripts in src/lua by cmake/embed_lua.cmake; do not edit. */\n")
+string(APPEND text "#include \"scripts.h\"\n")
+
+foreach(path IN LISTS FILES)
+  get_filename_component(name "${path}" NAME_WE)
+  string(MAKE_C_IDENTIFIER "${name}" ident)
+  file(SHA1 "${path}" sha)
+  string(TOLOWER "${sha}" sha)
+  file(SIZE "${path}" len)
+  file(READ "${path}" hex HEX)
+  string(TOLOWER "${hex}" hex)
+  # Ten bytes per line keep the generated file under 80 columns. CMake's
+  # regex has no {n} repetition, hence string(REPEAT).
+  string(REGEX REPLACE "([0-9a-f][0-9a-f])" "'\\\\x\\1'," bytes "${hex}")
+  string(REPEAT "'\\\\x[0-9a-f][0-9a-f]'," 10 line_re)
+  string(REGEX REPLACE "(${line_re})" "\\1\n    " bytes "${bytes}")
+  string(APPEND text "\n/* src/lua/${name}.lua, ${len} bytes */\n")
+  string(APPEND text "static const char dlock__body_${ident}[] = {\n    ${bytes}'\\x00'};\n")
+  string(APPEND text "const dlock__script dlock__script_${ident} = {\n")
+  string(APPEND text "    \"${name}\", dlock__body_${ident}, ${len},\n")
+  string(APPEND text "    \"${sha}\"};\n")
+endforeach()
+
+file(WRITE "${OUT}" "${text}")
