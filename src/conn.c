@@ -107,8 +107,16 @@ static int fail_ctx(redisContext *ctx, const char *where, const char *addr,
 /* Runs one handshake command and checks that it did not fail. */
 static int handshake(redisContext *ctx, const char *addr, int64_t timeout_ms,
                      int argc, const char **argv, const char *expect) {
-  redisReply *r = redisCommandArgv(ctx, argc, argv, NULL);
-  if (r == NULL)
+  redisReply *r = NULL;
+  int done = 0;
+  if (redisAppendCommandArgv(ctx, argc, argv, NULL) != REDIS_OK)
+    return fail_ctx(ctx, argv[0], addr, timeout_ms);
+  /* Our own flush first: hiredis's write() could raise SIGPIPE when the
+   * other end has already hung up (as a non-Redis server may). */
+  while (!done)
+    if (dlock__flush_output(ctx, &done) != 0)
+      return fail_ctx(ctx, argv[0], addr, timeout_ms);
+  if (redisGetReply(ctx, (void **)&r) != REDIS_OK || r == NULL)
     return fail_ctx(ctx, argv[0], addr, timeout_ms);
   int rc = 0;
   if (r->type == REDIS_REPLY_ERROR) {
@@ -182,6 +190,26 @@ int dlock__set_nonblocking(redisContext *ctx) {
     return dlock__fail(DLOCK_EIO, "fcntl(O_NONBLOCK): %s", strerror(errno));
   /* hiredis treats EAGAIN as "try later" only in non-blocking mode. */
   ctx->flags &= ~REDIS_BLOCK;
+  return 0;
+}
+
+int dlock__flush_output(redisContext *ctx, int *done) {
+  size_t len = sdslen(ctx->obuf);
+  *done = len == 0;
+  if (len == 0)
+    return 0;
+  /* send() with MSG_NOSIGNAL rather than hiredis's write(): a server that
+   * went away must give us EPIPE, not kill the program with SIGPIPE. */
+  ssize_t n = send(ctx->fd, ctx->obuf, len, MSG_NOSIGNAL);
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+      return 0;
+    snprintf(ctx->errstr, sizeof(ctx->errstr), "%s", strerror(errno));
+    ctx->err = REDIS_ERR_IO;
+    return -1;
+  }
+  sdsrange(ctx->obuf, n, -1);
+  *done = sdslen(ctx->obuf) == 0;
   return 0;
 }
 
@@ -288,9 +316,9 @@ int dlock__conn_open(dlock__conn *c) {
 static int flush_locked(dlock__conn *c) {
   int done = 0;
   while (!done) {
-    if (redisBufferWrite(c->ctx, &done) != REDIS_OK)
+    if (dlock__flush_output(c->ctx, &done) != 0)
       return -1;
-    if (!done && c->ctx->obuf != NULL) {
+    if (!done) {
       struct pollfd p = {.fd = c->ctx->fd, .events = POLLOUT};
       if (poll(&p, 1, 0) <= 0)
         break; /* the driver finishes the write when the socket drains */

@@ -61,6 +61,11 @@ void dlock__conn_free(dlock__conn *c);
 int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
                    int64_t command_timeout_ms, redisContext **out);
 
+/* Writes as much of the context's output buffer as the socket takes, never
+ * raising SIGPIPE. Sets '*done' when it is empty. 0, or -1 with ctx->errstr
+ * set. */
+int dlock__flush_output(redisContext *ctx, int *done);
+
 /* Switches a context from dlock__connect to non-blocking I/O. */
 int dlock__set_nonblocking(redisContext *ctx);
 

@@ -266,7 +266,7 @@ static void *pubsub_main(void *arg) {
                           {.fd = -1, .events = POLLIN}};
     if (ps->connected) {
       int done = 0;
-      if (redisBufferWrite(ps->ctx, &done) != REDIS_OK) {
+      if (dlock__flush_output(ps->ctx, &done) != 0) {
         on_disconnect_locked(ps);
         continue;
       }
