@@ -1,0 +1,86 @@
+# A thin driver over CMake and ctest; CMakeLists.txt holds the build itself.
+#
+#   make            build into build/ (optimized, with debug info)
+#   make test       install missing dependencies, build with -Werror, run
+#                   every test, then again in build-asan/ under ASan+UBSan
+#   make install    install into $(PREFIX) (default /usr/local); DESTDIR works
+#   make demo       build and run the stock demo (scripts/demo.sh)
+#   make bench      build and run the benchmarks (bench/run.sh)
+#   make deps       install what the build and the tests need (Debian)
+#   make format     clang-format the C sources in place
+#   make clean      remove the build trees
+
+PREFIX ?= /usr/local
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+BUILD_TYPE ?= RelWithDebInfo
+CMAKE ?= cmake
+CTEST ?= ctest
+JOBS ?= 2
+CMAKE_FLAGS ?=
+
+# What "make" configures. DLOCK_WERROR is left as it is in the cache, so
+# that switching between "make" and "make test" does not rebuild it all.
+CONFIGURE = $(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
+
+FORMAT_FILES = $(wildcard include/*.h src/*.c src/*.h tools/*.c tools/*.h \
+	tests/*.c tests/*.h tests/harness/*.c tests/harness/*.h \
+	examples/*.c examples/*.h bench/*.c bench/*.h)
+
+.PHONY: all build test test-build test-asan install demo bench deps format clean help
+
+all: build
+
+build:
+	$(CONFIGURE)
+	$(CMAKE) --build $(BUILD) -j $(JOBS)
+
+# Steps in order even under make -j: each needs the one before.
+test:
+	@scripts/install-deps.sh
+	$(MAKE) --no-print-directory test-build
+	$(MAKE) --no-print-directory test-asan
+
+test-build:
+	$(CONFIGURE) -DDLOCK_WERROR=ON
+	$(CMAKE) --build $(BUILD) -j $(JOBS)
+	cd $(BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
+
+# The sanitizer tree is a Debug build, so that the library's assertions
+# are checked too.
+test-asan:
+	$(CMAKE) -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug \
+		-DDLOCK_SANITIZE=address -DDLOCK_WERROR=ON $(CMAKE_FLAGS)
+	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
+
+# Configured again with the prefix, which dlock.pc records.
+install:
+	$(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+		-DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+	$(CMAKE) --build $(BUILD) -j $(JOBS)
+	$(CMAKE) --install $(BUILD)
+
+demo:
+	@scripts/install-deps.sh
+	$(MAKE) --no-print-directory build
+	@test -x scripts/demo.sh || { echo "make demo: scripts/demo.sh is missing" >&2; exit 1; }
+	BUILD_DIR=$(abspath $(BUILD)) scripts/demo.sh
+
+bench:
+	@scripts/install-deps.sh
+	$(MAKE) --no-print-directory build
+	@test -x bench/run.sh || { echo "make bench: bench/run.sh is missing" >&2; exit 1; }
+	BUILD_DIR=$(abspath $(BUILD)) bench/run.sh
+
+deps:
+	@scripts/install-deps.sh
+
+format:
+	clang-format -i $(FORMAT_FILES)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)
+
+help:
+	@sed -n '3,11s/^# \{0,1\}//p' Makefile
