@@ -132,13 +132,31 @@ int cli_exit_status_for(int err) {
   }
 }
 
-int cli_fail(const cli_command_t *cmd, int err, const char *what) {
+/* The URL whose password must never appear in a message; set once the
+ * command line is parsed. */
+static const char *secret_url;
+
+/*
+ * The library's detail of the last error, with the password of the URL in
+ * use masked: some details quote the URL they refused. The result is freed
+ * by the caller; NULL when there is no detail.
+ */
+static char *last_error_detail(void) {
   const char *detail = dlock_last_error();
 
-  if (detail != NULL && detail[0] != '\0')
+  if (detail == NULL || detail[0] == '\0')
+    return NULL;
+  return secret_url ? url_scrub(detail, secret_url) : strdup(detail);
+}
+
+int cli_fail(const cli_command_t *cmd, int err, const char *what) {
+  char *detail = last_error_detail();
+
+  if (detail != NULL)
     cli_error(cmd, "%s: %s (%s)", what, dlock_strerror(err), detail);
   else
     cli_error(cmd, "%s: %s", what, dlock_strerror(err));
+  free(detail);
   return cli_exit_status_for(err);
 }
 
@@ -152,16 +170,18 @@ int cli_open_client(const cli_command_t *cmd, const cli_globals_t *g,
   o.on_lost = on_lost;
   o.on_lost_data = on_lost_data;
 
+  secret_url = g->url;
   int rc = dlock_client_open(&o, out);
   if (rc == 0)
     return 0;
 
   char *shown = url_masked(g->url);
   if (rc == DLOCK_EINVAL) {
-    const char *detail = dlock_last_error();
+    char *detail = last_error_detail();
     rc = cli_usage_error(cmd, "--url: cannot use '%s': %s",
                          shown ? shown : "(out of memory)",
-                         (detail && detail[0]) ? detail : "invalid URL");
+                         detail ? detail : "invalid URL");
+    free(detail);
     free(shown);
     return rc;
   }

@@ -17,4 +17,12 @@
  */
 char *url_masked(const char *url);
 
+/*
+ * Returns a new copy of 'text' (a message, perhaps from the library) in
+ * which 'url' and its password are masked as url_masked() does, or NULL
+ * when out of memory. A password shorter than 4 bytes is masked only as
+ * part of the whole URL, lest every "a" in the message turn into "***".
+ */
+char *url_scrub(const char *text, const char *url);
+
 #endif

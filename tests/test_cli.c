@@ -1,0 +1,1053 @@
+/*
+ * The dlock command, driven as users drive it: the built binary started as
+ * a process against real redis-servers, checked by its exit status, its
+ * output, the environment and signals its command sees, and the keys it
+ * leaves in Redis.
+ *
+ * The binary is DLOCK_CLI_PATH when the build defines it, else $DLOCK_CLI,
+ * else "dlock" next to this test binary (both land in the build root).
+ * Tests use --watchdog 600ms so renewals (every 200 ms) notice a lost lock
+ * quickly, and short sleeps: the machine running them may have 2 cores.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <hiredis/hiredis.h>
+
+#include "harness/redis_proc.h"
+#include "harness/test.h"
+
+/* ---- the binary and a scratch directory ------------------------------- */
+
+static const char *cli_path(void) {
+  const char *env = getenv("DLOCK_CLI");
+
+  if (env != NULL && env[0] != '\0')
+    return env;
+#ifdef DLOCK_CLI_PATH
+  return DLOCK_CLI_PATH;
+#else
+  static char path[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  ASSERT_GT(n, 0);
+  path[n] = '\0';
+  char *slash = strrchr(path, '/');
+  ASSERT_NOT_NULL(slash);
+  snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "dlock");
+  return path;
+#endif
+}
+
+/* What one test works with: a server, its URL, and a scratch directory for
+ * the files commands write and the output they print. */
+typedef struct cli_test {
+  rp_server_t *server;
+  char dir[64];
+  int nruns;
+} cli_test_t;
+
+static void start_test(cli_test_t *t) {
+  rp_options_t o;
+
+  memset(t, 0, sizeof *t);
+  rp_options_init(&o);
+  ASSERT_EQ(rp_start(&o, &t->server), 0);
+  snprintf(t->dir, sizeof t->dir, "/tmp/dlock-cli-XXXXXX");
+  ASSERT_NOT_NULL(mkdtemp(t->dir));
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag,
+                        struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static void end_test(cli_test_t *t) {
+  nftw(t->dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  rp_free(t->server);
+}
+
+/* "<dir>/<name>" in a static ring of buffers, for building commands. */
+static const char *scratch(const cli_test_t *t, const char *name) {
+  static char ring[8][256];
+  static int next;
+  char *buf = ring[next++ % 8];
+  snprintf(buf, sizeof ring[0], "%s/%s", t->dir, name);
+  return buf;
+}
+
+/* ---- files ------------------------------------------------------------ */
+
+/* The whole file as a string ("" when missing); freed by the caller. */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  char *buf = NULL;
+  size_t len = 0;
+
+  if (f == NULL)
+    return strdup("");
+  FILE *mem = open_memstream(&buf, &len);
+  int c;
+  while ((c = fgetc(f)) != EOF)
+    fputc(c, mem);
+  fclose(mem);
+  fclose(f);
+  return buf;
+}
+
+static int file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* Waits until 'path' exists and is not empty; 0, or -1 after 'ms'. */
+static int wait_for_file(const char *path, int64_t ms) {
+  int64_t deadline = test_now_ms() + ms;
+  struct stat st;
+
+  while (stat(path, &st) != 0 || st.st_size == 0) {
+    if (test_now_ms() > deadline)
+      return -1;
+    test_sleep_ms(10);
+  }
+  return 0;
+}
+
+/* ---- running the binary ----------------------------------------------- */
+
+/* $DLOCK_URL for the processes started next; NULL: not set. */
+static const char *child_dlock_url;
+
+typedef struct cli_proc {
+  pid_t pid;
+  char out[256]; /* where its stdout went */
+  char err[256]; /* where its stderr went */
+} cli_proc_t;
+
+/* Points fd 'target' at 'path' (opened with 'flags'), in the child. */
+static void redirect(int target, const char *path, int flags) {
+  int fd = open(path, flags, 0644);
+  if (fd < 0 || dup2(fd, target) < 0)
+    _exit(121);
+  if (fd != target)
+    close(fd);
+}
+
+/*
+ * Starts the binary with the arguments of the NULL-terminated list 'args',
+ * stdin from 'stdin_path' (or /dev/null), stdout and stderr into files of
+ * the scratch directory, and no descriptor beyond the three: so whatever
+ * else its command has open came from dlock or the library.
+ */
+static void spawn_cli(cli_test_t *t, cli_proc_t *p, const char *stdin_path,
+                      const char *const *args) {
+  const char *argv[64];
+  int argc = 0;
+
+  argv[argc++] = cli_path();
+  for (; *args != NULL && argc < 63; args++)
+    argv[argc++] = *args;
+  argv[argc] = NULL;
+
+  int n = t->nruns++;
+  snprintf(p->out, sizeof p->out, "%s/out.%d", t->dir, n);
+  snprintf(p->err, sizeof p->err, "%s/err.%d", t->dir, n);
+  fflush(NULL);
+  p->pid = fork();
+  ASSERT(p->pid >= 0);
+  if (p->pid == 0) {
+    redirect(0, stdin_path ? stdin_path : "/dev/null", O_RDONLY);
+    redirect(1, p->out, O_WRONLY | O_CREAT | O_TRUNC);
+    redirect(2, p->err, O_WRONLY | O_CREAT | O_TRUNC);
+    for (int fd = 3; fd < 1024; fd++)
+      close(fd);
+    if (child_dlock_url != NULL)
+      setenv("DLOCK_URL", child_dlock_url, 1);
+    else
+      unsetenv("DLOCK_URL");
+    unsetenv("DLOCK_NAME");
+    unsetenv("DLOCK_TOKEN");
+    execv(argv[0], (char *const *)argv);
+    _exit(122);
+  }
+}
+
+/* The exit status as a shell shows it: the code, or 128 + signal. */
+static int wait_cli(cli_proc_t *p) {
+  int status;
+
+  while (waitpid(p->pid, &status, 0) < 0)
+    ASSERT_EQ(errno, EINTR);
+  if (WIFSIGNALED(status))
+    return 128 + WTERMSIG(status);
+  return WEXITSTATUS(status);
+}
+
+/* Builds the argument list "--url URL <args...>" from a va_list. */
+static void collect_args(cli_test_t *t, const char **out, size_t cap,
+                         int with_url, const char *first, va_list ap) {
+  size_t n = 0;
+
+  if (with_url) {
+    out[n++] = "--url";
+    out[n++] = rp_url(t->server);
+  }
+  for (const char *a = first; a != NULL && n < cap - 1;
+       a = va_arg(ap, const char *))
+    out[n++] = a;
+  out[n] = NULL;
+}
+
+/* Starts "dlock --url URL <args...>" (NULL-terminated) in the background. */
+static void start_cli(cli_test_t *t, cli_proc_t *p, const char *first, ...) {
+  const char *args[64];
+  va_list ap;
+
+  va_start(ap, first);
+  collect_args(t, args, 64, 1, first, ap);
+  va_end(ap);
+  spawn_cli(t, p, NULL, args);
+}
+
+/* Runs "dlock --url URL <args...>" to the end; returns its exit status and
+ * leaves the process record (output files) in '*p'. */
+static int run_cli(cli_test_t *t, cli_proc_t *p, const char *first, ...) {
+  const char *args[64];
+  va_list ap;
+
+  va_start(ap, first);
+  collect_args(t, args, 64, 1, first, ap);
+  va_end(ap);
+  spawn_cli(t, p, NULL, args);
+  return wait_cli(p);
+}
+
+/* The same without the --url prefix, for checks of the command line. */
+static int run_cli_bare(cli_test_t *t, cli_proc_t *p, const char *first,
+                        ...) {
+  const char *args[64];
+  va_list ap;
+
+  va_start(ap, first);
+  collect_args(t, args, 64, 0, first, ap);
+  va_end(ap);
+  spawn_cli(t, p, NULL, args);
+  return wait_cli(p);
+}
+
+static void assert_file_contains(const char *path, const char *needle) {
+  char *text = slurp(path);
+  if (strstr(text, needle) == NULL)
+    TEST_FAIL("%s does not contain \"%s\"; it holds:\n%s", path, needle,
+              text);
+  free(text);
+}
+
+static void assert_file_lacks(const char *path, const char *needle) {
+  char *text = slurp(path);
+  if (strstr(text, needle) != NULL)
+    TEST_FAIL("%s contains \"%s\"; it holds:\n%s", path, needle, text);
+  free(text);
+}
+
+/* ---- Redis ------------------------------------------------------------ */
+
+static long long key_exists(cli_test_t *t, const char *key) {
+  redisReply *r = rp_cmd(t->server, "EXISTS %s", key);
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
+  long long v = r->integer;
+  freeReplyObject(r);
+  return v;
+}
+
+static void delete_key(cli_test_t *t, const char *key) {
+  redisReply *r = rp_cmd(t->server, "DEL %s", key);
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->integer, 1);
+  freeReplyObject(r);
+}
+
+/* Waits until a holder has taken lock 'key'; fails the test after 5 s. */
+static void wait_until_held(cli_test_t *t, const char *key) {
+  int64_t deadline = test_now_ms() + 5000;
+  while (!key_exists(t, key)) {
+    if (test_now_ms() > deadline)
+      TEST_FAIL("lock '%s' was never taken", key);
+    test_sleep_ms(10);
+  }
+}
+
+/* ---- a small JSON reader for "status --json" --------------------------- */
+
+typedef enum { J_NULL, J_BOOL, J_NUM, J_STR, J_ARR, J_OBJ } json_type_t;
+
+typedef struct json {
+  json_type_t type;
+  long long num; /* J_NUM (integers only: all dlock prints) and J_BOOL */
+  char *str;     /* J_STR */
+  size_t n;      /* J_ARR, J_OBJ: number of items */
+  char **keys;   /* J_OBJ */
+  struct json *items;
+} json_t;
+
+typedef struct json_reader {
+  const char *p;
+  const char *error;
+} json_reader_t;
+
+static int json_parse_value(json_reader_t *r, json_t *out);
+
+static void json_skip_space(json_reader_t *r) {
+  while (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r')
+    r->p++;
+}
+
+static int json_fail(json_reader_t *r, const char *why) {
+  if (r->error == NULL)
+    r->error = why;
+  return -1;
+}
+
+static int json_parse_string(json_reader_t *r, char **out) {
+  size_t cap = 16, len = 0;
+  char *s = malloc(cap);
+
+  if (*r->p++ != '"')
+    return json_fail(r, "expected a string");
+  while (*r->p != '"') {
+    char c = *r->p++;
+    if (c == '\0' || (unsigned char)c < 0x20)
+      return json_fail(r, "unterminated string or raw control character");
+    if (c == '\\') {
+      char e = *r->p++;
+      const char *from = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
+      const char *hit = e ? strchr(from, e) : NULL;
+      if (e == 'u') {
+        unsigned v;
+        if (sscanf(r->p, "%4x", &v) != 1)
+          return json_fail(r, "bad \\u escape");
+        r->p += 4;
+        c = v < 0x80 ? (char)v : '?';
+      } else if (hit != NULL) {
+        c = to[hit - from];
+      } else {
+        return json_fail(r, "bad escape");
+      }
+    }
+    if (len + 2 > cap)
+      s = realloc(s, cap *= 2);
+    s[len++] = c;
+  }
+  r->p++;
+  s[len] = '\0';
+  *out = s;
+  return 0;
+}
+
+static int json_parse_items(json_reader_t *r, json_t *out, int object) {
+  char close = object ? '}' : ']';
+
+  r->p++;
+  json_skip_space(r);
+  if (*r->p == close) {
+    r->p++;
+    return 0;
+  }
+  for (;;) {
+    out->items = realloc(out->items, (out->n + 1) * sizeof *out->items);
+    out->keys = realloc(out->keys, (out->n + 1) * sizeof *out->keys);
+    out->keys[out->n] = NULL;
+    json_skip_space(r);
+    if (object) {
+      if (json_parse_string(r, &out->keys[out->n]) != 0)
+        return -1;
+      json_skip_space(r);
+      if (*r->p++ != ':')
+        return json_fail(r, "expected ':'");
+    }
+    if (json_parse_value(r, &out->items[out->n]) != 0)
+      return -1;
+    out->n++;
+    json_skip_space(r);
+    if (*r->p == close) {
+      r->p++;
+      return 0;
+    }
+    if (*r->p++ != ',')
+      return json_fail(r, "expected ',' between items");
+  }
+}
+
+static int json_parse_value(json_reader_t *r, json_t *out) {
+  memset(out, 0, sizeof *out);
+  json_skip_space(r);
+  if (*r->p == '{') {
+    out->type = J_OBJ;
+    return json_parse_items(r, out, 1);
+  }
+  if (*r->p == '[') {
+    out->type = J_ARR;
+    return json_parse_items(r, out, 0);
+  }
+  if (*r->p == '"') {
+    out->type = J_STR;
+    return json_parse_string(r, &out->str);
+  }
+  if (strncmp(r->p, "true", 4) == 0 || strncmp(r->p, "false", 5) == 0) {
+    out->type = J_BOOL;
+    out->num = *r->p == 't';
+    r->p += out->num ? 4 : 5;
+    return 0;
+  }
+  if (strncmp(r->p, "null", 4) == 0) {
+    out->type = J_NULL;
+    r->p += 4;
+    return 0;
+  }
+  char *end;
+  out->type = J_NUM;
+  out->num = strtoll(r->p, &end, 10);
+  if (end == r->p || *end == '.' || *end == 'e' || *end == 'E')
+    return json_fail(r, "expected an integer, string, object or array");
+  r->p = end;
+  return 0;
+}
+
+/* Parses one complete JSON document; fails the test when it is not. */
+static void json_parse(const char *text, json_t *out) {
+  json_reader_t r = {text, NULL};
+
+  if (json_parse_value(&r, out) == 0) {
+    json_skip_space(&r);
+    if (*r.p != '\0')
+      json_fail(&r, "trailing characters");
+  }
+  if (r.error != NULL)
+    TEST_FAIL("bad JSON (%s) at offset %d of: %s", r.error,
+              (int)(r.p - text), text);
+}
+
+/* The member 'key' of object 'o', of type 'type'; fails when absent. */
+static const json_t *json_get(const json_t *o, const char *key,
+                              json_type_t type) {
+  ASSERT_EQ(o->type, J_OBJ);
+  for (size_t i = 0; i < o->n; i++) {
+    if (strcmp(o->keys[i], key) == 0) {
+      if (o->items[i].type != type)
+        TEST_FAIL("JSON member \"%s\" has type %d, expected %d", key,
+                  (int)o->items[i].type, (int)type);
+      return &o->items[i];
+    }
+  }
+  TEST_FAIL("JSON object has no member \"%s\"", key);
+}
+
+/* ---- help, version and usage ------------------------------------------ */
+
+TEST(cli_help_and_version) {
+  cli_test_t t;
+  cli_proc_t p;
+  static const char *const commands[] = {"run", "status", "unlock"};
+
+  start_test(&t);
+  ASSERT_EQ(run_cli_bare(&t, &p, "--version", NULL), 0);
+  assert_file_contains(p.out, "dlock " DLOCK_VERSION_STRING);
+  ASSERT_EQ(run_cli_bare(&t, &p, "--help", NULL), 0);
+  for (size_t i = 0; i < 3; i++)
+    assert_file_contains(p.out, commands[i]);
+  assert_file_contains(p.out, "Exit status");
+  for (size_t i = 0; i < 3; i++) {
+    ASSERT_EQ(run_cli_bare(&t, &p, commands[i], "--help", NULL), 0);
+    assert_file_contains(p.out, "usage: dlock ");
+    assert_file_contains(p.out, "default");
+    assert_file_contains(p.out, "Examples:");
+    assert_file_contains(p.out, "--url URL");
+    assert_file_contains(p.out, "--watchdog DUR");
+  }
+  ASSERT_EQ(run_cli_bare(&t, &p, "run", "-h", NULL), 0);
+  assert_file_contains(p.out, "--wait DUR");
+  assert_file_contains(p.out, "--grace DUR");
+  assert_file_contains(p.out, "--lease DUR");
+  end_test(&t);
+}
+
+/* Runs a command line that must be refused as bad usage (64), without
+ * starting anything, and with the reason and a usage line on stderr. */
+static void expect_usage_error(cli_test_t *t, const char *reason,
+                               const char *first, ...) {
+  const char *args[64];
+  cli_proc_t p;
+  va_list ap;
+
+  va_start(ap, first);
+  collect_args(t, args, 64, 1, first, ap);
+  va_end(ap);
+  spawn_cli(t, &p, NULL, args);
+  ASSERT_EQ(wait_cli(&p), 64);
+  assert_file_contains(p.err, reason);
+  assert_file_contains(p.err, "usage: dlock");
+}
+
+TEST(cli_bad_usage_exits_64) {
+  cli_test_t t;
+  const char *ran = NULL;
+
+  start_test(&t);
+  ran = scratch(&t, "ran");
+  expect_usage_error(&t, "missing command", NULL);
+  expect_usage_error(&t, "unknown command 'lock'", "lock", "x", NULL);
+  expect_usage_error(&t, "unknown option '--frobnicate'", "run",
+                     "--frobnicate", "x", "true", NULL);
+  expect_usage_error(&t, "unknown unit", "run", "--wait", "5x", "x",
+                     "touch", ran, NULL);
+  expect_usage_error(&t, "cannot be negative", "run", "--wait", "-1", "x",
+                     "touch", ran, NULL);
+  expect_usage_error(&t, "fractions", "run", "--grace=1.5s", "x", "touch",
+                     ran, NULL);
+  expect_usage_error(&t, "too long", "run", "--lease", "99999999999h", "x",
+                     "touch", ran, NULL);
+  expect_usage_error(&t, "too short", "run", "--lease", "0", "x", "touch",
+                     ran, NULL);
+  expect_usage_error(&t, "missing value", "run", "x", "--wait", NULL);
+  expect_usage_error(&t, "more than once", "run", "--wait", "1s", "--wait",
+                     "2s", "x", "touch", ran, NULL);
+  expect_usage_error(&t, "more than once", "--url", "redis://h", "status",
+                     "x", NULL);
+  expect_usage_error(&t, "missing command to run", "run", "x", NULL);
+  expect_usage_error(&t, "missing lock name", "run", NULL);
+  expect_usage_error(&t, "lock name is empty", "run", "", "true", NULL);
+  expect_usage_error(&t, "missing lock name", "status", "--json", NULL);
+  expect_usage_error(&t, "without --force", "unlock", "x", NULL);
+  expect_usage_error(&t, "takes no value", "status", "--json=1", "x", NULL);
+  ASSERT(!file_exists(ran));
+  end_test(&t);
+}
+
+TEST(cli_bad_url_exits_64_and_masks_password) {
+  cli_test_t t;
+  cli_proc_t p;
+
+  start_test(&t);
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", "http://:hunter22@h:1", "status",
+                         "x", NULL),
+            64);
+  assert_file_contains(p.err, "--url");
+  assert_file_contains(p.err, "***");
+  assert_file_lacks(p.err, "hunter22");
+  end_test(&t);
+}
+
+/* ---- unreachable or refusing servers ---------------------------------- */
+
+TEST(cli_unreachable_server_exits_69) {
+  cli_test_t t;
+  cli_proc_t p;
+  char url[64];
+  const char *ran;
+
+  start_test(&t);
+  ran = scratch(&t, "ran");
+  snprintf(url, sizeof url, "redis://:hunter22@127.0.0.1:%d",
+           rp_port(t.server));
+  ASSERT_EQ(rp_stop(t.server), 0);
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "run", "x", "touch", ran,
+                         NULL),
+            69);
+  ASSERT(!file_exists(ran));
+  assert_file_contains(p.err, "redis://:***@127.0.0.1:");
+  assert_file_lacks(p.err, "hunter22");
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "status", "x", NULL), 69);
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "unlock", "--force", "x",
+                         NULL),
+            69);
+  end_test(&t);
+}
+
+TEST(cli_refused_password_exits_69) {
+  cli_test_t t;
+  cli_proc_t p;
+  rp_options_t o;
+  rp_server_t *secured = NULL;
+  char url[128];
+
+  start_test(&t);
+  rp_options_init(&o);
+  o.requirepass = "right-password";
+  ASSERT_EQ(rp_start(&o, &secured), 0);
+  snprintf(url, sizeof url, "redis://:wrong-password@127.0.0.1:%d",
+           rp_port(secured));
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "run", "x", "true", NULL),
+            69);
+  assert_file_lacks(p.err, "wrong-password");
+  /* The right password works. */
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", rp_url(secured), "run", "x",
+                         "true", NULL),
+            0);
+  rp_free(secured);
+  end_test(&t);
+}
+
+/* ---- dlock run: exit statuses ------------------------------------------ */
+
+TEST(cli_run_exits_with_the_command_status) {
+  cli_test_t t;
+  cli_proc_t p;
+
+  start_test(&t);
+  ASSERT_EQ(run_cli(&t, &p, "run", "job", "--", "true", NULL), 0);
+  ASSERT_EQ(run_cli(&t, &p, "run", "job", "sh", "-c", "exit 3", NULL), 3);
+  ASSERT_EQ(run_cli(&t, &p, "run", "job", "--", "sh", "-c", "kill -9 $$",
+                    NULL),
+            128 + SIGKILL);
+  ASSERT_EQ(run_cli(&t, &p, "run", "job", "--", "no-such-command-xyz",
+                    NULL),
+            127);
+  assert_file_contains(p.err, "no-such-command-xyz");
+  ASSERT_EQ(run_cli(&t, &p, "run", "job", "--", "/dev/null", NULL), 126);
+  /* Whatever happened, the lock is free afterwards. */
+  ASSERT_EQ(key_exists(&t, "job"), 0);
+  end_test(&t);
+}
+
+TEST(cli_run_passes_name_and_increasing_token) {
+  cli_test_t t;
+  cli_proc_t p;
+  unsigned long long token[3];
+
+  start_test(&t);
+  for (int i = 0; i < 3; i++) {
+    ASSERT_EQ(run_cli(&t, &p, "run", "fenced:{job}", "--", "sh", "-c",
+                      "echo \"$DLOCK_NAME|$DLOCK_TOKEN\"", NULL),
+              0);
+    char *out = slurp(p.out);
+    char name[64];
+    ASSERT_EQ(sscanf(out, "%63[^|]|%llu", name, &token[i]), 2);
+    ASSERT_STR_EQ(name, "fenced:{job}");
+    ASSERT_GT(token[i], 0);
+    if (i > 0)
+      ASSERT_GT(token[i], token[i - 1]);
+    free(out);
+  }
+  end_test(&t);
+}
+
+TEST(cli_run_passes_stdin_and_stdout_through) {
+  cli_test_t t;
+  cli_proc_t p;
+  const char *input;
+  const char *args[8];
+
+  start_test(&t);
+  input = scratch(&t, "input");
+  FILE *f = fopen(input, "w");
+  ASSERT_NOT_NULL(f);
+  fputs("line one\nline two\n", f);
+  fclose(f);
+  args[0] = "--url";
+  args[1] = rp_url(t.server);
+  args[2] = "run";
+  args[3] = "pipe";
+  args[4] = "cat";
+  args[5] = NULL;
+  spawn_cli(&t, &p, input, args);
+  ASSERT_EQ(wait_cli(&p), 0);
+  char *out = slurp(p.out);
+  ASSERT_STR_EQ(out, "line one\nline two\n");
+  free(out);
+  char *err = slurp(p.err);
+  ASSERT_STR_EQ(err, "");
+  free(err);
+  end_test(&t);
+}
+
+TEST(cli_run_command_inherits_no_extra_descriptors) {
+  cli_test_t t;
+  cli_proc_t p;
+  const char *pidfile;
+  char script[512], fd_dir[64], exe[64], target[PATH_MAX];
+
+  start_test(&t);
+  pidfile = scratch(&t, "pid");
+  snprintf(script, sizeof script, "echo $$ > %s; exec sleep 3", pidfile);
+  start_cli(&t, &p, "run", "fds", "sh", "-c", script, NULL);
+  ASSERT_EQ(wait_for_file(pidfile, 5000), 0);
+  char *pid_text = slurp(pidfile);
+  int pid = atoi(pid_text);
+  free(pid_text);
+  ASSERT_GT(pid, 0);
+
+  /* Wait for the exec, so the descriptors listed are sleep's own. */
+  snprintf(exe, sizeof exe, "/proc/%d/exe", pid);
+  for (int64_t end = test_now_ms() + 3000;; test_sleep_ms(10)) {
+    ssize_t n = readlink(exe, target, sizeof target - 1);
+    ASSERT_GT(n, 0);
+    target[n] = '\0';
+    if (strstr(target, "sleep") != NULL)
+      break;
+    ASSERT_LT(test_now_ms(), end);
+  }
+  snprintf(fd_dir, sizeof fd_dir, "/proc/%d/fd", pid);
+  DIR *d = opendir(fd_dir);
+  ASSERT_NOT_NULL(d);
+  int extra = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (e->d_name[0] == '.')
+      continue;
+    int fd = atoi(e->d_name);
+    if (fd > 2) {
+      char link[400], what[PATH_MAX];
+      snprintf(link, sizeof link, "%s/%s", fd_dir, e->d_name);
+      ssize_t n = readlink(link, what, sizeof what - 1);
+      what[n > 0 ? n : 0] = '\0';
+      printf("command inherited fd %d -> %s\n", fd, what);
+      extra++;
+    }
+  }
+  closedir(d);
+  ASSERT_EQ(extra, 0);
+  kill(pid, SIGTERM);
+  ASSERT_EQ(wait_cli(&p), 128 + SIGTERM);
+  end_test(&t);
+}
+
+/* ---- dlock run: contention --------------------------------------------- */
+
+/* Starts a holder of lock 'name' whose command sleeps 'sleep_s' seconds
+ * and waits until it holds the lock. */
+static void start_holder(cli_test_t *t, cli_proc_t *p, const char *name,
+                         const char *sleep_s) {
+  start_cli(t, p, "--watchdog", "600ms", "run", name, "--", "sleep",
+            sleep_s, NULL);
+  wait_until_held(t, name);
+}
+
+TEST(cli_run_not_acquired_exits_75_without_running) {
+  cli_test_t t;
+  cli_proc_t holder, p;
+  const char *ran;
+
+  start_test(&t);
+  ran = scratch(&t, "ran");
+  start_holder(&t, &holder, "busy", "3");
+
+  ASSERT_EQ(run_cli(&t, &p, "run", "--wait", "0", "busy", "touch", ran,
+                    NULL),
+            75);
+  assert_file_contains(p.err, "'busy'");
+  assert_file_contains(p.err, "not acquired");
+
+  int64_t t0 = test_now_ms();
+  ASSERT_EQ(run_cli(&t, &p, "run", "--wait", "300ms", "busy", "--", "touch",
+                    ran, NULL),
+            75);
+  int64_t waited = test_now_ms() - t0;
+  ASSERT_GE(waited, 300);
+  ASSERT_LT(waited, 2000);
+  assert_file_contains(p.err, "within 300ms");
+  ASSERT(!file_exists(ran));
+
+  kill(holder.pid, SIGTERM);
+  ASSERT_EQ(wait_cli(&holder), 128 + SIGTERM);
+  end_test(&t);
+}
+
+TEST(cli_run_waits_for_the_lock_to_be_released) {
+  cli_test_t t;
+  cli_proc_t holder, p;
+
+  start_test(&t);
+  start_cli(&t, &holder, "run", "queue", "sleep", "1", NULL);
+  wait_until_held(&t, "queue");
+  int64_t t0 = test_now_ms();
+  ASSERT_EQ(run_cli(&t, &p, "run", "--wait", "5s", "queue", "true", NULL),
+            0);
+  /* Woken by the release, not after a timeout or a poll interval. */
+  ASSERT_LT(test_now_ms() - t0, 2500);
+  ASSERT_EQ(wait_cli(&holder), 0);
+  end_test(&t);
+}
+
+TEST(cli_two_runs_never_overlap) {
+  cli_test_t t;
+  cli_proc_t procs[4];
+  const char *log;
+  char script[512];
+
+  start_test(&t);
+  log = scratch(&t, "log");
+  snprintf(script, sizeof script,
+           "echo \"start $$\" >> %s; sleep 0.15; echo \"end $$\" >> %s", log,
+           log);
+  for (int i = 0; i < 4; i++)
+    start_cli(&t, &procs[i], "run", "--wait", "20s", "shared", "sh", "-c",
+              script, NULL);
+  for (int i = 0; i < 4; i++)
+    ASSERT_EQ(wait_cli(&procs[i]), 0);
+
+  /* The log must read start A, end A, start B, end B, ...: no start
+   * between another command's start and end. */
+  char *text = slurp(log);
+  char *save = NULL, *line = strtok_r(text, "\n", &save);
+  int lines = 0;
+  char open_pid[32] = "";
+  for (; line != NULL; line = strtok_r(NULL, "\n", &save), lines++) {
+    char word[16], pid[32];
+    ASSERT_EQ(sscanf(line, "%15s %31s", word, pid), 2);
+    if (lines % 2 == 0) {
+      ASSERT_STR_EQ(word, "start");
+      snprintf(open_pid, sizeof open_pid, "%s", pid);
+    } else {
+      ASSERT_STR_EQ(word, "end");
+      ASSERT_STR_EQ(pid, open_pid);
+    }
+  }
+  ASSERT_EQ(lines, 8);
+  free(text);
+  end_test(&t);
+}
+
+/* ---- dlock run: signals and lost locks --------------------------------- */
+
+/* A command that records its pid, and on SIGTERM writes "TERM" to a file
+ * and exits 7. "sleep & wait" keeps the shell able to run its trap at once. */
+static void term_recording_script(cli_test_t *t, char *buf, size_t size) {
+  snprintf(buf, size,
+           "echo $$ > %s; trap 'echo TERM > %s; exit 7' TERM; "
+           "sleep 30 & wait",
+           scratch(t, "pid"), scratch(t, "term"));
+}
+
+TEST(cli_sigterm_is_forwarded_and_lock_released) {
+  cli_test_t t;
+  cli_proc_t p;
+  char script[512];
+
+  start_test(&t);
+  term_recording_script(&t, script, sizeof script);
+  start_cli(&t, &p, "run", "sig", "--", "sh", "-c", script, NULL);
+  ASSERT_EQ(wait_for_file(scratch(&t, "pid"), 5000), 0);
+  ASSERT_EQ(key_exists(&t, "sig"), 1);
+  kill(p.pid, SIGTERM);
+  ASSERT_EQ(wait_cli(&p), 7);
+  assert_file_contains(scratch(&t, "term"), "TERM");
+  ASSERT_EQ(key_exists(&t, "sig"), 0);
+  end_test(&t);
+}
+
+TEST(cli_sigint_is_forwarded) {
+  cli_test_t t;
+  cli_proc_t p;
+  char script[512];
+
+  start_test(&t);
+  snprintf(script, sizeof script,
+           "echo $$ > %s; trap 'echo INT > %s; exit 9' INT; sleep 30 & wait",
+           scratch(&t, "pid"), scratch(&t, "int"));
+  start_cli(&t, &p, "run", "sig", "--", "sh", "-c", script, NULL);
+  ASSERT_EQ(wait_for_file(scratch(&t, "pid"), 5000), 0);
+  kill(p.pid, SIGINT);
+  ASSERT_EQ(wait_cli(&p), 9);
+  assert_file_contains(scratch(&t, "int"), "INT");
+  ASSERT_EQ(key_exists(&t, "sig"), 0);
+  end_test(&t);
+}
+
+TEST(cli_signal_while_waiting_stops_without_running) {
+  cli_test_t t;
+  cli_proc_t holder, p;
+  const char *ran;
+
+  start_test(&t);
+  ran = scratch(&t, "ran");
+  start_holder(&t, &holder, "busy", "5");
+  start_cli(&t, &p, "run", "busy", "touch", ran, NULL);
+  test_sleep_ms(300);
+  int64_t t0 = test_now_ms();
+  kill(p.pid, SIGTERM);
+  ASSERT_EQ(wait_cli(&p), 128 + SIGTERM);
+  ASSERT_LT(test_now_ms() - t0, 2000);
+  ASSERT(!file_exists(ran));
+  assert_file_contains(p.err, "interrupted by SIGTERM");
+  kill(holder.pid, SIGTERM);
+  ASSERT_EQ(wait_cli(&holder), 128 + SIGTERM);
+  end_test(&t);
+}
+
+TEST(cli_lost_lock_stops_the_command) {
+  cli_test_t t;
+  cli_proc_t p;
+  char script[512];
+
+  start_test(&t);
+  term_recording_script(&t, script, sizeof script);
+  start_cli(&t, &p, "--watchdog", "600ms", "run", "--grace", "3s", "lost",
+            "--", "sh", "-c", script, NULL);
+  ASSERT_EQ(wait_for_file(scratch(&t, "pid"), 5000), 0);
+  int64_t t0 = test_now_ms();
+  delete_key(&t, "lost");
+  ASSERT_EQ(wait_cli(&p), 76);
+  int64_t took = test_now_ms() - t0;
+  printf("lock deleted -> dlock exited after %lld ms\n", (long long)took);
+  /* A renewal every 200 ms notices the loss; SIGTERM ends the command. */
+  ASSERT_LT(took, 1500);
+  assert_file_contains(scratch(&t, "term"), "TERM");
+  assert_file_contains(p.err, "lost");
+  end_test(&t);
+}
+
+TEST(cli_lost_lock_sigkill_after_grace) {
+  cli_test_t t;
+  cli_proc_t p;
+  char script[512];
+
+  start_test(&t);
+  snprintf(script, sizeof script, "echo $$ > %s; trap '' TERM; exec sleep 30",
+           scratch(&t, "pid"));
+  start_cli(&t, &p, "--watchdog", "600ms", "run", "--grace", "400ms",
+            "stubborn", "sh", "-c", script, NULL);
+  ASSERT_EQ(wait_for_file(scratch(&t, "pid"), 5000), 0);
+  test_sleep_ms(100); /* let the shell reach the exec */
+  int64_t t0 = test_now_ms();
+  delete_key(&t, "stubborn");
+  ASSERT_EQ(wait_cli(&p), 76);
+  int64_t took = test_now_ms() - t0;
+  ASSERT_GE(took, 400);
+  ASSERT_LT(took, 2000);
+  assert_file_contains(p.err, "SIGKILL");
+  end_test(&t);
+}
+
+TEST(cli_fixed_lease_running_out_stops_the_command) {
+  cli_test_t t;
+  cli_proc_t p;
+
+  start_test(&t);
+  int64_t t0 = test_now_ms();
+  ASSERT_EQ(run_cli(&t, &p, "run", "--lease", "400ms", "--grace", "1s",
+                    "leased", "sleep", "30", NULL),
+            76);
+  int64_t took = test_now_ms() - t0;
+  ASSERT_GE(took, 350);
+  ASSERT_LT(took, 2000);
+  assert_file_contains(p.err, "--lease ran out");
+  end_test(&t);
+}
+
+/* ---- dlock status ------------------------------------------------------ */
+
+static void check_held_report(const json_t *o, const char *name) {
+  ASSERT_STR_EQ(json_get(o, "name", J_STR)->str, name);
+  ASSERT_EQ(json_get(o, "locked", J_BOOL)->num, 1);
+  ASSERT_EQ(json_get(o, "mode", J_NULL)->type, J_NULL);
+  long long ttl = json_get(o, "ttl_ms", J_NUM)->num;
+  ASSERT_GT(ttl, 0);
+  ASSERT_LE(ttl, 600);
+  ASSERT_GE(json_get(o, "token", J_NUM)->num, 1);
+  const json_t *holders = json_get(o, "holders", J_ARR);
+  ASSERT_EQ(holders->n, 1);
+  const json_t *owner = json_get(&holders->items[0], "owner", J_STR);
+  /* Redisson's owner layout: "<client-uuid>:<thread-or-owner-id>". */
+  ASSERT_NOT_NULL(strchr(owner->str, ':'));
+  ASSERT_EQ(json_get(&holders->items[0], "count", J_NUM)->num, 1);
+  ASSERT_EQ(json_get(o, "waiters", J_ARR)->n, 0);
+}
+
+static void check_free_report(const json_t *o, const char *name) {
+  ASSERT_STR_EQ(json_get(o, "name", J_STR)->str, name);
+  ASSERT_EQ(json_get(o, "locked", J_BOOL)->num, 0);
+  ASSERT_EQ(json_get(o, "ttl_ms", J_NUM)->num, 0);
+  ASSERT_EQ(json_get(o, "holders", J_ARR)->n, 0);
+  ASSERT_EQ(json_get(o, "waiters", J_ARR)->n, 0);
+}
+
+TEST(cli_status_json_describes_held_and_free_locks) {
+  cli_test_t t;
+  cli_proc_t holder, p;
+  const char *odd = "odd \"name\"\twith\\escapes";
+
+  start_test(&t);
+  start_holder(&t, &holder, "report", "3");
+  ASSERT_EQ(run_cli(&t, &p, "status", "--json", "report", "--", odd, NULL),
+            0);
+  char *out = slurp(p.out);
+  char *save = NULL;
+  char *first = strtok_r(out, "\n", &save);
+  char *second = strtok_r(NULL, "\n", &save);
+  ASSERT_NOT_NULL(first);
+  ASSERT_NOT_NULL(second);
+  ASSERT_NULL(strtok_r(NULL, "\n", &save));
+  json_t held, free_lock;
+  json_parse(first, &held);
+  json_parse(second, &free_lock);
+  check_held_report(&held, "report");
+  check_free_report(&free_lock, odd);
+  free(out);
+
+  /* The table says the same for people. */
+  ASSERT_EQ(run_cli(&t, &p, "status", "report", NULL), 0);
+  assert_file_contains(p.out, "NAME");
+  assert_file_contains(p.out, "held");
+  assert_file_contains(p.out, "(x1)");
+
+  kill(holder.pid, SIGTERM);
+  ASSERT_EQ(wait_cli(&holder), 128 + SIGTERM);
+  ASSERT_EQ(run_cli(&t, &p, "status", "--json", "report", NULL), 0);
+  out = slurp(p.out);
+  json_parse(out, &free_lock);
+  check_free_report(&free_lock, "report");
+  ASSERT_GE(json_get(&free_lock, "token", J_NUM)->num, 1);
+  free(out);
+  end_test(&t);
+}
+
+TEST(cli_uses_dlock_url_from_the_environment) {
+  cli_test_t t;
+  cli_proc_t holder, p;
+
+  start_test(&t);
+  start_holder(&t, &holder, "envurl", "2");
+  child_dlock_url = rp_url(t.server);
+  ASSERT_EQ(run_cli_bare(&t, &p, "status", "--json", "envurl", NULL), 0);
+  child_dlock_url = NULL;
+  assert_file_contains(p.out, "\"locked\":true");
+  ASSERT_EQ(wait_cli(&holder), 0);
+  end_test(&t);
+}
+
+/* ---- dlock unlock --force ---------------------------------------------- */
+
+TEST(cli_unlock_force_removes_and_refuses_without_force) {
+  cli_test_t t;
+  cli_proc_t holder, p;
+
+  start_test(&t);
+  start_holder(&t, &holder, "stuck", "30");
+
+  ASSERT_EQ(run_cli(&t, &p, "unlock", "stuck", NULL), 64);
+  assert_file_contains(p.err, "without --force");
+  ASSERT_EQ(key_exists(&t, "stuck"), 1);
+
+  ASSERT_EQ(run_cli(&t, &p, "unlock", "--force", "stuck", NULL), 0);
+  assert_file_contains(p.out, "removed lock 'stuck'");
+  assert_file_contains(p.out, "(x1)");
+  ASSERT_EQ(key_exists(&t, "stuck"), 0);
+
+  /* The holder's watchdog notices and its command is stopped. */
+  ASSERT_EQ(wait_cli(&holder), 76);
+
+  ASSERT_EQ(run_cli(&t, &p, "unlock", "--force", "stuck", NULL), 0);
+  assert_file_contains(p.out, "nothing removed");
+  end_test(&t);
+}
