@@ -19,6 +19,9 @@ CTEST ?= ctest
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
+# Quieter nested makes (cmake --build runs make again).
+MAKEFLAGS += --no-print-directory
+
 # What "make" configures. DLOCK_WERROR is left as it is in the cache, so
 # that switching between "make" and "make test" does not rebuild it all.
 CONFIGURE = $(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)

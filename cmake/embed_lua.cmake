@@ -13,6 +13,11 @@
 # would reject UTF-8 in a comment. The SHA1 is that of the exact file bytes,
 # the digest Redis computes for SCRIPT LOAD, so EVALSHA works without a load.
 # Characters of NAME that cannot appear in a C identifier become '_'.
+#
+# It also defines dlock__scripts_all, every script in file-name order and
+# then NULL, for code that handles them all (tests, loading at connect):
+#
+#   extern const dlock__script *const dlock__scripts_all[];
 
 if(NOT OUT)
   message(FATAL_ERROR "embed_lua.cmake: OUT is not set")
@@ -21,6 +26,7 @@ endif()
 set(text "/* Generated from the scripts in src/lua by cmake/embed_lua.cmake; do not edit. */\n")
 string(APPEND text "#include \"scripts.h\"\n")
 
+set(table "")
 foreach(path IN LISTS FILES)
   get_filename_component(name "${path}" NAME_WE)
   string(MAKE_C_IDENTIFIER "${name}" ident)
@@ -39,6 +45,10 @@ foreach(path IN LISTS FILES)
   string(APPEND text "const dlock__script dlock__script_${ident} = {\n")
   string(APPEND text "    \"${name}\", dlock__body_${ident}, ${len},\n")
   string(APPEND text "    \"${sha}\"};\n")
+  string(APPEND table "    &dlock__script_${ident},\n")
 endforeach()
+
+string(APPEND text "\nextern const dlock__script *const dlock__scripts_all[];\n")
+string(APPEND text "const dlock__script *const dlock__scripts_all[] = {\n${table}    NULL};\n")
 
 file(WRITE "${OUT}" "${text}")
