@@ -31,7 +31,9 @@ static void expect_str(redisReply *r, const char *want) {
   freeReplyObject(r);
 }
 
-static void expect_ping(rp_server_t *s) { expect_str(rp_cmd(s, "PING"), "PONG"); }
+static void expect_ping(rp_server_t *s) {
+  expect_str(rp_cmd(s, "PING"), "PONG");
+}
 
 /* 1 when 'path' exists. */
 static int exists(const char *path) {
@@ -255,8 +257,8 @@ TEST(exit_stops_servers) {
     if (rp_start(NULL, &s) != 0)
       _exit(3);
     char line[400];
-    int n = snprintf(line, sizeof(line), "%ld %s\n", (long)rp_pid(s),
-                     rp_dir(s));
+    int n =
+        snprintf(line, sizeof(line), "%ld %s\n", (long)rp_pid(s), rp_dir(s));
     if (write(fds[1], line, (size_t)n) != n)
       _exit(4);
     exit(1); /* what a failed assertion does */
@@ -332,8 +334,8 @@ static int run_self(const char *args, char *out, size_t outn) {
 
 TEST(runner_reports_failure_and_timeout) {
   char out[4096];
-  ASSERT_EQ(run_self("runner_failing runner_hanging start_tcp 2>/dev/null",
-                     out, sizeof(out)),
+  ASSERT_EQ(run_self("runner_failing runner_hanging start_tcp 2>/dev/null", out,
+                     sizeof(out)),
             1);
   if (strstr(out, "FAIL runner_failing: test_harness.c:") == NULL ||
       strstr(out, "ASSERT_EQ(1 + 1, 3) failed: 1 + 1 is 2, expected == 3") ==

@@ -724,8 +724,8 @@ void rp_free(rp_server_t *s) {
 /* ---- commands ----------------------------------------------------------- */
 
 static int timed_out(const redisContext *c) {
-  return c->err == REDIS_ERR_IO && (strstr(c->errstr, "temporarily") ||
-                                    strstr(c->errstr, "timed out"));
+  return c->err == REDIS_ERR_IO &&
+         (strstr(c->errstr, "temporarily") || strstr(c->errstr, "timed out"));
 }
 
 /* Sends one formatted command. A cached connection that turns out to be

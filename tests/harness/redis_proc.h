@@ -34,8 +34,8 @@ typedef struct rp_server rp_server_t;
 typedef struct rp_options {
   int unix_socket;         /* 1: listen on a unix socket only (port 0) */
   const char *requirepass; /* NULL: no password */
-  int appendonly;          /* 1: AOF on (appendfsync always), survives restart */
-  const char *extra_conf;  /* extra redis.conf lines, may be NULL */
+  int appendonly;         /* 1: AOF on (appendfsync always), survives restart */
+  const char *extra_conf; /* extra redis.conf lines, may be NULL */
 } rp_options_t;
 
 void rp_options_init(rp_options_t *o);
@@ -51,11 +51,12 @@ const char *rp_socket(const rp_server_t *s); /* NULL for TCP */
 pid_t rp_pid(const rp_server_t *s);          /* 0 while stopped or killed */
 const char *rp_dir(const rp_server_t *s);    /* the server's temp dir */
 
-int rp_pause(rp_server_t *s);   /* SIGSTOP, returns once it is stopped */
-int rp_resume(rp_server_t *s);  /* SIGCONT, returns once it runs again */
-int rp_kill(rp_server_t *s);    /* SIGKILL and reap; dir kept */
-int rp_stop(rp_server_t *s);    /* SHUTDOWN-like SIGTERM and reap; dir kept */
-int rp_restart(rp_server_t *s); /* stop (if running) + start on the same address */
+int rp_pause(rp_server_t *s);  /* SIGSTOP, returns once it is stopped */
+int rp_resume(rp_server_t *s); /* SIGCONT, returns once it runs again */
+int rp_kill(rp_server_t *s);   /* SIGKILL and reap; dir kept */
+int rp_stop(rp_server_t *s);   /* SHUTDOWN-like SIGTERM and reap; dir kept */
+/* Stops the server (if running) and starts it on the same address. */
+int rp_restart(rp_server_t *s);
 
 /* Stops the server if running, removes its temp dir, frees 's'. NULL ok. */
 void rp_free(rp_server_t *s);

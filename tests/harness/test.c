@@ -64,8 +64,7 @@ void test_sleep_ms(int64_t ms) {
 
 const char *test_current_name(void) { return current_name; }
 
-void test__register(const char *name, test_fn fn, const char *file,
-                    int line) {
+void test__register(const char *name, test_fn fn, const char *file, int line) {
   if (ntests == cap) {
     size_t ncap = cap ? cap * 2 : 64;
     test_entry *n = realloc(tests, ncap * sizeof(*n));
@@ -266,9 +265,8 @@ static int run_one(const test_entry *t, double timeout_s) {
   if (timed_out)
     printf("FAIL %s: timed out after %g s\n", t->name, timeout_s);
   else if (WIFSIGNALED(status))
-    printf("FAIL %s: killed by signal %d (%s)%s%s\n", t->name,
-           WTERMSIG(status), strsignal(WTERMSIG(status)), n > 0 ? ": " : "",
-           reason);
+    printf("FAIL %s: killed by signal %d (%s)%s%s\n", t->name, WTERMSIG(status),
+           strsignal(WTERMSIG(status)), n > 0 ? ": " : "", reason);
   else if (n > 0)
     printf("FAIL %s: %s\n", t->name, reason);
   else

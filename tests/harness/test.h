@@ -38,7 +38,7 @@ typedef void (*test_fn)(void);
 /* Defines the test 'name' and registers it before main() runs. */
 #define TEST(name)                                                             \
   static void test_##name(void);                                               \
-  __attribute__((constructor)) static void test__register_##name(void) {      \
+  __attribute__((constructor)) static void test__register_##name(void) {       \
     test__register(#name, test_##name, __FILE__, __LINE__);                    \
   }                                                                            \
   static void test_##name(void)
@@ -96,8 +96,8 @@ typedef void (*test_fn)(void);
 #define ASSERT_NOT_NULL(p)                                                     \
   do {                                                                         \
     if ((const void *)(p) == NULL)                                             \
-      test__fail(__FILE__, __LINE__,                                           \
-                 "ASSERT_NOT_NULL(%s) failed: %s is NULL", #p, #p);            \
+      test__fail(__FILE__, __LINE__, "ASSERT_NOT_NULL(%s) failed: %s is NULL", \
+                 #p, #p);                                                      \
   } while (0)
 
 /* A dlock call that must return 0. On failure prints the code's name and
