@@ -907,6 +907,29 @@ TEST(cli_lost_lock_stops_the_command) {
   end_test(&t);
 }
 
+TEST(cli_unreachable_redis_past_the_lease_stops_the_command) {
+  cli_test_t t;
+  cli_proc_t p;
+  char script[512];
+
+  start_test(&t);
+  term_recording_script(&t, script, sizeof script);
+  start_cli(&t, &p, "--watchdog", "600ms", "run", "--grace", "3s", "paused",
+            "--", "sh", "-c", script, NULL);
+  ASSERT_EQ(wait_for_file(scratch(&t, "pid"), 5000), 0);
+  int64_t t0 = test_now_ms();
+  ASSERT_EQ(rp_pause(t.server), 0);
+  ASSERT_EQ(wait_cli(&p), 76);
+  int64_t took = test_now_ms() - t0;
+  printf("redis paused -> dlock exited after %lld ms\n", (long long)took);
+  ASSERT_EQ(rp_resume(t.server), 0);
+  /* The key expires 600 ms after its last renewal at most; dlock must
+   * notice soon after, not wait for Redis to come back. */
+  ASSERT_LT(took, 1500);
+  assert_file_contains(scratch(&t, "term"), "TERM");
+  end_test(&t);
+}
+
 TEST(cli_lost_lock_sigkill_after_grace) {
   cli_test_t t;
   cli_proc_t p;

@@ -167,6 +167,12 @@ int cli_open_client(const cli_command_t *cmd, const cli_globals_t *g,
   dlock_options_init(&o);
   o.url = g->url;
   o.watchdog_timeout_ms = g->watchdog_ms;
+  /* A renewal stuck on an unresponsive server delays the news that the
+   * lock expired until the command times out; bounding commands by one
+   * renewal period keeps that delay below a third of the lease. With the
+   * default 30 s watchdog the library's default timeout already is. */
+  if (o.command_timeout_ms > g->watchdog_ms / 3)
+    o.command_timeout_ms = g->watchdog_ms / 3;
   o.on_lost = on_lost;
   o.on_lost_data = on_lost_data;
 

@@ -399,10 +399,13 @@ static int start_command(run_state_t *r, const child_start_state_t *start) {
  * the command's work may have overlapped another holder's.
  */
 static int release_lock(run_state_t *r, int status) {
-  int rc = dlock_unlock_as(r->lock, r->owner);
-
+  /* A lost lock is not released: there is nothing left to release, and
+   * when Redis is unreachable the attempt would only delay the exit by the
+   * command timeout. */
   if (r->lost)
-    return EXIT_LOCK_LOST; /* the release above was only a courtesy */
+    return EXIT_LOCK_LOST;
+
+  int rc = dlock_unlock_as(r->lock, r->owner);
   if (rc == DLOCK_ELOST || rc == DLOCK_ENOTHELD) {
     cli_error(r->cmd, "lock '%s' was lost while the command ran (found at "
                       "release)",
@@ -426,7 +429,8 @@ static int run_command_under_lock(run_state_t *r,
   if (rc == 0)
     rc = start_command(r, start);
   if (rc != 0) {
-    dlock_unlock_as(r->lock, r->owner);
+    if (!r->lost)
+      dlock_unlock_as(r->lock, r->owner);
     return rc;
   }
   supervise_command(r);
