@@ -864,6 +864,61 @@ TEST(cli_sigint_is_forwarded) {
   end_test(&t);
 }
 
+/*
+ * Ctrl-C at a terminal signals the whole foreground process group, so the
+ * command gets SIGINT from the terminal itself; dlock must not pass on its
+ * own copy, or the command would see two (many programs treat a second
+ * Ctrl-C as "abort now"). dlock runs here as a session leader on a pty.
+ */
+TEST(cli_terminal_ctrl_c_reaches_the_command_once) {
+  cli_test_t t;
+  cli_proc_t p;
+  char script[512];
+  const char *ints;
+
+  start_test(&t);
+  ints = scratch(&t, "ints");
+  snprintf(script, sizeof script,
+           "trap 'echo INT >> %s' INT; echo $$ > %s; i=0; "
+           "while [ $i -lt 8 ]; do sleep 0.1 & wait; i=$((i+1)); done; exit 5",
+           ints, scratch(&t, "pid"));
+  int master = posix_openpt(O_RDWR | O_NOCTTY);
+  ASSERT(master >= 0);
+  ASSERT_EQ(grantpt(master), 0);
+  ASSERT_EQ(unlockpt(master), 0);
+  char slave[128];
+  ASSERT_EQ(ptsname_r(master, slave, sizeof slave), 0);
+
+  snprintf(p.out, sizeof p.out, "%s/out.tty", t.dir);
+  snprintf(p.err, sizeof p.err, "%s/err.tty", t.dir);
+  fflush(NULL);
+  p.pid = fork();
+  ASSERT(p.pid >= 0);
+  if (p.pid == 0) {
+    /* A new session whose controlling terminal is the pty: opening it
+     * makes dlock's process group the foreground one. */
+    setsid();
+    redirect(0, slave, O_RDWR);
+    redirect(1, p.out, O_WRONLY | O_CREAT | O_TRUNC);
+    redirect(2, p.err, O_WRONLY | O_CREAT | O_TRUNC);
+    for (int fd = 3; fd < 1024; fd++)
+      close(fd);
+    execl(cli_path(), cli_path(), "--url", rp_url(t.server), "run", "tty",
+          "sh", "-c", script, (char *)NULL);
+    _exit(122);
+  }
+  ASSERT_EQ(wait_for_file(scratch(&t, "pid"), 5000), 0);
+  test_sleep_ms(100);
+  ASSERT_EQ(write(master, "\003", 1), 1);
+  ASSERT_EQ(wait_cli(&p), 5);
+  close(master);
+  char *text = slurp(ints);
+  ASSERT_STR_EQ(text, "INT\n");
+  free(text);
+  ASSERT_EQ(key_exists(&t, "tty"), 0);
+  end_test(&t);
+}
+
 TEST(cli_signal_while_waiting_stops_without_running) {
   cli_test_t t;
   cli_proc_t holder, p;
