@@ -425,6 +425,16 @@ static int json_parse_value(json_reader_t *r, json_t *out) {
   return 0;
 }
 
+static void json_free(json_t *v) {
+  for (size_t i = 0; i < v->n; i++) {
+    json_free(&v->items[i]);
+    free(v->keys ? v->keys[i] : NULL);
+  }
+  free(v->items);
+  free(v->keys);
+  free(v->str);
+}
+
 /* Parses one complete JSON document; fails the test when it is not. */
 static void json_parse(const char *text, json_t *out) {
   json_reader_t r = {text, NULL};
@@ -1071,6 +1081,8 @@ TEST(cli_status_json_describes_held_and_free_locks) {
   json_parse(second, &free_lock);
   check_held_report(&held, "report");
   check_free_report(&free_lock, odd);
+  json_free(&held);
+  json_free(&free_lock);
   free(out);
 
   /* The table says the same for people. */
@@ -1086,6 +1098,7 @@ TEST(cli_status_json_describes_held_and_free_locks) {
   json_parse(out, &free_lock);
   check_free_report(&free_lock, "report");
   ASSERT_GE(json_get(&free_lock, "token", J_NUM)->num, 1);
+  json_free(&free_lock);
   free(out);
   end_test(&t);
 }
