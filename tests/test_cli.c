@@ -234,8 +234,7 @@ static int run_cli(cli_test_t *t, cli_proc_t *p, const char *first, ...) {
 }
 
 /* The same without the --url prefix, for checks of the command line. */
-static int run_cli_bare(cli_test_t *t, cli_proc_t *p, const char *first,
-                        ...) {
+static int run_cli_bare(cli_test_t *t, cli_proc_t *p, const char *first, ...) {
   const char *args[64];
   va_list ap;
 
@@ -249,8 +248,7 @@ static int run_cli_bare(cli_test_t *t, cli_proc_t *p, const char *first,
 static void assert_file_contains(const char *path, const char *needle) {
   char *text = slurp(path);
   if (strstr(text, needle) == NULL)
-    TEST_FAIL("%s does not contain \"%s\"; it holds:\n%s", path, needle,
-              text);
+    TEST_FAIL("%s does not contain \"%s\"; it holds:\n%s", path, needle, text);
   free(text);
 }
 
@@ -445,8 +443,8 @@ static void json_parse(const char *text, json_t *out) {
       json_fail(&r, "trailing characters");
   }
   if (r.error != NULL)
-    TEST_FAIL("bad JSON (%s) at offset %d of: %s", r.error,
-              (int)(r.p - text), text);
+    TEST_FAIL("bad JSON (%s) at offset %d of: %s", r.error, (int)(r.p - text),
+              text);
 }
 
 /* The member 'key' of object 'o', of type 'type'; fails when absent. */
@@ -518,23 +516,23 @@ TEST(cli_bad_usage_exits_64) {
   ran = scratch(&t, "ran");
   expect_usage_error(&t, "missing command", NULL);
   expect_usage_error(&t, "unknown command 'lock'", "lock", "x", NULL);
-  expect_usage_error(&t, "unknown option '--frobnicate'", "run",
-                     "--frobnicate", "x", "true", NULL);
-  expect_usage_error(&t, "unknown unit", "run", "--wait", "5x", "x",
-                     "touch", ran, NULL);
+  expect_usage_error(&t, "unknown option '--frobnicate'", "run", "--frobnicate",
+                     "x", "true", NULL);
+  expect_usage_error(&t, "unknown unit", "run", "--wait", "5x", "x", "touch",
+                     ran, NULL);
   expect_usage_error(&t, "cannot be negative", "run", "--wait", "-1", "x",
                      "touch", ran, NULL);
-  expect_usage_error(&t, "fractions", "run", "--grace=1.5s", "x", "touch",
-                     ran, NULL);
+  expect_usage_error(&t, "fractions", "run", "--grace=1.5s", "x", "touch", ran,
+                     NULL);
   expect_usage_error(&t, "too long", "run", "--lease", "99999999999h", "x",
                      "touch", ran, NULL);
-  expect_usage_error(&t, "too short", "run", "--lease", "0", "x", "touch",
-                     ran, NULL);
+  expect_usage_error(&t, "too short", "run", "--lease", "0", "x", "touch", ran,
+                     NULL);
   expect_usage_error(&t, "missing value", "run", "x", "--wait", NULL);
   expect_usage_error(&t, "more than once", "run", "--wait", "1s", "--wait",
                      "2s", "x", "touch", ran, NULL);
-  expect_usage_error(&t, "more than once", "--url", "redis://h", "status",
-                     "x", NULL);
+  expect_usage_error(&t, "more than once", "--url", "redis://h", "status", "x",
+                     NULL);
   expect_usage_error(&t, "missing command to run", "run", "x", NULL);
   expect_usage_error(&t, "missing lock name", "run", NULL);
   expect_usage_error(&t, "lock name is empty", "run", "", "true", NULL);
@@ -550,8 +548,8 @@ TEST(cli_bad_url_exits_64_and_masks_password) {
   cli_proc_t p;
 
   start_test(&t);
-  ASSERT_EQ(run_cli_bare(&t, &p, "--url", "http://:hunter22@h:1", "status",
-                         "x", NULL),
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", "http://:hunter22@h:1", "status", "x",
+                         NULL),
             64);
   assert_file_contains(p.err, "--url");
   assert_file_contains(p.err, "***");
@@ -572,15 +570,13 @@ TEST(cli_unreachable_server_exits_69) {
   snprintf(url, sizeof url, "redis://:hunter22@127.0.0.1:%d",
            rp_port(t.server));
   ASSERT_EQ(rp_stop(t.server), 0);
-  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "run", "x", "touch", ran,
-                         NULL),
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "run", "x", "touch", ran, NULL),
             69);
   ASSERT(!file_exists(ran));
   assert_file_contains(p.err, "redis://:***@127.0.0.1:");
   assert_file_lacks(p.err, "hunter22");
   ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "status", "x", NULL), 69);
-  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "unlock", "--force", "x",
-                         NULL),
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "unlock", "--force", "x", NULL),
             69);
   end_test(&t);
 }
@@ -598,13 +594,12 @@ TEST(cli_refused_password_exits_69) {
   ASSERT_EQ(rp_start(&o, &secured), 0);
   snprintf(url, sizeof url, "redis://:wrong-password@127.0.0.1:%d",
            rp_port(secured));
-  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "run", "x", "true", NULL),
-            69);
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "run", "x", "true", NULL), 69);
   assert_file_lacks(p.err, "wrong-password");
   /* The right password works. */
-  ASSERT_EQ(run_cli_bare(&t, &p, "--url", rp_url(secured), "run", "x",
-                         "true", NULL),
-            0);
+  ASSERT_EQ(
+      run_cli_bare(&t, &p, "--url", rp_url(secured), "run", "x", "true", NULL),
+      0);
   rp_free(secured);
   end_test(&t);
 }
@@ -618,11 +613,9 @@ TEST(cli_run_exits_with_the_command_status) {
   start_test(&t);
   ASSERT_EQ(run_cli(&t, &p, "run", "job", "--", "true", NULL), 0);
   ASSERT_EQ(run_cli(&t, &p, "run", "job", "sh", "-c", "exit 3", NULL), 3);
-  ASSERT_EQ(run_cli(&t, &p, "run", "job", "--", "sh", "-c", "kill -9 $$",
-                    NULL),
+  ASSERT_EQ(run_cli(&t, &p, "run", "job", "--", "sh", "-c", "kill -9 $$", NULL),
             128 + SIGKILL);
-  ASSERT_EQ(run_cli(&t, &p, "run", "job", "--", "no-such-command-xyz",
-                    NULL),
+  ASSERT_EQ(run_cli(&t, &p, "run", "job", "--", "no-such-command-xyz", NULL),
             127);
   assert_file_contains(p.err, "no-such-command-xyz");
   ASSERT_EQ(run_cli(&t, &p, "run", "job", "--", "/dev/null", NULL), 126);
@@ -738,8 +731,8 @@ TEST(cli_run_command_inherits_no_extra_descriptors) {
  * and waits until it holds the lock. */
 static void start_holder(cli_test_t *t, cli_proc_t *p, const char *name,
                          const char *sleep_s) {
-  start_cli(t, p, "--watchdog", "600ms", "run", name, "--", "sleep",
-            sleep_s, NULL);
+  start_cli(t, p, "--watchdog", "600ms", "run", name, "--", "sleep", sleep_s,
+            NULL);
   wait_until_held(t, name);
 }
 
@@ -752,8 +745,7 @@ TEST(cli_run_not_acquired_exits_75_without_running) {
   ran = scratch(&t, "ran");
   start_holder(&t, &holder, "busy", "3");
 
-  ASSERT_EQ(run_cli(&t, &p, "run", "--wait", "0", "busy", "touch", ran,
-                    NULL),
+  ASSERT_EQ(run_cli(&t, &p, "run", "--wait", "0", "busy", "touch", ran, NULL),
             75);
   assert_file_contains(p.err, "'busy'");
   assert_file_contains(p.err, "not acquired");
@@ -781,8 +773,7 @@ TEST(cli_run_waits_for_the_lock_to_be_released) {
   start_cli(&t, &holder, "run", "queue", "sleep", "1", NULL);
   wait_until_held(&t, "queue");
   int64_t t0 = test_now_ms();
-  ASSERT_EQ(run_cli(&t, &p, "run", "--wait", "5s", "queue", "true", NULL),
-            0);
+  ASSERT_EQ(run_cli(&t, &p, "run", "--wait", "5s", "queue", "true", NULL), 0);
   /* Woken by the release, not after a timeout or a poll interval. */
   ASSERT_LT(test_now_ms() - t0, 2500);
   ASSERT_EQ(wait_cli(&holder), 0);
@@ -913,8 +904,8 @@ TEST(cli_terminal_ctrl_c_reaches_the_command_once) {
     redirect(2, p.err, O_WRONLY | O_CREAT | O_TRUNC);
     for (int fd = 3; fd < 1024; fd++)
       close(fd);
-    execl(cli_path(), cli_path(), "--url", rp_url(t.server), "run", "tty",
-          "sh", "-c", script, (char *)NULL);
+    execl(cli_path(), cli_path(), "--url", rp_url(t.server), "run", "tty", "sh",
+          "-c", script, (char *)NULL);
     _exit(122);
   }
   ASSERT_EQ(wait_for_file(scratch(&t, "pid"), 5000), 0);
@@ -957,8 +948,8 @@ TEST(cli_lost_lock_stops_the_command) {
 
   start_test(&t);
   term_recording_script(&t, script, sizeof script);
-  start_cli(&t, &p, "--watchdog", "600ms", "run", "--grace", "3s", "lost",
-            "--", "sh", "-c", script, NULL);
+  start_cli(&t, &p, "--watchdog", "600ms", "run", "--grace", "3s", "lost", "--",
+            "sh", "-c", script, NULL);
   ASSERT_EQ(wait_for_file(scratch(&t, "pid"), 5000), 0);
   int64_t t0 = test_now_ms();
   delete_key(&t, "lost");
@@ -1067,8 +1058,7 @@ TEST(cli_status_json_describes_held_and_free_locks) {
 
   start_test(&t);
   start_holder(&t, &holder, "report", "3");
-  ASSERT_EQ(run_cli(&t, &p, "status", "--json", "report", "--", odd, NULL),
-            0);
+  ASSERT_EQ(run_cli(&t, &p, "status", "--json", "report", "--", odd, NULL), 0);
   char *out = slurp(p.out);
   char *save = NULL;
   char *first = strtok_r(out, "\n", &save);

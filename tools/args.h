@@ -33,11 +33,11 @@ typedef struct arg_parser {
   size_t noptions;
   int argc;
   char **argv;
-  int index;                     /* the next argument to look at */
-  int options_ended;             /* 1 after "--" */
-  const char *value;             /* value of the last option or positional */
-  int seen[ARG_MAX_OPTIONS];     /* how often each option came */
-  char problem[160];             /* what was wrong, for ARG_ERROR */
+  int index;                 /* the next argument to look at */
+  int options_ended;         /* 1 after "--" */
+  const char *value;         /* value of the last option or positional */
+  int seen[ARG_MAX_OPTIONS]; /* how often each option came */
+  char problem[160];         /* what was wrong, for ARG_ERROR */
 } arg_parser_t;
 
 void arg_parser_init(arg_parser_t *p, const arg_option_t *options,

@@ -13,8 +13,8 @@ void cli_globals_init(cli_globals_t *g) {
   const char *env_url = getenv("DLOCK_URL");
 
   memset(g, 0, sizeof *g);
-  g->url = (env_url != NULL && env_url[0] != '\0') ? env_url
-                                                   : DLOCK_DEFAULT_URL;
+  g->url =
+      (env_url != NULL && env_url[0] != '\0') ? env_url : DLOCK_DEFAULT_URL;
   g->watchdog_ms = 30000;
 }
 
@@ -95,8 +95,8 @@ int cli_parse_duration(const cli_command_t *cmd, const char *name,
   if (*ms < min_ms) {
     char min_text[32];
     duration_format_exact(min_ms, min_text, sizeof min_text);
-    return cli_usage_error(cmd, "--%s: '%s' is too short (at least %s)",
-                           name, value, min_text);
+    return cli_usage_error(cmd, "--%s: '%s' is too short (at least %s)", name,
+                           value, min_text);
   }
   return 0;
 }
@@ -107,8 +107,9 @@ int cli_check_lock_name(const cli_command_t *cmd, const char *name) {
   if (len == 0)
     return cli_usage_error(cmd, "the lock name is empty");
   if (len > DLOCK_NAME_MAX)
-    return cli_usage_error(cmd, "the lock name is %zu bytes long; the "
-                                "limit is %d",
+    return cli_usage_error(cmd,
+                           "the lock name is %zu bytes long; the "
+                           "limit is %d",
                            len, DLOCK_NAME_MAX);
   return 0;
 }
@@ -192,8 +193,7 @@ int cli_open_client(const cli_command_t *cmd, const cli_globals_t *g,
     return rc;
   }
   char what[512];
-  snprintf(what, sizeof what, "cannot use %s",
-           shown ? shown : "the Redis URL");
+  snprintf(what, sizeof what, "cannot use %s", shown ? shown : "the Redis URL");
   free(shown);
   return cli_fail(cmd, rc, what);
 }

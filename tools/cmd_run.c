@@ -74,7 +74,8 @@ typedef struct run_state {
   const run_options_t *opt;
   dlock_client_t *client;
   dlock_t *lock;
-  uint64_t owner; /* the lock's owner id: taken on one thread, freed on another */
+  uint64_t
+      owner; /* the lock's owner id: taken on one thread, freed on another */
   uint64_t token;
   int64_t lease_deadline; /* monotonic ms when a fixed lease ends; -1 none */
   pid_t child;
@@ -117,16 +118,15 @@ static int apply_run_option(const cli_command_t *cmd, cli_globals_t *g,
  * everything after a "--" that follows NAME, is the command. Returns 0,
  * -1 after --help, or EXIT_USAGE.
  */
-static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g,
-                          int argc, char **argv, run_options_t *o) {
-  static const arg_option_t options[] = {
-      {"wait", 0, 1},     {"lease", 0, 1}, {"grace", 0, 1},
-      {"help", 'h', 0},   {"url", 0, 1},   {"watchdog", 0, 1}};
+static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
+                          char **argv, run_options_t *o) {
+  static const arg_option_t options[] = {{"wait", 0, 1},  {"lease", 0, 1},
+                                         {"grace", 0, 1}, {"help", 'h', 0},
+                                         {"url", 0, 1},   {"watchdog", 0, 1}};
   arg_parser_t p;
   int rc = 0;
 
-  arg_parser_init(&p, options, sizeof options / sizeof options[0], argc,
-                  argv);
+  arg_parser_init(&p, options, sizeof options / sizeof options[0], argc, argv);
   while (rc == 0 && o->command == NULL) {
     int opt = arg_next(&p);
     if (opt == ARG_END)
@@ -205,8 +205,9 @@ static int report_not_acquired(const run_state_t *r) {
   char wait_text[32];
 
   if (r->opt->wait_ms == 0) {
-    cli_error(r->cmd, "lock '%s' is held elsewhere; not acquired "
-                      "(--wait 0: a single try)",
+    cli_error(r->cmd,
+              "lock '%s' is held elsewhere; not acquired "
+              "(--wait 0: a single try)",
               r->opt->name);
   } else {
     duration_format_exact(r->opt->wait_ms, wait_text, sizeof wait_text);
@@ -234,8 +235,7 @@ static int64_t lease_deadline_after_acquisition(run_state_t *r) {
 
 /* Takes the lock; 0 when held, else the exit status after a message. */
 static int acquire_lock(run_state_t *r) {
-  acquisition_t a = {r->lock, r->owner, r->opt->wait_ms, r->opt->lease_ms,
-                     0};
+  acquisition_t a = {r->lock, r->owner, r->opt->wait_ms, r->opt->lease_ms, 0};
   pthread_t thread;
   char what[256];
 
@@ -254,14 +254,12 @@ static int acquire_lock(run_state_t *r) {
   if (a.result == DLOCK_ETIMEDOUT)
     return report_not_acquired(r);
   if (a.result != 0) {
-    snprintf(what, sizeof what, "cannot acquire lock '%.200s'",
-             r->opt->name);
+    snprintf(what, sizeof what, "cannot acquire lock '%.200s'", r->opt->name);
     return cli_fail(r->cmd, a.result, what);
   }
   r->token = dlock_token_as(r->lock, r->owner);
-  r->lease_deadline = r->opt->lease_ms > 0
-                          ? lease_deadline_after_acquisition(r)
-                          : -1;
+  r->lease_deadline =
+      r->opt->lease_ms > 0 ? lease_deadline_after_acquisition(r) : -1;
   return 0;
 }
 
@@ -282,8 +280,9 @@ static void stop_command_after_loss(run_state_t *r, const char *why) {
     return;
   r->lost = 1;
   duration_format_exact(r->opt->grace_ms, grace, sizeof grace);
-  cli_error(r->cmd, "lock '%s' lost while the command ran (%s); sending "
-                    "SIGTERM, SIGKILL in %s",
+  cli_error(r->cmd,
+            "lock '%s' lost while the command ran (%s); sending "
+            "SIGTERM, SIGKILL in %s",
             r->opt->name, why, grace);
   kill(r->child, SIGTERM);
   r->kill_deadline = monotonic_ms() + r->opt->grace_ms;
@@ -380,8 +379,8 @@ static int check_events_before_start(run_state_t *r) {
 }
 
 static int start_command(run_state_t *r, const child_start_state_t *start) {
-  int err = child_start(start, r->opt->command, r->opt->name, r->token,
-                        &r->child);
+  int err =
+      child_start(start, r->opt->command, r->opt->name, r->token, &r->child);
 
   if (err == 0)
     return 0;
@@ -407,15 +406,17 @@ static int release_lock(run_state_t *r, int status) {
 
   int rc = dlock_unlock_as(r->lock, r->owner);
   if (rc == DLOCK_ELOST || rc == DLOCK_ENOTHELD) {
-    cli_error(r->cmd, "lock '%s' was lost while the command ran (found at "
-                      "release)",
+    cli_error(r->cmd,
+              "lock '%s' was lost while the command ran (found at "
+              "release)",
               r->opt->name);
     return EXIT_LOCK_LOST;
   }
   if (rc != 0) {
     char what[256];
-    snprintf(what, sizeof what, "could not release lock '%.200s'; it "
-                                "expires by itself",
+    snprintf(what, sizeof what,
+             "could not release lock '%.200s'; it "
+             "expires by itself",
              r->opt->name);
     cli_fail(r->cmd, rc, what);
   }
@@ -480,6 +481,7 @@ static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
 }
 
 const cli_command_t cli_cmd_run = {
-    "run", "dlock run [--wait DUR] [--lease DUR] [--grace DUR] NAME [--] CMD "
-           "[ARG]...",
+    "run",
+    "dlock run [--wait DUR] [--lease DUR] [--grace DUR] NAME [--] CMD "
+    "[ARG]...",
     "run a command while holding a lock", run_main, print_run_help};

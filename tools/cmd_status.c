@@ -61,8 +61,8 @@ static int fetch_reports(const cli_command_t *cmd, dlock_client_t *client,
     return cli_fail(cmd, DLOCK_ENOMEM, "status");
   for (size_t i = 0; i < n; i++) {
     reports[i].name = names[i];
-    int rc = dlock_inspect(client, names[i], strlen(names[i]),
-                           &reports[i].info);
+    int rc =
+        dlock_inspect(client, names[i], strlen(names[i]), &reports[i].info);
     if (rc != 0) {
       char what[256];
       snprintf(what, sizeof what, "cannot inspect lock '%.200s'", names[i]);
@@ -188,10 +188,10 @@ static void print_waiter_lines(FILE *out, const dlock_info_t *info) {
     const dlock_waiter_t *w = &info->waiters[i];
     char *owner = visible_copy(w->owner);
     char left[32];
-    duration_format_human(w->deadline_ms > now ? w->deadline_ms - now : 0,
-                          left, sizeof left);
-    fprintf(out, "  waiter %zu: %s (dropped in %s unless it retries)\n",
-            i + 1, owner ? owner : "?", left);
+    duration_format_human(w->deadline_ms > now ? w->deadline_ms - now : 0, left,
+                          sizeof left);
+    fprintf(out, "  waiter %zu: %s (dropped in %s unless it retries)\n", i + 1,
+            owner ? owner : "?", left);
     free(owner);
   }
 }
@@ -250,8 +250,7 @@ static int parse_status_args(const cli_command_t *cmd, cli_globals_t *g,
   arg_parser_t p;
   int rc = 0;
 
-  arg_parser_init(&p, options, sizeof options / sizeof options[0], argc,
-                  argv);
+  arg_parser_init(&p, options, sizeof options / sizeof options[0], argc, argv);
   while (rc == 0) {
     int opt = arg_next(&p);
     if (opt == ARG_END)

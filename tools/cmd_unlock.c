@@ -78,8 +78,7 @@ static int unlock_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
   int force = 0, rc = 0;
   arg_parser_t p;
 
-  arg_parser_init(&p, options, sizeof options / sizeof options[0], argc,
-                  argv);
+  arg_parser_init(&p, options, sizeof options / sizeof options[0], argc, argv);
   while (rc == 0) {
     int opt = arg_next(&p);
     if (opt == ARG_END)
@@ -89,8 +88,8 @@ static int unlock_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
     else if (opt == ARG_DASHDASH)
       continue; /* a name starting with '-' may follow */
     else if (opt == ARG_POSITIONAL && name != NULL)
-      rc = cli_usage_error(cmd, "one lock name at a time ('%s' and '%s')",
-                           name, p.value);
+      rc = cli_usage_error(cmd, "one lock name at a time ('%s' and '%s')", name,
+                           p.value);
     else if (opt == ARG_POSITIONAL)
       name = p.value;
     else if (strcmp(options[opt].long_name, "help") == 0) {
@@ -108,8 +107,9 @@ static int unlock_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
   if ((rc = cli_check_lock_name(cmd, name)) != 0)
     return rc;
   if (!force)
-    return cli_usage_error(cmd, "refusing to delete lock '%s' without "
-                                "--force: its holder may still be working",
+    return cli_usage_error(cmd,
+                           "refusing to delete lock '%s' without "
+                           "--force: its holder may still be working",
                            name);
 
   dlock_client_t *client = NULL;

@@ -11,8 +11,8 @@
 #include "cli.h"
 #include "exit_codes.h"
 
-static const cli_command_t *const commands[] = {
-    &cli_cmd_run, &cli_cmd_status, &cli_cmd_unlock};
+static const cli_command_t *const commands[] = {&cli_cmd_run, &cli_cmd_status,
+                                                &cli_cmd_unlock};
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
 static void print_main_help(FILE *out);
@@ -55,8 +55,7 @@ static const cli_command_t *find_command(const char *name) {
 
 int main(int argc, char **argv) {
   static const arg_option_t options[] = {
-      {"help", 'h', 0}, {"version", 'V', 0}, {"url", 0, 1},
-      {"watchdog", 0, 1}};
+      {"help", 'h', 0}, {"version", 'V', 0}, {"url", 0, 1}, {"watchdog", 0, 1}};
   cli_globals_t globals;
   arg_parser_t p;
 
@@ -72,8 +71,7 @@ int main(int argc, char **argv) {
     if (opt == ARG_POSITIONAL) {
       const cli_command_t *cmd = find_command(p.value);
       if (cmd == NULL)
-        return cli_usage_error(&dlock_itself, "unknown command '%s'",
-                               p.value);
+        return cli_usage_error(&dlock_itself, "unknown command '%s'", p.value);
       return cmd->run(cmd, &globals, arg_remaining_count(&p),
                       arg_remaining(&p));
     }

@@ -26,8 +26,7 @@ static int find_password(const char *url, size_t *start, size_t *len) {
 }
 
 /* A copy of 'text' with every occurrence of 'what' replaced by 'with'. */
-static char *replace_all(const char *text, const char *what,
-                         const char *with) {
+static char *replace_all(const char *text, const char *what, const char *with) {
   size_t what_len = strlen(what), with_len = strlen(with), count = 0;
 
   if (what_len == 0)
