@@ -222,6 +222,31 @@ static inline int64_t lu_wait_gone(rp_server_t *s, const char *k,
   return -1;
 }
 
+/* Calls of command 'cmd' (lower case, e.g. "evalsha") so far, from INFO
+ * commandstats; 0 when never called. */
+static inline int64_t lu_cmd_calls(rp_server_t *s, const char *cmd) {
+  redisReply *r = rp_cmd(s, "INFO commandstats");
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->type, REDIS_REPLY_STRING);
+  char pat[96];
+  snprintf(pat, sizeof(pat), "cmdstat_%s:calls=", cmd);
+  const char *p = strstr(r->str, pat);
+  int64_t n = p ? strtoll(p + strlen(pat), NULL, 10) : 0;
+  freeReplyObject(r);
+  return n;
+}
+
+/* Subscribers of channel 'chan' ('len' bytes), from PUBSUB NUMSUB. */
+static inline int64_t lu_numsub(rp_server_t *s, const char *chan, size_t len) {
+  redisReply *r = rp_cmd(s, "PUBSUB NUMSUB %b", chan, len);
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ(r->elements, 2);
+  int64_t n = (int64_t)r->element[1]->integer;
+  freeReplyObject(r);
+  return n;
+}
+
 /* ---- raw connections (for threads and children) ------------------------ */
 
 static inline redisContext *lu_connect(const rp_server_t *s) {

@@ -614,6 +614,84 @@ TEST(basic_layout_name_with_brace) {
   rp_free(s);
 }
 
+/* ---- client options ---------------------------------------------------- */
+
+TEST(basic_client_id_option_copied) {
+  rp_server_t *s = lu_server(1);
+  char id[64];
+  snprintf(id, sizeof(id), "%s", "svc-orders-7");
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.client_id = id;
+  dlock_client_t *c = lu_client_opts(&o);
+  /* Copied at open: changing the caller's buffer changes nothing. */
+  memset(id, 'x', sizeof(id) - 1);
+  ASSERT_STR_EQ(dlock_client_id(c), "svc-orders-7");
+  dlock_t *l = lu_get(c, "basic:cid");
+  ASSERT_DLOCK_OK(dlock_lock(l, 5000));
+  char f[128];
+  snprintf(f, sizeof(f), "svc-orders-7:%" PRIu64, dlock_self());
+  ASSERT_EQ(lu_hget_num(s, "basic:cid", f), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  dlock_free(l);
+  dlock_client_close(c);
+
+  /* Without one, each client draws its own UUID (36 characters). */
+  dlock_client_t *a = lu_client(s);
+  dlock_client_t *b = lu_client(s);
+  ASSERT_EQ(strlen(dlock_client_id(a)), 36);
+  ASSERT(strcmp(dlock_client_id(a), dlock_client_id(b)) != 0);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  rp_free(s);
+}
+
+static int64_t exists_in_db(rp_server_t *s, int db, const char *key) {
+  redisContext *r = lu_connect(s);
+  ASSERT_NOT_NULL(r);
+  redisReply *rep = redisCommand(r, "SELECT %d", db);
+  ASSERT_NOT_NULL(rep);
+  ASSERT_EQ(rep->type, REDIS_REPLY_STATUS);
+  freeReplyObject(rep);
+  int64_t n = lu_reply_int(redisCommand(r, "EXISTS %s", key));
+  redisFree(r);
+  return n;
+}
+
+TEST(basic_url_selects_database) {
+  rp_server_t *t = lu_server(0);
+  rp_server_t *u = lu_server(1);
+  char url[512];
+  dlock_options_t o;
+
+  snprintf(url, sizeof(url), "redis://127.0.0.1:%d/3", rp_port(t));
+  lu_options(&o, t);
+  o.url = url;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "basic:db");
+  ASSERT_DLOCK_OK(dlock_lock(l, 5000));
+  ASSERT_EQ(exists_in_db(t, 3, "basic:db"), 1);
+  ASSERT_EQ(exists_in_db(t, 0, "basic:db"), 0);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_EQ(exists_in_db(t, 3, "basic:db"), 0);
+  dlock_free(l);
+  dlock_client_close(c);
+
+  snprintf(url, sizeof(url), "unix://%s?db=2", rp_socket(u));
+  lu_options(&o, u);
+  o.url = url;
+  c = lu_client_opts(&o);
+  l = lu_get(c, "basic:db");
+  ASSERT_DLOCK_OK(dlock_lock(l, 5000));
+  ASSERT_EQ(exists_in_db(u, 2, "basic:db"), 1);
+  ASSERT_EQ(exists_in_db(u, 0, "basic:db"), 0);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(t);
+  rp_free(u);
+}
+
 /* ---- interoperation with Redisson (simulated by raw commands) ---------- */
 
 static const char *REDISSON_ACQUIRE =

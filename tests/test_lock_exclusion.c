@@ -37,6 +37,8 @@ static int rmw_increment(redisContext *r, const char *key) {
 /* Workers inside the critical section right now, over all groups of a
  * test (each test runs in its own process). */
 static atomic_int g_inside;
+/* The fencing token of the last critical section entered. */
+static _Atomic uint64_t g_last_token;
 
 typedef struct excl_shared {
   rp_server_t *srv;
@@ -46,6 +48,7 @@ typedef struct excl_shared {
   const char *counter;
   int iterations;
   atomic_int violations;
+  atomic_int token_violations;
   atomic_int errors;
   atomic_int first_rc;
 } excl_shared_t;
@@ -73,6 +76,11 @@ static void *excl_worker(void *p) {
     }
     if (atomic_fetch_add(&g_inside, 1) != 0)
       atomic_fetch_add(&sh->violations, 1);
+    /* Each holder's token is larger than every earlier holder's. */
+    uint64_t tok = dlock_token(l);
+    if (tok <= atomic_load(&g_last_token))
+      atomic_fetch_add(&sh->token_violations, 1);
+    atomic_store(&g_last_token, tok);
     if (rmw_increment(r, sh->counter) != 0) atomic_fetch_add(&sh->errors, 1);
     atomic_fetch_sub(&g_inside, 1);
     rc = dlock_unlock(l);
@@ -89,7 +97,7 @@ static void *excl_worker(void *p) {
 }
 
 static void run_thread_exclusion(int unix_socket, int share_handle) {
-  enum { THREADS = 8, ITER = 60 };
+  enum { THREADS = 8, ITER = 200 };
   rp_server_t *s = lu_server(unix_socket);
   dlock_client_t *c = lu_client(s);
   excl_shared_t sh;
@@ -116,6 +124,7 @@ static void run_thread_exclusion(int unix_socket, int share_handle) {
   ASSERT_EQ(atomic_load(&sh.first_rc), 0);
   ASSERT_EQ(atomic_load(&sh.errors), 0);
   ASSERT_EQ(atomic_load(&sh.violations), 0);
+  ASSERT_EQ(atomic_load(&sh.token_violations), 0);
   ASSERT_EQ(lu_get_num_n(s, sh.counter, strlen(sh.counter)), THREADS * ITER);
   ASSERT_EQ(lu_exists(s, sh.name), 0);
   dlock_free(sh.shared_handle);
@@ -129,7 +138,7 @@ TEST(excl_threads_shared_handle) { run_thread_exclusion(0, 1); }
 
 TEST(excl_threads_two_clients) {
   /* Half of the threads on each of two clients of one process. */
-  enum { THREADS = 8, ITER = 40 };
+  enum { THREADS = 8, ITER = 100 };
   rp_server_t *s = lu_server(1);
   dlock_client_t *c1 = lu_client(s);
   dlock_client_t *c2 = lu_client(s);
@@ -151,6 +160,7 @@ TEST(excl_threads_two_clients) {
     ASSERT_EQ(atomic_load(&sh[k].first_rc), 0);
     ASSERT_EQ(atomic_load(&sh[k].errors), 0);
     ASSERT_EQ(atomic_load(&sh[k].violations), 0);
+    ASSERT_EQ(atomic_load(&sh[k].token_violations), 0);
   }
   ASSERT_EQ(lu_get_num_n(s, "excl:twocounter", 15), THREADS * ITER);
   dlock_client_close(c1);
@@ -182,6 +192,10 @@ static int child_increments(const rp_server_t *s, const char *name,
       break;
     }
     if (rmw_increment(r, counter) != 0) code = 14;
+    redisReply *pr = redisCommand(r, "RPUSH %s:tokens %llu", counter,
+                                  (unsigned long long)dlock_token(l));
+    if (pr == NULL || pr->type != REDIS_REPLY_INTEGER) code = 16;
+    if (pr) freeReplyObject(pr);
     rc = dlock_unlock(l);
     if (rc != 0) {
       fprintf(stderr, "child unlock: %s %s\n", dlock_err_name(rc),
@@ -196,7 +210,7 @@ static int child_increments(const rp_server_t *s, const char *name,
 }
 
 TEST(excl_processes) {
-  enum { PROCS = 4, ITER = 60 };
+  enum { PROCS = 4, ITER = 100 };
   rp_server_t *s = lu_server(0);
   /* Fork before this process opens any client: children start clean. */
   pid_t pids[PROCS];
@@ -217,6 +231,14 @@ TEST(excl_processes) {
          lu_now_ms() - t0);
   ASSERT_EQ(lu_get_num_n(s, "excl:pcounter", 13), PROCS * ITER);
   ASSERT_EQ(lu_exists(s, "excl:procs"), 0);
+  /* Tokens, in the order the holders came, strictly increase. */
+  redisReply *r = rp_cmd(s, "LRANGE excl:pcounter:tokens 0 -1");
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->elements, PROCS * ITER);
+  for (size_t i = 1; i < r->elements; i++)
+    ASSERT_GT(strtoll(r->element[i]->str, NULL, 10),
+              strtoll(r->element[i - 1]->str, NULL, 10));
+  freeReplyObject(r);
   rp_free(s);
 }
 
@@ -251,6 +273,7 @@ TEST(excl_processes_and_threads) {
   }
   ASSERT_EQ(atomic_load(&sh.errors), 0);
   ASSERT_EQ(atomic_load(&sh.violations), 0);
+  ASSERT_EQ(atomic_load(&sh.token_violations), 0);
   ASSERT_EQ(lu_get_num_n(s, "excl:mcounter", 13), (PROCS + THREADS) * ITER);
   dlock_client_close(c);
   rp_free(s);
@@ -491,5 +514,133 @@ TEST(excl_trylock_wait_gets_lock_released_in_time) {
   ASSERT_DLOCK_OK(dlock_unlock(l));
   dlock_free(l);
   dlock_client_close(c);
+  rp_free(s);
+}
+
+/* ---- how waiters wait -------------------------------------------------- */
+
+typedef struct hold_arg {
+  dlock_t *l;
+  int64_t wait_ms;
+  atomic_int *acquired;
+  atomic_int *release; /* the holder unlocks once this is set */
+  int rc;
+} hold_arg_t;
+
+static void *hold_waiter(void *p) {
+  hold_arg_t *a = p;
+  a->rc = dlock_trylock(a->l, a->wait_ms, 30000);
+  if (a->rc != 0) return NULL;
+  atomic_fetch_add(a->acquired, 1);
+  while (!atomic_load(a->release)) lu_sleep_ms(5);
+  a->rc = dlock_unlock(a->l);
+  return NULL;
+}
+
+TEST(excl_waiter_does_not_poll) {
+  /* A waiter on a lock held for 30 s sleeps on the channel: over 1.5 s it
+   * tries a handful of times, not every few milliseconds. */
+  rp_server_t *s = lu_server(1);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = lu_get(c, "excl:nopoll");
+  lu_ok(rp_cmd(s, "HSET excl:nopoll someuuid:1 1"));
+  lu_ok(rp_cmd(s, "PEXPIRE excl:nopoll 30000"));
+  int64_t before = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval");
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 1500, 10000), DLOCK_ETIMEDOUT);
+  int64_t tries =
+      lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval") - before;
+  printf("acquire scripts run during a 1.5 s wait: %" PRId64 "\n", tries);
+  /* First try, one after subscribing, one at the deadline; a script
+   * reload may add one. A 100 ms poll would be 15. */
+  ASSERT_LE(tries, 5);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+TEST(excl_unlock_wakes_one_waiter_per_process) {
+  /* Eight waiters of one client: one unlock lets exactly one in and does
+   * not make all of them run their acquire script (no thundering herd). */
+  enum { N = 8 };
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = lu_get(c, "excl:herd");
+  ASSERT_DLOCK_OK(dlock_lock(l, 30000));
+  atomic_int acquired, release;
+  atomic_init(&acquired, 0);
+  atomic_init(&release, 0);
+  hold_arg_t a[N];
+  pthread_t t[N];
+  for (int i = 0; i < N; i++) {
+    a[i] = (hold_arg_t){l, 20000, &acquired, &release, -100};
+    ASSERT_EQ(pthread_create(&t[i], NULL, hold_waiter, &a[i]), 0);
+  }
+  lu_sleep_ms(300);
+  int64_t e0 = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval");
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  lu_sleep_ms(300);
+  int64_t scripts = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval") - e0;
+  printf("scripts run after one unlock with %d waiters: %" PRId64 "\n", N,
+         scripts);
+  ASSERT_EQ(atomic_load(&acquired), 1);
+  /* The unlock itself and one acquire; a little slack, far below 1 + N. */
+  ASSERT_LE(scripts, 4);
+  atomic_store(&release, 1);
+  for (int i = 0; i < N; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < N; i++) ASSERT_EQ(a[i].rc, 0);
+  ASSERT_EQ(atomic_load(&acquired), N);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+TEST(excl_subscriptions_shared_and_dropped) {
+  /* Waiters of one client share one subscription per channel, and it is
+   * dropped once nobody waits (Redisson's pub/sub exhaustion, #3577). */
+  enum { N = 5 };
+  rp_server_t *s = lu_server(1);
+  dlock_client_t *c1 = lu_client(s);
+  dlock_client_t *c2 = lu_client(s);
+  dlock_t *l1 = lu_get(c1, "excl:subs");
+  dlock_t *l2 = lu_get(c2, "excl:subs");
+  char ch[128];
+  size_t chn = lu_channel(ch, sizeof(ch), "excl:subs", 9);
+  lu_ok(rp_cmd(s, "HSET excl:subs someuuid:1 1"));
+  lu_ok(rp_cmd(s, "PEXPIRE excl:subs 30000"));
+  atomic_int acquired, release;
+  atomic_init(&acquired, 0);
+  atomic_init(&release, 1); /* each unlocks at once */
+  hold_arg_t a[N];
+  pthread_t t[N];
+  for (int i = 0; i < N; i++) {
+    a[i] = (hold_arg_t){i < 3 ? l1 : l2, 10000, &acquired, &release, -100};
+    ASSERT_EQ(pthread_create(&t[i], NULL, hold_waiter, &a[i]), 0);
+  }
+  lu_sleep_ms(300);
+  int64_t subs = lu_numsub(s, ch, chn);
+  printf("subscribers with %d waiters in 2 clients: %" PRId64 "\n", N, subs);
+  ASSERT_EQ(subs, 2);
+  /* Redisson-style release. */
+  lu_ok(rp_cmd(s, "DEL excl:subs"));
+  freeReplyObject(rp_cmd(s, "PUBLISH %s 0", ch));
+  for (int i = 0; i < N; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < N; i++) ASSERT_EQ(a[i].rc, 0);
+  int64_t t0 = lu_now_ms();
+  while (lu_numsub(s, ch, chn) != 0 && lu_now_ms() - t0 < 2000)
+    lu_sleep_ms(10);
+  ASSERT_EQ(lu_numsub(s, ch, chn), 0);
+
+  /* A waiter that times out drops its subscription too. */
+  lu_ok(rp_cmd(s, "HSET excl:subs someuuid:1 1"));
+  lu_ok(rp_cmd(s, "PEXPIRE excl:subs 30000"));
+  ASSERT_DLOCK_ERR(dlock_trylock(l1, 300, 10000), DLOCK_ETIMEDOUT);
+  t0 = lu_now_ms();
+  while (lu_numsub(s, ch, chn) != 0 && lu_now_ms() - t0 < 2000)
+    lu_sleep_ms(10);
+  ASSERT_EQ(lu_numsub(s, ch, chn), 0);
+  dlock_free(l1);
+  dlock_free(l2);
+  dlock_client_close(c1);
+  dlock_client_close(c2);
   rp_free(s);
 }

@@ -396,6 +396,142 @@ TEST(fault_unlock_latch) {
   rp_free(s);
 }
 
+TEST(fault_unlock_retry_is_idempotent) {
+  /* Redis holds every script for 800 ms (CLIENT PAUSE WRITE) while the
+   * command timeout is 500 ms: the unlock's first reply never comes in
+   * time, it is sent again on a fresh connection, and both copies may run.
+   * The hold must still be released exactly once. */
+  rp_server_t *s = lu_server(0);
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.command_timeout_ms = 500;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "fault:retry");
+  char f[256];
+  lu_field(f, sizeof(f), c, dlock_self());
+  ASSERT_DLOCK_OK(dlock_lock(l, 20000));
+  ASSERT_DLOCK_OK(dlock_lock(l, 20000));
+  ASSERT_DLOCK_OK(dlock_lock(l, 20000));
+
+  lu_ok(rp_cmd(s, "CLIENT PAUSE 800 WRITE"));
+  int64_t t0 = lu_now_ms();
+  int rc = dlock_unlock(l);
+  printf("unlock during an 800 ms write pause: %s \"%s\" after %" PRId64
+         " ms\n",
+         dlock_err_name(rc), dlock_last_error(), lu_now_ms() - t0);
+  ASSERT_DLOCK_OK(rc);
+  lu_sleep_ms(900); /* every copy has run by now */
+  ASSERT_EQ(lu_hget_num(s, "fault:retry", f), 2);
+  ASSERT_EQ(dlock_hold_count(l), 2);
+
+  /* The same for the final release: a second copy must not turn into
+   * "not held", nor release anything else. */
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  lu_ok(rp_cmd(s, "CLIENT PAUSE 800 WRITE"));
+  rc = dlock_unlock(l);
+  printf("final unlock during a write pause: %s \"%s\"\n", dlock_err_name(rc),
+         dlock_last_error());
+  ASSERT_DLOCK_OK(rc);
+  lu_sleep_ms(900);
+  ASSERT_EQ(lu_exists(s, "fault:retry"), 0);
+  ASSERT_EQ(dlock_hold_count(l), 0);
+  ASSERT_DLOCK_ERR(dlock_unlock(l), DLOCK_ENOTHELD);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+/* ---- reconnection keeps the session ------------------------------------ */
+
+static int64_t exists_in_db(rp_server_t *s, int db, const char *key) {
+  redisContext *r = lu_connect(s);
+  ASSERT_NOT_NULL(r);
+  redisReply *rep = redisCommand(r, "AUTH %s", "pw-7");
+  ASSERT_NOT_NULL(rep);
+  freeReplyObject(rep);
+  rep = redisCommand(r, "SELECT %d", db);
+  ASSERT_NOT_NULL(rep);
+  ASSERT_EQ(rep->type, REDIS_REPLY_STATUS);
+  freeReplyObject(rep);
+  rep = redisCommand(r, "EXISTS %s", key);
+  int64_t n = lu_reply_int(rep);
+  redisFree(r);
+  return n;
+}
+
+TEST(fault_reconnect_keeps_db_and_auth) {
+  /* After a restart the client must authenticate and select its database
+   * again, or locks land in db 0 (or fail with NOAUTH). */
+  rp_options_t ro;
+  rp_options_init(&ro);
+  ro.requirepass = "pw-7";
+  rp_server_t *s = lu_server_opts(&ro);
+  char url[256];
+  snprintf(url, sizeof(url), "redis://:pw-7@127.0.0.1:%d/5", rp_port(s));
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.url = url;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "fault:db");
+  ASSERT_DLOCK_OK(dlock_lock(l, 5000));
+  ASSERT_EQ(exists_in_db(s, 5, "fault:db"), 1);
+  ASSERT_EQ(exists_in_db(s, 0, "fault:db"), 0);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+
+  ASSERT_EQ(rp_restart(s), 0);
+  ASSERT_GE(wait_working(l, 5000), 0);
+  ASSERT_DLOCK_OK(dlock_lock(l, 5000));
+  ASSERT_EQ(exists_in_db(s, 5, "fault:db"), 1);
+  ASSERT_EQ(exists_in_db(s, 0, "fault:db"), 0);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_EQ(exists_in_db(s, 5, "fault:db"), 0);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+TEST(fault_restart_resubscribes_waiter) {
+  /* The holder's lock survives the restart (AOF), so the waiter keeps
+   * waiting; when the holder then releases it Redisson-style, the waiter
+   * must hear it on its renewed subscription, not at the TTL (60 s). */
+  rp_options_t ro;
+  rp_options_init(&ro);
+  ro.appendonly = 1;
+  ro.unix_socket = 1;
+  rp_server_t *s = lu_server_opts(&ro);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = lu_get(c, "fault:resub");
+  char ch[128];
+  size_t chn = lu_channel(ch, sizeof(ch), "fault:resub", 11);
+  lu_ok(rp_cmd(s, "HSET fault:resub someuuid:1 1"));
+  lu_ok(rp_cmd(s, "PEXPIRE fault:resub 60000"));
+  pthread_t t;
+  wait_arg_t a = {l, 20000, -100, 0, 0};
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &a), 0);
+  lu_sleep_ms(300);
+  ASSERT_EQ(lu_numsub(s, ch, chn), 1);
+  ASSERT_EQ(rp_restart(s), 0);
+  ASSERT_EQ(lu_exists(s, "fault:resub"), 1);
+  int64_t t0 = lu_now_ms();
+  while (lu_numsub(s, ch, chn) < 1 && lu_now_ms() - t0 < 5000)
+    lu_sleep_ms(20);
+  printf("re-subscribed %" PRId64 " ms after the restart\n", lu_now_ms() - t0);
+  ASSERT_EQ(lu_numsub(s, ch, chn), 1);
+  ASSERT_EQ(a.rc, -100); /* still waiting */
+  lu_ok(rp_cmd(s, "DEL fault:resub"));
+  int64_t t1 = lu_now_ms();
+  freeReplyObject(rp_cmd(s, "PUBLISH %s 0", ch));
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  printf("waiter: %s %" PRId64 " ms after the release\n", dlock_err_name(a.rc),
+         a.done_ms - t1);
+  ASSERT_EQ(a.rc, 0);
+  ASSERT_EQ(a.held, 1);
+  ASSERT_LT(a.done_ms - t1, 1000);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
 /* ---- shutdown ---------------------------------------------------------- */
 
 TEST(fault_shutdown_cancels_waiter) {

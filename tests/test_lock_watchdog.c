@@ -268,6 +268,171 @@ TEST(wd_lost_by_expiry_reported) {
   rp_free(s);
 }
 
+/* The callback may call dlock functions (dlock.h): here it checks the lock
+ * and releases the lost hold from inside the watchdog's thread. */
+typedef struct reentry {
+  dlock_t *l;
+  pthread_mutex_t mu;
+  int done;
+  int is_locked;
+  int unlock_rc;
+  uint64_t owner;
+} reentry_t;
+
+static void reentrant_cb(void *data, const char *name, size_t len,
+                         uint64_t owner) {
+  reentry_t *r = data;
+  (void)name;
+  (void)len;
+  int locked = dlock_is_locked(r->l);
+  int urc = dlock_unlock_as(r->l, owner);
+  pthread_mutex_lock(&r->mu);
+  r->is_locked = locked;
+  r->unlock_rc = urc;
+  r->owner = owner;
+  r->done++;
+  pthread_mutex_unlock(&r->mu);
+}
+
+TEST(wd_lost_callback_may_call_dlock) {
+  rp_server_t *s = lu_server(1);
+  reentry_t r;
+  memset(&r, 0, sizeof(r));
+  pthread_mutex_init(&r.mu, NULL);
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.on_lost = reentrant_cb;
+  o.on_lost_data = &r;
+  dlock_client_t *c = lu_client_opts(&o);
+  r.l = lu_get(c, "wd:cbcall");
+  uint64_t owner = dlock_owner_new();
+  ASSERT_DLOCK_OK(dlock_lock_as(r.l, owner, DLOCK_WATCHDOG));
+  lu_ok(rp_cmd(s, "DEL wd:cbcall"));
+  int64_t t0 = lu_now_ms();
+  int done = 0;
+  while (lu_now_ms() - t0 < 5000) {
+    pthread_mutex_lock(&r.mu);
+    done = r.done;
+    pthread_mutex_unlock(&r.mu);
+    if (done) break;
+    lu_sleep_ms(10);
+  }
+  if (!done)
+    TEST_FAIL("on_lost calling dlock functions did not return within 5 s "
+              "(deadlock in the watchdog thread?)");
+  ASSERT_EQ(done, 1);
+  ASSERT_EQ(r.owner, owner);
+  ASSERT_EQ(r.is_locked, 0);
+  ASSERT_EQ(r.unlock_rc, DLOCK_ELOST);
+  /* The client still works. */
+  ASSERT_DLOCK_OK(dlock_lock(r.l, DLOCK_WATCHDOG));
+  ASSERT_DLOCK_OK(dlock_unlock(r.l));
+  dlock_free(r.l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+typedef struct as_arg {
+  dlock_t *l;
+  uint64_t owner;
+  int rc;
+} as_arg_t;
+
+static void *lock_as_thread(void *p) {
+  as_arg_t *a = p;
+  a->rc = dlock_lock_as(a->l, a->owner, DLOCK_WATCHDOG);
+  return NULL;
+}
+
+TEST(wd_explicit_owner_outlives_thread) {
+  /* A watchdog hold taken by a thread that then exits stays renewed for
+   * its explicit owner, and another thread releases it. */
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = lu_get(c, "wd:task");
+  as_arg_t a = {l, dlock_owner_new(), -100};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, lock_as_thread, &a), 0);
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  ASSERT_EQ(a.rc, 0);
+  lu_sleep_ms(1500);
+  ASSERT_EQ(dlock_is_held_as(l, a.owner), 1);
+  ASSERT_GT(lu_pttl(s, "wd:task"), 0);
+  ASSERT_DLOCK_OK(dlock_unlock_as(l, a.owner));
+  ASSERT_EQ(lu_exists(s, "wd:task"), 0);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+TEST(wd_paused_holder_loses_lock) {
+  /* Kleppmann's case: the holder process is stopped (SIGSTOP) past its
+   * watchdog timeout, another takes the lock with a larger token; when the
+   * first resumes it learns it lost the lock and must not disturb the new
+   * holder. */
+  rp_server_t *s = lu_server(1);
+  int up[2], down[2];
+  ASSERT_EQ(pipe(up), 0);
+  ASSERT_EQ(pipe(down), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    close(up[0]);
+    close(down[1]);
+    lu_lost_t rec;
+    lu_lost_init(&rec);
+    dlock_options_t o;
+    lu_options(&o, s);
+    o.on_lost = lu_lost_cb;
+    o.on_lost_data = &rec;
+    dlock_client_t *c = NULL;
+    dlock_t *l = NULL;
+    if (dlock_client_open(&o, &c) != 0 || dlock_get(c, "wd:paused", &l) != 0)
+      _exit(20);
+    if (dlock_lock(l, DLOCK_WATCHDOG) != 0) _exit(21);
+    uint64_t tok = dlock_token(l);
+    if (write(up[1], &tok, sizeof(tok)) != sizeof(tok)) _exit(22);
+    char go;
+    if (read(down[0], &go, 1) != 1) _exit(23);
+    /* Resumed: the watchdog's next renewal finds the lock gone. */
+    if (lu_lost_wait(&rec, 3000) != 1) _exit(24);
+    int rc = dlock_unlock(l);
+    if (rc != DLOCK_ELOST) _exit(25);
+    dlock_free(l);
+    dlock_client_close(c);
+    _exit(0);
+  }
+  close(up[1]);
+  close(down[0]);
+  uint64_t tok1 = 0;
+  ASSERT_EQ(read(up[0], &tok1, sizeof(tok1)), (ssize_t)sizeof(tok1));
+  ASSERT_GT(tok1, 0);
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = lu_get(c, "wd:paused");
+  int64_t t0 = lu_now_ms();
+  ASSERT_DLOCK_OK(dlock_trylock(l, 5000, 30000));
+  printf("taken over %" PRId64 " ms after the holder was stopped\n",
+         lu_now_ms() - t0);
+  ASSERT_GT(dlock_token(l), tok1);
+  ASSERT_EQ(kill(pid, SIGCONT), 0);
+  ASSERT_EQ(write(down[1], "g", 1), 1);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT(WIFEXITED(st));
+  ASSERT_EQ(WEXITSTATUS(st), 0);
+  /* The new holder is intact: not released, not renewed by the old one. */
+  ASSERT_EQ(dlock_is_held(l), 1);
+  ASSERT_EQ(lu_hlen(s, "wd:paused"), 1);
+  ASSERT_GT(lu_pttl(s, "wd:paused"), 20000);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  dlock_free(l);
+  dlock_client_close(c);
+  close(up[0]);
+  close(down[1]);
+  rp_free(s);
+}
+
 /* ---- fencing tokens ---------------------------------------------------- */
 
 TEST(wd_fencing_tokens_increase) {
