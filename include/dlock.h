@@ -175,6 +175,90 @@ DLOCK_EXPORT int dlock_get(dlock_client_t *c, const char *name, dlock_t **out);
 DLOCK_EXPORT int dlock_getn(dlock_client_t *c, const char *name, size_t len,
                             dlock_t **out);
 
+/*
+ * The lock kinds. Every kind is a dlock_t driven by the same verbs; each
+ * stores its state in Redisson's layout for the matching Redisson object.
+ */
+typedef enum dlock_kind {
+  DLOCK_REENTRANT = 0, /* RLock: exclusive, reentrant, pub/sub wake-up */
+  DLOCK_FAIR,          /* RFairLock: FIFO across threads and processes */
+  DLOCK_SPIN,          /* RSpinLock: no pub/sub, exponential back-off */
+  DLOCK_READ,          /* RReadWriteLock.readLock(): shared */
+  DLOCK_WRITE,         /* RReadWriteLock.writeLock(): exclusive */
+  DLOCK_MULTI,         /* RedissonMultiLock: all of several locks */
+  DLOCK_RED            /* RedissonRedLock: a majority of independent nodes */
+} dlock_kind_t;
+
+/*
+ * Creates a handle of 'kind' (one of the single-lock kinds, DLOCK_REENTRANT
+ * to DLOCK_WRITE) on 'name' of 'len' bytes (NULs allowed).
+ */
+DLOCK_EXPORT int dlock_get_kind(dlock_client_t *c, dlock_kind_t kind,
+                                const char *name, size_t len, dlock_t **out);
+
+/*
+ * A fair lock: waiters get it in the order they asked, across threads and
+ * processes. They queue in "redisson_lock_queue:{name}" with deadlines in
+ * "redisson_lock_timeout:{name}"; a waiter that vanishes (its process died)
+ * is dropped when its deadline passes (the client's fair_wait_timeout_ms
+ * after the wait it was promised), so the queue never wedges. Only the head
+ * waiter is woken on release. dlock_trylock with wait 0 does not queue.
+ */
+DLOCK_EXPORT int dlock_get_fair(dlock_client_t *c, const char *name,
+                                dlock_t **out);
+
+/*
+ * A spin lock: the reentrant lock's layout, but waiters retry with
+ * exponential back-off (1 ms doubling to 128 ms, with jitter) instead of
+ * pub/sub, for deployments where pub/sub is unavailable or too costly.
+ */
+DLOCK_EXPORT int dlock_get_spin(dlock_client_t *c, const char *name,
+                                dlock_t **out);
+
+/*
+ * A read-write lock: '*read' and '*write' are two handles on it. Many
+ * owners may hold the read lock at once, or one the write lock. Both are
+ * reentrant. The owner of the write lock may also take the read lock
+ * (downgrade: take read, then release write); an owner holding only the
+ * read lock who asks for the write lock waits like anyone else, and would
+ * wait for ever for its own read hold (there is no upgrade). Each read hold
+ * has its own lease; the lock expires with the longest remaining one.
+ * Releasing the write lock wakes every waiter.
+ */
+DLOCK_EXPORT int dlock_get_rw(dlock_client_t *c, const char *name,
+                              dlock_t **read, dlock_t **write);
+
+/*
+ * A MultiLock over 'n' handles (any kinds but DLOCK_MULTI/DLOCK_RED,
+ * possibly from different clients): acquired only when all are, all or
+ * nothing. When one is taken it releases what it took, waits for that one,
+ * and tries again within the wait time, so two callers asking for
+ * overlapping sets in different orders never deadlock. The handles are not
+ * copied: they must outlive the MultiLock, and are not freed with it.
+ */
+DLOCK_EXPORT int dlock_get_multi(dlock_t *const *locks, size_t n,
+                                 dlock_t **out);
+
+/*
+ * A RedLock over 'n' handles from 'n' clients on independent Redis masters.
+ * Each attempt goes to all nodes at once; it succeeds when a majority
+ * (n/2+1) granted the lock and the validity (lease - elapsed - (lease/100 +
+ * 2 ms)) is still positive; otherwise it is released on every node and the
+ * attempt fails (DLOCK_ENOQUORUM when a majority could not even be asked).
+ * With DLOCK_WATCHDOG each node's lock is renewed by its client; dlock_unlock
+ * returns DLOCK_ELOST when fewer than a majority were still held.
+ * The fencing token is the largest of the nodes' tokens, written back to
+ * the nodes that granted the lock so that any later majority (which shares
+ * a node with this one) issues a larger one; it is strictly increasing as
+ * long as those write-backs succeed and nodes keep their counters. The
+ * handles must outlive the RedLock and are not freed with it.
+ */
+DLOCK_EXPORT int dlock_get_red(dlock_t *const *locks, size_t n,
+                               dlock_t **out);
+
+/* The kind of a handle. */
+DLOCK_EXPORT dlock_kind_t dlock_kind(const dlock_t *l);
+
 /* Frees the handle (not the lock: holds stay held). NULL is ignored. */
 DLOCK_EXPORT void dlock_free(dlock_t *l);
 
@@ -201,8 +285,11 @@ DLOCK_EXPORT int dlock_trylock(dlock_t *l, int64_t wait_ms, int64_t lease_ms);
  * reaches 0, and one waiter per process is woken. Returns 0;
  * DLOCK_ENOTHELD when this owner holds nothing; DLOCK_ELOST when this owner
  * held it but it expired or was deleted meanwhile (the critical section may
- * have overlapped with another holder's). An unlock whose reply is lost is
- * sent again; the retry cannot release twice.
+ * have overlapped with another holder's). An unlock whose reply is lost (a
+ * timeout, a dropped connection) is sent again, up to unlock_retries times,
+ * each with its own command timeout; the retry cannot release twice. When
+ * every attempt failed (DLOCK_EIO), a last hold is no longer renewed: it
+ * expires with its lease.
  */
 DLOCK_EXPORT int dlock_unlock(dlock_t *l);
 

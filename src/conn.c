@@ -30,18 +30,8 @@
 #define BACKOFF_FIRST_US 20000
 #define BACKOFF_MAX_US 1000000
 
-typedef struct caller {
-  pthread_cond_t cv;
-  size_t remaining; /* requests still without an answer */
-  int64_t deadline_us;
-} caller;
-
-typedef struct request {
-  struct request *next;
-  caller *who;
-  redisReply *reply;
-  int err; /* DLOCK_E* when it failed without a reply */
-} request;
+typedef struct dlock__caller caller;
+typedef struct dlock__request request;
 
 struct dlock__conn {
   pthread_mutex_t mu;
@@ -404,16 +394,14 @@ static void drive_locked(dlock__conn *c, caller *me) {
     }
   }
   c->driving = 0;
-  /* The oldest waiter reads next; its reply is the next to come. */
-  if (c->head != NULL)
-    pthread_cond_signal(&c->head->who->cv);
-}
-
-static void release_replies(size_t n, request *reqs, redisReply **replies) {
-  for (size_t i = 0; i < n; i++) {
-    if (reqs[i].reply != NULL)
-      freeReplyObject(reqs[i].reply);
-    replies[i] = NULL;
+  /* The oldest waiting caller reads next. A caller that sent but is not
+   * waiting yet (a RedLock sending to every node first) takes the role
+   * itself when it comes to wait. */
+  for (request *r = c->head; r != NULL; r = r->next) {
+    if (r->who->waiting) {
+      pthread_cond_signal(&r->who->cv);
+      break;
+    }
   }
 }
 
@@ -439,56 +427,83 @@ static int enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
   return 0;
 }
 
-int dlock__conn_call(dlock__conn *c, size_t n, char *const *cmds,
-                     const size_t *lens, redisReply **replies,
-                     int64_t deadline_us) {
-  request local[4];
-  request *reqs = n <= 4 ? local : calloc(n, sizeof(*reqs));
-  if (reqs == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory for %zu requests", n);
-  memset(reqs, 0, n * sizeof(*reqs));
-  caller me;
-  me.remaining = n;
-  me.deadline_us = deadline_us ? deadline_us
-                               : dlock__now_us() +
-                                     c->cfg.command_timeout_ms * 1000;
-  init_monotonic_cond(&me.cv);
+int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
+                     const size_t *lens, int64_t deadline_us,
+                     dlock__pending *p) {
+  memset(p, 0, sizeof(*p));
+  p->conn = c;
+  p->n = n;
+  p->reqs = n <= DLOCK__PENDING_LOCAL ? p->local : calloc(n, sizeof(request));
+  if (p->reqs == NULL) {
+    p->rc = dlock__fail(DLOCK_ENOMEM, "out of memory for %zu requests", n);
+    return p->rc;
+  }
+  caller *me = &p->me;
+  me->remaining = n;
+  me->deadline_us = deadline_us ? deadline_us
+                                : dlock__now_us() +
+                                      c->cfg.command_timeout_ms * 1000;
+  init_monotonic_cond(&me->cv);
 
   pthread_mutex_lock(&c->mu);
-  int rc = c->canceled ? DLOCK_ECANCELED : connect_locked(c, me.deadline_us);
+  int rc = c->canceled ? DLOCK_ECANCELED : connect_locked(c, me->deadline_us);
   if (rc == DLOCK_ECANCELED)
     dlock__fail(rc, "client is shutting down");
   if (rc == 0)
-    rc = enqueue_locked(c, n, cmds, lens, reqs, &me);
+    rc = enqueue_locked(c, n, cmds, lens, p->reqs, me);
   if (rc == 0 && flush_locked(c) != 0) {
     char why[200];
     snprintf(why, sizeof(why), "write: %s", c->ctx->errstr);
     break_locked(c, DLOCK_EIO, why);
   }
-  while (rc == 0 && me.remaining > 0) {
+  pthread_mutex_unlock(&c->mu);
+  p->rc = rc;
+  return rc;
+}
+
+int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
+  dlock__conn *c = p->conn;
+  int rc = p->rc;
+  if (p->reqs == NULL)
+    return rc;
+  pthread_mutex_lock(&c->mu);
+  p->me.waiting = 1;
+  while (rc == 0 && p->me.remaining > 0) {
     if (!c->driving)
-      drive_locked(c, &me);
+      drive_locked(c, &p->me);
     else
-      pthread_cond_wait(&me.cv, &c->mu);
+      pthread_cond_wait(&p->me.cv, &c->mu);
   }
+  p->me.waiting = 0;
   if (rc == 0) {
-    for (size_t i = 0; i < n && rc == 0; i++)
-      rc = reqs[i].err;
+    for (size_t i = 0; i < p->n && rc == 0; i++)
+      rc = p->reqs[i].err;
     if (rc != 0)
       dlock__fail_text(rc, c->last_err);
   }
   pthread_mutex_unlock(&c->mu);
-  pthread_cond_destroy(&me.cv);
-
-  if (rc == 0) {
-    for (size_t i = 0; i < n; i++)
-      replies[i] = reqs[i].reply;
-  } else {
-    release_replies(n, reqs, replies);
+  pthread_cond_destroy(&p->me.cv);
+  for (size_t i = 0; i < p->n; i++) {
+    if (rc == 0) {
+      replies[i] = p->reqs[i].reply;
+    } else {
+      if (p->reqs[i].reply != NULL)
+        freeReplyObject(p->reqs[i].reply);
+      replies[i] = NULL;
+    }
   }
-  if (reqs != local)
-    free(reqs);
+  if (p->reqs != p->local)
+    free(p->reqs);
+  p->reqs = NULL;
   return rc;
+}
+
+int dlock__conn_call(dlock__conn *c, size_t n, char *const *cmds,
+                     const size_t *lens, redisReply **replies,
+                     int64_t deadline_us) {
+  dlock__pending p;
+  dlock__conn_send(c, n, cmds, lens, deadline_us, &p);
+  return dlock__conn_wait(&p, replies);
 }
 
 void dlock__conn_cancel(dlock__conn *c) {

@@ -14,6 +14,7 @@
 #define DLOCK_CONN_H
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +45,43 @@ int dlock__conn_open(dlock__conn *c);
 int dlock__conn_call(dlock__conn *c, size_t n, char *const *cmds,
                      const size_t *lens, redisReply **replies,
                      int64_t deadline_us);
+
+/*
+ * Requests sent and not yet answered, so that one thread can send to
+ * several servers at once and then collect the replies (RedLock). Lives on
+ * the caller's stack; the fields are the connection's business.
+ */
+typedef struct dlock__caller {
+  pthread_cond_t cv;
+  size_t remaining; /* requests still without an answer */
+  int64_t deadline_us;
+  int waiting; /* in dlock__conn_wait, able to take over reading */
+} dlock__caller;
+
+typedef struct dlock__request {
+  struct dlock__request *next;
+  dlock__caller *who;
+  redisReply *reply;
+  int err; /* DLOCK_E* when it failed without a reply */
+} dlock__request;
+
+#define DLOCK__PENDING_LOCAL 4
+
+typedef struct dlock__pending {
+  dlock__conn *conn;
+  dlock__caller me;
+  dlock__request *reqs;
+  dlock__request local[DLOCK__PENDING_LOCAL];
+  size_t n;
+  int rc;
+} dlock__pending;
+
+/* The two halves of dlock__conn_call. Every send must be followed by a
+ * wait on the same 'p', whatever the send returned. */
+int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
+                     const size_t *lens, int64_t deadline_us,
+                     dlock__pending *p);
+int dlock__conn_wait(dlock__pending *p, redisReply **replies);
 
 /* Makes every call in progress and every later call fail with
  * DLOCK_ECANCELED. */

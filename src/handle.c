@@ -8,6 +8,7 @@
 #include "monotime.h"
 
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 int dlock__prefixed(const char *prefix, const char *name, size_t len,
@@ -32,6 +33,33 @@ int dlock__prefixed(const char *prefix, const char *name, size_t len,
   *out = s;
   *out_len = n;
   return 0;
+}
+
+int dlock__suffixed(const char *name, size_t len, const char *suffix,
+                    size_t suffix_len, char **out, size_t *out_len) {
+  int tagged = memchr(name, '{', len) != NULL;
+  size_t n = len + 1 + suffix_len + (tagged ? 0 : 2);
+  char *s = malloc(n + 1);
+  if (s == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory building key names");
+  char *p = s;
+  if (!tagged)
+    *p++ = '{';
+  memcpy(p, name, len);
+  p += len;
+  if (!tagged)
+    *p++ = '}';
+  *p++ = ':';
+  memcpy(p, suffix, suffix_len);
+  p[suffix_len] = '\0';
+  *out = s;
+  *out_len = n;
+  return 0;
+}
+
+size_t dlock__field_plain(dlock_t *l, uint64_t owner,
+                          char buf[DLOCK__FIELD_MAX]) {
+  return dlock__owner_field(l->c, owner, buf);
 }
 
 static int check_name(const char *name, size_t len) {
@@ -65,8 +93,9 @@ int dlock__handle_new(dlock_client_t *c, const dlock__kind *kind,
   l->len = len;
   l->c = c;
   l->kind = kind;
-  rc = dlock__prefixed("redisson_lock__channel", name, len, &l->channel,
-                       &l->channel_len);
+  int rw = kind->id == DLOCK_READ || kind->id == DLOCK_WRITE;
+  rc = dlock__prefixed(rw ? "redisson_rwlock" : "redisson_lock__channel", name,
+                       len, &l->channel, &l->channel_len);
   if (rc == 0)
     rc = dlock__prefixed("redisson_lock_token", name, len, &l->token_key,
                          &l->token_key_len);
@@ -88,12 +117,57 @@ int dlock_getn(dlock_client_t *c, const char *name, size_t len,
   return dlock__handle_new(c, &dlock__kind_reentrant, name, len, out);
 }
 
+int dlock_get_kind(dlock_client_t *c, dlock_kind_t kind, const char *name,
+                   size_t len, dlock_t **out) {
+  static const dlock__kind *const single[] = {
+      &dlock__kind_reentrant, &dlock__kind_fair, &dlock__kind_spin,
+      &dlock__kind_read, &dlock__kind_write};
+  if ((int)kind < 0 || (size_t)kind >= sizeof(single) / sizeof(single[0])) {
+    if (out != NULL)
+      *out = NULL;
+    return dlock__fail(DLOCK_EINVAL,
+                       "dlock_get_kind makes single locks only (kind %d)",
+                       (int)kind);
+  }
+  return dlock__handle_new(c, single[kind], name, len, out);
+}
+
+int dlock_get_fair(dlock_client_t *c, const char *name, dlock_t **out) {
+  return dlock__handle_new(c, &dlock__kind_fair, name, name ? strlen(name) : 0,
+                           out);
+}
+
+int dlock_get_spin(dlock_client_t *c, const char *name, dlock_t **out) {
+  return dlock__handle_new(c, &dlock__kind_spin, name, name ? strlen(name) : 0,
+                           out);
+}
+
+int dlock_get_rw(dlock_client_t *c, const char *name, dlock_t **read,
+                 dlock_t **write) {
+  size_t len = name ? strlen(name) : 0;
+  if (read == NULL || write == NULL)
+    return dlock__fail(DLOCK_EINVAL, "read and write must not be NULL");
+  *write = NULL;
+  int rc = dlock__handle_new(c, &dlock__kind_read, name, len, read);
+  if (rc == 0 && (rc = dlock__handle_new(c, &dlock__kind_write, name, len,
+                                         write)) != 0) {
+    dlock_free(*read);
+    *read = NULL;
+  }
+  return rc;
+}
+
+dlock_kind_t dlock_kind(const dlock_t *l) {
+  return l != NULL ? l->kind->id : DLOCK_REENTRANT;
+}
+
 void dlock_free(dlock_t *l) {
   if (l == NULL)
     return;
   free(l->name);
   free(l->channel);
   free(l->token_key);
+  free(l->subs);
   free(l);
 }
 
@@ -125,6 +199,56 @@ static int timed_out(const dlock_t *l, int64_t wait_ms) {
                      l->name, (long long)wait_ms);
 }
 
+/* A per-thread xorshift generator: cheap, and good enough for jitter. */
+static uint64_t jitter(void) {
+  static _Thread_local uint64_t x;
+  if (x == 0)
+    x = (uint64_t)dlock__now_us() ^ (dlock_self() * 0x9e3779b97f4a7c15ULL) ^ 1;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return x;
+}
+
+/* Sleeps with exponential back-off and jitter (the spin lock's way):
+ * 1 ms doubling to 128 ms, never past the deadline. */
+static int backoff_sleep(dlock_client_t *c, int *step, int64_t until_us) {
+  int64_t base_us = (int64_t)1000 << (*step < 7 ? *step : 7);
+  if (*step < 7)
+    (*step)++;
+  /* Jitter keeps contending spinners from retrying in lockstep. */
+  int64_t sleep_us = base_us / 2 + (int64_t)(jitter() % (uint64_t)(base_us / 2 + 1));
+  int64_t now = dlock__now_us();
+  if (now + sleep_us > until_us)
+    sleep_us = until_us - now;
+  if (sleep_us > 0) {
+    struct timespec ts = {(time_t)(sleep_us / 1000000),
+                          (long)(sleep_us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+  }
+  return dlock__check_canceled(c);
+}
+
+/* Joins the channel that announces this owner's turn. */
+static int join_channel(dlock_t *l, uint64_t owner, int64_t deadline_us,
+                        dlock__sub **sub) {
+  dlock_client_t *c = l->c;
+  char *channel = l->channel;
+  size_t channel_len = l->channel_len;
+  if (l->kind->wait_channel != NULL) {
+    int rc = l->kind->wait_channel(l, owner, &channel, &channel_len);
+    if (rc != 0)
+      return rc;
+  }
+  int64_t join_by = dlock__now_us() + c->opt.command_timeout_ms * 1000;
+  int rc = dlock__pubsub_join(c->ps, channel, channel_len,
+                              join_by < deadline_us ? join_by : deadline_us,
+                              sub);
+  if (channel != l->channel)
+    free(channel);
+  return rc;
+}
+
 /*
  * Sleeps until the holder's unlock message or its lease end, whichever is
  * first, bounded by the caller's deadline; then tries again. Subscribing
@@ -134,16 +258,13 @@ static int timed_out(const dlock_t *l, int64_t wait_ms) {
 static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                             int64_t lease_ms, int64_t deadline_us) {
   dlock_client_t *c = l->c;
-  int64_t join_by = dlock__now_us() + c->opt.command_timeout_ms * 1000;
-  dlock__sub *sub;
-  int rc = dlock__pubsub_join(c->ps, l->channel, l->channel_len,
-                              join_by < deadline_us ? join_by : deadline_us,
-                              &sub);
-  if (rc != 0)
-    return rc;
-  for (;;) {
+  dlock__sub *sub = NULL;
+  int step = 0, rc = 0;
+  if (l->kind->wait_by == DLOCK__WAIT_PUBSUB)
+    rc = join_channel(l, owner, deadline_us, &sub);
+  while (rc == 0) {
     int64_t ttl_ms = -1;
-    rc = l->kind->try_acquire(l, owner, lease_ms, &ttl_ms);
+    rc = l->kind->try_acquire(l, owner, lease_ms, 1, &ttl_ms);
     if (rc != 1)
       break;
     int64_t now = dlock__now_us();
@@ -154,11 +275,16 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     int64_t until = deadline_us;
     if (ttl_ms >= 0 && now + ttl_ms * 1000 < until)
       until = now + ttl_ms * 1000;
-    rc = dlock__pubsub_wait(c->ps, sub, until);
-    if (rc < 0)
-      break;
+    if (sub != NULL)
+      rc = dlock__pubsub_wait(c->ps, sub, until);
+    else
+      rc = backoff_sleep(c, &step, until);
+    rc = rc < 0 ? rc : 0;
   }
-  dlock__pubsub_leave(c->ps, sub);
+  if (sub != NULL)
+    dlock__pubsub_leave(c->ps, sub);
+  if (rc != 0 && l->kind->give_up != NULL)
+    l->kind->give_up(l, owner);
   return rc;
 }
 
@@ -167,15 +293,17 @@ int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
   if (l == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
   int rc = check_times(wait_ms, lease_ms);
-  if (rc == 0)
+  if (rc == 0 && l->c != NULL)
     rc = dlock__check_canceled(l->c);
   if (rc != 0)
     return rc;
   int64_t deadline_us = wait_ms == DLOCK_WAIT_FOREVER
                             ? INT64_MAX
                             : dlock__now_us() + wait_ms * 1000;
+  if (l->kind->acquire != NULL)
+    return l->kind->acquire(l, owner, wait_ms, lease_ms, deadline_us);
   int64_t ttl_ms;
-  rc = l->kind->try_acquire(l, owner, lease_ms, &ttl_ms);
+  rc = l->kind->try_acquire(l, owner, lease_ms, wait_ms != 0, &ttl_ms);
   if (rc != 1)
     return rc;
   if (wait_ms == 0)
@@ -198,7 +326,7 @@ int dlock_lock(dlock_t *l, int64_t lease_ms) {
 int dlock_unlock_as(dlock_t *l, uint64_t owner) {
   if (l == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
-  int rc = dlock__check_canceled(l->c);
+  int rc = l->c != NULL ? dlock__check_canceled(l->c) : 0;
   return rc != 0 ? rc : l->kind->release(l, owner);
 }
 
@@ -207,8 +335,11 @@ int dlock_unlock(dlock_t *l) { return dlock_unlock_as(l, dlock_self()); }
 uint64_t dlock_token_as(dlock_t *l, uint64_t owner) {
   if (l == NULL)
     return 0;
+  if (l->kind->token != NULL)
+    return l->kind->token(l, owner);
   pthread_mutex_lock(&l->c->mu);
-  dlock__hold *h = dlock__holds_find(&l->c->holds, l->name, l->len, owner);
+  dlock__hold *h =
+      dlock__holds_find(&l->c->holds, l->name, l->len, owner, l->kind->id);
   uint64_t token = h != NULL && !h->lost ? h->token : 0;
   pthread_mutex_unlock(&l->c->mu);
   return token;

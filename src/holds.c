@@ -10,13 +10,15 @@
 #define INITIAL_BUCKETS 16
 
 /* FNV-1a over the name, mixed with the owner. */
-static uint64_t hash_of(const char *name, size_t len, uint64_t owner) {
+static uint64_t hash_of(const char *name, size_t len, uint64_t owner,
+                        int kind) {
   uint64_t h = 1469598103934665603ULL;
   for (size_t i = 0; i < len; i++) {
     h ^= (unsigned char)name[i];
     h *= 1099511628211ULL;
   }
   h ^= owner + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  h ^= (uint64_t)kind * 0xff51afd7ed558ccdULL;
   return h;
 }
 
@@ -37,12 +39,13 @@ void dlock__holds_clear(dlock__holds *h) {
 }
 
 dlock__hold *dlock__holds_find(const dlock__holds *h, const char *name,
-                               size_t len, uint64_t owner) {
+                               size_t len, uint64_t owner, int kind) {
   if (h->nbuckets == 0)
     return NULL;
-  uint64_t hash = hash_of(name, len, owner);
+  uint64_t hash = hash_of(name, len, owner, kind);
   for (dlock__hold *e = h->buckets[hash & (h->nbuckets - 1)]; e; e = e->next)
-    if (e->hash == hash && e->owner == owner && e->name_len == len &&
+    if (e->hash == hash && e->owner == owner && e->kind == kind &&
+        e->name_len == len &&
         memcmp(e->name, name, len) == 0)
       return e;
   return NULL;
@@ -69,8 +72,8 @@ static int grow(dlock__holds *h) {
 }
 
 dlock__hold *dlock__holds_put(dlock__holds *h, const char *name, size_t len,
-                              uint64_t owner) {
-  dlock__hold *e = dlock__holds_find(h, name, len, owner);
+                              uint64_t owner, int kind) {
+  dlock__hold *e = dlock__holds_find(h, name, len, owner, kind);
   if (e != NULL)
     return e;
   if (h->count >= h->nbuckets && grow(h) != 0)
@@ -84,7 +87,8 @@ dlock__hold *dlock__holds_put(dlock__holds *h, const char *name, size_t len,
   e->name[len] = '\0';
   e->name_len = len;
   e->owner = owner;
-  e->hash = hash_of(name, len, owner);
+  e->kind = kind;
+  e->hash = hash_of(name, len, owner, kind);
   e->seq = ++h->next_seq;
   e->next = h->buckets[e->hash & (h->nbuckets - 1)];
   h->buckets[e->hash & (h->nbuckets - 1)] = e;

@@ -17,7 +17,7 @@ typedef struct dlock__hold {
   char *name; /* lock name, NUL-terminated copy */
   size_t name_len;
   uint64_t owner;
-  int kind;          /* which renewal applies (enum dlock__kind_id) */
+  int kind;          /* the dlock_kind_t of the handle that took it */
   int count;         /* hold count as last reported by Redis */
   uint64_t token;    /* fencing token of this hold */
   int64_t lease_ms;  /* lease sent with the acquisition */
@@ -37,12 +37,14 @@ typedef struct dlock__holds {
 void dlock__holds_init(dlock__holds *h);
 void dlock__holds_clear(dlock__holds *h);
 
+/* Holds are keyed by (name, owner, kind): the owner of a read-write lock
+ * may hold its read and its write side at once. */
 dlock__hold *dlock__holds_find(const dlock__holds *h, const char *name,
-                               size_t len, uint64_t owner);
+                               size_t len, uint64_t owner, int kind);
 
 /* Finds the hold or adds a zeroed one (with a fresh seq); NULL on ENOMEM. */
 dlock__hold *dlock__holds_put(dlock__holds *h, const char *name, size_t len,
-                              uint64_t owner);
+                              uint64_t owner, int kind);
 
 void dlock__holds_remove(dlock__holds *h, dlock__hold *hold);
 

@@ -1,50 +1,156 @@
 /*
  * Lock handles and lock kinds. Every kind is a dlock_t driven by the same
- * verbs; what differs is in its dlock__kind: how one attempt to acquire is
- * made, how a hold is released, and what the watchdog renews.
+ * verbs; what differs lives in its dlock__kind.
+ *
+ * Single-lock kinds (reentrant, fair, spin, read, write) give one attempt
+ * to acquire and one release as Lua scripts; handle.c waits between
+ * attempts, by pub/sub or by back-off. Composite kinds (MultiLock, RedLock)
+ * replace the whole acquisition.
  */
 #ifndef DLOCK_LOCK_H
 #define DLOCK_LOCK_H
 
 #include "client.h"
-
-enum dlock__kind_id { DLOCK__KIND_REENTRANT = 0 };
+#include "scripts.h"
 
 typedef struct dlock__kind dlock__kind;
 
 struct dlock {
-  dlock_client_t *c;
+  dlock_client_t *c; /* NULL for a composite */
   const dlock__kind *kind;
   char *name; /* NUL-terminated copy; may contain NULs */
   size_t len;
-  char *channel; /* redisson_lock__channel:{name} */
+  char *channel; /* where unlocks are announced (per kind) */
   size_t channel_len;
   char *token_key; /* redisson_lock_token:{name} */
   size_t token_key_len;
+  dlock_t **subs; /* composite: the handles it is made of (not owned) */
+  size_t nsubs;
 };
+
+enum dlock__wait_by { DLOCK__WAIT_PUBSUB, DLOCK__WAIT_BACKOFF };
 
 struct dlock__kind {
-  int id;
+  dlock_kind_t id;
+  int wait_by; /* enum dlock__wait_by */
   /*
    * One attempt: 0 when 'owner' holds the lock afterwards (the hold table is
-   * updated), 1 when another owner holds it ('*ttl_ms' its remaining lease,
-   * -1 none), or an error.
+   * updated), 1 when another owner holds it ('*ttl_ms': how long to sleep at
+   * most, -1 unknown), or an error. 'queue' is 0 for a single try that
+   * must not leave a trace (a fair lock does not enqueue then).
    */
   int (*try_acquire)(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                     int64_t *ttl_ms);
+                     int queue, int64_t *ttl_ms);
+  /* Called when a waiter stops waiting without the lock; may be NULL. */
+  void (*give_up)(dlock_t *l, uint64_t owner);
+  /* The channel a waiter of 'owner' listens on; NULL: l->channel. */
+  int (*wait_channel)(dlock_t *l, uint64_t owner, char **out, size_t *len);
   /* Releases one hold of 'owner': 0, DLOCK_ENOTHELD, DLOCK_ELOST or error. */
   int (*release)(dlock_t *l, uint64_t owner);
+  /* The hash field of 'owner' (the writer's has ":write"). */
+  size_t (*field)(dlock_t *l, uint64_t owner, char buf[DLOCK__FIELD_MAX]);
+  /* Deletes the lock and wakes waiters: 1 deleted, 0 none, or error. */
+  int (*force_release)(dlock_t *l);
+  /* Composite kinds only: the whole acquisition, and the queries. */
+  int (*acquire)(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                 int64_t lease_ms, int64_t deadline_us);
+  int (*query)(dlock_t *l, uint64_t owner, int what, int64_t *out);
+  uint64_t (*token)(dlock_t *l, uint64_t owner);
 };
 
+/* What dlock__kind.query answers. */
+enum dlock__query { DLOCK__Q_LOCKED, DLOCK__Q_HELD, DLOCK__Q_COUNT, DLOCK__Q_TTL };
+
 extern const dlock__kind dlock__kind_reentrant;
+extern const dlock__kind dlock__kind_spin;
+extern const dlock__kind dlock__kind_fair;
+extern const dlock__kind dlock__kind_read;
+extern const dlock__kind dlock__kind_write;
+extern const dlock__kind dlock__kind_multi;
+extern const dlock__kind dlock__kind_red;
+
+/* A query on a single lock, whatever its kind (composites use it on their
+ * parts). */
+int dlock__query_single(dlock_t *l, uint64_t owner, int what, int64_t *out);
 
 /* Builds "prefix:{name}", or "prefix:name" when the name holds a '{' (it is
  * then taken to carry its own hash tag), as Redisson does. */
 int dlock__prefixed(const char *prefix, const char *name, size_t len,
                     char **out, size_t *out_len);
 
+/* Builds "{name}:suffix" (or "name:suffix" when the name holds a '{'). */
+int dlock__suffixed(const char *name, size_t len, const char *suffix,
+                    size_t suffix_len, char **out, size_t *out_len);
+
 /* Creates a handle of 'kind' on 'name' after checking the arguments. */
 int dlock__handle_new(dlock_client_t *c, const dlock__kind *kind,
                       const char *name, size_t len, dlock_t **out);
+
+/* The plain owner field "<client-id>:<owner>". */
+size_t dlock__field_plain(dlock_t *l, uint64_t owner,
+                          char buf[DLOCK__FIELD_MAX]);
+
+/* ---- shared by the single-lock kinds (hashlock.c) ------------------------ */
+
+/* The hold count the client believes 'owner' has (0 when none or lost). */
+int64_t dlock__believed_count(dlock_t *l, uint64_t owner);
+
+/*
+ * Runs one acquisition script (replying {1, token, count} or {0, ttl}) and,
+ * on success, records the hold. Returns 0, 1 (taken; '*ttl_ms') or error.
+ */
+int dlock__run_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                       const dlock__eval *call, int64_t *ttl_ms);
+
+/* A release in progress: what the hold table said, and the latch key. */
+typedef struct dlock__release {
+  int64_t lease_ms; /* lease to restore while still held */
+  int known;        /* the client had a record of the hold */
+  char lease[24];
+  char latch_ttl[24];
+  char *latch; /* redisson_unlock_latch:{name}:<request-id> */
+  size_t latch_len;
+} dlock__release;
+
+/* Looks the hold up (failing with DLOCK_ELOST when the watchdog found it
+ * lost) and makes the latch key. Pair with dlock__release_finish. */
+int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r);
+
+/* Runs the release script (retried with the same latch on a lost reply),
+ * applies its answer (holds left, or -1 for none) and frees 'r'. */
+int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
+                       const dlock__eval *call);
+
+/* Lock-free frees of 'r' after a failed begin (safe to call always). */
+void dlock__release_end(dlock__release *r);
+
+/* Room for one script call's arguments, owned by the caller's stack. */
+typedef struct dlock__call_args {
+  char field[DLOCK__FIELD_MAX];
+  char lease[24];
+  char count[24];
+  const char *argv[8];
+  size_t lens[8];
+  dlock__eval call;
+} dlock__call_args;
+
+/* The reentrant (and spin) lock's acquire and release calls, built but not
+ * sent, for RedLock to send to every node at once. */
+void dlock__reentrant_acquire_call(dlock_t *l, uint64_t owner,
+                                   int64_t lease_ms, dlock__call_args *a);
+void dlock__reentrant_release_call(dlock_t *l, uint64_t owner,
+                                   const dlock__release *r,
+                                   dlock__call_args *a);
+
+/* The second half of dlock__run_acquire: decodes an acquisition reply
+ * (taking it) and records the hold. */
+int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                          redisReply *reply, int64_t sent_us,
+                          int64_t *ttl_ms);
+
+/* The second half of dlock__release_run: decodes a release reply (taking
+ * it) and applies it; 'known' as from dlock__release_begin. */
+int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
+                          int known);
 
 #endif

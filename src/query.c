@@ -1,12 +1,12 @@
 /*
  * Questions about a lock that read Redis directly: is it locked, by whom,
- * for how long; and the forced release.
+ * for how long; and the forced release. Composite kinds answer through
+ * their own query function.
  */
 #include "lock.h"
 
 #include "error.h"
 #include "reply.h"
-#include "scripts.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -14,13 +14,11 @@
 /* Runs "VERB name [field]" and decodes a number (nil as 'nil_value'). */
 static int ask_number(dlock_t *l, const char *verb, int with_field,
                       uint64_t owner, int64_t nil_value, int64_t *out) {
-  if (l == NULL)
-    return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
   int rc = dlock__check_canceled(l->c);
   if (rc != 0)
     return rc;
   char field[DLOCK__FIELD_MAX];
-  size_t field_len = with_field ? dlock__owner_field(l->c, owner, field) : 0;
+  size_t field_len = with_field ? l->kind->field(l, owner, field) : 0;
   const char *argv[] = {verb, l->name, field};
   const size_t lens[] = {strlen(verb), l->len, field_len};
   redisReply *reply;
@@ -32,15 +30,43 @@ static int ask_number(dlock_t *l, const char *verb, int with_field,
   return rc;
 }
 
+/* Answers one dlock__query about a single lock or a composite. */
+static int query(dlock_t *l, uint64_t owner, int what, int64_t *out) {
+  if (l == NULL)
+    return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
+  if (l->kind->query != NULL)
+    return l->kind->query(l, owner, what, out);
+  switch (what) {
+  case DLOCK__Q_LOCKED:
+    return ask_number(l, "EXISTS", 0, 0, 0, out);
+  case DLOCK__Q_HELD:
+    return ask_number(l, "HEXISTS", 1, owner, 0, out);
+  case DLOCK__Q_COUNT:
+    return ask_number(l, "HGET", 1, owner, 0, out);
+  default: {
+    int rc = ask_number(l, "PTTL", 0, 0, 0, out);
+    if (rc == 0 && *out == -2)
+      *out = 0; /* no such key: nobody holds it */
+    else if (rc == 0 && *out == -1)
+      *out = INT64_MAX; /* held without expiry */
+    return rc;
+  }
+  }
+}
+
+int dlock__query_single(dlock_t *l, uint64_t owner, int what, int64_t *out) {
+  return query(l, owner, what, out);
+}
+
 int dlock_is_locked(dlock_t *l) {
   int64_t n;
-  int rc = ask_number(l, "EXISTS", 0, 0, 0, &n);
+  int rc = query(l, 0, DLOCK__Q_LOCKED, &n);
   return rc != 0 ? rc : n > 0;
 }
 
 int dlock_is_held_as(dlock_t *l, uint64_t owner) {
   int64_t n;
-  int rc = ask_number(l, "HEXISTS", 1, owner, 0, &n);
+  int rc = query(l, owner, DLOCK__Q_HELD, &n);
   return rc != 0 ? rc : n > 0;
 }
 
@@ -48,7 +74,7 @@ int dlock_is_held(dlock_t *l) { return dlock_is_held_as(l, dlock_self()); }
 
 int dlock_hold_count_as(dlock_t *l, uint64_t owner) {
   int64_t n;
-  int rc = ask_number(l, "HGET", 1, owner, 0, &n);
+  int rc = query(l, owner, DLOCK__Q_COUNT, &n);
   if (rc != 0)
     return rc;
   return n < 0 ? 0 : n > INT32_MAX ? INT32_MAX : (int)n;
@@ -60,31 +86,13 @@ int dlock_hold_count(dlock_t *l) {
 
 int64_t dlock_ttl(dlock_t *l) {
   int64_t ms;
-  int rc = ask_number(l, "PTTL", 0, 0, 0, &ms);
-  if (rc != 0)
-    return rc;
-  if (ms == -2)
-    return 0; /* no such key: nobody holds it */
-  if (ms == -1)
-    return INT64_MAX; /* held without expiry */
-  return ms;
+  int rc = query(l, 0, DLOCK__Q_TTL, &ms);
+  return rc != 0 ? rc : ms;
 }
 
 int dlock_force_unlock(dlock_t *l) {
   if (l == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
-  int rc = dlock__check_canceled(l->c);
-  if (rc != 0)
-    return rc;
-  const char *argv[] = {l->name, l->channel, "0"};
-  const size_t lens[] = {l->len, l->channel_len, 1};
-  dlock__eval call = {&dlock__script_force_release, 2, 1, argv, lens};
-  redisReply *reply;
-  rc = dlock__eval_run(l->c->conn, 1, &call, &reply, 0);
-  if (rc != 0)
-    return rc;
-  int64_t deleted;
-  rc = dlock__decode_integer(reply, &deleted);
-  freeReplyObject(reply);
-  return rc != 0 ? rc : deleted > 0;
+  int rc = l->c != NULL ? dlock__check_canceled(l->c) : 0;
+  return rc != 0 ? rc : l->kind->force_release(l);
 }

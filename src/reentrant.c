@@ -10,21 +10,49 @@
 #include <stdio.h>
 #include <string.h>
 
+void dlock__reentrant_acquire_call(dlock_t *l, uint64_t owner,
+                                   int64_t lease_ms, dlock__call_args *a) {
+  dlock_client_t *c = l->c;
+  size_t field_len = dlock__field_plain(l, owner, a->field);
+  snprintf(a->lease, sizeof(a->lease), "%" PRId64,
+           lease_ms == DLOCK_WATCHDOG ? c->opt.watchdog_timeout_ms : lease_ms);
+  snprintf(a->count, sizeof(a->count), "%" PRId64,
+           dlock__believed_count(l, owner));
+  a->argv[0] = l->name;
+  a->lens[0] = l->len;
+  a->argv[1] = l->token_key;
+  a->lens[1] = l->token_key_len;
+  a->argv[2] = a->lease;
+  a->lens[2] = strlen(a->lease);
+  a->argv[3] = a->field;
+  a->lens[3] = field_len;
+  a->argv[4] = a->count;
+  a->lens[4] = strlen(a->count);
+  dlock__eval call = {&dlock__script_acquire, 2, 3, a->argv, a->lens};
+  a->call = call;
+}
+
 static int reentrant_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
                                  int queue, int64_t *ttl_ms) {
   (void)queue;
-  dlock_client_t *c = l->c;
-  char field[DLOCK__FIELD_MAX], lease[24], believed[24];
-  size_t field_len = dlock__field_plain(l, owner, field);
-  snprintf(lease, sizeof(lease), "%" PRId64,
-           lease_ms == DLOCK_WATCHDOG ? c->opt.watchdog_timeout_ms : lease_ms);
-  snprintf(believed, sizeof(believed), "%" PRId64,
-           dlock__believed_count(l, owner));
-  const char *argv[] = {l->name, l->token_key, lease, field, believed};
-  const size_t lens[] = {l->len, l->token_key_len, strlen(lease), field_len,
-                         strlen(believed)};
-  dlock__eval call = {&dlock__script_acquire, 2, 3, argv, lens};
-  return dlock__run_acquire(l, owner, lease_ms, &call, ttl_ms);
+  dlock__call_args a;
+  dlock__reentrant_acquire_call(l, owner, lease_ms, &a);
+  return dlock__run_acquire(l, owner, lease_ms, &a.call, ttl_ms);
+}
+
+void dlock__reentrant_release_call(dlock_t *l, uint64_t owner,
+                                   const dlock__release *r,
+                                   dlock__call_args *a) {
+  size_t field_len = dlock__field_plain(l, owner, a->field);
+  const char *argv[] = {l->name, l->channel, r->latch, "0",
+                        r->lease, a->field,  r->latch_ttl};
+  const size_t lens[] = {l->len,          l->channel_len,  r->latch_len,
+                         1,               strlen(r->lease), field_len,
+                         strlen(r->latch_ttl)};
+  memcpy(a->argv, argv, sizeof(argv));
+  memcpy(a->lens, lens, sizeof(lens));
+  dlock__eval call = {&dlock__script_release, 3, 4, a->argv, a->lens};
+  a->call = call;
 }
 
 static int reentrant_release(dlock_t *l, uint64_t owner) {
@@ -34,15 +62,9 @@ static int reentrant_release(dlock_t *l, uint64_t owner) {
     dlock__release_end(&r);
     return rc;
   }
-  char field[DLOCK__FIELD_MAX];
-  size_t field_len = dlock__field_plain(l, owner, field);
-  const char *argv[] = {l->name, l->channel, r.latch, "0",
-                        r.lease, field,      r.latch_ttl};
-  const size_t lens[] = {l->len,          l->channel_len, r.latch_len,
-                         1,               strlen(r.lease), field_len,
-                         strlen(r.latch_ttl)};
-  dlock__eval call = {&dlock__script_release, 3, 4, argv, lens};
-  return dlock__release_run(l, owner, &r, &call);
+  dlock__call_args a;
+  dlock__reentrant_release_call(l, owner, &r, &a);
+  return dlock__release_run(l, owner, &r, &a.call);
 }
 
 static int reentrant_force_release(dlock_t *l) {

@@ -116,3 +116,36 @@ int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
   }
   return rc;
 }
+
+int dlock__eval_send(dlock__conn *conn, const dlock__eval *call,
+                     int64_t deadline_us, dlock__pending *p) {
+  char *cmd;
+  size_t len;
+  int rc = format_eval(call, 0, &cmd, &len);
+  if (rc != 0) {
+    memset(p, 0, sizeof(*p));
+    p->rc = rc;
+    return rc;
+  }
+  rc = dlock__conn_send(conn, 1, &cmd, &len, deadline_us, p);
+  redisFreeCommand(cmd);
+  return rc;
+}
+
+int dlock__eval_wait(dlock__conn *conn, const dlock__eval *call,
+                     dlock__pending *p, redisReply **reply,
+                     int64_t deadline_us) {
+  *reply = NULL;
+  int rc = dlock__conn_wait(p, reply);
+  if (rc == 0 && is_noscript(*reply)) {
+    freeReplyObject(*reply);
+    *reply = NULL;
+    return dlock__eval_run(conn, 1, call, reply, deadline_us);
+  }
+  if (rc == 0 && (*reply)->type == REDIS_REPLY_ERROR) {
+    rc = dlock__fail_reply((*reply)->str, (*reply)->len);
+    freeReplyObject(*reply);
+    *reply = NULL;
+  }
+  return rc;
+}

@@ -24,6 +24,16 @@ extern const dlock__script dlock__script_acquire;
 extern const dlock__script dlock__script_release;
 extern const dlock__script dlock__script_renew;
 extern const dlock__script dlock__script_force_release;
+extern const dlock__script dlock__script_renew_read;
+extern const dlock__script dlock__script_fair_acquire;
+extern const dlock__script dlock__script_fair_release;
+extern const dlock__script dlock__script_fair_leave;
+extern const dlock__script dlock__script_fair_force_release;
+extern const dlock__script dlock__script_read_acquire;
+extern const dlock__script dlock__script_read_release;
+extern const dlock__script dlock__script_write_acquire;
+extern const dlock__script dlock__script_write_release;
+extern const dlock__script dlock__script_raise_token;
 
 /* One script call: its script, and its keys and arguments as byte strings. */
 typedef struct dlock__eval {
@@ -43,5 +53,17 @@ typedef struct dlock__eval {
  */
 int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
                     redisReply **replies, int64_t deadline_us);
+
+/*
+ * One script call in two halves, so that a caller can send to several
+ * servers before waiting for any (RedLock). The wait reloads the script on
+ * NOSCRIPT and turns error replies into codes, like dlock__eval_run.
+ * Every send must be followed by a wait on the same 'p'.
+ */
+int dlock__eval_send(dlock__conn *conn, const dlock__eval *call,
+                     int64_t deadline_us, dlock__pending *p);
+int dlock__eval_wait(dlock__conn *conn, const dlock__eval *call,
+                     dlock__pending *p, redisReply **reply,
+                     int64_t deadline_us);
 
 #endif

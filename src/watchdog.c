@@ -5,6 +5,7 @@
 
 #include "error.h"
 #include "monotime.h"
+#include "lock.h"
 #include "scripts.h"
 
 #include <stdio.h>
@@ -28,6 +29,9 @@ struct dlock__watchdog {
 typedef struct renewal {
   char *name;
   size_t name_len;
+  char *prefix; /* read locks: "{name}", where their timeout keys live */
+  size_t prefix_len;
+  int kind;
   uint64_t owner;
   uint64_t seq;
   char field[DLOCK__FIELD_MAX];
@@ -64,73 +68,124 @@ static void collect_one(dlock__hold *h, void *arg) {
   it->name_len = h->name_len;
   it->owner = h->owner;
   it->seq = h->seq;
+  it->kind = h->kind;
+  it->prefix = NULL;
   it->field_len = dlock__owner_field(r->c, h->owner, it->field);
+  if (h->kind == DLOCK_WRITE) {
+    memcpy(it->field + it->field_len, ":write", 7);
+    it->field_len += 6;
+  }
+  if (h->kind == DLOCK_READ) {
+    /* "{name}:" without its colon. */
+    if (dlock__suffixed(h->name, h->name_len, "", 0, &it->prefix,
+                        &it->prefix_len) != 0) {
+      free(it->name);
+      r->nomem = 1;
+      return;
+    }
+    it->prefix[--it->prefix_len] = '\0';
+  }
   r->n++;
 }
 
 static void free_round(round *r) {
-  for (size_t i = 0; i < r->n; i++)
+  for (size_t i = 0; i < r->n; i++) {
     free(r->items[i].name);
+    free(r->items[i].prefix);
+  }
   free(r->items);
 }
 
-/* Sends every renewal in one pipelined round of batched script calls.
- * Fills 'renewed' (1/0 per item) and returns 0, or an error code. */
+/* Which renewal script an item needs: read holds renew their timeout keys
+ * too; every other kind is a field in the lock hash. */
+static int is_read(const renewal *it) { return it->kind == DLOCK_READ; }
+
+/*
+ * Sends every renewal in one pipelined round of batched script calls,
+ * RENEW_BATCH locks per call. Fills 'renewed' (1/0 per item) and returns 0,
+ * or an error code.
+ */
 static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
-  size_t ncalls = (r->n + RENEW_BATCH - 1) / RENEW_BATCH;
-  dlock__eval *calls = calloc(ncalls, sizeof(*calls));
-  redisReply **replies = calloc(ncalls, sizeof(*replies));
-  const char **argv = calloc(2 * r->n + ncalls, sizeof(*argv));
-  size_t *lens = calloc(2 * r->n + ncalls, sizeof(*lens));
+  size_t nread = 0;
+  for (size_t i = 0; i < r->n; i++)
+    nread += is_read(&r->items[i]);
+  size_t nhash = r->n - nread;
+  size_t ncalls = (nhash + RENEW_BATCH - 1) / RENEW_BATCH +
+                  (nread + RENEW_BATCH - 1) / RENEW_BATCH;
+  dlock__eval *calls = calloc(ncalls + 1, sizeof(*calls));
+  redisReply **replies = calloc(ncalls + 1, sizeof(*replies));
+  size_t **members = calloc(ncalls + 1, sizeof(*members));
+  const char **argv = calloc(3 * r->n + ncalls + 1, sizeof(*argv));
+  size_t *lens = calloc(3 * r->n + ncalls + 1, sizeof(*lens));
+  size_t *order = calloc(r->n + 1, sizeof(*order));
   char lease[24];
   int rc = 0;
-  if (calls == NULL || replies == NULL || argv == NULL || lens == NULL) {
+  if (calls == NULL || replies == NULL || members == NULL || argv == NULL ||
+      lens == NULL || order == NULL) {
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory renewing locks");
     goto out;
   }
   snprintf(lease, sizeof(lease), "%lld",
            (long long)c->opt.watchdog_timeout_ms);
-  size_t pos = 0;
-  for (size_t k = 0; k < ncalls; k++) {
-    size_t first = k * RENEW_BATCH;
-    size_t count = r->n - first < RENEW_BATCH ? r->n - first : RENEW_BATCH;
-    calls[k].script = &dlock__script_renew;
-    calls[k].nkeys = (int)count;
+  /* Hash-field holds first, then read holds, each group in batches. */
+  size_t m = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < r->n; i++)
+      if (is_read(&r->items[i]) == pass)
+        order[m++] = i;
+  size_t pos = 0, k = 0;
+  for (size_t first = 0; first < r->n; k++) {
+    int read = is_read(&r->items[order[first]]);
+    size_t count = 0;
+    while (first + count < r->n && count < RENEW_BATCH &&
+           is_read(&r->items[order[first + count]]) == read)
+      count++;
+    calls[k].script = read ? &dlock__script_renew_read : &dlock__script_renew;
+    calls[k].nkeys = (int)(read ? 2 * count : count);
     calls[k].nargs = (int)count + 1;
     calls[k].argv = &argv[pos];
     calls[k].lens = &lens[pos];
-    for (size_t i = 0; i < count; i++, pos++) {
-      argv[pos] = r->items[first + i].name;
-      lens[pos] = r->items[first + i].name_len;
+    members[k] = &order[first];
+    for (size_t i = 0; i < count; i++) {
+      const renewal *it = &r->items[order[first + i]];
+      argv[pos] = it->name;
+      lens[pos++] = it->name_len;
+      if (read) {
+        argv[pos] = it->prefix;
+        lens[pos++] = it->prefix_len;
+      }
     }
     argv[pos] = lease;
     lens[pos++] = strlen(lease);
     for (size_t i = 0; i < count; i++, pos++) {
-      argv[pos] = r->items[first + i].field;
-      lens[pos] = r->items[first + i].field_len;
+      argv[pos] = r->items[order[first + i]].field;
+      lens[pos] = r->items[order[first + i]].field_len;
     }
+    first += count;
   }
+  ncalls = k;
   rc = dlock__eval_run(c->conn, ncalls, calls, replies, 0);
-  for (size_t k = 0; k < ncalls && rc == 0; k++) {
+  for (k = 0; k < ncalls && rc == 0; k++) {
     const redisReply *rep = replies[k];
-    size_t first = k * RENEW_BATCH;
-    size_t count = (size_t)calls[k].nkeys;
+    size_t count = (size_t)calls[k].nargs - 1;
     if (rep->type != REDIS_REPLY_ARRAY || rep->elements != count) {
       rc = dlock__fail(DLOCK_EPROTO, "renewal script gave a bad reply");
       break;
     }
     for (size_t i = 0; i < count; i++)
-      renewed[first + i] = rep->element[i]->type == REDIS_REPLY_INTEGER &&
-                           rep->element[i]->integer == 1;
+      renewed[members[k][i]] = rep->element[i]->type == REDIS_REPLY_INTEGER &&
+                               rep->element[i]->integer == 1;
   }
-  for (size_t k = 0; k < ncalls && replies != NULL; k++)
+  for (k = 0; k < ncalls && replies != NULL; k++)
     if (replies[k] != NULL)
       freeReplyObject(replies[k]);
 out:
   free(calls);
   free(replies);
+  free(members);
   free((void *)argv);
   free(lens);
+  free(order);
   return rc;
 }
 
@@ -146,8 +201,8 @@ static size_t apply_round(dlock_client_t *c, round *r, int rc,
   pthread_mutex_lock(&c->mu);
   for (size_t i = 0; i < r->n; i++) {
     renewal *it = &r->items[i];
-    dlock__hold *h =
-        dlock__holds_find(&c->holds, it->name, it->name_len, it->owner);
+    dlock__hold *h = dlock__holds_find(&c->holds, it->name, it->name_len,
+                                       it->owner, it->kind);
     if (h == NULL || h->seq != it->seq || h->lost)
       continue;
     if (rc == 0 && renewed[i]) {

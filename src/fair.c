@@ -1,0 +1,149 @@
+/*
+ * The fair lock (Redisson's RFairLock): owners get the lock in the order
+ * they asked for it. Waiters queue in redisson_lock_queue:{name} with
+ * deadlines in redisson_lock_timeout:{name}, and each listens on its own
+ * channel, redisson_lock__channel:{name}:<owner-field>, so a release wakes
+ * only the owner whose turn it is.
+ */
+#include "lock.h"
+
+#include "error.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The queue and deadline keys of a fair lock, built per call (a fair lock
+ * handle is cheap, and these are only needed by its own scripts). */
+typedef struct fair_keys {
+  char *queue, *timeouts;
+  size_t queue_len, timeouts_len;
+} fair_keys;
+
+static void free_keys(fair_keys *k) {
+  free(k->queue);
+  free(k->timeouts);
+}
+
+static int make_keys(dlock_t *l, fair_keys *k) {
+  memset(k, 0, sizeof(*k));
+  int rc = dlock__prefixed("redisson_lock_queue", l->name, l->len, &k->queue,
+                           &k->queue_len);
+  if (rc == 0)
+    rc = dlock__prefixed("redisson_lock_timeout", l->name, l->len,
+                         &k->timeouts, &k->timeouts_len);
+  if (rc != 0)
+    free_keys(k);
+  return rc;
+}
+
+static int fair_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                            int queue, int64_t *ttl_ms) {
+  dlock_client_t *c = l->c;
+  fair_keys k;
+  int rc = make_keys(l, &k);
+  if (rc != 0)
+    return rc;
+  char field[DLOCK__FIELD_MAX], lease[24], wait[24], believed[24];
+  size_t field_len = dlock__field_plain(l, owner, field);
+  snprintf(lease, sizeof(lease), "%" PRId64,
+           lease_ms == DLOCK_WATCHDOG ? c->opt.watchdog_timeout_ms : lease_ms);
+  snprintf(wait, sizeof(wait), "%" PRId64, c->opt.fair_wait_timeout_ms);
+  snprintf(believed, sizeof(believed), "%" PRId64,
+           dlock__believed_count(l, owner));
+  const char *argv[] = {l->name, k.queue, k.timeouts, l->token_key, lease,
+                        field,   wait,    believed,   queue ? "1" : "0"};
+  const size_t lens[] = {l->len,        k.queue_len,   k.timeouts_len,
+                         l->token_key_len, strlen(lease), field_len,
+                         strlen(wait),  strlen(believed), 1};
+  dlock__eval call = {&dlock__script_fair_acquire, 4, 5, argv, lens};
+  rc = dlock__run_acquire(l, owner, lease_ms, &call, ttl_ms);
+  free_keys(&k);
+  return rc;
+}
+
+/* A waiter that stops waiting leaves the queue at once, rather than
+ * holding up everyone behind it until its deadline. */
+static void fair_give_up(dlock_t *l, uint64_t owner) {
+  fair_keys k;
+  if (make_keys(l, &k) != 0)
+    return;
+  char field[DLOCK__FIELD_MAX], wait[24];
+  size_t field_len = dlock__field_plain(l, owner, field);
+  snprintf(wait, sizeof(wait), "%" PRId64, l->c->opt.fair_wait_timeout_ms);
+  const char *argv[] = {l->name, k.queue, k.timeouts, l->channel, field, wait};
+  const size_t lens[] = {l->len,         k.queue_len, k.timeouts_len,
+                         l->channel_len, field_len,   strlen(wait)};
+  dlock__eval call = {&dlock__script_fair_leave, 4, 2, argv, lens};
+  redisReply *reply;
+  /* Best effort: if this fails, the deadline drops the entry later. */
+  if (dlock__eval_run(l->c->conn, 1, &call, &reply, 0) == 0)
+    freeReplyObject(reply);
+  free_keys(&k);
+}
+
+static int fair_wait_channel(dlock_t *l, uint64_t owner, char **out,
+                             size_t *len) {
+  char field[DLOCK__FIELD_MAX];
+  size_t field_len = dlock__field_plain(l, owner, field);
+  *len = l->channel_len + 1 + field_len;
+  if ((*out = malloc(*len + 1)) == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory joining a channel");
+  memcpy(*out, l->channel, l->channel_len);
+  (*out)[l->channel_len] = ':';
+  memcpy(*out + l->channel_len + 1, field, field_len + 1);
+  return 0;
+}
+
+static int fair_release(dlock_t *l, uint64_t owner) {
+  dlock__release r;
+  fair_keys k;
+  int rc = dlock__release_begin(l, owner, &r);
+  if (rc == 0)
+    rc = make_keys(l, &k);
+  if (rc != 0) {
+    dlock__release_end(&r);
+    return rc;
+  }
+  char field[DLOCK__FIELD_MAX];
+  size_t field_len = dlock__field_plain(l, owner, field);
+  const char *argv[] = {l->name, k.queue, k.timeouts, l->channel, r.latch,
+                        "0",     r.lease, field,      r.latch_ttl};
+  const size_t lens[] = {l->len,         k.queue_len, k.timeouts_len,
+                         l->channel_len, r.latch_len, 1,
+                         strlen(r.lease), field_len,  strlen(r.latch_ttl)};
+  dlock__eval call = {&dlock__script_fair_release, 5, 4, argv, lens};
+  rc = dlock__release_run(l, owner, &r, &call);
+  free_keys(&k);
+  return rc;
+}
+
+static int fair_force_release(dlock_t *l) {
+  fair_keys k;
+  int rc = make_keys(l, &k);
+  if (rc != 0)
+    return rc;
+  const char *argv[] = {l->name, k.queue, l->channel};
+  const size_t lens[] = {l->len, k.queue_len, l->channel_len};
+  dlock__eval call = {&dlock__script_fair_force_release, 3, 0, argv, lens};
+  redisReply *reply;
+  rc = dlock__eval_run(l->c->conn, 1, &call, &reply, 0);
+  free_keys(&k);
+  if (rc != 0)
+    return rc;
+  int deleted = reply->type == REDIS_REPLY_INTEGER && reply->integer > 0;
+  freeReplyObject(reply);
+  return deleted;
+}
+
+const dlock__kind dlock__kind_fair = {
+    .id = DLOCK_FAIR,
+    .wait_by = DLOCK__WAIT_PUBSUB,
+    .try_acquire = fair_try_acquire,
+    .give_up = fair_give_up,
+    .wait_channel = fair_wait_channel,
+    .release = fair_release,
+    .field = dlock__field_plain,
+    .force_release = fair_force_release,
+};

@@ -1,0 +1,192 @@
+/*
+ * What the single-lock kinds share: running an acquisition script and
+ * recording the hold, and the idempotent release with its latch.
+ */
+#include "lock.h"
+
+#include "error.h"
+#include "monotime.h"
+#include "reply.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t dlock__believed_count(dlock_t *l, uint64_t owner) {
+  dlock_client_t *c = l->c;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  int64_t n = h != NULL && !h->lost ? h->count : 0;
+  pthread_mutex_unlock(&c->mu);
+  return n;
+}
+
+/* Records a successful acquisition in the hold table. */
+static int record_hold(dlock_t *l, uint64_t owner, const dlock__acquired *a,
+                       int64_t lease_ms, int64_t sent_us) {
+  dlock_client_t *c = l->c;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_put(&c->holds, l->name, l->len, owner, l->kind->id);
+  if (h != NULL) {
+    /* A reentrant acquisition keeps the token of the hold it extends. */
+    if (h->count == 0 || h->lost || a->count == 1)
+      h->token = a->token;
+    h->count = (int)a->count;
+    h->watchdog = lease_ms == DLOCK_WATCHDOG;
+    h->lease_ms = h->watchdog ? c->opt.watchdog_timeout_ms : lease_ms;
+    h->lost = 0;
+    h->confirmed_us = sent_us;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return h != NULL ? 0
+                   : dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
+}
+
+int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                          redisReply *reply, int64_t sent_us,
+                          int64_t *ttl_ms) {
+  dlock__acquired a;
+  int rc = dlock__decode_acquire(reply, &a);
+  freeReplyObject(reply);
+  if (rc != 0)
+    return rc;
+  if (!a.held) {
+    *ttl_ms = a.ttl_ms;
+    return 1;
+  }
+  if (record_hold(l, owner, &a, lease_ms, sent_us) != 0) {
+    /* Not recorded means never renewed: give it back at once. */
+    l->kind->release(l, owner);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
+  }
+  return 0;
+}
+
+int dlock__run_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                       const dlock__eval *call, int64_t *ttl_ms) {
+  redisReply *reply;
+  int64_t sent_us = dlock__now_us();
+  int rc = dlock__eval_run(l->c->conn, 1, call, &reply, 0);
+  if (rc != 0)
+    return rc;
+  return dlock__finish_acquire(l, owner, lease_ms, reply, sent_us, ttl_ms);
+}
+
+void dlock__release_end(dlock__release *r) {
+  free(r->latch);
+  r->latch = NULL;
+}
+
+int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
+  dlock_client_t *c = l->c;
+  memset(r, 0, sizeof(*r));
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  int lost = h != NULL && h->lost;
+  r->known = h != NULL;
+  r->lease_ms = h != NULL ? h->lease_ms : c->opt.watchdog_timeout_ms;
+  if (lost)
+    dlock__holds_remove(&c->holds, h);
+  pthread_mutex_unlock(&c->mu);
+  if (lost)
+    return dlock__fail(DLOCK_ELOST,
+                       "lock \"%.100s\" was lost while held (a renewal found "
+                       "it expired or deleted)",
+                       l->name);
+  snprintf(r->lease, sizeof(r->lease), "%" PRId64, r->lease_ms);
+  /* The latch must outlive every retry of this request. */
+  snprintf(r->latch_ttl, sizeof(r->latch_ttl), "%" PRId64,
+           c->opt.command_timeout_ms * (c->opt.unlock_retries + 2));
+  char request[DLOCK__FIELD_MAX];
+  snprintf(request, sizeof(request), "%s:%" PRIuFAST64, c->id,
+           (uint_fast64_t)atomic_fetch_add(&c->request_seq, 1));
+  char *prefix;
+  size_t prefix_len;
+  int rc = dlock__prefixed("redisson_unlock_latch", l->name, l->len, &prefix,
+                           &prefix_len);
+  if (rc != 0)
+    return rc;
+  r->latch_len = prefix_len + 1 + strlen(request);
+  r->latch = malloc(r->latch_len + 1);
+  if (r->latch != NULL)
+    snprintf(r->latch, r->latch_len + 1, "%s:%s", prefix, request);
+  free(prefix);
+  return r->latch != NULL
+             ? 0
+             : dlock__fail(DLOCK_ENOMEM, "out of memory releasing a lock");
+}
+
+/* Applies Redis's answer to a release: the holds left, or -1 for none. */
+static int finish_release(dlock_t *l, uint64_t owner, int64_t left,
+                          int known) {
+  dlock_client_t *c = l->c;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  if (h != NULL && left > 0)
+    h->count = (int)left;
+  else if (h != NULL)
+    dlock__holds_remove(&c->holds, h);
+  pthread_mutex_unlock(&c->mu);
+  if (left >= 0)
+    return 0;
+  if (known)
+    return dlock__fail(DLOCK_ELOST,
+                       "lock \"%.100s\" was no longer held at unlock (its "
+                       "lease expired or it was deleted)",
+                       l->name);
+  char field[DLOCK__FIELD_MAX];
+  l->kind->field(l, owner, field);
+  return dlock__fail(DLOCK_ENOTHELD,
+                     "attempt to unlock lock \"%.100s\", not held by owner %s",
+                     l->name, field);
+}
+
+/* An unlock that could not reach Redis leaves the lock held there; the
+ * watchdog must not keep it alive for ever, so a last hold is left to
+ * expire with its lease. */
+static void stop_renewing_last_hold(dlock_t *l, uint64_t owner) {
+  dlock_client_t *c = l->c;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  if (h != NULL && h->count <= 1)
+    h->watchdog = 0;
+  pthread_mutex_unlock(&c->mu);
+}
+
+int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
+                       const dlock__eval *call) {
+  dlock_client_t *c = l->c;
+  redisReply *reply = NULL;
+  int rc;
+  /* A release whose reply was lost (a timeout, a dropped connection) is
+   * sent again, with the same latch, on a fresh connection: the latch makes
+   * a copy that runs twice answer the same. Each attempt has its own
+   * command timeout, so an unlock takes at most (unlock_retries + 1) of
+   * them. */
+  for (int attempt = 0;; attempt++) {
+    rc = dlock__eval_run(c->conn, 1, call, &reply, 0);
+    if (rc != DLOCK_EIO || attempt >= c->opt.unlock_retries)
+      break;
+  }
+  if (rc != 0)
+    stop_renewing_last_hold(l, owner);
+  int known = r->known;
+  dlock__release_end(r);
+  if (rc != 0)
+    return rc;
+  return dlock__finish_release(l, owner, reply, known);
+}
+
+int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
+                          int known) {
+  int64_t left;
+  int rc = dlock__decode_integer(reply, &left);
+  freeReplyObject(reply);
+  return rc != 0 ? rc : finish_release(l, owner, left, known);
+}

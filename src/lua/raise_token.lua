@@ -1,0 +1,8 @@
+-- Raise the fencing counter KEYS[1] to at least ARGV[1] (a RedLock token
+-- issued by a majority of nodes), so that whatever majority grants the lock
+-- next includes a node that issues a larger token.
+local current = tonumber(redis.call('get', KEYS[1])) or 0
+if current < tonumber(ARGV[1]) then
+  redis.call('set', KEYS[1], ARGV[1])
+end
+return 1

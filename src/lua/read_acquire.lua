@@ -1,0 +1,26 @@
+-- Acquire the read side of the read-write lock KEYS[1] for owner field
+-- ARGV[2]. Each read hold n gets its own key KEYS[2] .. ':' .. n with its
+-- own lease, so the lock can live exactly as long as its longest hold.
+-- KEYS[3]: fencing counter. ARGV[1]: lease ms; ARGV[3]: the owner's writer
+-- field (a writer may also read); ARGV[4]: the hold count the client
+-- believes the owner has. Returns {1, token, count} or {0, pttl}.
+local mode = redis.call('hget', KEYS[1], 'mode')
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+if count ~= nil and count == tonumber(ARGV[4]) + 1 then
+  -- A retry whose first reply was lost: already held.
+  return {1, tonumber(redis.call('get', KEYS[3])) or 0, count}
+end
+if mode == false then
+  redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
+  redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, redis.call('incr', KEYS[3]), 1}
+end
+if mode == 'read' or redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
+  count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('set', KEYS[2] .. ':' .. count, 1, 'px', ARGV[1])
+  local left = redis.call('pttl', KEYS[1])
+  redis.call('pexpire', KEYS[1], math.max(left, tonumber(ARGV[1])))
+  return {1, tonumber(redis.call('get', KEYS[3])) or 0, count}
+end
+return {0, redis.call('pttl', KEYS[1])}

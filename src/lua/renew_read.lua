@@ -1,0 +1,24 @@
+-- Renew many read holds at once. For lock i, KEYS[2i-1] is the lock,
+-- KEYS[2i] its key prefix ("{name}"), ARGV[i + 1] the owner field, and
+-- ARGV[1] the lease in ms. A held lock gets its lease back, and so does
+-- every read hold's timeout key, since the lock lives as long as its
+-- longest hold. Returns one entry per lock: 1 renewed, 0 no longer held.
+local result = {}
+for i = 1, #KEYS / 2 do
+  local lock, prefix = KEYS[2 * i - 1], KEYS[2 * i]
+  if redis.call('hexists', lock, ARGV[i + 1]) == 1 then
+    redis.call('pexpire', lock, ARGV[1])
+    for _, field in ipairs(redis.call('hkeys', lock)) do
+      local n = tonumber(redis.call('hget', lock, field))
+      if n then
+        for k = n, 1, -1 do
+          redis.call('pexpire', prefix .. ':' .. field .. ':rwlock_timeout:' .. k, ARGV[1])
+        end
+      end
+    end
+    result[i] = 1
+  else
+    result[i] = 0
+  end
+end
+return result

@@ -1,0 +1,22 @@
+-- Acquire the write side of the read-write lock KEYS[1] for writer field
+-- ARGV[2]. KEYS[2]: fencing counter. ARGV[1]: lease ms; ARGV[3]: the hold
+-- count the client believes the owner has.
+-- Returns {1, token, count} or {0, pttl}.
+local mode = redis.call('hget', KEYS[1], 'mode')
+if mode == false then
+  redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, redis.call('incr', KEYS[2]), 1}
+end
+if mode == 'write' then
+  local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+  if count ~= nil then
+    if count ~= tonumber(ARGV[3]) + 1 then
+      count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    end
+    redis.call('pexpire', KEYS[1],
+               math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1])))
+    return {1, tonumber(redis.call('get', KEYS[2])) or 0, count}
+  end
+end
+return {0, redis.call('pttl', KEYS[1])}

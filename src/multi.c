@@ -1,0 +1,471 @@
+/*
+ * Composite locks over several handles: the MultiLock (all of them) and
+ * the RedLock (a majority of independent nodes).
+ */
+#include "lock.h"
+
+#include "error.h"
+#include "monotime.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int composite_new(dlock_t *const *locks, size_t n,
+                         const dlock__kind *kind, dlock_t **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (locks == NULL || out == NULL || n == 0)
+    return dlock__fail(DLOCK_EINVAL, "locks and out must not be NULL, n > 0");
+  for (size_t i = 0; i < n; i++) {
+    if (locks[i] == NULL)
+      return dlock__fail(DLOCK_EINVAL, "lock %zu of %zu is NULL", i, n);
+    if (locks[i]->kind->acquire != NULL)
+      return dlock__fail(DLOCK_EINVAL,
+                         "lock %zu is itself a MultiLock or RedLock", i);
+  }
+  dlock_t *l = calloc(1, sizeof(*l));
+  if (l == NULL || (l->subs = calloc(n, sizeof(*l->subs))) == NULL ||
+      (l->name = strdup(kind->id == DLOCK_RED ? "(redlock)" : "(multilock)")) ==
+          NULL) {
+    dlock_free(l);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory creating a composite");
+  }
+  memcpy(l->subs, locks, n * sizeof(*locks));
+  l->nsubs = n;
+  l->len = strlen(l->name);
+  l->kind = kind;
+  *out = l;
+  return 0;
+}
+
+int dlock_get_multi(dlock_t *const *locks, size_t n, dlock_t **out) {
+  return composite_new(locks, n, &dlock__kind_multi, out);
+}
+
+int dlock_get_red(dlock_t *const *locks, size_t n, dlock_t **out) {
+  return composite_new(locks, n, &dlock__kind_red, out);
+}
+
+static int64_t ms_left(int64_t deadline_us) {
+  if (deadline_us == INT64_MAX)
+    return DLOCK_WAIT_FOREVER;
+  int64_t left = (deadline_us - dlock__now_us()) / 1000;
+  return left > 0 ? left : 0;
+}
+
+/* Releases the parts marked in 'held' and clears the marks; the first
+ * failure's code, or 0. */
+static int release_parts(dlock_t *l, uint64_t owner, unsigned char *held) {
+  int first = 0;
+  for (size_t i = 0; i < l->nsubs; i++) {
+    if (!held[i])
+      continue;
+    held[i] = 0;
+    int rc = dlock_unlock_as(l->subs[i], owner);
+    if (rc != 0 && first == 0)
+      first = rc;
+  }
+  return first;
+}
+
+/* ---- MultiLock --------------------------------------------------------- */
+
+/*
+ * Takes every part without waiting; when one is taken by someone else,
+ * lets go of all, waits for that one alone (holding nothing, so two
+ * callers with overlapping sets in any order cannot deadlock), and goes
+ * round again holding it.
+ */
+static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                         int64_t lease_ms, int64_t deadline_us) {
+  unsigned char *held = calloc(l->nsubs, 1);
+  if (held == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a MultiLock");
+  int rc;
+  for (;;) {
+    size_t busy = l->nsubs;
+    rc = 0;
+    for (size_t i = 0; i < l->nsubs && rc == 0; i++) {
+      if (held[i])
+        continue;
+      rc = dlock_trylock_as(l->subs[i], owner, 0, lease_ms);
+      if (rc == 0)
+        held[i] = 1;
+      else
+        busy = i;
+    }
+    if (rc == 0)
+      break;
+    int err = rc;
+    char detail[512];
+    snprintf(detail, sizeof(detail), "%s", dlock_last_error());
+    release_parts(l, owner, held);
+    if (err != DLOCK_ETIMEDOUT || wait_ms == 0 ||
+        dlock__now_us() >= deadline_us) {
+      rc = dlock__fail_text(err, detail);
+      break;
+    }
+    rc = dlock_trylock_as(l->subs[busy], owner, ms_left(deadline_us),
+                          lease_ms);
+    if (rc != 0)
+      break;
+    held[busy] = 1;
+  }
+  free(held);
+  return rc;
+}
+
+/* Releases every part; DLOCK_ELOST when any had been lost, DLOCK_ENOTHELD
+ * when none was held. */
+static int multi_release(dlock_t *l, uint64_t owner) {
+  int lost = 0, notheld = 0, other = 0;
+  for (size_t i = 0; i < l->nsubs; i++) {
+    int rc = dlock_unlock_as(l->subs[i], owner);
+    if (rc == DLOCK_ELOST)
+      lost++;
+    else if (rc == DLOCK_ENOTHELD)
+      notheld++;
+    else if (rc != 0 && other == 0)
+      other = rc;
+  }
+  if (other != 0)
+    return other;
+  if (lost > 0)
+    return dlock__fail(DLOCK_ELOST,
+                       "%d of the %zu locks were lost while held", lost,
+                       l->nsubs);
+  if ((size_t)notheld == l->nsubs)
+    return dlock__fail(DLOCK_ENOTHELD, "none of the %zu locks is held",
+                       l->nsubs);
+  return 0;
+}
+
+static int force_all(dlock_t *l) {
+  int any = 0;
+  for (size_t i = 0; i < l->nsubs; i++) {
+    int rc = dlock_force_unlock(l->subs[i]);
+    if (rc < 0 && l->kind->id == DLOCK_MULTI)
+      return rc;
+    any |= rc > 0;
+  }
+  return any;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/*
+ * Asks every part and combines the answers: a MultiLock is locked, held,
+ * counted and timed by its weakest part; a RedLock by its majority-th
+ * part (the answers sorted from most to least, taken at n/2+1). An
+ * unreachable RedLock node counts as "no".
+ */
+static int composite_query(dlock_t *l, uint64_t owner, int what,
+                           int64_t *out) {
+  int64_t *v = calloc(l->nsubs, sizeof(*v));
+  if (v == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory querying locks");
+  int red = l->kind->id == DLOCK_RED;
+  for (size_t i = 0; i < l->nsubs; i++) {
+    int rc = dlock__query_single(l->subs[i], owner, what, &v[i]);
+    if (rc != 0 && !red) {
+      free(v);
+      return rc;
+    }
+    if (rc != 0)
+      v[i] = 0;
+  }
+  qsort(v, l->nsubs, sizeof(*v), cmp_desc);
+  *out = v[red ? l->nsubs / 2 : l->nsubs - 1];
+  free(v);
+  return 0;
+}
+
+/* The largest of the parts' tokens: every part's counter went up when the
+ * whole was taken, so for one set of names it increases with each holder. */
+static uint64_t max_token(dlock_t *l, uint64_t owner) {
+  uint64_t best = 0;
+  for (size_t i = 0; i < l->nsubs; i++) {
+    uint64_t t = dlock_token_as(l->subs[i], owner);
+    if (t == 0 && l->kind->id == DLOCK_MULTI)
+      return 0;
+    if (t > best)
+      best = t;
+  }
+  return best;
+}
+
+const dlock__kind dlock__kind_multi = {
+    .id = DLOCK_MULTI,
+    .release = multi_release,
+    .force_release = force_all,
+    .acquire = multi_acquire,
+    .query = composite_query,
+    .token = max_token,
+};
+
+/* ---- RedLock ----------------------------------------------------------- */
+
+/* A part is sent in parallel when its acquisition script is known here
+ * (reentrant and spin locks, what RedLocks are made of); other kinds are
+ * asked one after the other. */
+static int parallel_part(const dlock_t *sub) {
+  return sub->kind->id == DLOCK_REENTRANT || sub->kind->id == DLOCK_SPIN;
+}
+
+/* One attempt on every node at once; 'state[i]' becomes 0 (granted), 1
+ * (held by another owner) or an error. Returns how many nodes answered. */
+static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                          int *state, int64_t *ttl_ms) {
+  size_t n = l->nsubs, answered = 0;
+  dlock__call_args *args = calloc(n, sizeof(*args));
+  dlock__pending *pend = calloc(n, sizeof(*pend));
+  if (args == NULL || pend == NULL) {
+    free(args);
+    free(pend);
+    dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a RedLock");
+    return 0;
+  }
+  int64_t sent_us = dlock__now_us();
+  for (size_t i = 0; i < n; i++) {
+    if (!parallel_part(l->subs[i]))
+      continue;
+    dlock__reentrant_acquire_call(l->subs[i], owner, lease_ms, &args[i]);
+    dlock__eval_send(l->subs[i]->c->conn, &args[i].call, 0, &pend[i]);
+  }
+  for (size_t i = 0; i < n; i++) {
+    dlock_t *sub = l->subs[i];
+    int64_t ttl = -1;
+    int rc;
+    if (parallel_part(sub)) {
+      redisReply *reply;
+      rc = dlock__eval_wait(sub->c->conn, &args[i].call, &pend[i], &reply, 0);
+      if (rc == 0)
+        rc = dlock__finish_acquire(sub, owner, lease_ms, reply, sent_us, &ttl);
+    } else {
+      rc = sub->kind->try_acquire(sub, owner, lease_ms, 0, &ttl);
+    }
+    state[i] = rc;
+    answered += rc == 0 || rc == 1;
+    if (rc == 1 && ttl > *ttl_ms)
+      *ttl_ms = ttl;
+  }
+  free(args);
+  free(pend);
+  return answered;
+}
+
+/* Releases the parts on the nodes marked in 'which' (all when NULL) at
+ * once. Counts the outcomes. */
+static void red_release_all(dlock_t *l, uint64_t owner,
+                            const unsigned char *which, int *ok, int *lost,
+                            int *notheld, int *failed) {
+  size_t n = l->nsubs;
+  dlock__release *rel = calloc(n, sizeof(*rel));
+  dlock__call_args *args = calloc(n, sizeof(*args));
+  dlock__pending *pend = calloc(n, sizeof(*pend));
+  int *state = calloc(n, sizeof(*state));
+  *ok = *lost = *notheld = *failed = 0;
+  if (rel == NULL || args == NULL || pend == NULL || state == NULL) {
+    *failed = (int)n;
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    dlock_t *sub = l->subs[i];
+    if (which != NULL && !which[i]) {
+      state[i] = 2; /* not asked */
+      continue;
+    }
+    if (!parallel_part(sub)) {
+      state[i] = dlock_unlock_as(sub, owner);
+      continue;
+    }
+    state[i] = dlock__release_begin(sub, owner, &rel[i]);
+    if (state[i] != 0)
+      continue;
+    dlock__reentrant_release_call(sub, owner, &rel[i], &args[i]);
+    dlock__eval_send(sub->c->conn, &args[i].call, 0, &pend[i]);
+    state[i] = 1; /* sent */
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (state[i] == 1) {
+      dlock_t *sub = l->subs[i];
+      redisReply *reply;
+      int known = rel[i].known;
+      state[i] = dlock__eval_wait(sub->c->conn, &args[i].call, &pend[i],
+                                  &reply, 0);
+      if (state[i] == 0)
+        state[i] = dlock__finish_release(sub, owner, reply, known);
+    }
+    dlock__release_end(&rel[i]);
+    if (state[i] == 2)
+      continue;
+    *ok += state[i] == 0;
+    *lost += state[i] == DLOCK_ELOST;
+    *notheld += state[i] == DLOCK_ENOTHELD;
+    *failed += state[i] != 0 && state[i] != DLOCK_ELOST &&
+               state[i] != DLOCK_ENOTHELD;
+  }
+out:
+  free(rel);
+  free(args);
+  free(pend);
+  free(state);
+}
+
+/* Makes every node that granted the lock issue tokens above 'token' from
+ * now on (see dlock_get_red). */
+static void raise_tokens(dlock_t *l, const unsigned char *held,
+                         uint64_t token) {
+  char value[24];
+  snprintf(value, sizeof(value), "%" PRIu64, token);
+  dlock__eval *calls = calloc(l->nsubs, sizeof(*calls));
+  dlock__pending *pend = calloc(l->nsubs, sizeof(*pend));
+  const char **argv = calloc(2 * l->nsubs, sizeof(*argv));
+  size_t *lens = calloc(2 * l->nsubs, sizeof(*lens));
+  if (calls == NULL || pend == NULL || argv == NULL || lens == NULL)
+    goto out;
+  for (size_t i = 0; i < l->nsubs; i++) {
+    if (!held[i])
+      continue;
+    argv[2 * i] = l->subs[i]->token_key;
+    lens[2 * i] = l->subs[i]->token_key_len;
+    argv[2 * i + 1] = value;
+    lens[2 * i + 1] = strlen(value);
+    dlock__eval call = {&dlock__script_raise_token, 1, 1, &argv[2 * i],
+                        &lens[2 * i]};
+    calls[i] = call;
+    dlock__eval_send(l->subs[i]->c->conn, &calls[i], 0, &pend[i]);
+  }
+  for (size_t i = 0; i < l->nsubs; i++) {
+    redisReply *reply;
+    if (held[i] && dlock__eval_wait(l->subs[i]->c->conn, &calls[i], &pend[i],
+                                    &reply, 0) == 0)
+      freeReplyObject(reply);
+  }
+out:
+  free(calls);
+  free(pend);
+  free((void *)argv);
+  free(lens);
+}
+
+/* Aligns the granting nodes' counters when their tokens differ. */
+static void align_tokens(dlock_t *l, uint64_t owner,
+                         const unsigned char *held) {
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (size_t i = 0; i < l->nsubs; i++) {
+    if (!held[i])
+      continue;
+    uint64_t t = dlock_token_as(l->subs[i], owner);
+    lo = t < lo ? t : lo;
+    hi = t > hi ? t : hi;
+  }
+  if (hi > lo)
+    raise_tokens(l, held, hi);
+}
+
+static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                       int64_t lease_ms, int64_t deadline_us) {
+  size_t n = l->nsubs, quorum = n / 2 + 1;
+  unsigned char *held = calloc(n, 1), *undo = calloc(n, 1);
+  int *state = calloc(n, sizeof(*state));
+  int rc;
+  if (held == NULL || undo == NULL || state == NULL) {
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a RedLock");
+    goto out;
+  }
+  for (int attempt = 0;; attempt++) {
+    int64_t start = dlock__now_us(), ttl_ms = -1;
+    for (size_t i = 0; i < n; i++)
+      held[i] = dlock_token_as(l->subs[i], owner) != 0;
+    size_t answered = red_attempt(l, owner, lease_ms, state, &ttl_ms);
+    size_t granted = 0;
+    for (size_t i = 0; i < n; i++) {
+      granted += state[i] == 0;
+      /* Give back what was granted, and what may have been granted with
+       * its reply lost; but never a hold this owner had before. */
+      undo[i] = state[i] == 0 || (state[i] < 0 && !held[i]);
+      held[i] = state[i] == 0;
+    }
+    /* The lease the nodes will keep, less the time spent asking and the
+     * allowance for clock drift between them. */
+    int64_t lease = lease_ms == DLOCK_WATCHDOG
+                        ? l->subs[0]->c->opt.watchdog_timeout_ms
+                        : lease_ms;
+    int64_t elapsed_ms = (dlock__now_us() - start) / 1000;
+    int64_t validity = lease - elapsed_ms - (lease / 100 + 2);
+    if (granted >= quorum && validity > 0) {
+      align_tokens(l, owner, held);
+      rc = 0;
+      break;
+    }
+    int ok, lost, notheld, failed;
+    red_release_all(l, owner, undo, &ok, &lost, &notheld, &failed);
+    if (answered < quorum) {
+      rc = dlock__fail(DLOCK_ENOQUORUM,
+                       "RedLock: only %zu of %zu nodes answered; %zu needed",
+                       answered, n, quorum);
+      break;
+    }
+    if (wait_ms == 0 || dlock__now_us() >= deadline_us) {
+      rc = dlock__fail(DLOCK_ETIMEDOUT,
+                       "RedLock: %zu of %zu nodes granted it (validity %lld "
+                       "ms); %zu needed",
+                       granted, n, (long long)validity, quorum);
+      break;
+    }
+    /* Retry after a random delay, so that competing clients do not split
+     * the nodes between them again; never longer than the holder's lease. */
+    int64_t delay_ms = 5 + (int64_t)(dlock__now_us() % 45) + attempt;
+    if (ttl_ms >= 0 && ttl_ms < delay_ms)
+      delay_ms = ttl_ms;
+    int64_t until = dlock__now_us() + delay_ms * 1000;
+    if (until > deadline_us)
+      until = deadline_us;
+    int64_t sleep_us = until - dlock__now_us();
+    if (sleep_us > 0) {
+      struct timespec ts = {(time_t)(sleep_us / 1000000),
+                            (long)(sleep_us % 1000000) * 1000};
+      nanosleep(&ts, NULL);
+    }
+  }
+out:
+  free(held);
+  free(undo);
+  free(state);
+  return rc;
+}
+
+/* Releases on every node; the lock counts as lost when fewer than a
+ * majority still held it. */
+static int red_release(dlock_t *l, uint64_t owner) {
+  int ok, lost, notheld, failed;
+  red_release_all(l, owner, NULL, &ok, &lost, &notheld, &failed);
+  size_t quorum = l->nsubs / 2 + 1;
+  if ((size_t)ok >= quorum)
+    return 0;
+  if (ok == 0 && lost == 0 && failed == 0)
+    return dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
+  if ((size_t)(ok + failed) < quorum && lost > 0)
+    return dlock__fail(DLOCK_ELOST,
+                       "RedLock lost: only %d of %zu nodes still held it", ok,
+                       l->nsubs);
+  return dlock__fail(DLOCK_ENOQUORUM,
+                     "RedLock released on %d of %zu nodes; %d unreachable", ok,
+                     l->nsubs, failed);
+}
+
+const dlock__kind dlock__kind_red = {
+    .id = DLOCK_RED,
+    .release = red_release,
+    .force_release = force_all,
+    .acquire = red_acquire,
+    .query = composite_query,
+    .token = max_token,
+};
