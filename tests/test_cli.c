@@ -467,16 +467,16 @@ static const json_t *json_get(const json_t *o, const char *key,
 TEST(cli_help_and_version) {
   cli_test_t t;
   cli_proc_t p;
-  static const char *const commands[] = {"run", "status", "unlock"};
+  static const char *const commands[] = {"run", "status", "unlock", "demo"};
 
   start_test(&t);
   ASSERT_EQ(run_cli_bare(&t, &p, "--version", NULL), 0);
   assert_file_contains(p.out, "dlock " DLOCK_VERSION_STRING);
   ASSERT_EQ(run_cli_bare(&t, &p, "--help", NULL), 0);
-  for (size_t i = 0; i < 3; i++)
+  for (size_t i = 0; i < 4; i++)
     assert_file_contains(p.out, commands[i]);
   assert_file_contains(p.out, "Exit status");
-  for (size_t i = 0; i < 3; i++) {
+  for (size_t i = 0; i < 4; i++) {
     ASSERT_EQ(run_cli_bare(&t, &p, commands[i], "--help", NULL), 0);
     assert_file_contains(p.out, "usage: dlock ");
     assert_file_contains(p.out, "default");
@@ -1130,5 +1130,51 @@ TEST(cli_unlock_force_removes_and_refuses_without_force) {
 
   ASSERT_EQ(run_cli(&t, &p, "unlock", "--force", "stuck", NULL), 0);
   assert_file_contains(p.out, "nothing removed");
+  end_test(&t);
+}
+
+/* ---- dlock demo --------------------------------------------------------- */
+
+TEST(cli_demo_on_a_private_server) {
+  cli_test_t t;
+  cli_proc_t p;
+
+  start_test(&t);
+  ASSERT_EQ(run_cli_bare(&t, &p, "demo", "--workers", "12", "--processes", "3",
+                         "--stock", "10", NULL),
+            0);
+  assert_file_contains(p.out, "Started a private redis-server");
+  assert_file_contains(p.out, "every cake was sold exactly once");
+  char *out = slurp(p.out);
+  long long sold_locked, sold_unlocked;
+  const char *row = strstr(out, "  sold ");
+  ASSERT_NOT_NULL(row);
+  ASSERT_EQ(sscanf(row, " sold %lld %lld", &sold_locked, &sold_unlocked), 2);
+  ASSERT_EQ(sold_locked, 10);
+  /* The private server and its directory are gone afterwards. */
+  const char *dir = strstr(out, "unix://");
+  ASSERT_NOT_NULL(dir);
+  char path[256];
+  ASSERT_EQ(sscanf(dir, "unix://%255[^ \n]", path), 1);
+  *strrchr(path, '/') = '\0';
+  ASSERT(!file_exists(path));
+  free(out);
+  end_test(&t);
+}
+
+TEST(cli_demo_on_a_given_server) {
+  cli_test_t t;
+  cli_proc_t p;
+
+  start_test(&t);
+  ASSERT_EQ(run_cli(&t, &p, "demo", "--workers", "8", "--processes", "2",
+                    "--stock", "5", NULL),
+            0);
+  assert_file_contains(p.out, "Using the Redis server at");
+  assert_file_contains(p.out, "every cake was sold exactly once");
+  ASSERT_EQ(key_exists(&t, "MoonCakeStock"), 1);
+  ASSERT_EQ(key_exists(&t, "MoonCake"), 0);
+  ASSERT_EQ(run_cli(&t, &p, "demo", "--processes", "9", "--workers", "3", NULL),
+            64);
   end_test(&t);
 }

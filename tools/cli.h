@@ -31,6 +31,7 @@ typedef struct cli_command {
 extern const cli_command_t cli_cmd_run;
 extern const cli_command_t cli_cmd_status;
 extern const cli_command_t cli_cmd_unlock;
+extern const cli_command_t cli_cmd_demo;
 
 /* The defaults, before the command line and $DLOCK_URL are applied. */
 void cli_globals_init(cli_globals_t *g);
