@@ -620,6 +620,45 @@ TEST(bad_acl_users) {
   rp_free(s);
 }
 
+TEST(bad_name_of_other_type) {
+  /* The name is taken by a key of another type: a clear Redis error,
+   * and the key is left as it was. */
+  rp_server_t *s = lu_server(1);
+  dlock_client_t *c = lu_client(s);
+  lu_ok(rp_cmd(s, "SET bad:str hello"));
+  dlock_t *l = lu_get(c, "bad:str");
+  int rc = dlock_trylock(l, 0, 5000);
+  printf("lock on a string key: %s \"%s\"\n", dlock_err_name(rc),
+         dlock_last_error());
+  ASSERT_DLOCK_ERR(rc, DLOCK_ESERVER);
+  ASSERT(strstr(dlock_last_error(), "WRONGTYPE") != NULL);
+  int64_t t0 = lu_now_ms();
+  ASSERT_DLOCK_ERR(dlock_lock(l, 5000), DLOCK_ESERVER);
+  ASSERT_LT(lu_now_ms() - t0, 2000);
+  ASSERT_EQ(dlock_token(l), 0);
+  redisReply *r = rp_cmd(s, "GET bad:str");
+  ASSERT_NOT_NULL(r);
+  ASSERT_STR_EQ(r->str, "hello");
+  freeReplyObject(r);
+  ASSERT_EQ(lu_pttl(s, "bad:str"), -1);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+TEST(bad_database_out_of_range) {
+  rp_server_t *s = lu_server(0);
+  char url[128];
+  snprintf(url, sizeof(url), "redis://127.0.0.1:%d/99999", rp_port(s));
+  dlock_client_t *c = NULL;
+  int rc = open_url(url, 2000, 2000, &c);
+  printf("db 99999: %s \"%s\"\n", dlock_err_name(rc), dlock_last_error());
+  ASSERT(rc == DLOCK_ESERVER || rc == DLOCK_EINVAL);
+  assert_detail();
+  ASSERT_NULL(c);
+  rp_free(s);
+}
+
 /* ---- READONLY replica -------------------------------------------------- */
 
 static int replica_link_up(rp_server_t *r) {

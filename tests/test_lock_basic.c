@@ -392,6 +392,42 @@ TEST(basic_waiter_gets_expired_lease) {
   rp_free(s);
 }
 
+TEST(basic_waiter_on_lock_without_expiry) {
+  /* Held by another program with no expiry (PTTL -1): a waiter still
+   * honours its wait time, and wakes on the unlock message. */
+  rp_server_t *s = lu_server(1);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = lu_get(c, "basic:noexp");
+  lu_ok(rp_cmd(s, "HSET basic:noexp other:1 1"));
+  int64_t t0 = lu_now_ms();
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 500, 5000), DLOCK_ETIMEDOUT);
+  int64_t took = lu_now_ms() - t0;
+  ASSERT_GE(took, 450);
+  ASSERT_LT(took, 2000);
+
+  pthread_t t;
+  try_arg_t a;
+  memset(&a, 0, sizeof(a));
+  a.l = l;
+  a.wait_ms = DLOCK_WAIT_FOREVER;
+  a.lease_ms = 5000;
+  ASSERT_EQ(pthread_create(&t, NULL, try_thread, &a), 0);
+  lu_sleep_ms(300);
+  char ch[128];
+  lu_channel(ch, sizeof(ch), "basic:noexp", 11);
+  double t1 = lu_now_ms_f();
+  lu_ok(rp_cmd(s, "DEL basic:noexp"));
+  freeReplyObject(rp_cmd(s, "PUBLISH %s 0", ch));
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  ASSERT_EQ(a.rc, 0);
+  ASSERT_EQ(a.held, 1);
+  printf("woke %.2f ms after the release\n", a.done_ms_f - t1);
+  ASSERT_LT(a.done_ms_f - t1, 200.0);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
 /* ---- force unlock ------------------------------------------------------ */
 
 TEST(basic_force_unlock_wakes_waiter) {

@@ -558,3 +558,44 @@ TEST(fault_shutdown_cancels_waiter) {
   dlock_client_close(c);
   rp_free(s);
 }
+
+typedef struct call_arg {
+  dlock_t *l;
+  int rc;
+  int64_t done_ms;
+} call_arg_t;
+
+static void *is_locked_thread(void *p) {
+  call_arg_t *a = p;
+  a->rc = dlock_is_locked(a->l);
+  a->done_ms = lu_now_ms();
+  return NULL;
+}
+
+TEST(fault_shutdown_cancels_command_in_flight) {
+  /* A call waiting for a silent Redis (default 3 s command timeout) is
+   * canceled by shutdown without waiting for its timeout. */
+  rp_server_t *s = lu_server(0);
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.command_timeout_ms = 3000;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "fault:inflight");
+  ASSERT_EQ(dlock_is_locked(l), 0);
+  ASSERT_EQ(rp_pause(s), 0);
+  call_arg_t a = {l, -100, 0};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, is_locked_thread, &a), 0);
+  lu_sleep_ms(200);
+  int64_t t0 = lu_now_ms();
+  dlock_client_shutdown(c);
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  printf("in-flight call: %s %" PRId64 " ms after shutdown\n",
+         dlock_err_name(a.rc), a.done_ms - t0);
+  ASSERT_EQ(rp_resume(s), 0);
+  ASSERT_EQ(a.rc, DLOCK_ECANCELED);
+  ASSERT_LT(a.done_ms - t0, 1000);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
