@@ -275,6 +275,24 @@ TEST(fault_restart_without_persistence_reports_lost) {
   rp_free(s);
 }
 
+TEST(fault_restart_loses_lease_lock) {
+  /* A lease lock (no watchdog) on a server restarted without persistence:
+   * the holder finds out at unlock. */
+  rp_server_t *s = lu_server(1);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = lu_get(c, "fault:leaselost");
+  ASSERT_DLOCK_OK(dlock_lock(l, 20000));
+  ASSERT_DLOCK_OK(dlock_lock(l, 20000));
+  ASSERT_EQ(rp_restart(s), 0);
+  ASSERT_GE(wait_working(l, 5000), 0);
+  ASSERT_EQ(dlock_is_held(l), 0);
+  ASSERT_DLOCK_ERR(dlock_unlock(l), DLOCK_ELOST);
+  ASSERT_DLOCK_ERR(dlock_unlock(l), DLOCK_ENOTHELD);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
 /* ---- scripts ----------------------------------------------------------- */
 
 TEST(fault_script_flush_reloads) {
@@ -595,6 +613,99 @@ TEST(fault_shutdown_cancels_command_in_flight) {
   ASSERT_EQ(rp_resume(s), 0);
   ASSERT_EQ(a.rc, DLOCK_ECANCELED);
   ASSERT_LT(a.done_ms - t0, 1000);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+/* ---- connections killed by the server ---------------------------------- */
+
+TEST(fault_pubsub_killed_release_missed) {
+  /* The waiter's subscription connection is killed and the lock released
+   * before it has re-subscribed, so the unlock message is lost. After
+   * re-subscribing the waiter must try again, not sleep until the TTL
+   * (60 s) (Redisson #5761). */
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = lu_get(c, "fault:pskill");
+  char ch[128];
+  size_t chn = lu_channel(ch, sizeof(ch), "fault:pskill", 12);
+  lu_ok(rp_cmd(s, "HSET fault:pskill someuuid:1 1"));
+  lu_ok(rp_cmd(s, "PEXPIRE fault:pskill 60000"));
+  pthread_t t;
+  wait_arg_t a = {l, 10000, -100, 0, 0};
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &a), 0);
+  lu_sleep_ms(300);
+  ASSERT_EQ(lu_numsub(s, ch, chn), 1);
+  int64_t t0 = lu_now_ms();
+  int64_t killed = lu_reply_int(rp_cmd(s, "CLIENT KILL TYPE pubsub"));
+  ASSERT_GE(killed, 1);
+  lu_ok(rp_cmd(s, "DEL fault:pskill"));
+  freeReplyObject(rp_cmd(s, "PUBLISH %s 0", ch));
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  printf("waiter: %s %" PRId64 " ms after its subscription was killed\n",
+         dlock_err_name(a.rc), a.done_ms - t0);
+  ASSERT_EQ(a.rc, 0);
+  ASSERT_EQ(a.held, 1);
+  ASSERT_LT(a.done_ms - t0, 3000);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+TEST(fault_pubsub_killed_waiter_still_woken) {
+  rp_server_t *s = lu_server(1);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = lu_get(c, "fault:pskill2");
+  char ch[128];
+  size_t chn = lu_channel(ch, sizeof(ch), "fault:pskill2", 13);
+  lu_ok(rp_cmd(s, "HSET fault:pskill2 someuuid:1 1"));
+  lu_ok(rp_cmd(s, "PEXPIRE fault:pskill2 60000"));
+  pthread_t t;
+  wait_arg_t a = {l, 10000, -100, 0, 0};
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &a), 0);
+  lu_sleep_ms(300);
+  ASSERT_GE(lu_reply_int(rp_cmd(s, "CLIENT KILL TYPE pubsub")), 1);
+  int64_t t0 = lu_now_ms();
+  while (lu_numsub(s, ch, chn) < 1 && lu_now_ms() - t0 < 5000)
+    lu_sleep_ms(10);
+  printf("re-subscribed after %" PRId64 " ms\n", lu_now_ms() - t0);
+  ASSERT_EQ(lu_numsub(s, ch, chn), 1);
+  lu_sleep_ms(100);
+  ASSERT_EQ(a.rc, -100); /* still waiting: the holder still holds it */
+  lu_ok(rp_cmd(s, "DEL fault:pskill2"));
+  int64_t t1 = lu_now_ms();
+  freeReplyObject(rp_cmd(s, "PUBLISH %s 0", ch));
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  ASSERT_EQ(a.rc, 0);
+  ASSERT_LT(a.done_ms - t1, 1000);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+TEST(fault_command_connection_killed) {
+  /* The server drops the client's command connection(s) while a watchdog
+   * lock is held: renewals go on over a new connection, and calls work. */
+  rp_server_t *s = lu_server(0);
+  lu_lost_t rec;
+  lu_lost_init(&rec);
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.on_lost = lu_lost_cb;
+  o.on_lost_data = &rec;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "fault:cmdkill");
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  ASSERT_GE(lu_reply_int(rp_cmd(s, "CLIENT KILL TYPE normal SKIPME yes")), 1);
+  ASSERT_GE(wait_working(l, 2000), 0);
+  /* Two watchdog timeouts later it is still held and was never lost. */
+  lu_sleep_ms(1300);
+  ASSERT_GT(lu_pttl(s, "fault:cmdkill"), 0);
+  ASSERT_EQ(lu_lost_count(&rec), 0);
+  ASSERT_EQ(dlock_is_held(l), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_EQ(lu_exists(s, "fault:cmdkill"), 0);
   dlock_free(l);
   dlock_client_close(c);
   rp_free(s);
