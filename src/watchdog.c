@@ -43,6 +43,7 @@ typedef struct round {
   size_t n, cap;
   int nomem;
   const dlock_client_t *c;
+  int64_t oldest_us; /* the earliest confirmation among the holds */
 } round;
 
 static void collect_one(dlock__hold *h, void *arg) {
@@ -60,6 +61,8 @@ static void collect_one(dlock__hold *h, void *arg) {
     r->cap = cap;
   }
   renewal *it = &r->items[r->n];
+  if (r->oldest_us == 0 || h->confirmed_us < r->oldest_us)
+    r->oldest_us = h->confirmed_us;
   if ((it->name = malloc(h->name_len + 1)) == NULL) {
     r->nomem = 1;
     return;
@@ -164,7 +167,14 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
     first += count;
   }
   ncalls = k;
-  rc = dlock__eval_run(c->conn, ncalls, calls, replies, 0);
+  /* No answer by the time the oldest hold's lease runs out means that hold
+   * is lost whatever the answer would have been: waiting longer would only
+   * report it late. */
+  int64_t deadline = dlock__now_us() + c->opt.command_timeout_ms * 1000;
+  int64_t expiry = r->oldest_us + c->opt.watchdog_timeout_ms * 1000;
+  if (expiry < deadline)
+    deadline = expiry > dlock__now_us() ? expiry : dlock__now_us() + 1000;
+  rc = dlock__eval_run(c->conn, ncalls, calls, replies, deadline);
   for (k = 0; k < ncalls && rc == 0; k++) {
     const redisReply *rep = replies[k];
     size_t count = (size_t)calls[k].nargs - 1;
