@@ -548,6 +548,7 @@ TEST(bad_wrong_password) {
   /* No password at all. */
   snprintf(url, sizeof(url), "redis://127.0.0.1:%d", rp_port(s));
   check_refused(url);
+  ASSERT_EQ(lu_dbsize(s), 0);
 
   /* The right one (rp_url carries it) works. */
   dlock_client_t *ok = lu_client(s);
