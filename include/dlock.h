@@ -75,6 +75,22 @@ DLOCK_EXPORT const char *dlock_err_name(int err);
  */
 DLOCK_EXPORT const char *dlock_last_error(void);
 
+/*
+ * Allocator hooks. Every allocation dlock itself makes goes through these
+ * (hiredis, underneath, uses its own). Set them before opening any client;
+ * memory allocated with one set must be freed with the same. 'a' NULL
+ * restores the C library's. Returns the previous set.
+ */
+typedef struct dlock_allocators {
+  void *(*malloc_fn)(size_t size);
+  void *(*calloc_fn)(size_t nmemb, size_t size);
+  void *(*realloc_fn)(void *ptr, size_t size);
+  void (*free_fn)(void *ptr);
+} dlock_allocators_t;
+
+DLOCK_EXPORT dlock_allocators_t
+dlock_set_allocators(const dlock_allocators_t *a);
+
 /* -------------------------------------------------------------------------
  * Clients
  * ------------------------------------------------------------------------- */

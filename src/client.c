@@ -3,6 +3,7 @@
  * code: owner fields and plain commands.
  */
 #include "client.h"
+#include "alloc.h"
 
 #include "error.h"
 #include "watchdog.h"
@@ -74,8 +75,8 @@ static void destroy(dlock_client_t *c) {
   dlock__holds_clear(&c->holds);
   dlock__endpoint_free(&c->ep);
   pthread_mutex_destroy(&c->mu);
-  free(c->url);
-  free(c);
+  dlock__free(c->url);
+  dlock__free(c);
 }
 
 int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
@@ -85,14 +86,14 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   int rc = check_options(o);
   if (rc != 0)
     return rc;
-  dlock_client_t *c = calloc(1, sizeof(*c));
+  dlock_client_t *c = dlock__calloc(1, sizeof(*c));
   if (c == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   pthread_mutex_init(&c->mu, NULL);
   dlock__holds_init(&c->holds);
   c->opt = *o;
   const char *url = o->url ? o->url : DEFAULT_URL;
-  if ((c->url = strdup(url)) == NULL)
+  if ((c->url = dlock__strdup(url)) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   c->opt.url = c->url;
   if (rc == 0)

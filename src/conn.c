@@ -9,6 +9,7 @@
  */
 #define _GNU_SOURCE
 #include "conn.h"
+#include "alloc.h"
 
 #include <hiredis/sds.h>
 
@@ -57,11 +58,11 @@ static int init_monotonic_cond(pthread_cond_t *cv) {
 }
 
 int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out) {
-  dlock__conn *c = calloc(1, sizeof(*c));
+  dlock__conn *c = dlock__calloc(1, sizeof(*c));
   if (c == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory creating a connection");
   if (pthread_mutex_init(&c->mu, NULL) != 0) {
-    free(c);
+    dlock__free(c);
     return dlock__fail(DLOCK_ENOMEM, "pthread_mutex_init failed");
   }
   c->cfg = *cfg;
@@ -433,7 +434,7 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
   memset(p, 0, sizeof(*p));
   p->conn = c;
   p->n = n;
-  p->reqs = n <= DLOCK__PENDING_LOCAL ? p->local : calloc(n, sizeof(request));
+  p->reqs = n <= DLOCK__PENDING_LOCAL ? p->local : dlock__calloc(n, sizeof(request));
   if (p->reqs == NULL) {
     p->rc = dlock__fail(DLOCK_ENOMEM, "out of memory for %zu requests", n);
     return p->rc;
@@ -493,7 +494,7 @@ int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
     }
   }
   if (p->reqs != p->local)
-    free(p->reqs);
+    dlock__free(p->reqs);
   p->reqs = NULL;
   return rc;
 }
@@ -520,5 +521,5 @@ void dlock__conn_free(dlock__conn *c) {
   if (c->ctx != NULL)
     redisFree(c->ctx);
   pthread_mutex_destroy(&c->mu);
-  free(c);
+  dlock__free(c);
 }

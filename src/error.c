@@ -2,6 +2,7 @@
  * Error names, descriptions and the per-thread detail of the last failure.
  */
 #include "error.h"
+#include "alloc.h"
 
 #include <stdarg.h>
 #include <stdio.h>

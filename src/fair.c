@@ -6,6 +6,7 @@
  * only the owner whose turn it is.
  */
 #include "lock.h"
+#include "alloc.h"
 
 #include "error.h"
 
@@ -22,8 +23,8 @@ typedef struct fair_keys {
 } fair_keys;
 
 static void free_keys(fair_keys *k) {
-  free(k->queue);
-  free(k->timeouts);
+  dlock__free(k->queue);
+  dlock__free(k->timeouts);
 }
 
 static int make_keys(dlock_t *l, fair_keys *k) {
@@ -88,7 +89,7 @@ static int fair_wait_channel(dlock_t *l, uint64_t owner, char **out,
   char field[DLOCK__FIELD_MAX];
   size_t field_len = dlock__field_plain(l, owner, field);
   *len = l->channel_len + 1 + field_len;
-  if ((*out = malloc(*len + 1)) == NULL)
+  if ((*out = dlock__malloc(*len + 1)) == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory joining a channel");
   memcpy(*out, l->channel, l->channel_len);
   (*out)[l->channel_len] = ':';

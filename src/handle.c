@@ -3,6 +3,7 @@
  * including the wait for a lock that is taken.
  */
 #include "lock.h"
+#include "alloc.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -16,7 +17,7 @@ int dlock__prefixed(const char *prefix, const char *name, size_t len,
   size_t plen = strlen(prefix);
   int tagged = memchr(name, '{', len) != NULL;
   size_t n = plen + 1 + len + (tagged ? 0 : 2);
-  char *s = malloc(n + 1);
+  char *s = dlock__malloc(n + 1);
   if (s == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory building key names");
   char *p = s;
@@ -39,7 +40,7 @@ int dlock__suffixed(const char *name, size_t len, const char *suffix,
                     size_t suffix_len, char **out, size_t *out_len) {
   int tagged = memchr(name, '{', len) != NULL;
   size_t n = len + 1 + suffix_len + (tagged ? 0 : 2);
-  char *s = malloc(n + 1);
+  char *s = dlock__malloc(n + 1);
   if (s == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory building key names");
   char *p = s;
@@ -83,9 +84,9 @@ int dlock__handle_new(dlock_client_t *c, const dlock__kind *kind,
   int rc = check_name(name, len);
   if (rc != 0)
     return rc;
-  dlock_t *l = calloc(1, sizeof(*l));
-  if (l == NULL || (l->name = malloc(len + 1)) == NULL) {
-    free(l);
+  dlock_t *l = dlock__calloc(1, sizeof(*l));
+  if (l == NULL || (l->name = dlock__malloc(len + 1)) == NULL) {
+    dlock__free(l);
     return dlock__fail(DLOCK_ENOMEM, "out of memory creating a lock handle");
   }
   memcpy(l->name, name, len);
@@ -164,11 +165,11 @@ dlock_kind_t dlock_kind(const dlock_t *l) {
 void dlock_free(dlock_t *l) {
   if (l == NULL)
     return;
-  free(l->name);
-  free(l->channel);
-  free(l->token_key);
-  free(l->subs);
-  free(l);
+  dlock__free(l->name);
+  dlock__free(l->channel);
+  dlock__free(l->token_key);
+  dlock__free(l->subs);
+  dlock__free(l);
 }
 
 const char *dlock_name(const dlock_t *l, size_t *len) {
@@ -245,7 +246,7 @@ static int join_channel(dlock_t *l, uint64_t owner, int64_t deadline_us,
                               join_by < deadline_us ? join_by : deadline_us,
                               sub);
   if (channel != l->channel)
-    free(channel);
+    dlock__free(channel);
   return rc;
 }
 

@@ -3,6 +3,7 @@
  * recording the hold, and the idempotent release with its latch.
  */
 #include "lock.h"
+#include "alloc.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -76,7 +77,7 @@ int dlock__run_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
 }
 
 void dlock__release_end(dlock__release *r) {
-  free(r->latch);
+  dlock__free(r->latch);
   r->latch = NULL;
 }
 
@@ -111,10 +112,10 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
   if (rc != 0)
     return rc;
   r->latch_len = prefix_len + 1 + strlen(request);
-  r->latch = malloc(r->latch_len + 1);
+  r->latch = dlock__malloc(r->latch_len + 1);
   if (r->latch != NULL)
     snprintf(r->latch, r->latch_len + 1, "%s:%s", prefix, request);
-  free(prefix);
+  dlock__free(prefix);
   return r->latch != NULL
              ? 0
              : dlock__fail(DLOCK_ENOMEM, "out of memory releasing a lock");

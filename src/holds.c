@@ -3,6 +3,7 @@
  * more entries than buckets, so lookups stay O(1) with ten thousand locks.
  */
 #include "holds.h"
+#include "alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -29,12 +30,12 @@ void dlock__holds_clear(dlock__holds *h) {
     dlock__hold *e = h->buckets[i];
     while (e != NULL) {
       dlock__hold *next = e->next;
-      free(e->name);
-      free(e);
+      dlock__free(e->name);
+      dlock__free(e);
       e = next;
     }
   }
-  free(h->buckets);
+  dlock__free(h->buckets);
   memset(h, 0, sizeof(*h));
 }
 
@@ -53,7 +54,7 @@ dlock__hold *dlock__holds_find(const dlock__holds *h, const char *name,
 
 static int grow(dlock__holds *h) {
   size_t n = h->nbuckets ? h->nbuckets * 2 : INITIAL_BUCKETS;
-  dlock__hold **b = calloc(n, sizeof(*b));
+  dlock__hold **b = dlock__calloc(n, sizeof(*b));
   if (b == NULL)
     return -1;
   for (size_t i = 0; i < h->nbuckets; i++) {
@@ -65,7 +66,7 @@ static int grow(dlock__holds *h) {
       e = next;
     }
   }
-  free(h->buckets);
+  dlock__free(h->buckets);
   h->buckets = b;
   h->nbuckets = n;
   return 0;
@@ -78,9 +79,9 @@ dlock__hold *dlock__holds_put(dlock__holds *h, const char *name, size_t len,
     return e;
   if (h->count >= h->nbuckets && grow(h) != 0)
     return NULL;
-  e = calloc(1, sizeof(*e));
-  if (e == NULL || (e->name = malloc(len + 1)) == NULL) {
-    free(e);
+  e = dlock__calloc(1, sizeof(*e));
+  if (e == NULL || (e->name = dlock__malloc(len + 1)) == NULL) {
+    dlock__free(e);
     return NULL;
   }
   memcpy(e->name, name, len);
@@ -104,8 +105,8 @@ void dlock__holds_remove(dlock__holds *h, dlock__hold *hold) {
     return;
   *p = hold->next;
   h->count--;
-  free(hold->name);
-  free(hold);
+  dlock__free(hold->name);
+  dlock__free(hold);
 }
 
 void dlock__holds_each(dlock__holds *h, void (*fn)(dlock__hold *, void *),

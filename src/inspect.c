@@ -4,6 +4,7 @@
  * layout, so it works on locks taken by Java services too.
  */
 #include "lock.h"
+#include "alloc.h"
 
 #include "error.h"
 #include "reply.h"
@@ -14,7 +15,7 @@
 enum { Q_HASH, Q_PTTL, Q_TOKEN, Q_QUEUE, Q_TIMEOUTS, Q_COUNT };
 
 static char *dup_bytes(const char *s, size_t len) {
-  char *out = malloc(len + 1);
+  char *out = dlock__malloc(len + 1);
   if (out != NULL) {
     memcpy(out, s, len);
     out[len] = '\0';
@@ -26,13 +27,13 @@ void dlock_info_free(dlock_info_t *info) {
   if (info == NULL)
     return;
   for (size_t i = 0; i < info->nholders; i++)
-    free(info->holders[i].owner);
+    dlock__free(info->holders[i].owner);
   for (size_t i = 0; i < info->nwaiters; i++)
-    free(info->waiters[i].owner);
-  free(info->holders);
-  free(info->waiters);
-  free(info->mode);
-  free(info);
+    dlock__free(info->waiters[i].owner);
+  dlock__free(info->holders);
+  dlock__free(info->waiters);
+  dlock__free(info->mode);
+  dlock__free(info);
 }
 
 /* Fields of the lock hash: "mode" names a read-write lock's mode, every
@@ -40,7 +41,7 @@ void dlock_info_free(dlock_info_t *info) {
 static int read_holders(const redisReply *hash, dlock_info_t *info) {
   if (hash->type != REDIS_REPLY_ARRAY || hash->elements % 2 != 0)
     return dlock__fail(DLOCK_EPROTO, "HGETALL gave a bad reply");
-  info->holders = calloc(hash->elements / 2 + 1, sizeof(*info->holders));
+  info->holders = dlock__calloc(hash->elements / 2 + 1, sizeof(*info->holders));
   if (info->holders == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a lock");
   for (size_t i = 0; i + 1 < hash->elements; i += 2) {
@@ -68,7 +69,7 @@ static int read_waiters(const redisReply *queue, const redisReply *timeouts,
                         dlock_info_t *info) {
   if (queue->type != REDIS_REPLY_ARRAY || timeouts->type != REDIS_REPLY_ARRAY)
     return dlock__fail(DLOCK_EPROTO, "fair-lock queue has a bad shape");
-  info->waiters = calloc(queue->elements + 1, sizeof(*info->waiters));
+  info->waiters = dlock__calloc(queue->elements + 1, sizeof(*info->waiters));
   if (info->waiters == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a lock");
   for (size_t i = 0; i < queue->elements; i++) {
@@ -148,7 +149,7 @@ static int send_queries(dlock_client_t *c, const char *name, size_t len,
     if (cmds[i] != NULL)
       redisFreeCommand(cmds[i]);
   for (int i = 0; i < 3; i++)
-    free(keys[i]);
+    dlock__free(keys[i]);
   return rc;
 }
 
@@ -169,7 +170,7 @@ int dlock_inspect(dlock_client_t *c, const char *name, size_t len,
     if (r[i]->type == REDIS_REPLY_ERROR)
       rc = dlock__fail_reply(r[i]->str, r[i]->len);
   dlock_info_t *info = NULL;
-  if (rc == 0 && (info = calloc(1, sizeof(*info))) == NULL)
+  if (rc == 0 && (info = dlock__calloc(1, sizeof(*info))) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a lock");
   if (rc == 0)
     rc = decode_info(r, info);

@@ -3,6 +3,7 @@
  * the RedLock (a majority of independent nodes).
  */
 #include "lock.h"
+#include "alloc.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -26,9 +27,9 @@ static int composite_new(dlock_t *const *locks, size_t n,
       return dlock__fail(DLOCK_EINVAL,
                          "lock %zu is itself a MultiLock or RedLock", i);
   }
-  dlock_t *l = calloc(1, sizeof(*l));
-  if (l == NULL || (l->subs = calloc(n, sizeof(*l->subs))) == NULL ||
-      (l->name = strdup(kind->id == DLOCK_RED ? "(redlock)" : "(multilock)")) ==
+  dlock_t *l = dlock__calloc(1, sizeof(*l));
+  if (l == NULL || (l->subs = dlock__calloc(n, sizeof(*l->subs))) == NULL ||
+      (l->name = dlock__strdup(kind->id == DLOCK_RED ? "(redlock)" : "(multilock)")) ==
           NULL) {
     dlock_free(l);
     return dlock__fail(DLOCK_ENOMEM, "out of memory creating a composite");
@@ -81,7 +82,7 @@ static int release_parts(dlock_t *l, uint64_t owner, unsigned char *held) {
  */
 static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                          int64_t lease_ms, int64_t deadline_us) {
-  unsigned char *held = calloc(l->nsubs, 1);
+  unsigned char *held = dlock__calloc(l->nsubs, 1);
   if (held == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a MultiLock");
   int rc;
@@ -114,7 +115,7 @@ static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
       break;
     held[busy] = 1;
   }
-  free(held);
+  dlock__free(held);
   return rc;
 }
 
@@ -167,14 +168,14 @@ static int cmp_desc(const void *a, const void *b) {
  */
 static int composite_query(dlock_t *l, uint64_t owner, int what,
                            int64_t *out) {
-  int64_t *v = calloc(l->nsubs, sizeof(*v));
+  int64_t *v = dlock__calloc(l->nsubs, sizeof(*v));
   if (v == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory querying locks");
   int red = l->kind->id == DLOCK_RED;
   for (size_t i = 0; i < l->nsubs; i++) {
     int rc = dlock__query_single(l->subs[i], owner, what, &v[i]);
     if (rc != 0 && !red) {
-      free(v);
+      dlock__free(v);
       return rc;
     }
     if (rc != 0)
@@ -182,7 +183,7 @@ static int composite_query(dlock_t *l, uint64_t owner, int what,
   }
   qsort(v, l->nsubs, sizeof(*v), cmp_desc);
   *out = v[red ? l->nsubs / 2 : l->nsubs - 1];
-  free(v);
+  dlock__free(v);
   return 0;
 }
 
@@ -223,11 +224,11 @@ static int parallel_part(const dlock_t *sub) {
 static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
                           int *state, int64_t *ttl_ms) {
   size_t n = l->nsubs, answered = 0;
-  dlock__call_args *args = calloc(n, sizeof(*args));
-  dlock__pending *pend = calloc(n, sizeof(*pend));
+  dlock__call_args *args = dlock__calloc(n, sizeof(*args));
+  dlock__pending *pend = dlock__calloc(n, sizeof(*pend));
   if (args == NULL || pend == NULL) {
-    free(args);
-    free(pend);
+    dlock__free(args);
+    dlock__free(pend);
     dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a RedLock");
     return 0;
   }
@@ -255,8 +256,8 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
     if (rc == 1 && ttl > *ttl_ms)
       *ttl_ms = ttl;
   }
-  free(args);
-  free(pend);
+  dlock__free(args);
+  dlock__free(pend);
   return answered;
 }
 
@@ -266,10 +267,10 @@ static void red_release_all(dlock_t *l, uint64_t owner,
                             const unsigned char *which, int *ok, int *lost,
                             int *notheld, int *failed) {
   size_t n = l->nsubs;
-  dlock__release *rel = calloc(n, sizeof(*rel));
-  dlock__call_args *args = calloc(n, sizeof(*args));
-  dlock__pending *pend = calloc(n, sizeof(*pend));
-  int *state = calloc(n, sizeof(*state));
+  dlock__release *rel = dlock__calloc(n, sizeof(*rel));
+  dlock__call_args *args = dlock__calloc(n, sizeof(*args));
+  dlock__pending *pend = dlock__calloc(n, sizeof(*pend));
+  int *state = dlock__calloc(n, sizeof(*state));
   *ok = *lost = *notheld = *failed = 0;
   if (rel == NULL || args == NULL || pend == NULL || state == NULL) {
     *failed = (int)n;
@@ -312,10 +313,10 @@ static void red_release_all(dlock_t *l, uint64_t owner,
                state[i] != DLOCK_ENOTHELD;
   }
 out:
-  free(rel);
-  free(args);
-  free(pend);
-  free(state);
+  dlock__free(rel);
+  dlock__free(args);
+  dlock__free(pend);
+  dlock__free(state);
 }
 
 /* Makes every node that granted the lock issue tokens above 'token' from
@@ -324,10 +325,10 @@ static void raise_tokens(dlock_t *l, const unsigned char *held,
                          uint64_t token) {
   char value[24];
   snprintf(value, sizeof(value), "%" PRIu64, token);
-  dlock__eval *calls = calloc(l->nsubs, sizeof(*calls));
-  dlock__pending *pend = calloc(l->nsubs, sizeof(*pend));
-  const char **argv = calloc(2 * l->nsubs, sizeof(*argv));
-  size_t *lens = calloc(2 * l->nsubs, sizeof(*lens));
+  dlock__eval *calls = dlock__calloc(l->nsubs, sizeof(*calls));
+  dlock__pending *pend = dlock__calloc(l->nsubs, sizeof(*pend));
+  const char **argv = dlock__calloc(2 * l->nsubs, sizeof(*argv));
+  size_t *lens = dlock__calloc(2 * l->nsubs, sizeof(*lens));
   if (calls == NULL || pend == NULL || argv == NULL || lens == NULL)
     goto out;
   for (size_t i = 0; i < l->nsubs; i++) {
@@ -349,10 +350,10 @@ static void raise_tokens(dlock_t *l, const unsigned char *held,
       freeReplyObject(reply);
   }
 out:
-  free(calls);
-  free(pend);
-  free((void *)argv);
-  free(lens);
+  dlock__free(calls);
+  dlock__free(pend);
+  dlock__free((void *)argv);
+  dlock__free(lens);
 }
 
 /* Aligns the granting nodes' counters when their tokens differ. */
@@ -373,8 +374,8 @@ static void align_tokens(dlock_t *l, uint64_t owner,
 static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                        int64_t lease_ms, int64_t deadline_us) {
   size_t n = l->nsubs, quorum = n / 2 + 1;
-  unsigned char *held = calloc(n, 1), *undo = calloc(n, 1);
-  int *state = calloc(n, sizeof(*state));
+  unsigned char *held = dlock__calloc(n, 1), *undo = dlock__calloc(n, 1);
+  int *state = dlock__calloc(n, sizeof(*state));
   int rc;
   if (held == NULL || undo == NULL || state == NULL) {
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a RedLock");
@@ -436,9 +437,9 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     }
   }
 out:
-  free(held);
-  free(undo);
-  free(state);
+  dlock__free(held);
+  dlock__free(undo);
+  dlock__free(state);
   return rc;
 }
 

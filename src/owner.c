@@ -5,6 +5,7 @@
  * thread inherit a dead thread's lock).
  */
 #include "dlock.h"
+#include "alloc.h"
 
 #include <stdatomic.h>
 

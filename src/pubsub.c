@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "pubsub.h"
+#include "alloc.h"
 
 #include "conn.h"
 #include "error.h"
@@ -83,8 +84,8 @@ static dlock__sub *find_sub(dlock__pubsub *ps, const char *name, size_t len) {
 static void free_sub(dlock__sub *s) {
   pthread_cond_destroy(&s->wake);
   pthread_cond_destroy(&s->ready);
-  free(s->name);
-  free(s);
+  dlock__free(s->name);
+  dlock__free(s);
 }
 
 /* Gives every waiter of 's' a reason to try again. */
@@ -148,10 +149,10 @@ static int64_t sync_subscriptions_locked(dlock__pubsub *ps) {
   size_t total = 0;
   for (dlock__sub *s = ps->subs; s != NULL; s = s->next)
     total++;
-  const char **sub_argv = malloc((total + 1) * sizeof(*sub_argv));
-  size_t *sub_lens = malloc((total + 1) * sizeof(*sub_lens));
-  const char **uns_argv = malloc((total + 1) * sizeof(*uns_argv));
-  size_t *uns_lens = malloc((total + 1) * sizeof(*uns_lens));
+  const char **sub_argv = dlock__malloc((total + 1) * sizeof(*sub_argv));
+  size_t *sub_lens = dlock__malloc((total + 1) * sizeof(*sub_lens));
+  const char **uns_argv = dlock__malloc((total + 1) * sizeof(*uns_argv));
+  size_t *uns_lens = dlock__malloc((total + 1) * sizeof(*uns_lens));
   int nsub = 0, nuns = 0;
   for (dlock__sub **p = &ps->subs; *p != NULL;) {
     dlock__sub *s = *p;
@@ -189,10 +190,10 @@ static int64_t sync_subscriptions_locked(dlock__pubsub *ps) {
   } else if (ps->connected) {
     next_due = now + 10000; /* out of memory: try again shortly */
   }
-  free((void *)sub_argv);
-  free(sub_lens);
-  free((void *)uns_argv);
-  free(uns_lens);
+  dlock__free((void *)sub_argv);
+  dlock__free(sub_lens);
+  dlock__free((void *)uns_argv);
+  dlock__free(uns_lens);
   return next_due;
 }
 
@@ -292,7 +293,7 @@ static void *pubsub_main(void *arg) {
 
 int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
                         int64_t command_timeout_ms, dlock__pubsub **out) {
-  dlock__pubsub *ps = calloc(1, sizeof(*ps));
+  dlock__pubsub *ps = dlock__calloc(1, sizeof(*ps));
   if (ps == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting pub/sub");
   ps->ep = ep;
@@ -300,7 +301,7 @@ int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
   ps->command_timeout_ms = command_timeout_ms;
   if (pipe2(ps->pipe_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
     int rc = dlock__fail(DLOCK_EIO, "pipe2: %s", strerror(errno));
-    free(ps);
+    dlock__free(ps);
     return rc;
   }
   pthread_mutex_init(&ps->mu, NULL);
@@ -318,7 +319,7 @@ int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
     close(ps->pipe_fd[0]);
     close(ps->pipe_fd[1]);
     pthread_mutex_destroy(&ps->mu);
-    free(ps);
+    dlock__free(ps);
     return rc;
   }
   *out = ps;
@@ -353,13 +354,13 @@ void dlock__pubsub_stop(dlock__pubsub *ps) {
   close(ps->pipe_fd[0]);
   close(ps->pipe_fd[1]);
   pthread_mutex_destroy(&ps->mu);
-  free(ps);
+  dlock__free(ps);
 }
 
 static dlock__sub *new_sub(const char *name, size_t len) {
-  dlock__sub *s = calloc(1, sizeof(*s));
-  if (s == NULL || (s->name = malloc(len + 1)) == NULL) {
-    free(s);
+  dlock__sub *s = dlock__calloc(1, sizeof(*s));
+  if (s == NULL || (s->name = dlock__malloc(len + 1)) == NULL) {
+    dlock__free(s);
     return NULL;
   }
   memcpy(s->name, name, len);

@@ -4,6 +4,7 @@
  * their own query function.
  */
 #include "lock.h"
+#include "alloc.h"
 
 #include "error.h"
 #include "reply.h"

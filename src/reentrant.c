@@ -3,6 +3,7 @@
  * which share its scripts and differ only in how they wait.
  */
 #include "lock.h"
+#include "alloc.h"
 
 #include "error.h"
 

@@ -2,6 +2,7 @@
  * Script reply decoding (see reply.h).
  */
 #include "reply.h"
+#include "alloc.h"
 
 #include "error.h"
 

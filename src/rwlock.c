@@ -8,6 +8,7 @@
  * released) lets all of them.
  */
 #include "lock.h"
+#include "alloc.h"
 
 #include "error.h"
 
@@ -61,7 +62,7 @@ static int read_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
                          strlen(believed)};
   dlock__eval call = {&dlock__script_read_acquire, 3, 4, argv, lens};
   rc = dlock__run_acquire(l, owner, lease_ms, &call, ttl_ms);
-  free(prefix);
+  dlock__free(prefix);
   return rc;
 }
 
@@ -76,7 +77,7 @@ static int read_release(dlock_t *l, uint64_t owner) {
     rc = dlock__suffixed(l->name, l->len, "", 0, &all, &all_len);
   if (rc != 0) {
     dlock__release_end(&r);
-    free(prefix);
+    dlock__free(prefix);
     return rc;
   }
   all[--all_len] = '\0'; /* "{name}:" without its colon */
@@ -89,8 +90,8 @@ static int read_release(dlock_t *l, uint64_t owner) {
                          strlen(r.latch_ttl)};
   dlock__eval call = {&dlock__script_read_release, 5, 3, argv, lens};
   rc = dlock__release_run(l, owner, &r, &call);
-  free(prefix);
-  free(all);
+  dlock__free(prefix);
+  dlock__free(all);
   return rc;
 }
 

@@ -2,6 +2,7 @@
  * Running the embedded scripts with EVALSHA, falling back to EVAL.
  */
 #include "scripts.h"
+#include "alloc.h"
 
 #include "error.h"
 
@@ -15,8 +16,8 @@ static int format_eval(const dlock__eval *e, int with_body, char **cmd,
   int argc = 3 + e->nkeys + e->nargs;
   const char *local_argv[16];
   size_t local_lens[16];
-  const char **argv = argc <= 16 ? local_argv : malloc(argc * sizeof(*argv));
-  size_t *lens = argc <= 16 ? local_lens : malloc(argc * sizeof(*lens));
+  const char **argv = argc <= 16 ? local_argv : dlock__malloc(argc * sizeof(*argv));
+  size_t *lens = argc <= 16 ? local_lens : dlock__malloc(argc * sizeof(*lens));
   char nkeys[16];
   int rc = 0;
   if (argv == NULL || lens == NULL) {
@@ -39,9 +40,9 @@ static int format_eval(const dlock__eval *e, int with_body, char **cmd,
     *len = (size_t)n;
 out:
   if (argv != local_argv)
-    free((void *)argv);
+    dlock__free((void *)argv);
   if (lens != local_lens)
-    free(lens);
+    dlock__free(lens);
   return rc;
 }
 
@@ -54,10 +55,10 @@ static int is_noscript(const redisReply *r) {
 static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
                       const unsigned char *which, int with_body,
                       redisReply **replies, int64_t deadline_us) {
-  char **cmds = calloc(n, sizeof(*cmds));
-  size_t *lens = calloc(n, sizeof(*lens));
-  redisReply **got = calloc(n, sizeof(*got));
-  size_t *slot = calloc(n, sizeof(*slot));
+  char **cmds = dlock__calloc(n, sizeof(*cmds));
+  size_t *lens = dlock__calloc(n, sizeof(*lens));
+  redisReply **got = dlock__calloc(n, sizeof(*got));
+  size_t *slot = dlock__calloc(n, sizeof(*slot));
   size_t m = 0;
   int rc = 0;
   if (cmds == NULL || lens == NULL || got == NULL || slot == NULL)
@@ -75,10 +76,10 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
       replies[slot[j]] = got[j];
     redisFreeCommand(cmds[j]);
   }
-  free(cmds);
-  free(lens);
-  free(got);
-  free(slot);
+  dlock__free(cmds);
+  dlock__free(lens);
+  dlock__free(got);
+  dlock__free(slot);
   return rc;
 }
 
@@ -92,7 +93,7 @@ int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
   for (size_t i = 0; i < n; i++) {
     if (!is_noscript(replies[i]))
       continue;
-    if (reload == NULL && (reload = calloc(n, 1)) == NULL) {
+    if (reload == NULL && (reload = dlock__calloc(n, 1)) == NULL) {
       rc = dlock__fail(DLOCK_ENOMEM, "out of memory reloading scripts");
       break;
     }
@@ -102,7 +103,7 @@ int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
   }
   if (rc == 0 && reload != NULL)
     rc = send_round(conn, n, calls, reload, 1, replies, deadline_us);
-  free(reload);
+  dlock__free(reload);
   for (size_t i = 0; i < n && rc == 0; i++) {
     if (replies[i] != NULL && replies[i]->type == REDIS_REPLY_ERROR)
       rc = dlock__fail_reply(replies[i]->str, replies[i]->len);

@@ -3,6 +3,7 @@
  * read past the terminating NUL, and a failure frees what it allocated.
  */
 #include "url.h"
+#include "alloc.h"
 
 #include "error.h"
 
@@ -26,7 +27,7 @@ static int hexval(int ch) {
 /* Copies 'len' bytes of 's' while decoding %XX escapes. NULL on a bad
  * escape or allocation failure ('*nomem' tells which). */
 static char *decode(const char *s, size_t len, int *nomem) {
-  char *out = malloc(len + 1);
+  char *out = dlock__malloc(len + 1);
   size_t o = 0;
   *nomem = out == NULL;
   if (out == NULL)
@@ -37,12 +38,12 @@ static char *decode(const char *s, size_t len, int *nomem) {
       continue;
     }
     if (i + 2 >= len) {
-      free(out);
+      dlock__free(out);
       return NULL;
     }
     int a = hexval((unsigned char)s[i + 1]), b = hexval((unsigned char)s[i + 2]);
     if (a < 0 || b < 0 || (a == 0 && b == 0)) {
-      free(out);
+      dlock__free(out);
       return NULL;
     }
     out[o++] = (char)(a * 16 + b);
@@ -53,7 +54,7 @@ static char *decode(const char *s, size_t len, int *nomem) {
 }
 
 static char *dup_range(const char *s, size_t len) {
-  char *out = malloc(len + 1);
+  char *out = dlock__malloc(len + 1);
   if (out != NULL) {
     memcpy(out, s, len);
     out[len] = '\0';
@@ -203,13 +204,13 @@ int dlock__url_parse(const char *url, dlock__endpoint *out) {
 void dlock__endpoint_free(dlock__endpoint *e) {
   if (e == NULL)
     return;
-  free(e->host);
-  free(e->path);
-  free(e->user);
+  dlock__free(e->host);
+  dlock__free(e->path);
+  dlock__free(e->user);
   if (e->pass != NULL) {
     /* Passwords do not linger in freed memory. */
     memset(e->pass, 0, strlen(e->pass));
-    free(e->pass);
+    dlock__free(e->pass);
   }
   memset(e, 0, sizeof(*e));
 }

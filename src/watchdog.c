@@ -2,6 +2,7 @@
  * Lease renewal in the background (see watchdog.h).
  */
 #include "watchdog.h"
+#include "alloc.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -52,7 +53,7 @@ static void collect_one(dlock__hold *h, void *arg) {
     return;
   if (r->n == r->cap) {
     size_t cap = r->cap ? r->cap * 2 : 64;
-    renewal *items = realloc(r->items, cap * sizeof(*items));
+    renewal *items = dlock__realloc(r->items, cap * sizeof(*items));
     if (items == NULL) {
       r->nomem = 1;
       return;
@@ -63,7 +64,7 @@ static void collect_one(dlock__hold *h, void *arg) {
   renewal *it = &r->items[r->n];
   if (r->oldest_us == 0 || h->confirmed_us < r->oldest_us)
     r->oldest_us = h->confirmed_us;
-  if ((it->name = malloc(h->name_len + 1)) == NULL) {
+  if ((it->name = dlock__malloc(h->name_len + 1)) == NULL) {
     r->nomem = 1;
     return;
   }
@@ -82,7 +83,7 @@ static void collect_one(dlock__hold *h, void *arg) {
     /* "{name}:" without its colon. */
     if (dlock__suffixed(h->name, h->name_len, "", 0, &it->prefix,
                         &it->prefix_len) != 0) {
-      free(it->name);
+      dlock__free(it->name);
       r->nomem = 1;
       return;
     }
@@ -93,10 +94,10 @@ static void collect_one(dlock__hold *h, void *arg) {
 
 static void free_round(round *r) {
   for (size_t i = 0; i < r->n; i++) {
-    free(r->items[i].name);
-    free(r->items[i].prefix);
+    dlock__free(r->items[i].name);
+    dlock__free(r->items[i].prefix);
   }
-  free(r->items);
+  dlock__free(r->items);
 }
 
 /* Which renewal script an item needs: read holds renew their timeout keys
@@ -115,12 +116,12 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
   size_t nhash = r->n - nread;
   size_t ncalls = (nhash + RENEW_BATCH - 1) / RENEW_BATCH +
                   (nread + RENEW_BATCH - 1) / RENEW_BATCH;
-  dlock__eval *calls = calloc(ncalls + 1, sizeof(*calls));
-  redisReply **replies = calloc(ncalls + 1, sizeof(*replies));
-  size_t **members = calloc(ncalls + 1, sizeof(*members));
-  const char **argv = calloc(3 * r->n + ncalls + 1, sizeof(*argv));
-  size_t *lens = calloc(3 * r->n + ncalls + 1, sizeof(*lens));
-  size_t *order = calloc(r->n + 1, sizeof(*order));
+  dlock__eval *calls = dlock__calloc(ncalls + 1, sizeof(*calls));
+  redisReply **replies = dlock__calloc(ncalls + 1, sizeof(*replies));
+  size_t **members = dlock__calloc(ncalls + 1, sizeof(*members));
+  const char **argv = dlock__calloc(3 * r->n + ncalls + 1, sizeof(*argv));
+  size_t *lens = dlock__calloc(3 * r->n + ncalls + 1, sizeof(*lens));
+  size_t *order = dlock__calloc(r->n + 1, sizeof(*order));
   char lease[24];
   int rc = 0;
   if (calls == NULL || replies == NULL || members == NULL || argv == NULL ||
@@ -190,12 +191,12 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
     if (replies[k] != NULL)
       freeReplyObject(replies[k]);
 out:
-  free(calls);
-  free(replies);
-  free(members);
-  free((void *)argv);
-  free(lens);
-  free(order);
+  dlock__free(calls);
+  dlock__free(replies);
+  dlock__free(members);
+  dlock__free((void *)argv);
+  dlock__free(lens);
+  dlock__free(order);
   return rc;
 }
 
@@ -238,7 +239,7 @@ static int renew_round(dlock_client_t *c) {
     free_round(&r);
     return r.nomem ? DLOCK_ENOMEM : 0;
   }
-  unsigned char *renewed = calloc(r.n, 1), *lost = calloc(r.n, 1);
+  unsigned char *renewed = dlock__calloc(r.n, 1), *lost = dlock__calloc(r.n, 1);
   int rc = DLOCK_ENOMEM;
   if (renewed != NULL && lost != NULL) {
     int64_t sent_us = dlock__now_us();
@@ -249,8 +250,8 @@ static int renew_round(dlock_client_t *c) {
         c->opt.on_lost(c->opt.on_lost_data, r.items[i].name,
                        r.items[i].name_len, r.items[i].owner);
   }
-  free(renewed);
-  free(lost);
+  dlock__free(renewed);
+  dlock__free(lost);
   free_round(&r);
   return r.nomem ? DLOCK_ENOMEM : rc;
 }
@@ -279,7 +280,7 @@ static void *watchdog_main(void *arg) {
 }
 
 int dlock__watchdog_start(dlock_client_t *c, dlock__watchdog **out) {
-  dlock__watchdog *wd = calloc(1, sizeof(*wd));
+  dlock__watchdog *wd = dlock__calloc(1, sizeof(*wd));
   if (wd == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting the watchdog");
   wd->c = c;
@@ -292,7 +293,7 @@ int dlock__watchdog_start(dlock_client_t *c, dlock__watchdog **out) {
   if (pthread_create(&wd->thread, NULL, watchdog_main, wd) != 0) {
     pthread_cond_destroy(&wd->cv);
     pthread_mutex_destroy(&wd->mu);
-    free(wd);
+    dlock__free(wd);
     return dlock__fail(DLOCK_ENOMEM, "pthread_create failed");
   }
   *out = wd;
@@ -309,5 +310,5 @@ void dlock__watchdog_stop(dlock__watchdog *wd) {
   pthread_join(wd->thread, NULL);
   pthread_cond_destroy(&wd->cv);
   pthread_mutex_destroy(&wd->mu);
-  free(wd);
+  dlock__free(wd);
 }
