@@ -10,14 +10,16 @@
 #     two round trips, so the raw pair limit is that rate divided by two.
 # Prints a table and writes it to bench/results/latest.txt.
 #
-# BENCH_SECONDS (default 3) sets the duration of every measurement.
+# BENCH_SECONDS (default 2) sets the duration of every measurement and
+# BENCH_ROUNDS (default 3) how many times each is taken; the median counts.
 # Exit status: non-zero when a run failed or the guarded counter was wrong;
 # a missed speed target is reported, not treated as a failure.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
-seconds=${BENCH_SECONDS:-3}
+seconds=${BENCH_SECONDS:-2}
+rounds=${BENCH_ROUNDS:-3}
 results=$root/bench/results
 mkdir -p "$results"
 
@@ -84,7 +86,10 @@ rcli() { redis-cli -p "$port" "$@"; }
 
 # Capture the acquire call: the first EVALSHA (or EVAL) naming the probe lock
 # is the library's acquire script with its real keys and arguments.
-rcli monitor >"$tmp/monitor.txt" &
+# redis-cli is started directly, not through rcli, so that $! is its own pid
+# and the kill below really ends the MONITOR, which would slow every later
+# command down.
+redis-cli -p "$port" monitor >"$tmp/monitor.txt" &
 monitor_pid=$!
 for _ in $(seq 100); do
   grep -q OK "$tmp/monitor.txt" 2>/dev/null && break
@@ -114,79 +119,122 @@ fi
 args=("${words[@]:2}")
 rcli del bench:probe >/dev/null
 
-# raw_pairs <clients>: redis-benchmark's rate for the captured acquire call
-# at that concurrency, halved into lock+unlock pairs. A short first run sizes
-# the real one so that it lasts about BENCH_SECONDS.
+# raw_pairs <clients>: sets raw_result to redis-benchmark's rate for the
+# captured acquire call at that concurrency, halved into lock+unlock pairs.
+# (A variable, not output, so that it can update raw_rate in this shell.)
 raw_rps() {
   redis-benchmark -h 127.0.0.1 -p "$port" -c "$1" -n "$2" -P 1 --csv \
     EVALSHA "$sha" "${args[@]}" | awk -F'"' 'NR == 2 { print $4 }'
 }
 raw_pairs() {
-  local probe n rps
-  probe=$(raw_rps "$1" 2000)
-  n=$(awk -v r="${probe:-0}" -v s="$seconds" 'BEGIN { n = int(r * s); print (n < 1000 ? 1000 : n) }')
+  local n rps
+  n=$(awk -v r="${raw_rate[$1]:-0}" -v s="$seconds" \
+    'BEGIN { n = int(r * s); print (n < 1000 ? 1000 : n) }')
   rps=$(raw_rps "$1" "$n")
+  # The next round is sized by this one: the first, short estimate may have
+  # been taken while the machine was still cold.
+  [ -n "$rps" ] && raw_rate[$1]=$rps
   for k in "${args[@]:1:${args[0]}}"; do rcli del "$k" >/dev/null; done
   if [ -z "$rps" ]; then
     echo "bench: redis-benchmark failed at $1 clients" >&2
-    echo 0
+    raw_result=0
     return 1
   fi
-  awk -v r="$rps" 'BEGIN { printf "%.1f", r / 2 }'
+  raw_result=$(awk -v r="$rps" 'BEGIN { printf "%.1f", r / 2 }')
 }
+# A short first run at each concurrency sizes the real ones so they last
+# about BENCH_SECONDS, and warms the server up as a side effect.
+declare -A raw_rate
+for c in 1 16; do raw_rate[$c]=$(raw_rps "$c" 2000); done
 
 status=0
-declare -A out raw
-run_dlock() { # run_dlock <workload> <bench_lock options...>
-  local w=$1 o
-  shift
+run_dlock() { # run_dlock <bench_lock options...>: prints the result line
+  local o
   if ! o=$("$bin" --url "$url" --seconds "$seconds" "$@"); then
-    echo "bench: the $w workload failed: $o" >&2
+    echo "bench: bench_lock $* failed: $o" >&2
     status=1
   fi
-  out[$w]=$o
+  printf '%s\n' "$o"
 }
-field() { # field <workload> <key>
-  printf '%s\n' "${out[$1]}" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k { print $2 }'
+field() { # field <result line> <key>: one value of the line, 0 if none
+  printf '%s\n' "$1" | tr ' ' '\n' |
+    awk -F= -v k="$2" '$1 == k { v = $2 } END { print v == "" ? 0 : v }'
+}
+median_line() { # median_line <lines>: the line with the median rate
+  printf '%s\n' "$1" | awk -F'rate=' '{ split($2, a, " "); print a[1], $0 }' |
+    sort -n | awk '{ l[NR] = $0 } END { m = l[int((NR + 1) / 2)]; sub(/^[^ ]* /, "", m); print m }'
+}
+median() { # median <numbers...>
+  printf '%s\n' "$@" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
 }
 
-echo "dlock lock+unlock benchmark: ${seconds}s per measurement, redis $(redis-server --version |
-  grep -o 'v=[^ ]*' | cut -c3-) on 127.0.0.1:$port, $(nproc) cores" >&2
+echo "dlock lock+unlock benchmark: $rounds rounds of ${seconds}s per measurement," \
+  "redis $(redis-server --version | grep -o 'v=[^ ]*' | cut -c3-) on 127.0.0.1:$port," \
+  "$(nproc) cores" >&2
 echo "raw limit: redis-benchmark EVALSHA ${sha:0:12}... ${args[*]} (rate / 2)" >&2
 
-echo "  solo ..." >&2
-raw[solo]=$(raw_pairs 1) || status=1
-run_dlock solo --procs 1 --threads 1 --name bench:solo
-echo "  spread ..." >&2
-raw[spread]=$(raw_pairs 16) || status=1
-run_dlock spread --procs 1 --threads 16 --distinct --name bench:spread
-echo "  contended ..." >&2
-raw[contended]=$(raw_pairs 16) || status=1
-run_dlock contended --procs 4 --threads 4 --work --name bench:contended
+# Raw and dlock runs alternate, round after round, and each side reports its
+# median round: another process loading the machine for a moment then skews
+# one round of one side, not the ratio.
+workloads=(solo spread contended)
+declare -A label clients opts lines raws
+label[solo]="solo (1 thread, 1 name)"
+label[spread]="spread (16 threads, 16 names)"
+label[contended]="contended (4 procs x 4 thr, 1 name)"
+clients[solo]=1 clients[spread]=16 clients[contended]=16
+opts[solo]="--procs 1 --threads 1 --name bench:solo"
+opts[spread]="--procs 1 --threads 16 --distinct --name bench:spread"
+opts[contended]="--procs 4 --threads 4 --work --name bench:contended"
+for w in "${workloads[@]}"; do
+  lines[$w]= raws[$w]=
+  for r in $(seq "$rounds"); do
+    echo "  $w, round $r/$rounds ..." >&2
+    raw_pairs "${clients[$w]}" || status=1
+    raws[$w]+="$raw_result "
+    # shellcheck disable=SC2086 # the options are words on purpose
+    lines[$w]+="$(run_dlock ${opts[$w]})"$'\n'
+  done
+done
 
 {
   echo "dlock $(git -C "$root" describe --always --dirty 2>/dev/null || echo '?')," \
     "$(date -u '+%Y-%m-%d %H:%M UTC'), redis $(redis-server --version |
-      grep -o 'v=[^ ]*' | cut -c3-), $(nproc) cores, ${seconds}s per run, TCP loopback"
+      grep -o 'v=[^ ]*' | cut -c3-), $(nproc) cores, TCP loopback," \
+    "median of $rounds rounds of ${seconds}s"
   echo
-  printf '%-34s %12s %12s %6s %9s %9s\n' workload "dlock pairs/s" "raw pairs/s" ratio \
+  printf '%-36s %13s %11s %6s %9s %9s\n' workload "dlock pairs/s" "raw pairs/s" ratio \
     "p50 us" "p99 us"
-  for w in solo spread contended; do
-    case $w in
-    solo) label="solo (1 thread, 1 name)" ;;
-    spread) label="spread (16 threads, 16 names)" ;;
-    contended) label="contended (4 procs x 4 thr, 1 name)" ;;
-    esac
-    rate=$(field "$w" rate)
-    printf '%-34s %12.0f %12.0f %6.2f %9.1f %9.1f\n' "$label" "${rate:-0}" "${raw[$w]:-0}" \
-      "$(awk -v a="${rate:-0}" -v b="${raw[$w]:-0}" 'BEGIN { print b > 0 ? a / b : 0 }')" \
-      "$(field "$w" p50_us)" "$(field "$w" p99_us)"
+  declare -A med raw
+  for w in "${workloads[@]}"; do
+    med[$w]=$(median_line "${lines[$w]}")
+    # shellcheck disable=SC2086
+    raw[$w]=$(median ${raws[$w]})
+    rate=$(field "${med[$w]}" rate)
+    printf '%-36s %13.0f %11.0f %6.2f %9.1f %9.1f\n' "${label[$w]}" "$rate" "${raw[$w]:-0}" \
+      "$(awk -v a="$rate" -v b="${raw[$w]:-0}" 'BEGIN { print (b > 0 ? a / b : 0) }')" \
+      "$(field "${med[$w]}" p50_us)" "$(field "${med[$w]}" p99_us)"
   done
   echo
-  echo "contended: GET+SET of a counter inside each hold; counter check:" \
-    "$(field contended counter) ($(field contended pairs) acquisitions)"
-  ratio=$(awk -v a="$(field solo rate)" -v b="${raw[solo]}" 'BEGIN { printf "%.2f", b > 0 ? a / b : 0 }')
-  if [ "${raw[solo]}" = 0 ]; then
+  echo "rounds (dlock / raw pairs/s):"
+  for w in "${workloads[@]}"; do
+    printf '  %-10s %s/ %s\n' "$w" \
+      "$(printf '%s' "${lines[$w]}" | grep -o 'rate=[0-9]*' | cut -c6- | tr '\n' ' ')" \
+      "$(printf '%.0f ' ${raws[$w]})"
+  done
+  echo
+  # The raw figure for the contended case is what Redis could serve if the
+  # 16 workers never waited for each other; one holder at a time, with four
+  # round trips per hold (acquire, GET, SET, release), is the real ceiling.
+  serial=$(awk -v r="${raw[solo]:-0}" 'BEGIN { printf "%.0f", r * 2 / 4 }')
+  echo "contended: each hold does GET+SET on a counter; counter check:" \
+    "$(field "${med[contended]}" counter)."
+  echo "  One holder at a time and 4 round trips per hold bound it near" \
+    "raw c=1 rate / 4 = $serial pairs/s; dlock reached" \
+    "$(awk -v a="$(field "${med[contended]}" rate)" -v b="$serial" \
+      'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }') of that."
+  ratio=$(awk -v a="$(field "${med[solo]}" rate)" -v b="${raw[solo]:-0}" \
+    'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+  if [ "${raw[solo]:-0}" = 0 ]; then
     echo "target: solo ratio >= 0.90: unknown (no raw measurement)"
   elif awk -v r="$ratio" 'BEGIN { exit !(r >= 0.9) }'; then
     echo "target: solo ratio >= 0.90: met ($ratio)"

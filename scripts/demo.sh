@@ -78,19 +78,37 @@ else
 fi
 
 # redis-cli on the server named by DLOCK_URL, in either URL form dlock takes.
-rcli() {
-  case $DLOCK_URL in
-  unix://*)
-    local rest=${DLOCK_URL#unix://} db=0
-    case $rest in *\?db=*) db=${rest##*\?db=} ;; esac
-    redis-cli -s "${rest%%\?*}" -n "$db" "$@"
-    ;;
-  *) redis-cli --no-auth-warning -u "$DLOCK_URL" "$@" ;;
-  esac
-}
+# The URL is taken apart here rather than given to "redis-cli -u", which
+# does not accept every form dlock does (a password with no user name).
+rcli_args=()
+case $DLOCK_URL in
+unix://*)
+  rest=${DLOCK_URL#unix://}
+  rcli_args=(-s "${rest%%\?*}")
+  case $rest in *\?db=*) rcli_args+=(-n "${rest##*\?db=}") ;; esac
+  ;;
+*)
+  rest=${DLOCK_URL#redis://}
+  if [[ $rest == *@* ]]; then
+    auth=${rest%@*} rest=${rest##*@}
+    if [ -n "${auth%%:*}" ]; then rcli_args+=(--user "${auth%%:*}"); fi
+    rcli_args+=(-a "${auth#*:}" --no-auth-warning)
+  fi
+  if [[ $rest == */* ]]; then
+    [ -n "${rest#*/}" ] && rcli_args+=(-n "${rest#*/}")
+    rest=${rest%%/*}
+  fi
+  if [[ $rest == *:* ]]; then
+    rcli_args+=(-h "${rest%:*}" -p "${rest##*:}")
+  else
+    rcli_args+=(-h "$rest")
+  fi
+  ;;
+esac
+rcli() { redis-cli "${rcli_args[@]}" "$@"; }
 
-if [ "$(rcli ping 2>&1)" != PONG ]; then
-  echo "demo: no redis answers at $DLOCK_URL" >&2
+if ! reply=$(rcli ping 2>&1) || [ "$reply" != PONG ]; then
+  echo "demo: no redis answers at $DLOCK_URL: $reply" >&2
   exit 1
 fi
 
