@@ -1,0 +1,407 @@
+/*
+ * MultiLock (dlock_get_multi): all of several locks or none, on one server
+ * with three names and on three servers with three clients; no deadlock
+ * for overlapping sets taken in opposite orders; reentrancy; watchdog.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lock_util.h"
+
+enum { N = 3 };
+
+typedef struct mfix {
+  int nsrv; /* 1 or N */
+  rp_server_t *s[N];
+  dlock_client_t *c[N];
+  dlock_t *h[N];
+  dlock_t *m;
+  char names[N][64];
+} mfix_t;
+
+static rp_server_t *srv_of(mfix_t *f, int i) {
+  return f->s[f->nsrv == 1 ? 0 : i];
+}
+
+/* Three servers with a client each, or one server with one client. */
+static void mfix_init(mfix_t *f, int three, const char *prefix) {
+  memset(f, 0, sizeof(*f));
+  f->nsrv = three ? N : 1;
+  for (int i = 0; i < f->nsrv; i++) {
+    f->s[i] = lu_server(i % 2);
+    f->c[i] = lu_client(f->s[i]);
+  }
+  for (int i = 0; i < N; i++) {
+    snprintf(f->names[i], sizeof(f->names[i]), "%s:%c", prefix, 'a' + i);
+    f->h[i] = lu_get(f->c[three ? i : 0], f->names[i]);
+  }
+  ASSERT_DLOCK_OK(dlock_get_multi(f->h, N, &f->m));
+  ASSERT_NOT_NULL(f->m);
+  ASSERT_EQ(dlock_kind(f->m), DLOCK_MULTI);
+}
+
+static void mfix_free(mfix_t *f) {
+  dlock_free(f->m);
+  for (int i = 0; i < N; i++) dlock_free(f->h[i]);
+  for (int i = 0; i < f->nsrv; i++) dlock_client_close(f->c[i]);
+  for (int i = 0; i < f->nsrv; i++) rp_free(f->s[i]);
+}
+
+static dlock_client_t *client_of(mfix_t *f, int i) {
+  return f->c[f->nsrv == 1 ? 0 : i];
+}
+
+/* How many of the names exist on their servers. */
+static int held_count(mfix_t *f) {
+  int n = 0;
+  for (int i = 0; i < N; i++) n += (int)lu_exists(srv_of(f, i), f->names[i]);
+  return n;
+}
+
+/* The hold count of 'owner' in name i, from Redis. */
+static int64_t raw_count(mfix_t *f, int i, uint64_t owner) {
+  char field[256];
+  lu_field(field, sizeof(field), client_of(f, i), owner);
+  return lu_hget_num(srv_of(f, i), f->names[i], field);
+}
+
+/* ---- all or nothing ------------------------------------------------------ */
+
+typedef struct releaser {
+  rp_server_t *s;
+  const char *name;
+  int64_t after_ms;
+} releaser_t;
+
+/* Deletes a foreign hold after a while and announces it as an unlock. */
+static void *releaser_main(void *p) {
+  releaser_t *r = p;
+  lu_sleep_ms(r->after_ms);
+  redisContext *c = lu_connect(r->s);
+  if (c == NULL) return NULL;
+  char ch[256];
+  lu_channel(ch, sizeof(ch), r->name, strlen(r->name));
+  redisReply *x = redisCommand(c, "DEL %s", r->name);
+  if (x) freeReplyObject(x);
+  x = redisCommand(c, "PUBLISH %s 0", ch);
+  if (x) freeReplyObject(x);
+  redisFree(c);
+  return NULL;
+}
+
+static void run_all_or_nothing(int three) {
+  mfix_t f;
+  mfix_init(&f, three, "mu:aon");
+  /* A foreign owner holds the middle one. */
+  lu_ok(rp_cmd(srv_of(&f, 1), "HSET %s foreign:1 1", f.names[1]));
+  lu_ok(rp_cmd(srv_of(&f, 1), "PEXPIRE %s 20000", f.names[1]));
+
+  ASSERT_DLOCK_ERR(dlock_trylock(f.m, 0, 5000), DLOCK_ETIMEDOUT);
+  ASSERT_EQ(lu_exists(srv_of(&f, 0), f.names[0]), 0);
+  ASSERT_EQ(lu_exists(srv_of(&f, 2), f.names[2]), 0);
+
+  int64_t t0 = lu_now_ms();
+  ASSERT_DLOCK_ERR(dlock_trylock(f.m, 300, 5000), DLOCK_ETIMEDOUT);
+  int64_t took = lu_now_ms() - t0;
+  printf("gave up after %" PRId64 " ms\n", took);
+  ASSERT_GE(took, 250);
+  ASSERT_LT(took, 3000);
+  ASSERT_EQ(lu_exists(srv_of(&f, 0), f.names[0]), 0);
+  ASSERT_EQ(lu_exists(srv_of(&f, 2), f.names[2]), 0);
+  ASSERT_EQ(lu_hget_num(srv_of(&f, 1), f.names[1], "foreign:1"), 1);
+  ASSERT_EQ(lu_hlen(srv_of(&f, 1), f.names[1]), 1);
+  for (int i = 0; i < N; i++) ASSERT_EQ(dlock_is_held(f.h[i]), 0);
+  ASSERT_EQ(dlock_is_held(f.m), 0);
+  ASSERT_DLOCK_ERR(dlock_unlock(f.m), DLOCK_ENOTHELD);
+
+  /* Released during the wait: the MultiLock gets all three in time. */
+  releaser_t r = {srv_of(&f, 1), f.names[1], 300};
+  pthread_t th;
+  ASSERT_EQ(pthread_create(&th, NULL, releaser_main, &r), 0);
+  t0 = lu_now_ms();
+  ASSERT_DLOCK_OK(dlock_trylock(f.m, 5000, 5000));
+  took = lu_now_ms() - t0;
+  ASSERT_EQ(pthread_join(th, NULL), 0);
+  printf("acquired %" PRId64 " ms after asking (foreign hold gone at 300)\n",
+         took);
+  ASSERT_GE(took, 250);
+  ASSERT_LT(took, 3000);
+  ASSERT_EQ(held_count(&f), N);
+  for (int i = 0; i < N; i++) ASSERT_EQ(raw_count(&f, i, dlock_self()), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(f.m));
+  ASSERT_EQ(held_count(&f), 0);
+  mfix_free(&f);
+}
+
+TEST(all_or_nothing_one_server) { run_all_or_nothing(0); }
+
+TEST(all_or_nothing_three_servers) { run_all_or_nothing(1); }
+
+/* ---- success takes all, unlock releases all ------------------------------ */
+
+static void run_take_all(int three) {
+  mfix_t f;
+  mfix_init(&f, three, "mu:all");
+  uint64_t me = dlock_self();
+  ASSERT_EQ(dlock_is_locked(f.m), 0);
+  ASSERT_DLOCK_OK(dlock_lock(f.m, 5000));
+  ASSERT_EQ(held_count(&f), N);
+  for (int i = 0; i < N; i++) {
+    ASSERT_EQ(raw_count(&f, i, me), 1);
+    ASSERT_EQ(lu_hlen(srv_of(&f, i), f.names[i]), 1);
+    int64_t pttl = lu_pttl(srv_of(&f, i), f.names[i]);
+    ASSERT_GT(pttl, 3000);
+    ASSERT_LE(pttl, 5000);
+    ASSERT_EQ(dlock_is_held(f.h[i]), 1);
+  }
+  ASSERT_EQ(dlock_is_held(f.m), 1);
+  ASSERT_EQ(dlock_is_locked(f.m), 1);
+  /* Another owner is refused, and takes nothing. */
+  uint64_t other = dlock_owner_new();
+  ASSERT_DLOCK_ERR(dlock_trylock_as(f.m, other, 0, 5000), DLOCK_ETIMEDOUT);
+  for (int i = 0; i < N; i++) ASSERT_EQ(raw_count(&f, i, other), -1);
+  ASSERT_DLOCK_OK(dlock_unlock(f.m));
+  ASSERT_EQ(held_count(&f), 0);
+  ASSERT_EQ(dlock_is_held(f.m), 0);
+  ASSERT_DLOCK_ERR(dlock_unlock(f.m), DLOCK_ENOTHELD);
+  /* Now the other owner gets it. */
+  ASSERT_DLOCK_OK(dlock_trylock_as(f.m, other, 0, 5000));
+  ASSERT_EQ(held_count(&f), N);
+  ASSERT_DLOCK_OK(dlock_unlock_as(f.m, other));
+  ASSERT_EQ(held_count(&f), 0);
+  mfix_free(&f);
+}
+
+TEST(take_all_release_all_one_server) { run_take_all(0); }
+
+TEST(take_all_release_all_three_servers) { run_take_all(1); }
+
+/* ---- opposite orders ----------------------------------------------------- */
+
+typedef struct order_arg {
+  dlock_t *m;
+  int iter;
+  atomic_int *inside;
+  atomic_int *overlaps;
+  int done;
+  int rc;
+} order_arg_t;
+
+static void *order_main(void *p) {
+  order_arg_t *a = p;
+  for (int i = 0; i < a->iter; i++) {
+    a->rc = dlock_lock(a->m, 5000);
+    if (a->rc) return NULL;
+    if (atomic_fetch_add(a->inside, 1) != 0) atomic_fetch_add(a->overlaps, 1);
+    atomic_fetch_sub(a->inside, 1);
+    a->rc = dlock_unlock(a->m);
+    if (a->rc) return NULL;
+    a->done++;
+  }
+  return NULL;
+}
+
+static void run_opposite_orders(int three) {
+  enum { ITER = 50 };
+  mfix_t f;
+  mfix_init(&f, three, "mu:ord");
+  /* (A, B) and (B, A), over the same handles. */
+  dlock_t *ab[2] = {f.h[0], f.h[1]}, *ba[2] = {f.h[1], f.h[0]};
+  dlock_t *m1 = NULL, *m2 = NULL;
+  ASSERT_DLOCK_OK(dlock_get_multi(ab, 2, &m1));
+  ASSERT_DLOCK_OK(dlock_get_multi(ba, 2, &m2));
+  atomic_int inside, overlaps;
+  atomic_init(&inside, 0);
+  atomic_init(&overlaps, 0);
+  order_arg_t a1 = {m1, ITER, &inside, &overlaps, 0, 0};
+  order_arg_t a2 = {m2, ITER, &inside, &overlaps, 0, 0};
+  pthread_t t1, t2;
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(pthread_create(&t1, NULL, order_main, &a1), 0);
+  ASSERT_EQ(pthread_create(&t2, NULL, order_main, &a2), 0);
+  ASSERT_EQ(pthread_join(t1, NULL), 0);
+  ASSERT_EQ(pthread_join(t2, NULL), 0);
+  printf("2 x %d iterations in opposite orders: %" PRId64 " ms\n", (int)ITER,
+         lu_now_ms() - t0);
+  ASSERT_DLOCK_OK(a1.rc);
+  ASSERT_DLOCK_OK(a2.rc);
+  ASSERT_EQ(a1.done, ITER);
+  ASSERT_EQ(a2.done, ITER);
+  ASSERT_EQ(atomic_load(&overlaps), 0);
+  ASSERT_EQ(held_count(&f), 0);
+  dlock_free(m1);
+  dlock_free(m2);
+  mfix_free(&f);
+}
+
+TEST(opposite_orders_no_deadlock_one_server) { run_opposite_orders(0); }
+
+TEST(opposite_orders_no_deadlock_three_servers) { run_opposite_orders(1); }
+
+/* Three threads over rotating triples (A,B,C), (B,C,A), (C,A,B). */
+TEST(rotating_triples_no_deadlock) {
+  enum { ITER = 30 };
+  mfix_t f;
+  mfix_init(&f, 1, "mu:rot");
+  dlock_t *m[3] = {NULL, NULL, NULL};
+  for (int k = 0; k < 3; k++) {
+    dlock_t *set[3] = {f.h[k], f.h[(k + 1) % 3], f.h[(k + 2) % 3]};
+    ASSERT_DLOCK_OK(dlock_get_multi(set, 3, &m[k]));
+  }
+  atomic_int inside, overlaps;
+  atomic_init(&inside, 0);
+  atomic_init(&overlaps, 0);
+  order_arg_t a[3];
+  pthread_t t[3];
+  int64_t t0 = lu_now_ms();
+  for (int k = 0; k < 3; k++) {
+    a[k] = (order_arg_t){m[k], ITER, &inside, &overlaps, 0, 0};
+    ASSERT_EQ(pthread_create(&t[k], NULL, order_main, &a[k]), 0);
+  }
+  for (int k = 0; k < 3; k++) ASSERT_EQ(pthread_join(t[k], NULL), 0);
+  printf("3 x %d rotating triples: %" PRId64 " ms\n", (int)ITER,
+         lu_now_ms() - t0);
+  for (int k = 0; k < 3; k++) {
+    ASSERT_DLOCK_OK(a[k].rc);
+    ASSERT_EQ(a[k].done, ITER);
+  }
+  ASSERT_EQ(atomic_load(&overlaps), 0);
+  ASSERT_EQ(held_count(&f), 0);
+  for (int k = 0; k < 3; k++) dlock_free(m[k]);
+  mfix_free(&f);
+}
+
+/* ---- reentrancy ---------------------------------------------------------- */
+
+static void run_reentrancy(int three) {
+  mfix_t f;
+  mfix_init(&f, three, "mu:re");
+  uint64_t me = dlock_self();
+  ASSERT_DLOCK_OK(dlock_lock(f.m, 5000));
+  ASSERT_DLOCK_OK(dlock_trylock(f.m, 0, 5000));
+  for (int i = 0; i < N; i++) {
+    ASSERT_EQ(raw_count(&f, i, me), 2);
+    ASSERT_EQ(dlock_hold_count(f.h[i]), 2);
+  }
+  ASSERT_DLOCK_OK(dlock_unlock(f.m));
+  ASSERT_EQ(held_count(&f), N);
+  for (int i = 0; i < N; i++) ASSERT_EQ(raw_count(&f, i, me), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(f.m));
+  ASSERT_EQ(held_count(&f), 0);
+  ASSERT_DLOCK_ERR(dlock_unlock(f.m), DLOCK_ENOTHELD);
+  /* A member taken on its own first: the MultiLock reenters it. */
+  ASSERT_DLOCK_OK(dlock_lock(f.h[1], 5000));
+  ASSERT_DLOCK_OK(dlock_trylock(f.m, 0, 5000));
+  ASSERT_EQ(raw_count(&f, 1, me), 2);
+  ASSERT_EQ(raw_count(&f, 0, me), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(f.m));
+  ASSERT_EQ(raw_count(&f, 1, me), 1);
+  ASSERT_EQ(held_count(&f), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(f.h[1]));
+  ASSERT_EQ(held_count(&f), 0);
+  mfix_free(&f);
+}
+
+TEST(reentrancy_one_server) { run_reentrancy(0); }
+
+TEST(reentrancy_three_servers) { run_reentrancy(1); }
+
+/* ---- watchdog ------------------------------------------------------------ */
+
+static void run_watchdog(int three) {
+  mfix_t f;
+  mfix_init(&f, three, "mu:wd"); /* watchdog_timeout_ms 600 */
+  ASSERT_DLOCK_OK(dlock_lock(f.m, DLOCK_WATCHDOG));
+  for (int i = 0; i < N; i++) {
+    int64_t p = lu_pttl(srv_of(&f, i), f.names[i]);
+    ASSERT_GT(p, 0);
+    ASSERT_LE(p, 600);
+  }
+  for (int k = 0; k < 8; k++) { /* 2 s, more than three leases */
+    lu_sleep_ms(250);
+    for (int i = 0; i < N; i++)
+      ASSERT_GT(lu_pttl(srv_of(&f, i), f.names[i]), 0);
+  }
+  ASSERT_EQ(dlock_is_held(f.m), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(f.m));
+  ASSERT_EQ(held_count(&f), 0);
+  lu_sleep_ms(700);
+  ASSERT_EQ(held_count(&f), 0);
+  mfix_free(&f);
+}
+
+TEST(watchdog_one_server) { run_watchdog(0); }
+
+TEST(watchdog_three_servers) { run_watchdog(1); }
+
+/* A member lost while the MultiLock is held is reported at unlock. */
+TEST(lost_member_reported) {
+  mfix_t f;
+  mfix_init(&f, 1, "mu:lost");
+  ASSERT_DLOCK_OK(dlock_lock(f.m, 10000));
+  lu_ok(rp_cmd(srv_of(&f, 2), "DEL %s", f.names[2]));
+  ASSERT_DLOCK_ERR(dlock_unlock(f.m), DLOCK_ELOST);
+  /* The others were released all the same. */
+  ASSERT_EQ(held_count(&f), 0);
+  mfix_free(&f);
+}
+
+/* ---- members of other kinds ---------------------------------------------- */
+
+TEST(mixed_kinds) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c1 = lu_client(s), *c2 = lu_client(s);
+  dlock_t *re = lu_get(c1, "mu:k:re");
+  dlock_t *fair = NULL, *rd = NULL, *wr = NULL, *spin = NULL;
+  ASSERT_DLOCK_OK(dlock_get_fair(c2, "mu:k:fair", &fair));
+  ASSERT_DLOCK_OK(dlock_get_rw(c1, "mu:k:rw", &rd, &wr));
+  ASSERT_DLOCK_OK(dlock_get_spin(c2, "mu:k:spin", &spin));
+  dlock_t *set[4] = {re, fair, wr, spin};
+  dlock_t *m = NULL;
+  ASSERT_DLOCK_OK(dlock_get_multi(set, 4, &m));
+  uint64_t me = dlock_self();
+  char f1[256], f2[256], wf[256], mode[32];
+  lu_field(f1, sizeof(f1), c1, me);
+  lu_field(f2, sizeof(f2), c2, me);
+  int wn = snprintf(wf, sizeof(wf), "%s:write", f1);
+  ASSERT(wn > 0 && (size_t)wn < sizeof(wf));
+
+  ASSERT_DLOCK_OK(dlock_lock(m, 5000));
+  ASSERT_EQ(lu_hget_num(s, "mu:k:re", f1), 1);
+  ASSERT_EQ(lu_hget_num(s, "mu:k:fair", f2), 1);
+  ASSERT_EQ(lu_hget_num(s, "mu:k:rw", wf), 1);
+  redisReply *r = rp_cmd(s, "HGET mu:k:rw mode");
+  ASSERT_NOT_NULL(r);
+  snprintf(mode, sizeof(mode), "%s", r->str ? r->str : "");
+  freeReplyObject(r);
+  ASSERT_STR_EQ(mode, "write");
+  ASSERT_EQ(lu_hget_num(s, "mu:k:spin", f2), 1);
+  /* The write member excludes readers. */
+  ASSERT_DLOCK_ERR(dlock_trylock_as(rd, dlock_owner_new(), 0, 5000),
+                   DLOCK_ETIMEDOUT);
+  ASSERT_DLOCK_OK(dlock_unlock(m));
+  ASSERT_EQ(lu_exists(s, "mu:k:re"), 0);
+  ASSERT_EQ(lu_exists(s, "mu:k:fair"), 0);
+  ASSERT_EQ(lu_exists(s, "mu:k:rw"), 0);
+  ASSERT_EQ(lu_exists(s, "mu:k:spin"), 0);
+
+  /* A composite inside a MultiLock is refused. */
+  dlock_t *bad[2] = {re, m};
+  dlock_t *mm = NULL;
+  ASSERT_DLOCK_ERR(dlock_get_multi(bad, 2, &mm), DLOCK_EINVAL);
+  dlock_free(m);
+  dlock_free(re);
+  dlock_free(fair);
+  dlock_free(rd);
+  dlock_free(wr);
+  dlock_free(spin);
+  dlock_client_close(c1);
+  dlock_client_close(c2);
+  rp_free(s);
+}
