@@ -161,7 +161,7 @@ field() { # field <result line> <key>: one value of the line, 0 if none
     awk -F= -v k="$2" '$1 == k { v = $2 } END { print v == "" ? 0 : v }'
 }
 median_line() { # median_line <lines>: the line with the median rate
-  printf '%s\n' "$1" | awk -F'rate=' '{ split($2, a, " "); print a[1], $0 }' |
+  printf '%s\n' "$1" | awk -F'rate=' 'NF > 1 { split($2, a, " "); print a[1], $0 }' |
     sort -n | awk '{ l[NR] = $0 } END { m = l[int((NR + 1) / 2)]; sub(/^[^ ]* /, "", m); print m }'
 }
 median() { # median <numbers...>
