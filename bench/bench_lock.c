@@ -316,6 +316,11 @@ int main(int argc, char **argv) {
       close(down[1]);
       close(up[0]);
       for (int q = 0; q < p; q++) close(to_child[q]), close(from_child[q]);
+      /* The child never returns to this loop; it keeps none of the
+       * parent's bookkeeping. */
+      free(pids);
+      free(to_child);
+      free(from_child);
       run_child(p, down[0], up[1]);
     }
     close(down[0]);
