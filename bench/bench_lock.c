@@ -361,7 +361,7 @@ int main(int argc, char **argv) {
         WEXITSTATUS(status) != 0)
       failed = 1;
   }
-  qsort(lat, (size_t)nlat, sizeof *lat, cmp_u64);
+  if (nlat > 0) qsort(lat, (size_t)nlat, sizeof *lat, cmp_u64);
   double p50 = nlat ? (double)lat[(nlat - 1) / 2] / 1e3 : 0;
   double p99 = nlat ? (double)lat[(size_t)((double)(nlat - 1) * 0.99)] / 1e3 : 0;
   double secs = (double)elapsed / 1e9;
