@@ -44,6 +44,7 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-bench.XXXXXX")
 server_pid=
 monitor_pid=
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
   # Only processes this script started are stopped, each by its pid.
   for p in $monitor_pid $server_pid; do
@@ -186,7 +187,7 @@ opts[solo]="--procs 1 --threads 1 --name bench:solo"
 opts[spread]="--procs 1 --threads 16 --distinct --name bench:spread"
 opts[contended]="--procs 4 --threads 4 --work --name bench:contended"
 for w in "${workloads[@]}"; do
-  lines[$w]= raws[$w]=
+  lines[$w]='' raws[$w]=''
   for r in $(seq "$rounds"); do
     echo "  $w, round $r/$rounds ..." >&2
     raw_pairs "${clients[$w]}" || status=1
@@ -219,7 +220,7 @@ done
   for w in "${workloads[@]}"; do
     printf '  %-10s %s/ %s\n' "$w" \
       "$(printf '%s' "${lines[$w]}" | grep -o 'rate=[0-9]*' | cut -c6- | tr '\n' ' ')" \
-      "$(printf '%.0f ' ${raws[$w]})"
+      "$(printf '%s' "${raws[$w]}" | awk '{ for (i = 1; i <= NF; i++) printf "%.0f ", $i }')"
   done
   echo
   # The raw figure for the contended case is what Redis could serve if the

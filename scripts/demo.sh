@@ -44,6 +44,7 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/dlock-demo.XXXXXX")
 server_pid=
 worker_pids=()
+# shellcheck disable=SC2317 # called by the EXIT trap
 cleanup() {
   # Only processes this script started are stopped, each by its pid.
   for p in "${worker_pids[@]}"; do kill "$p" 2>/dev/null || true; done
