@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
@@ -261,8 +262,8 @@ static void assert_file_lacks(const char *path, const char *needle) {
 
 /* ---- Redis ------------------------------------------------------------ */
 
-static long long key_exists(cli_test_t *t, const char *key) {
-  redisReply *r = rp_cmd(t->server, "EXISTS %s", key);
+static long long server_key_exists(rp_server_t *s, const char *key) {
+  redisReply *r = rp_cmd(s, "EXISTS %s", key);
   ASSERT_NOT_NULL(r);
   ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
   long long v = r->integer;
@@ -270,11 +271,19 @@ static long long key_exists(cli_test_t *t, const char *key) {
   return v;
 }
 
-static void delete_key(cli_test_t *t, const char *key) {
-  redisReply *r = rp_cmd(t->server, "DEL %s", key);
+static long long key_exists(cli_test_t *t, const char *key) {
+  return server_key_exists(t->server, key);
+}
+
+static void server_delete_key(rp_server_t *s, const char *key) {
+  redisReply *r = rp_cmd(s, "DEL %s", key);
   ASSERT_NOT_NULL(r);
   ASSERT_EQ(r->integer, 1);
   freeReplyObject(r);
+}
+
+static void delete_key(cli_test_t *t, const char *key) {
+  server_delete_key(t->server, key);
 }
 
 /* Waits until a holder has taken lock 'key'; fails the test after 5 s. */
@@ -531,7 +540,21 @@ TEST(cli_bad_usage_exits_64) {
   expect_usage_error(&t, "missing value", "run", "x", "--wait", NULL);
   expect_usage_error(&t, "more than once", "run", "--wait", "1s", "--wait",
                      "2s", "x", "touch", ran, NULL);
-  expect_usage_error(&t, "more than once", "--url", "redis://h", "status", "x",
+  expect_usage_error(&t, "more than once", "--watchdog", "1s", "status",
+                     "--watchdog", "2s", "x", NULL);
+  /* --url may be repeated (a RedLock), but not with the same server. */
+  expect_usage_error(&t, "given twice", "--url", rp_url(t.server), "status",
+                     "x", NULL);
+  expect_usage_error(&t, "exclude each other", "run", "--fair", "--read", "x",
+                     "touch", ran, NULL);
+  expect_usage_error(&t, "exclude each other", "run", "--write", "x", "--read",
+                     "touch", ran, NULL);
+  expect_usage_error(&t, "RedLock is made of reentrant locks", "--url",
+                     "redis://127.0.0.1:1", "run", "--fair", "x", "touch", ran,
+                     NULL);
+  expect_usage_error(&t, "RedLock is made of reentrant locks", "run", "--read",
+                     "--url", "redis://127.0.0.1:1", "x", "touch", ran, NULL);
+  expect_usage_error(&t, "single --url", "demo", "--url", "redis://127.0.0.1:1",
                      NULL);
   expect_usage_error(&t, "missing command to run", "run", "x", NULL);
   expect_usage_error(&t, "missing lock name", "run", NULL);
@@ -1131,6 +1154,424 @@ TEST(cli_unlock_force_removes_and_refuses_without_force) {
   ASSERT_EQ(run_cli(&t, &p, "unlock", "--force", "stuck", NULL), 0);
   assert_file_contains(p.out, "nothing removed");
   end_test(&t);
+}
+
+/* ---- dlock run: fair and read-write locks ------------------------------- */
+
+/* A command that appends 'tag' to 'log', then waits until the file 'gate'
+ * exists (at most 10 s), so the test decides when it lets go. */
+static void gated_script(char *buf, size_t size, const char *log,
+                         const char *tag, const char *gate) {
+  snprintf(buf, size,
+           "echo %s >> %s; i=0; while [ ! -e %s ] && [ $i -lt 200 ]; "
+           "do sleep 0.05; i=$((i+1)); done",
+           tag, log, gate);
+}
+
+/* "status --json NAME" parsed into '*out' (one lock, one server). */
+static void status_json(cli_test_t *t, const char *name, json_t *out) {
+  cli_proc_t p;
+
+  ASSERT_EQ(run_cli(t, &p, "status", "--json", name, NULL), 0);
+  char *text = slurp(p.out);
+  json_parse(text, out);
+  free(text);
+}
+
+/* Waits until lock 'name' has 'n' fair-lock waiters; fails after 5 s. */
+static void wait_for_waiters(cli_test_t *t, const char *name, size_t n) {
+  int64_t deadline = test_now_ms() + 5000;
+
+  for (;;) {
+    json_t o;
+    status_json(t, name, &o);
+    size_t have = json_get(&o, "waiters", J_ARR)->n;
+    json_free(&o);
+    if (have == n)
+      return;
+    if (test_now_ms() > deadline)
+      TEST_FAIL("lock '%s' has %zu waiters, expected %zu", name, have, n);
+    test_sleep_ms(20);
+  }
+}
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+TEST(cli_run_fair_serves_waiters_in_order_and_status_shows_them) {
+  cli_test_t t;
+  cli_proc_t holder, first, second, p;
+  const char *log, *gate;
+  char script[512];
+
+  start_test(&t);
+  log = scratch(&t, "log");
+  gate = scratch(&t, "gate");
+  gated_script(script, sizeof script, log, "holder", gate);
+  start_cli(&t, &holder, "--watchdog", "600ms", "run", "--fair", "fq", "--",
+            "sh", "-c", script, NULL);
+  wait_until_held(&t, "fq");
+  /* Queued one after the other, so their order is known. */
+  start_cli(&t, &first, "run", "--fair", "fq", "--", "sh", "-c",
+            "echo first >> \"$0\"", log, NULL);
+  wait_for_waiters(&t, "fq", 1);
+  start_cli(&t, &second, "run", "--fair", "fq", "--", "sh", "-c",
+            "echo second >> \"$0\"", log, NULL);
+  wait_for_waiters(&t, "fq", 2);
+
+  json_t o;
+  status_json(&t, "fq", &o);
+  ASSERT_EQ(json_get(&o, "locked", J_BOOL)->num, 1);
+  ASSERT_EQ(json_get(&o, "holders", J_ARR)->n, 1);
+  const json_t *waiters = json_get(&o, "waiters", J_ARR);
+  for (size_t i = 0; i < waiters->n; i++) {
+    ASSERT_NOT_NULL(
+        strchr(json_get(&waiters->items[i], "owner", J_STR)->str, ':'));
+    /* A deadline in Unix ms, in the future: when the waiter is dropped. */
+    ASSERT_GT(json_get(&waiters->items[i], "deadline_ms", J_NUM)->num,
+              wall_ms());
+  }
+  json_free(&o);
+  ASSERT_EQ(run_cli(&t, &p, "status", "fq", NULL), 0);
+  assert_file_contains(p.out, "waiter 1: ");
+  assert_file_contains(p.out, "waiter 2: ");
+  assert_file_contains(p.out, "dropped in");
+
+  FILE *f = fopen(gate, "w");
+  ASSERT_NOT_NULL(f);
+  fclose(f);
+  ASSERT_EQ(wait_cli(&holder), 0);
+  ASSERT_EQ(wait_cli(&first), 0);
+  ASSERT_EQ(wait_cli(&second), 0);
+  char *text = slurp(log);
+  ASSERT_STR_EQ(text, "holder\nfirst\nsecond\n");
+  free(text);
+  status_json(&t, "fq", &o);
+  ASSERT_EQ(json_get(&o, "locked", J_BOOL)->num, 0);
+  ASSERT_EQ(json_get(&o, "waiters", J_ARR)->n, 0);
+  json_free(&o);
+  end_test(&t);
+}
+
+/* A waiter interrupted while queued must not hold up the queue: later
+ * waiters get the lock when it is released, not minutes later. */
+TEST(cli_run_fair_interrupted_waiter_leaves_the_queue) {
+  cli_test_t t;
+  cli_proc_t holder, waiter, p;
+  const char *gate;
+  char script[512];
+
+  start_test(&t);
+  gate = scratch(&t, "gate");
+  gated_script(script, sizeof script, scratch(&t, "log"), "holder", gate);
+  start_cli(&t, &holder, "run", "--fair", "fq", "--", "sh", "-c", script, NULL);
+  wait_until_held(&t, "fq");
+  start_cli(&t, &waiter, "run", "--fair", "fq", "--", "true", NULL);
+  wait_for_waiters(&t, "fq", 1);
+  kill(waiter.pid, SIGTERM);
+  ASSERT_EQ(wait_cli(&waiter), 128 + SIGTERM);
+  wait_for_waiters(&t, "fq", 0);
+
+  FILE *f = fopen(gate, "w");
+  ASSERT_NOT_NULL(f);
+  fclose(f);
+  ASSERT_EQ(wait_cli(&holder), 0);
+  ASSERT_EQ(
+      run_cli(&t, &p, "run", "--fair", "--wait", "2s", "fq", "true", NULL), 0);
+  end_test(&t);
+}
+
+TEST(cli_run_read_locks_overlap) {
+  cli_test_t t;
+  cli_proc_t readers[2];
+  char script[2][512];
+
+  start_test(&t);
+  /* Each reader marks that it is inside, then waits for the other to be
+   * inside too: both succeed only if they hold the lock at once. */
+  for (int i = 0; i < 2; i++) {
+    char mine[16], other[16];
+    snprintf(mine, sizeof mine, "in.%d", i);
+    snprintf(other, sizeof other, "in.%d", 1 - i);
+    snprintf(script[i], sizeof script[i],
+             "touch %s; i=0; while [ ! -e %s ] && [ $i -lt 100 ]; do "
+             "sleep 0.05; i=$((i+1)); done; [ -e %s ]",
+             scratch(&t, mine), scratch(&t, other), scratch(&t, other));
+  }
+  for (int i = 0; i < 2; i++)
+    start_cli(&t, &readers[i], "run", "--read", "--wait", "5s", "rw", "--",
+              "sh", "-c", script[i], NULL);
+  for (int i = 0; i < 2; i++)
+    ASSERT_EQ(wait_cli(&readers[i]), 0);
+  ASSERT_EQ(key_exists(&t, "rw"), 0);
+  end_test(&t);
+}
+
+TEST(cli_run_write_excludes_read) {
+  cli_test_t t;
+  cli_proc_t holder, p;
+  const char *gate, *ran;
+  char script[512];
+  json_t o;
+
+  start_test(&t);
+  ran = scratch(&t, "ran");
+  gate = scratch(&t, "gate");
+  gated_script(script, sizeof script, scratch(&t, "log"), "reader", gate);
+  start_cli(&t, &holder, "run", "--read", "rw", "--", "sh", "-c", script, NULL);
+  wait_until_held(&t, "rw");
+  status_json(&t, "rw", &o);
+  ASSERT_STR_EQ(json_get(&o, "mode", J_STR)->str, "read");
+  json_free(&o);
+  ASSERT_EQ(run_cli(&t, &p, "run", "--write", "--wait", "300ms", "rw", "touch",
+                    ran, NULL),
+            75);
+  ASSERT(!file_exists(ran));
+
+  FILE *f = fopen(gate, "w");
+  ASSERT_NOT_NULL(f);
+  fclose(f);
+  ASSERT_EQ(wait_cli(&holder), 0);
+  remove(gate);
+
+  /* And the other way round: a writer keeps readers out. */
+  gated_script(script, sizeof script, scratch(&t, "log"), "writer", gate);
+  start_cli(&t, &holder, "run", "--write", "rw", "--", "sh", "-c", script,
+            NULL);
+  wait_until_held(&t, "rw");
+  status_json(&t, "rw", &o);
+  ASSERT_STR_EQ(json_get(&o, "mode", J_STR)->str, "write");
+  json_free(&o);
+  ASSERT_EQ(run_cli(&t, &p, "status", "rw", NULL), 0);
+  assert_file_contains(p.out, "write");
+  ASSERT_EQ(
+      run_cli(&t, &p, "run", "--read", "--wait", "0", "rw", "touch", ran, NULL),
+      75);
+  ASSERT(!file_exists(ran));
+  f = fopen(gate, "w");
+  ASSERT_NOT_NULL(f);
+  fclose(f);
+  ASSERT_EQ(wait_cli(&holder), 0);
+  ASSERT_EQ(run_cli(&t, &p, "run", "--read", "--wait", "2s", "rw", "touch", ran,
+                    NULL),
+            0);
+  ASSERT(file_exists(ran));
+  end_test(&t);
+}
+
+/* ---- RedLock over several servers --------------------------------------- */
+
+#define NRED 3
+
+/* Three servers for a RedLock: the test's own and two more, the last one
+ * with a password, which must never be printed. */
+typedef struct red_test {
+  cli_test_t t;
+  rp_server_t *servers[NRED];
+} red_test_t;
+
+static void start_red_test(red_test_t *r) {
+  rp_options_t o;
+
+  start_test(&r->t);
+  r->servers[0] = r->t.server;
+  rp_options_init(&o);
+  ASSERT_EQ(rp_start(&o, &r->servers[1]), 0);
+  o.requirepass = "red-secret";
+  ASSERT_EQ(rp_start(&o, &r->servers[2]), 0);
+}
+
+static void end_red_test(red_test_t *r) {
+  for (int i = 1; i < NRED; i++)
+    rp_free(r->servers[i]);
+  end_test(&r->t);
+}
+
+/* Starts "dlock --url S1 --url S2 --url S3 <args...>" in the background. */
+static void start_red(red_test_t *r, cli_proc_t *p, const char *first, ...) {
+  const char *args[64];
+  size_t n = 0;
+  va_list ap;
+
+  for (int i = 0; i < NRED; i++) {
+    args[n++] = "--url";
+    args[n++] = rp_url(r->servers[i]);
+  }
+  va_start(ap, first);
+  for (const char *a = first; a != NULL && n < 63; a = va_arg(ap, const char *))
+    args[n++] = a;
+  va_end(ap);
+  args[n] = NULL;
+  spawn_cli(&r->t, p, NULL, args);
+}
+
+/* Waits until the RedLock 'key' is held on every server still running. */
+static void wait_until_held_on_all(red_test_t *r, const char *key) {
+  int64_t deadline = test_now_ms() + 5000;
+
+  for (int i = 0; i < NRED; i++) {
+    if (rp_pid(r->servers[i]) == 0)
+      continue;
+    while (!server_key_exists(r->servers[i], key)) {
+      if (test_now_ms() > deadline)
+        TEST_FAIL("lock '%s' was never taken on server %d", key, i);
+      test_sleep_ms(10);
+    }
+  }
+}
+
+TEST(cli_redlock_runs_with_all_servers_and_with_one_down) {
+  red_test_t r;
+  cli_proc_t p;
+  unsigned long long token;
+
+  start_red_test(&r);
+  start_red(&r, &p, "run", "red", "--", "sh", "-c",
+            "echo \"$DLOCK_TOKEN\"; exit 3", NULL);
+  ASSERT_EQ(wait_cli(&p), 3);
+  char *out = slurp(p.out);
+  ASSERT_EQ(sscanf(out, "%llu", &token), 1);
+  ASSERT_GT(token, 0);
+  free(out);
+  for (int i = 0; i < NRED; i++)
+    ASSERT_EQ(server_key_exists(r.servers[i], "red"), 0);
+
+  /* One of three down before the start: two still make a majority. */
+  ASSERT_EQ(rp_kill(r.servers[0]), 0);
+  start_red(&r, &p, "run", "red", "--", "sh", "-c", "echo \"$DLOCK_TOKEN\"",
+            NULL);
+  ASSERT_EQ(wait_cli(&p), 0);
+  out = slurp(p.out);
+  unsigned long long later;
+  ASSERT_EQ(sscanf(out, "%llu", &later), 1);
+  ASSERT_GT(later, token);
+  free(out);
+  assert_file_contains(p.err, "left out of the RedLock");
+  assert_file_lacks(p.err, "red-secret");
+  end_red_test(&r);
+}
+
+TEST(cli_redlock_with_a_majority_down_exits_69) {
+  red_test_t r;
+  cli_proc_t p;
+  const char *ran;
+
+  start_red_test(&r);
+  ran = scratch(&r.t, "ran");
+  ASSERT_EQ(rp_kill(r.servers[0]), 0);
+  ASSERT_EQ(rp_kill(r.servers[2]), 0);
+  start_red(&r, &p, "run", "red", "touch", ran, NULL);
+  ASSERT_EQ(wait_cli(&p), 69);
+  ASSERT(!file_exists(ran));
+  assert_file_contains(p.err, "majority");
+  assert_file_contains(p.err, "redis://:***@127.0.0.1:");
+  assert_file_lacks(p.err, "red-secret");
+  end_red_test(&r);
+}
+
+TEST(cli_redlock_lost_on_a_majority_stops_the_command) {
+  red_test_t r;
+  cli_proc_t p;
+  char script[512];
+
+  start_red_test(&r);
+  term_recording_script(&r.t, script, sizeof script);
+  start_red(&r, &p, "--watchdog", "600ms", "run", "--grace", "3s", "red", "--",
+            "sh", "-c", script, NULL);
+  ASSERT_EQ(wait_for_file(scratch(&r.t, "pid"), 5000), 0);
+  wait_until_held_on_all(&r, "red");
+  int64_t t0 = test_now_ms();
+  server_delete_key(r.servers[0], "red");
+  server_delete_key(r.servers[2], "red");
+  ASSERT_EQ(wait_cli(&p), 76);
+  ASSERT_LT(test_now_ms() - t0, 1500);
+  assert_file_contains(scratch(&r.t, "term"), "TERM");
+  assert_file_contains(p.err, "fewer than a majority");
+  end_red_test(&r);
+}
+
+TEST(cli_redlock_lost_on_a_minority_goes_on) {
+  red_test_t r;
+  cli_proc_t p;
+  char script[512];
+
+  start_red_test(&r);
+  snprintf(script, sizeof script,
+           "echo $$ > %s; sleep 0.8; echo done > %s; exit 5",
+           scratch(&r.t, "pid"), scratch(&r.t, "done"));
+  start_red(&r, &p, "--watchdog", "600ms", "run", "red", "--", "sh", "-c",
+            script, NULL);
+  ASSERT_EQ(wait_for_file(scratch(&r.t, "pid"), 5000), 0);
+  wait_until_held_on_all(&r, "red");
+  server_delete_key(r.servers[1], "red");
+  ASSERT_EQ(wait_cli(&p), 5);
+  assert_file_contains(scratch(&r.t, "done"), "done");
+  /* The loss was noticed (a renewal every 200 ms) and reported. */
+  assert_file_contains(p.err, "the command goes on");
+  for (int i = 0; i < NRED; i++)
+    ASSERT_EQ(server_key_exists(r.servers[i], "red"), 0);
+  end_red_test(&r);
+}
+
+TEST(cli_redlock_status_and_unlock_on_every_server) {
+  red_test_t r;
+  cli_proc_t holder, p;
+
+  start_red_test(&r);
+  start_red(&r, &holder, "--watchdog", "600ms", "run", "red", "--", "sleep",
+            "10", NULL);
+  wait_until_held_on_all(&r, "red");
+
+  start_red(&r, &p, "status", "--json", "red", NULL);
+  ASSERT_EQ(wait_cli(&p), 0);
+  char *out = slurp(p.out), *save = NULL;
+  int lines = 0;
+  for (char *line = strtok_r(out, "\n", &save); line != NULL;
+       line = strtok_r(NULL, "\n", &save), lines++) {
+    json_t o;
+    ASSERT_LT(lines, NRED);
+    json_parse(line, &o);
+    const char *node = json_get(&o, "node", J_STR)->str;
+    char port[16];
+    snprintf(port, sizeof port, ":%d", rp_port(r.servers[lines]));
+    ASSERT_NOT_NULL(strstr(node, port));
+    ASSERT_EQ(json_get(&o, "locked", J_BOOL)->num, 1);
+    ASSERT_EQ(json_get(&o, "holders", J_ARR)->n, 1);
+    json_free(&o);
+  }
+  ASSERT_EQ(lines, NRED);
+  free(out);
+  assert_file_contains(p.out, "redis://:***@127.0.0.1:");
+  assert_file_lacks(p.out, "red-secret");
+
+  start_red(&r, &p, "status", "red", NULL);
+  ASSERT_EQ(wait_cli(&p), 0);
+  assert_file_contains(p.out, "NODE");
+  assert_file_contains(p.out, "held on 3 of the 3 servers (a majority)");
+
+  start_red(&r, &p, "unlock", "--force", "red", NULL);
+  ASSERT_EQ(wait_cli(&p), 0);
+  out = slurp(p.out);
+  int removed = 0;
+  for (const char *s = out; (s = strstr(s, ": removed lock 'red'")); s++)
+    removed++;
+  ASSERT_EQ(removed, NRED);
+  free(out);
+  assert_file_lacks(p.out, "red-secret");
+  for (int i = 0; i < NRED; i++)
+    ASSERT_EQ(server_key_exists(r.servers[i], "red"), 0);
+  ASSERT_EQ(wait_cli(&holder), 76);
+
+  /* A server that is down is shown as such, and the exit status says so. */
+  ASSERT_EQ(rp_kill(r.servers[1]), 0);
+  start_red(&r, &p, "status", "--json", "red", NULL);
+  ASSERT_EQ(wait_cli(&p), 69);
+  assert_file_contains(p.out, "\"error\":");
+  assert_file_contains(p.out, "\"locked\":false");
+  end_red_test(&r);
 }
 
 /* ---- dlock demo --------------------------------------------------------- */

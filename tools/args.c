@@ -35,15 +35,14 @@ static int fail(arg_parser_t *p, const char *what, const char *arg) {
 
 /*
  * Takes the value of option 'opt' from 'inline_value' ("--x=V") or from the
- * next argument, and refuses a second occurrence: a repeated value option
- * is almost always a mistake in a script, and silently keeping the last one
- * would hide it.
+ * next argument, and refuses a second occurrence unless the option is
+ * declared ARG_VALUES: a repeated value option is almost always a mistake
+ * in a script, and silently keeping the last one would hide it.
  */
 static int take_value(arg_parser_t *p, int opt, const char *arg,
                       const char *inline_value) {
-  if (p->seen[opt] > 1) {
+  if (p->seen[opt] > 1 && p->options[opt].takes_value != ARG_VALUES)
     return fail(p, "option given more than once:", arg);
-  }
   if (inline_value != NULL) {
     p->value = inline_value;
     return opt;

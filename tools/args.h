@@ -13,10 +13,14 @@
 
 #include <stddef.h>
 
+/* What an option takes: nothing, a value given at most once, or a value
+ * that may be given again (each occurrence is reported). */
+enum { ARG_FLAG = 0, ARG_VALUE = 1, ARG_VALUES = 2 };
+
 typedef struct arg_option {
   const char *long_name; /* "wait" for --wait */
   char short_name;       /* 'h' for -h, or 0 */
-  int takes_value;       /* 1: needs a value, given at most once */
+  int takes_value;       /* ARG_FLAG, ARG_VALUE or ARG_VALUES */
 } arg_option_t;
 
 enum {

@@ -1,6 +1,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +16,12 @@ void cli_globals_init(cli_globals_t *g) {
   memset(g, 0, sizeof *g);
   g->url =
       (env_url != NULL && env_url[0] != '\0') ? env_url : DLOCK_DEFAULT_URL;
+  g->urls[0] = g->url;
+  g->nurls = 1;
   g->watchdog_ms = 30000;
 }
+
+size_t cli_quorum(size_t n) { return n / 2 + 1; }
 
 static void print_prefix(const cli_command_t *cmd) {
   if (cmd != NULL && cmd->name != NULL)
@@ -54,8 +59,10 @@ void cli_print_global_options_help(FILE *out) {
   fputs("Global options (before or after the command name):\n"
         "  --url URL       Redis server, redis://[user:pass@]host[:port][/db]"
         "\n"
-        "                  or unix:///path[?db=N]\n"
-        "                  (default: $DLOCK_URL, else " DLOCK_DEFAULT_URL ")\n"
+        "                  or unix:///path[?db=N]; repeat it for a RedLock "
+        "over\n"
+        "                  independent masters (default: $DLOCK_URL, else\n"
+        "                  " DLOCK_DEFAULT_URL ")\n"
         "  --watchdog DUR  lease of a held lock, renewed every third of it "
         "(default: 30s)\n"
         "DUR is 250ms, 5s, 2m, 1h or a bare number of milliseconds.\n",
@@ -69,12 +76,27 @@ int cli_is_global_option(const char *name) {
 int cli_set_global_option(const cli_command_t *cmd, cli_globals_t *g,
                           const char *name, const char *value) {
   if (strcmp(name, "url") == 0) {
-    if (g->url_given)
-      return cli_usage_error(cmd, "option given more than once: '--url'");
     if (value[0] == '\0')
       return cli_usage_error(cmd, "--url: empty URL");
-    g->url = value;
+    /* The first --url replaces the default instead of adding to it. */
+    if (!g->url_given)
+      g->nurls = 0;
     g->url_given = 1;
+    for (size_t i = 0; i < g->nurls; i++) {
+      if (strcmp(g->urls[i], value) == 0) {
+        /* Two clients on one server would each count as a RedLock node,
+         * and would refuse each other the lock. */
+        char *shown = url_masked(value);
+        int rc =
+            cli_usage_error(cmd, "--url '%s' given twice", shown ? shown : "?");
+        free(shown);
+        return rc;
+      }
+    }
+    if (g->nurls == CLI_MAX_URLS)
+      return cli_usage_error(cmd, "more than %d --url options", CLI_MAX_URLS);
+    g->urls[g->nurls++] = value;
+    g->url = g->urls[0];
     return 0;
   }
   if (g->watchdog_given)
@@ -133,25 +155,36 @@ int cli_exit_status_for(int err) {
   }
 }
 
-/* The URL whose password must never appear in a message; set once the
- * command line is parsed. */
-static const char *secret_url;
+/* The URLs whose passwords must never appear in a message; set before
+ * the first client is opened, read-only afterwards. */
+static const char *const *secret_urls;
+static size_t nsecret_urls;
 
-/*
- * The library's detail of the last error, with the password of the URL in
- * use masked: some details quote the URL they refused. The result is freed
- * by the caller; NULL when there is no detail.
- */
-static char *last_error_detail(void) {
+/* A copy of 'text' with every URL of the command line and its password
+ * masked; freed by the caller; NULL when out of memory. */
+static char *scrub(const char *text) {
+  char *out = strdup(text);
+
+  for (size_t i = 0; i < nsecret_urls && out != NULL; i++) {
+    char *next = url_scrub(out, secret_urls[i]);
+    free(out);
+    out = next;
+  }
+  return out;
+}
+
+/* Some of the library's details quote the URL they refused, hence the
+ * masking. */
+char *cli_last_error_detail(void) {
   const char *detail = dlock_last_error();
 
   if (detail == NULL || detail[0] == '\0')
     return NULL;
-  return secret_url ? url_scrub(detail, secret_url) : strdup(detail);
+  return scrub(detail);
 }
 
 int cli_fail(const cli_command_t *cmd, int err, const char *what) {
-  char *detail = last_error_detail();
+  char *detail = cli_last_error_detail();
 
   if (detail != NULL)
     cli_error(cmd, "%s: %s (%s)", what, dlock_strerror(err), detail);
@@ -161,30 +194,39 @@ int cli_fail(const cli_command_t *cmd, int err, const char *what) {
   return cli_exit_status_for(err);
 }
 
-int cli_open_client(const cli_command_t *cmd, const cli_globals_t *g,
-                    dlock_lost_cb on_lost, void *on_lost_data,
-                    dlock_client_t **out) {
-  dlock_options_t o;
-  dlock_options_init(&o);
-  o.url = g->url;
-  o.watchdog_timeout_ms = g->watchdog_ms;
+/* The client options of every command: the URL and watchdog of the command
+ * line, and the callback for lost locks. */
+static void client_options(const cli_globals_t *g, const char *url,
+                           dlock_lost_cb on_lost, void *on_lost_data,
+                           dlock_options_t *o) {
+  dlock_options_init(o);
+  o->url = url;
+  o->watchdog_timeout_ms = g->watchdog_ms;
   /* A renewal stuck on an unresponsive server delays the news that the
    * lock expired until the command times out; bounding commands by one
    * renewal period keeps that delay below a third of the lease. With the
    * default 30 s watchdog the library's default timeout already is. */
-  if (o.command_timeout_ms > g->watchdog_ms / 3)
-    o.command_timeout_ms = g->watchdog_ms / 3;
-  o.on_lost = on_lost;
-  o.on_lost_data = on_lost_data;
+  if (o->command_timeout_ms > g->watchdog_ms / 3)
+    o->command_timeout_ms = g->watchdog_ms / 3;
+  o->on_lost = on_lost;
+  o->on_lost_data = on_lost_data;
+}
 
-  secret_url = g->url;
+int cli_open_client(const cli_command_t *cmd, const cli_globals_t *g,
+                    dlock_lost_cb on_lost, void *on_lost_data,
+                    dlock_client_t **out) {
+  dlock_options_t o;
+  client_options(g, g->url, on_lost, on_lost_data, &o);
+
+  secret_urls = g->urls;
+  nsecret_urls = g->nurls;
   int rc = dlock_client_open(&o, out);
   if (rc == 0)
     return 0;
 
   char *shown = url_masked(g->url);
   if (rc == DLOCK_EINVAL) {
-    char *detail = last_error_detail();
+    char *detail = cli_last_error_detail();
     rc = cli_usage_error(cmd, "--url: cannot use '%s': %s",
                          shown ? shown : "(out of memory)",
                          detail ? detail : "invalid URL");
@@ -196,4 +238,138 @@ int cli_open_client(const cli_command_t *cmd, const cli_globals_t *g,
   snprintf(what, sizeof what, "cannot use %s", shown ? shown : "the Redis URL");
   free(shown);
   return cli_fail(cmd, rc, what);
+}
+
+int cli_open_client_as(const cli_globals_t *g, const char *client_id,
+                       dlock_client_t **out) {
+  dlock_options_t o;
+
+  client_options(g, g->url, NULL, NULL, &o);
+  o.client_id = client_id;
+  return dlock_client_open(&o, out);
+}
+
+/* ---- several servers ------------------------------------------------ */
+
+typedef struct node_opening {
+  const cli_globals_t *g;
+  cli_node_t *node;
+  dlock_lost_cb on_lost;
+} node_opening_t;
+
+/* Opens one node's client. It runs on a thread of its own, so that an
+ * unreachable server costs one connect timeout in all rather than one per
+ * server; the library's detail is per thread, so it is taken here. */
+static void *open_node(void *arg) {
+  node_opening_t *a = arg;
+  cli_node_t *node = a->node;
+  dlock_options_t o;
+
+  client_options(a->g, node->url, a->on_lost, node, &o);
+  node->err = dlock_client_open(&o, &node->client);
+  if (node->err != 0) {
+    node->client = NULL;
+    node->detail = cli_last_error_detail();
+  }
+  return NULL;
+}
+
+void cli_report_node(const cli_command_t *cmd, const cli_node_t *node,
+                     const char *what) {
+  if (node->detail != NULL)
+    cli_error(cmd, "%s: %s: %s (%s)", node->shown ? node->shown : "?", what,
+              dlock_strerror(node->err), node->detail);
+  else
+    cli_error(cmd, "%s: %s: %s", node->shown ? node->shown : "?", what,
+              dlock_strerror(node->err));
+}
+
+void cli_close_nodes(cli_node_t *nodes, size_t n) {
+  if (nodes == NULL)
+    return;
+  for (size_t i = 0; i < n; i++) {
+    dlock_client_close(nodes[i].client);
+    free(nodes[i].shown);
+    free(nodes[i].detail);
+  }
+  free(nodes);
+}
+
+/* Opens every node at once. */
+static void open_all_nodes(const cli_globals_t *g, dlock_lost_cb on_lost,
+                           cli_node_t *nodes) {
+  node_opening_t args[CLI_MAX_URLS];
+  pthread_t threads[CLI_MAX_URLS];
+  int started[CLI_MAX_URLS] = {0};
+
+  for (size_t i = 0; i < g->nurls; i++) {
+    args[i] = (node_opening_t){g, &nodes[i], on_lost};
+    started[i] = pthread_create(&threads[i], NULL, open_node, &args[i]) == 0;
+    /* Without a thread, the node is opened here: slower, but the same. */
+    if (!started[i])
+      open_node(&args[i]);
+  }
+  for (size_t i = 0; i < g->nurls; i++)
+    if (started[i])
+      pthread_join(threads[i], NULL);
+}
+
+int cli_open_nodes(const cli_command_t *cmd, const cli_globals_t *g,
+                   size_t need, dlock_lost_cb on_lost, cli_node_t **out) {
+  cli_node_t *nodes = calloc(g->nurls, sizeof *nodes);
+  size_t opened = 0;
+  int rc;
+
+  *out = NULL;
+  if (nodes == NULL)
+    return cli_fail(cmd, DLOCK_ENOMEM, "cannot open the Redis clients");
+  for (size_t i = 0; i < g->nurls; i++) {
+    nodes[i].url = g->urls[i];
+    nodes[i].shown = url_masked(g->urls[i]);
+    atomic_init(&nodes[i].lost, 0);
+  }
+  if (g->nurls == 1) {
+    rc = cli_open_client(cmd, g, on_lost, &nodes[0], &nodes[0].client);
+    if (rc != 0) {
+      cli_close_nodes(nodes, g->nurls);
+      return rc;
+    }
+    *out = nodes;
+    return 0;
+  }
+
+  secret_urls = g->urls;
+  nsecret_urls = g->nurls;
+  open_all_nodes(g, on_lost, nodes);
+  for (size_t i = 0; i < g->nurls; i++) {
+    if (nodes[i].err == DLOCK_EINVAL) {
+      rc = cli_usage_error(cmd, "--url: cannot use '%s': %s",
+                           nodes[i].shown ? nodes[i].shown : "?",
+                           nodes[i].detail ? nodes[i].detail : "invalid URL");
+      cli_close_nodes(nodes, g->nurls);
+      return rc;
+    }
+    opened += nodes[i].client != NULL;
+  }
+  if (opened < need) {
+    for (size_t i = 0; i < g->nurls; i++)
+      if (nodes[i].client == NULL)
+        cli_report_node(cmd, &nodes[i], "cannot use it");
+    if (need == cli_quorum(g->nurls))
+      cli_error(cmd,
+                "only %zu of the %zu Redis servers could be used; a "
+                "majority (%zu) is needed",
+                opened, g->nurls, need);
+    else if (opened == 0)
+      cli_error(cmd, "none of the %zu Redis servers could be used", g->nurls);
+    else
+      cli_error(cmd,
+                "only %zu of the %zu Redis servers could be used; %zu "
+                "are needed",
+                opened, g->nurls, need);
+    cli_close_nodes(nodes, g->nurls);
+    return EXIT_UNAVAILABLE;
+  }
+  *out = nodes;
+  return 0;
 }

@@ -6,18 +6,39 @@
 #ifndef DLOCK_TOOLS_CLI_H
 #define DLOCK_TOOLS_CLI_H
 
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "dlock.h"
 
+/* The most --url options one command line may give. A RedLock rarely spans
+ * more than 5 or 7 masters; the bound keeps the option storage fixed. */
+#define CLI_MAX_URLS 16
+
 /* The options every command accepts, before or after its name. */
 typedef struct cli_globals {
-  const char *url;     /* --url, else $DLOCK_URL, else DLOCK_DEFAULT_URL */
+  /* --url, repeatable (several: a RedLock over independent masters), else
+   * $DLOCK_URL, else DLOCK_DEFAULT_URL. 'url' is urls[0]. */
+  const char *urls[CLI_MAX_URLS];
+  size_t nurls;
+  const char *url;
   int64_t watchdog_ms; /* --watchdog, default 30 s */
   int url_given;
   int watchdog_given;
 } cli_globals_t;
+
+/* One Redis server of the command line and the client opened on it. */
+typedef struct cli_node {
+  const char *url;
+  char *shown;            /* 'url' with its password masked */
+  dlock_client_t *client; /* NULL when it could not be opened */
+  int err;                /* why not: a DLOCK_E* code; 0 when open */
+  char *detail;           /* the library's detail of 'err', masked; or NULL */
+  /* Set by the lost-lock callback of the client (see cli_open_nodes). */
+  atomic_int lost;
+} cli_node_t;
 
 typedef struct cli_command {
   const char *name;    /* "run"; NULL for dlock itself */
@@ -56,6 +77,9 @@ void cli_print_global_options_help(FILE *out);
 /* 1 when --NAME is a global option ("url", "watchdog"). */
 int cli_is_global_option(const char *name);
 
+/* The majority of 'n' nodes: n/2 + 1. */
+size_t cli_quorum(size_t n);
+
 /* Applies global option --NAME VALUE; 0, or EXIT_USAGE after a message. */
 int cli_set_global_option(const cli_command_t *cmd, cli_globals_t *g,
                           const char *name, const char *value);
@@ -78,6 +102,41 @@ int cli_check_lock_name(const cli_command_t *cmd, const char *name);
 int cli_open_client(const cli_command_t *cmd, const cli_globals_t *g,
                     dlock_lost_cb on_lost, void *on_lost_data,
                     dlock_client_t **out);
+
+/*
+ * Opens a client on g->url with g's options and the client id 'client_id',
+ * without a message on failure; 0 or the DLOCK_E* code. For taking over
+ * the identity of a client that was closed (ids must be unique among live
+ * clients).
+ */
+int cli_open_client_as(const cli_globals_t *g, const char *client_id,
+                       dlock_client_t **out);
+
+/*
+ * Opens one client per URL of 'g' (the slow part, connecting, for all at
+ * once) into the new array '*out' of g->nurls nodes, freed with
+ * cli_close_nodes(). The lost-lock callback of node i's client is
+ * 'on_lost' (may be NULL) with &(*out)[i] as its data. With one URL this is
+ * cli_open_client(): any failure is reported and its exit status returned.
+ * With several, a bad URL is a usage error (64); nodes that cannot be
+ * reached are left with client NULL and their error, unreported, for the
+ * caller to present; fewer than 'need' open ones is reported with the
+ * reason of each and gives 69. Returns 0 or the exit status.
+ */
+int cli_open_nodes(const cli_command_t *cmd, const cli_globals_t *g,
+                   size_t need, dlock_lost_cb on_lost, cli_node_t **out);
+
+/* Prints "dlock CMD: URL: <error> (<detail>)" for a node left unopened. */
+void cli_report_node(const cli_command_t *cmd, const cli_node_t *node,
+                     const char *what);
+
+/* Closes the clients and frees the array. NULL is ignored. */
+void cli_close_nodes(cli_node_t *nodes, size_t n);
+
+/* The library's detail of the last error on this thread with the
+ * passwords of the command line's URLs masked; NULL when there is none.
+ * Freed by the caller. */
+char *cli_last_error_detail(void);
 
 /* The exit status that stands for library error 'err'. */
 int cli_exit_status_for(int err);

@@ -114,9 +114,10 @@ static int apply_demo_option(const cli_command_t *cmd, cli_globals_t *g,
 /* 0, -1 after --help, or EXIT_USAGE. */
 static int parse_demo_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
                            char **argv, demo_options_t *o) {
-  static const arg_option_t options[] = {{"workers", 0, 1}, {"processes", 0, 1},
-                                         {"stock", 0, 1},   {"help", 'h', 0},
-                                         {"url", 0, 1},     {"watchdog", 0, 1}};
+  static const arg_option_t options[] = {
+      {"workers", 0, ARG_VALUE}, {"processes", 0, ARG_VALUE},
+      {"stock", 0, ARG_VALUE},   {"help", 'h', ARG_FLAG},
+      {"url", 0, ARG_VALUES},    {"watchdog", 0, ARG_VALUE}};
   arg_parser_t p;
   int rc = 0;
 
@@ -136,6 +137,10 @@ static int parse_demo_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
     } else
       rc = apply_demo_option(cmd, g, o, options[opt].long_name, p.value);
   }
+  /* The sale keeps its stock on one server; a RedLock would guard a
+   * stock that is not replicated across its servers. */
+  if (rc == 0 && g->nurls > 1)
+    rc = cli_usage_error(cmd, "demo uses a single --url");
   if (rc == 0 && o->processes > o->buyers)
     rc = cli_usage_error(cmd, "--processes %d is more than --workers %d",
                          o->processes, o->buyers);

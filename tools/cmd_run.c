@@ -9,6 +9,11 @@
  * Everything the main thread waits for (the acquisition, signals, the
  * child's exit, a lost lock) arrives as an event on one self-pipe, so the
  * flow below is a plain loop without races between those sources.
+ *
+ * The lock is a reentrant lock by default, a fair lock or one side of a
+ * read-write lock on request, and a RedLock when several --url name
+ * independent masters: one client and one reentrant lock per server, held
+ * as long as a majority of the servers given still hold it.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -16,6 +21,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -38,7 +44,10 @@ static void print_run_help(FILE *out) {
           "CMD gets DLOCK_NAME and\nDLOCK_TOKEN (the fencing token) in its "
           "environment; SIGINT, SIGTERM, SIGHUP and\nSIGQUIT sent to dlock are "
           "passed on to CMD. If the lock is lost while CMD runs,\nCMD gets "
-          "SIGTERM, then SIGKILL after --grace, and dlock exits with 76.\n\n"
+          "SIGTERM, then SIGKILL after --grace, and dlock exits with 76.\n"
+          "With several --url the lock is a RedLock: taken on a majority of "
+          "the servers,\nand lost when fewer than a majority still hold "
+          "it.\n\n"
           "Options:\n"
           "  --wait DUR    how long to wait for the lock; 0 = a single try "
           "(default: forever)\n"
@@ -48,6 +57,15 @@ static void print_run_help(FILE *out) {
           "renews the lock)\n"
           "  --grace DUR   time from SIGTERM to SIGKILL after a loss "
           "(default: 5s)\n"
+          "  --fair        a fair lock: waiters get it in the order they "
+          "asked\n"
+          "  --read        the read side of a read-write lock, shared with "
+          "other readers\n"
+          "  --write       the write side of a read-write lock, exclusive\n"
+          "                (default: a reentrant lock; the three exclude each "
+          "other and need\n"
+          "                a single --url: a RedLock is made of reentrant "
+          "locks)\n"
           "  -h, --help    show this help\n",
           cli_cmd_run.usage);
   cli_print_global_options_help(out);
@@ -57,7 +75,9 @@ static void print_run_help(FILE *out) {
         "CMD not executable/not found.\n"
         "\nExamples:\n"
         "  dlock run --wait 0 nightly-report -- ./report.sh --full\n"
-        "  dlock run --wait 10m --grace 30s db-migrate -- make migrate\n",
+        "  dlock --url redis://r1:6379 --url redis://r2:6379 --url "
+        "redis://r3:6379 \\\n"
+        "        run --wait 10m --grace 30s db-migrate -- make migrate\n",
         out);
 }
 
@@ -67,12 +87,30 @@ typedef struct run_options {
   int64_t wait_ms;  /* DLOCK_WAIT_FOREVER unless --wait */
   int64_t lease_ms; /* DLOCK_WATCHDOG unless --lease */
   int64_t grace_ms;
+  dlock_kind_t kind;     /* DLOCK_REENTRANT unless --fair/--read/--write */
+  const char *kind_name; /* that option's name, for messages; or NULL */
 } run_options_t;
+
+/* One server of a RedLock and its part of the lock. */
+typedef struct red_part {
+  cli_node_t *node;
+  dlock_t *lock;
+  int granted;  /* this server granted the lock at acquisition */
+  int reported; /* its loss has been reported */
+} red_part_t;
 
 typedef struct run_state {
   const cli_command_t *cmd;
   const run_options_t *opt;
-  dlock_client_t *client;
+  const cli_globals_t *globals;
+  cli_node_t *nodes; /* one per --url */
+  size_t nnodes;
+  /* A RedLock (several --url): its parts on the servers that could be
+   * opened, and the majority of all the servers given. */
+  red_part_t parts[CLI_MAX_URLS];
+  size_t nparts;
+  size_t quorum; /* 0 when the lock is not a RedLock */
+  size_t held;   /* RedLock: servers still holding it, as last counted */
   dlock_t *lock;
   uint64_t
       owner; /* the lock's owner id: taken on one thread, freed on another */
@@ -112,6 +150,23 @@ static int apply_run_option(const cli_command_t *cmd, cli_globals_t *g,
   return cli_set_global_option(cmd, g, name, value);
 }
 
+/* Applies --fair, --read or --write; 0 or EXIT_USAGE. */
+static int apply_kind_option(const cli_command_t *cmd, run_options_t *o,
+                             const char *name) {
+  dlock_kind_t kind = strcmp(name, "fair") == 0   ? DLOCK_FAIR
+                      : strcmp(name, "read") == 0 ? DLOCK_READ
+                                                  : DLOCK_WRITE;
+
+  if (o->kind_name != NULL && o->kind != kind)
+    return cli_usage_error(cmd,
+                           "--%s and --%s exclude each other: a lock is "
+                           "of one kind",
+                           o->kind_name, name);
+  o->kind = kind;
+  o->kind_name = name;
+  return 0;
+}
+
 /*
  * Parses "[options] NAME [--] CMD [ARG]...". Options may come before or
  * after NAME; the first argument after NAME that is not an option, or
@@ -120,9 +175,12 @@ static int apply_run_option(const cli_command_t *cmd, cli_globals_t *g,
  */
 static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
                           char **argv, run_options_t *o) {
-  static const arg_option_t options[] = {{"wait", 0, 1},  {"lease", 0, 1},
-                                         {"grace", 0, 1}, {"help", 'h', 0},
-                                         {"url", 0, 1},   {"watchdog", 0, 1}};
+  static const arg_option_t options[] = {
+      {"wait", 0, ARG_VALUE},    {"lease", 0, ARG_VALUE},
+      {"grace", 0, ARG_VALUE},   {"fair", 0, ARG_FLAG},
+      {"read", 0, ARG_FLAG},     {"write", 0, ARG_FLAG},
+      {"help", 'h', ARG_FLAG},   {"url", 0, ARG_VALUES},
+      {"watchdog", 0, ARG_VALUE}};
   arg_parser_t p;
   int rc = 0;
 
@@ -144,11 +202,20 @@ static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
     else if (strcmp(options[opt].long_name, "help") == 0) {
       print_run_help(stdout);
       return -1;
-    } else
+    } else if (options[opt].takes_value == ARG_FLAG)
+      rc = apply_kind_option(cmd, o, options[opt].long_name);
+    else
       rc = apply_run_option(cmd, g, o, options[opt].long_name, p.value);
   }
   if (rc != 0)
     return rc;
+  /* The library's RedLock is built over reentrant locks, one per server;
+   * a fair queue or a read-write lock has no majority semantics there. */
+  if (g->nurls > 1 && o->kind_name != NULL)
+    return cli_usage_error(cmd,
+                           "--%s cannot be used with several --url: RedLock "
+                           "is made of reentrant locks",
+                           o->kind_name);
   if (o->name == NULL)
     return cli_usage_error(cmd, "missing lock name and command");
   if ((rc = cli_check_lock_name(cmd, o->name)) != 0)
@@ -162,20 +229,82 @@ static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
 /* ---- acquiring ------------------------------------------------------ */
 
 typedef struct acquisition {
-  dlock_t *lock;
-  uint64_t owner;
-  int64_t wait_ms;
-  int64_t lease_ms;
+  run_state_t *run;
   int result;
 } acquisition_t;
+
+/*
+ * Records which servers of a RedLock granted it (those whose part has a
+ * fencing token: the library keeps one per hold, without a round trip)
+ * and returns how many did.
+ */
+static size_t count_granted(run_state_t *r) {
+  size_t granted = 0;
+
+  for (size_t i = 0; i < r->nparts; i++) {
+    r->parts[i].granted = dlock_token_as(r->parts[i].lock, r->owner) != 0;
+    granted += (size_t)r->parts[i].granted;
+  }
+  r->held = granted;
+  return granted;
+}
+
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/*
+ * Takes the lock, waiting up to --wait. A RedLock built over the servers
+ * that could be opened counts its majority among those; when some of the
+ * servers given were unreachable, that majority may be smaller than a
+ * majority of all of them, which another client that reaches the others
+ * could then also win. Such a grant is given back and the lock asked for
+ * again, after a short random pause, as RedLock does after a split vote.
+ */
+static int acquire_with_quorum(run_state_t *r) {
+  const run_options_t *o = r->opt;
+  int64_t deadline = o->wait_ms == DLOCK_WAIT_FOREVER
+                         ? INT64_MAX
+                         : monotonic_ms() + o->wait_ms;
+
+  for (;;) {
+    int64_t wait = DLOCK_WAIT_FOREVER;
+    if (deadline != INT64_MAX) {
+      int64_t left = deadline - monotonic_ms();
+      wait = left > 0 ? left : 0;
+    }
+    /* A loss reported during an earlier, given back grant is old news. */
+    for (size_t i = 0; i < r->nparts; i++)
+      atomic_store(&r->parts[i].node->lost, 0);
+    int rc = dlock_trylock_as(r->lock, r->owner, wait, o->lease_ms);
+    if (rc != 0 || r->quorum == 0 || count_granted(r) >= r->quorum)
+      return rc;
+    dlock_unlock_as(r->lock, r->owner);
+    if (monotonic_ms() >= deadline)
+      return DLOCK_ETIMEDOUT;
+    int64_t pause = 10 + monotonic_ms() % 50;
+    if (deadline - monotonic_ms() < pause)
+      pause = deadline - monotonic_ms();
+    if (pause > 0)
+      sleep_ms(pause);
+  }
+}
 
 /* Runs the blocking acquisition off the main thread, so that the main
  * thread stays free to notice Ctrl-C or SIGTERM while waiting. */
 static void *acquire_in_background(void *arg) {
   acquisition_t *a = arg;
-  a->result = dlock_trylock_as(a->lock, a->owner, a->wait_ms, a->lease_ms);
+  a->result = acquire_with_quorum(a->run);
   events_post(EVENT_ACQUIRE_DONE);
   return NULL;
+}
+
+/* Makes every pending call on every client return DLOCK_ECANCELED. */
+static void shut_down_clients(run_state_t *r) {
+  for (size_t i = 0; i < r->nnodes; i++)
+    if (r->nodes[i].client != NULL)
+      dlock_client_shutdown(r->nodes[i].client);
 }
 
 /* Waits for the acquisition thread; returns the first terminating signal
@@ -195,7 +324,7 @@ static int wait_for_acquisition(run_state_t *r) {
         /* Makes the pending trylock return DLOCK_ECANCELED. Should it have
          * succeeded at this very moment, the lock cannot be released any
          * more and expires by itself (watchdog timeout or --lease). */
-        dlock_client_shutdown(r->client);
+        shut_down_clients(r);
       }
     }
   }
@@ -233,9 +362,38 @@ static int64_t lease_deadline_after_acquisition(run_state_t *r) {
   return asked_at + ttl;
 }
 
+/*
+ * Takes an interrupted fair waiter out of the queue. The library leaves
+ * the queue when a wait ends, but not when the wait ends because the
+ * client was shut down, which is how a signal interrupts it; the entry
+ * would then hold up every later waiter until its deadline, minutes away.
+ * A fresh client with the same id (the old one closed first: ids must be
+ * unique among live clients) waits a millisecond as the same owner. That
+ * wait times out, which leaves the queue, or finds the turn has come and
+ * takes the lock, which is released at once for the next in line.
+ */
+static void leave_fair_queue(run_state_t *r) {
+  cli_node_t *node = &r->nodes[0];
+  char *id = strdup(dlock_client_id(node->client));
+  dlock_client_t *client = NULL;
+  dlock_t *lock = NULL;
+
+  dlock_free(r->lock);
+  r->lock = NULL;
+  dlock_client_close(node->client);
+  node->client = NULL;
+  if (id != NULL && cli_open_client_as(r->globals, id, &client) == 0 &&
+      dlock_get_fair(client, r->opt->name, &lock) == 0 &&
+      dlock_trylock_as(lock, r->owner, 1, r->opt->lease_ms) == 0)
+    dlock_unlock_as(lock, r->owner);
+  dlock_free(lock);
+  dlock_client_close(client);
+  free(id);
+}
+
 /* Takes the lock; 0 when held, else the exit status after a message. */
 static int acquire_lock(run_state_t *r) {
-  acquisition_t a = {r->lock, r->owner, r->opt->wait_ms, r->opt->lease_ms, 0};
+  acquisition_t a = {r, 0};
   pthread_t thread;
   char what[256];
 
@@ -249,6 +407,8 @@ static int acquire_lock(run_state_t *r) {
   if (interrupted_by != 0) {
     cli_error(r->cmd, "interrupted by %s while waiting for lock '%s'",
               signal_name(interrupted_by), r->opt->name);
+    if (r->opt->kind == DLOCK_FAIR)
+      leave_fair_queue(r);
     return EXIT_SIGNAL_BASE + interrupted_by;
   }
   if (a.result == DLOCK_ETIMEDOUT)
@@ -265,10 +425,46 @@ static int acquire_lock(run_state_t *r) {
 
 /* ---- supervising the command ---------------------------------------- */
 
+/* Called on a client's watchdog thread: marks the client's server (a
+ * RedLock counts the servers that lost it) and wakes the main loop. */
 static void on_lock_lost(void *data, const char *name, size_t name_len,
                          uint64_t owner) {
-  (void)data, (void)name, (void)name_len, (void)owner;
+  cli_node_t *node = data;
+
+  (void)name, (void)name_len, (void)owner;
+  if (node != NULL)
+    atomic_store(&node->lost, 1);
   events_post(EVENT_LOCK_LOST);
+}
+
+/*
+ * Decides, after a lost-lock event, whether the lock as a whole is lost:
+ * always for a lock on one server; for a RedLock when fewer than a
+ * majority of all the servers given still hold it (each server counted
+ * once, however often its client reports). A loss that leaves a majority
+ * is reported and the command goes on.
+ */
+static int lock_is_lost(run_state_t *r) {
+  size_t held = 0;
+
+  if (r->quorum == 0)
+    return 1;
+  for (size_t i = 0; i < r->nparts; i++)
+    held += r->parts[i].granted && !atomic_load(&r->parts[i].node->lost);
+  r->held = held;
+  for (size_t i = 0; i < r->nparts; i++) {
+    red_part_t *part = &r->parts[i];
+    if (!part->granted || part->reported || !atomic_load(&part->node->lost))
+      continue;
+    part->reported = 1;
+    if (held >= r->quorum)
+      cli_error(r->cmd,
+                "lock '%s' lost on %s; still held on %zu of the %zu "
+                "servers, a majority: the command goes on",
+                r->opt->name, part->node->shown ? part->node->shown : "?", held,
+                r->nnodes);
+  }
+  return held < r->quorum;
 }
 
 /* Starts stopping the command after the lock was lost: SIGTERM now,
@@ -291,10 +487,19 @@ static void stop_command_after_loss(run_state_t *r, const char *why) {
 static void handle_event(run_state_t *r, unsigned char event) {
   int signo = event_signal(event);
 
-  if (event == EVENT_LOCK_LOST)
-    stop_command_after_loss(r, "it expired or was deleted, or Redis was "
-                               "unreachable for longer than the lease");
-  else if (signo != 0 && signo != SIGCHLD && !event_from_terminal(event))
+  if (event == EVENT_LOCK_LOST && lock_is_lost(r)) {
+    char why[160];
+    if (r->quorum != 0)
+      snprintf(why, sizeof why,
+               "only %zu of the %zu Redis servers still hold it, fewer "
+               "than a majority",
+               r->held, r->nnodes);
+    else
+      snprintf(why, sizeof why,
+               "it expired or was deleted, or Redis was unreachable for "
+               "longer than the lease");
+    stop_command_after_loss(r, why);
+  } else if (signo != 0 && signo != SIGCHLD && !event_from_terminal(event))
     kill(r->child, signo);
   /* SIGCHLD needs nothing here: the loop reaps after every wake-up. A
    * signal typed at the terminal already reached the command, which is in
@@ -363,7 +568,7 @@ static int check_events_before_start(run_state_t *r) {
 
   for (size_t i = 0; i < n; i++) {
     int signo = event_signal(events[i]);
-    if (events[i] == EVENT_LOCK_LOST) {
+    if (events[i] == EVENT_LOCK_LOST && lock_is_lost(r)) {
       cli_error(r->cmd, "lock '%s' lost before the command started",
                 r->opt->name);
       r->lost = 1;
@@ -440,10 +645,61 @@ static int run_command_under_lock(run_state_t *r,
 
 /* ---- command -------------------------------------------------------- */
 
+/* Opens the client(s) and the lock handle; 0 or the exit status. */
+static int open_lock(run_state_t *r, const cli_globals_t *g) {
+  const cli_command_t *cmd = r->cmd;
+  const char *name = r->opt->name;
+  size_t need = g->nurls > 1 ? cli_quorum(g->nurls) : 1;
+  int rc = cli_open_nodes(cmd, g, need, on_lock_lost, &r->nodes);
+
+  if (rc != 0)
+    return rc;
+  r->nnodes = g->nurls;
+  if (g->nurls == 1) {
+    rc = dlock_get_kind(r->nodes[0].client, r->opt->kind, name, strlen(name),
+                        &r->lock);
+    return rc == 0 ? 0 : cli_fail(cmd, rc, "cannot use the lock name");
+  }
+
+  /* A RedLock over the servers that answered. The library cannot open a
+   * client on a server that is down, so those are left out; the majority
+   * stays that of every server given (see acquire_with_quorum). */
+  dlock_t *locks[CLI_MAX_URLS];
+  for (size_t i = 0; i < r->nnodes; i++) {
+    cli_node_t *node = &r->nodes[i];
+    if (node->client == NULL) {
+      cli_report_node(cmd, node, "left out of the RedLock");
+      continue;
+    }
+    red_part_t *part = &r->parts[r->nparts];
+    part->node = node;
+    if ((rc = dlock_get(node->client, name, &part->lock)) != 0)
+      return cli_fail(cmd, rc, "cannot use the lock name");
+    locks[r->nparts++] = part->lock;
+  }
+  r->quorum = cli_quorum(r->nnodes);
+  if ((rc = dlock_get_red(locks, r->nparts, &r->lock)) != 0)
+    return cli_fail(cmd, rc, "cannot build the RedLock");
+  return 0;
+}
+
+/* Frees the handles before their clients, the RedLock before its parts. */
+static void close_lock(run_state_t *r) {
+  dlock_free(r->lock);
+  for (size_t i = 0; i < r->nparts; i++)
+    dlock_free(r->parts[i].lock);
+  cli_close_nodes(r->nodes, r->nnodes);
+}
+
 static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
                     char **argv) {
-  run_options_t o = {NULL, NULL, DLOCK_WAIT_FOREVER, DLOCK_WATCHDOG,
-                     DEFAULT_GRACE_MS};
+  run_options_t o = {NULL,
+                     NULL,
+                     DLOCK_WAIT_FOREVER,
+                     DLOCK_WATCHDOG,
+                     DEFAULT_GRACE_MS,
+                     DLOCK_REENTRANT,
+                     NULL};
   run_state_t r;
   child_start_state_t start;
   int rc = parse_run_args(cmd, g, argc, argv, &o);
@@ -461,10 +717,9 @@ static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
   memset(&r, 0, sizeof r);
   r.cmd = cmd;
   r.opt = &o;
+  r.globals = g;
   r.owner = dlock_owner_new();
-  rc = cli_open_client(cmd, g, on_lock_lost, NULL, &r.client);
-  if (rc == 0 && (rc = dlock_get(r.client, o.name, &r.lock)) != 0)
-    rc = cli_fail(cmd, rc, "cannot use the lock name");
+  rc = open_lock(&r, g);
   if (rc == 0 && events_catch_signals(&start.ignored) != 0) {
     cli_error(cmd, "cannot install signal handlers: %s", strerror(errno));
     rc = EXIT_INTERNAL;
@@ -474,14 +729,13 @@ static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
   if (rc == 0)
     rc = run_command_under_lock(&r, &start);
 
-  dlock_free(r.lock);
-  dlock_client_close(r.client);
+  close_lock(&r);
   events_close();
   return rc;
 }
 
 const cli_command_t cli_cmd_run = {
     "run",
-    "dlock run [--wait DUR] [--lease DUR] [--grace DUR] NAME [--] CMD "
-    "[ARG]...",
+    "dlock run [--wait DUR] [--lease DUR] [--grace DUR] "
+    "[--fair|--read|--write] NAME [--] CMD [ARG]...",
     "run a command while holding a lock", run_main, print_run_help};

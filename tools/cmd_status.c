@@ -1,8 +1,10 @@
 /*
  * dlock status [--json] NAME...: what Redis knows about each lock, taken by
- * dlock or by Redisson (the layout is the same): held or free, holders with
- * their hold counts, time to expiry, the last fencing token, and the queue
- * of a fair lock.
+ * dlock or by Redisson (the layout is the same): held or free (or the mode
+ * of a read-write lock), holders with their hold counts, time to expiry,
+ * the last fencing token, and the queue of a fair lock. With several --url
+ * (the servers of a RedLock) it shows each server's view, row by row, since
+ * the servers may well disagree.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <inttypes.h>
@@ -19,9 +21,11 @@
 static void print_status_help(FILE *out) {
   fprintf(out,
           "usage: %s\n"
-          "Shows each lock: free or held, holders (owner id and hold count), "
-          "time to\nexpiry, the last fencing token, and a fair lock's queue. "
-          "Read-only.\n\n"
+          "Shows each lock: free, held, or the mode of a read-write lock "
+          "(read/write),\nholders (owner id and hold count), time to expiry, "
+          "the last fencing token, and\na fair lock's queue with each "
+          "waiter's deadline. Read-only. With several --url,\none row per "
+          "server and lock, prefixed with the server's URL.\n\n"
           "Options:\n"
           "  --json      one JSON object per lock and line, for scripts "
           "(default: a table)\n"
@@ -30,7 +34,11 @@ static void print_status_help(FILE *out) {
   cli_print_global_options_help(out);
   fputs("\nJSON fields: name, locked, mode (\"read\"/\"write\" or null), "
         "ttl_ms (0 free,\n-1 no expiry), token, holders[{owner,count}], "
-        "waiters[{owner,deadline_ms}].\n"
+        "waiters[{owner,deadline_ms}];\nwith several --url also node (the "
+        "URL), and only node, name and error for a\nserver that could not "
+        "be read.\n"
+        "\nExit status: 0; 69 when a server could not be read (the others "
+        "are still shown).\n"
         "\nExamples:\n"
         "  dlock status nightly-report\n"
         "  dlock status --json nightly-report deploy | jq .holders\n",
@@ -39,35 +47,76 @@ static void print_status_help(FILE *out) {
 
 /* ---- fetching ------------------------------------------------------- */
 
+/* One lock as one server sees it, or why that server could not say. */
 typedef struct lock_report {
   const char *name;
-  dlock_info_t *info;
+  const cli_node_t *node;
+  dlock_info_t *info; /* NULL when 'err' */
+  int err;
+  char *detail; /* the detail of 'err', masked; or NULL */
 } lock_report_t;
 
 static void free_reports(lock_report_t *reports, size_t n) {
-  for (size_t i = 0; i < n; i++)
+  for (size_t i = 0; i < n; i++) {
     dlock_info_free(reports[i].info);
+    free(reports[i].detail);
+  }
   free(reports);
 }
 
-/* Inspects every name before printing anything, so the table columns can
- * be sized and a failure does not leave half a table behind. */
-static int fetch_reports(const cli_command_t *cmd, dlock_client_t *client,
-                         const char *const *names, size_t n,
+/* The error text of a report that has no info: the library's description
+ * and its detail, in a new string. */
+static char *report_error_text(const lock_report_t *r) {
+  const char *what = dlock_strerror(r->err);
+  size_t size = strlen(what) + (r->detail ? strlen(r->detail) : 0) + 4;
+  char *text = malloc(size);
+
+  if (text == NULL)
+    return NULL;
+  if (r->detail != NULL)
+    snprintf(text, size, "%s (%s)", what, r->detail);
+  else
+    snprintf(text, size, "%s", what);
+  return text;
+}
+
+/*
+ * Inspects every name on every node before printing anything, so the table
+ * columns can be sized and a failure does not leave half a table behind.
+ * The reports are ordered by name, then node. A node that could not be
+ * opened or read gets an error report; with a single node that failure
+ * is reported on stderr at once and its exit status returned instead.
+ */
+static int fetch_reports(const cli_command_t *cmd, const cli_node_t *nodes,
+                         size_t nnodes, const char *const *names, size_t nnames,
                          lock_report_t **out) {
-  lock_report_t *reports = calloc(n, sizeof *reports);
+  lock_report_t *reports = calloc(nnames * nnodes, sizeof *reports);
 
   if (reports == NULL)
     return cli_fail(cmd, DLOCK_ENOMEM, "status");
-  for (size_t i = 0; i < n; i++) {
-    reports[i].name = names[i];
-    int rc =
-        dlock_inspect(client, names[i], strlen(names[i]), &reports[i].info);
-    if (rc != 0) {
-      char what[256];
-      snprintf(what, sizeof what, "cannot inspect lock '%.200s'", names[i]);
-      free_reports(reports, n);
-      return cli_fail(cmd, rc, what);
+  for (size_t i = 0; i < nnames; i++) {
+    for (size_t j = 0; j < nnodes; j++) {
+      lock_report_t *r = &reports[i * nnodes + j];
+      r->name = names[i];
+      r->node = &nodes[j];
+      if (nodes[j].client == NULL) {
+        r->err = nodes[j].err;
+        r->detail = nodes[j].detail ? strdup(nodes[j].detail) : NULL;
+        continue;
+      }
+      r->err =
+          dlock_inspect(nodes[j].client, names[i], strlen(names[i]), &r->info);
+      if (r->err == 0)
+        continue;
+      r->info = NULL;
+      if (nnodes == 1) {
+        char what[256];
+        snprintf(what, sizeof what, "cannot inspect lock '%.200s'", names[i]);
+        int rc = cli_fail(cmd, r->err, what);
+        free_reports(reports, nnames * nnodes);
+        return rc;
+      }
+      r->detail = cli_last_error_detail();
     }
   }
   *out = reports;
@@ -98,14 +147,32 @@ static void print_json_waiters(FILE *out, const dlock_info_t *info) {
   fputc(']', out);
 }
 
-static void print_json_report(FILE *out, const lock_report_t *r) {
+/* Prints one report as a JSON object on a line of its own; 'with_node'
+ * adds the server's URL (password masked) as the first member. */
+static void print_json_report(FILE *out, const lock_report_t *r,
+                              int with_node) {
   const dlock_info_t *info = r->info;
+
+  fputc('{', out);
+  if (with_node) {
+    const char *shown = r->node->shown ? r->node->shown : "?";
+    fputs("\"node\":", out);
+    json_write_string(out, shown, strlen(shown));
+    fputc(',', out);
+  }
+  fputs("\"name\":", out);
+  json_write_string(out, r->name, strlen(r->name));
+  if (info == NULL) {
+    char *text = report_error_text(r);
+    fputs(",\"error\":", out);
+    json_write_string(out, text ? text : "?", text ? strlen(text) : 1);
+    fputs("}\n", out);
+    free(text);
+    return;
+  }
   /* -1 for "no expiry" follows Redis's PTTL and stays exact in every JSON
    * reader, unlike INT64_MAX. */
   int64_t ttl = info->ttl_ms == INT64_MAX ? -1 : info->ttl_ms;
-
-  fputs("{\"name\":", out);
-  json_write_string(out, r->name, strlen(r->name));
   fprintf(out, ",\"locked\":%s,\"mode\":", info->locked ? "true" : "false");
   if (info->mode != NULL)
     json_write_string(out, info->mode, strlen(info->mode));
@@ -196,9 +263,31 @@ static void print_waiter_lines(FILE *out, const dlock_info_t *info) {
   }
 }
 
-static int print_table(FILE *out, const lock_report_t *reports, size_t n) {
+/* The width of a column holding 'len' bytes at most, within [min, 60]. */
+static int column_width(int width, size_t len) {
+  int w = len < 60 ? (int)len : 60;
+  return w > width ? w : width;
+}
+
+/* With several nodes: "NAME: held on 2 of the 3 servers (a majority)". */
+static void print_majority_line(FILE *out, const char *shown_name,
+                                const lock_report_t *reports, size_t nnodes) {
+  size_t held = 0;
+
+  for (size_t j = 0; j < nnodes; j++)
+    held += reports[j].info != NULL && reports[j].info->locked;
+  fprintf(out, "%s: held on %zu of the %zu servers (%s)\n", shown_name, held,
+          nnodes, held >= cli_quorum(nnodes) ? "a majority" : "no majority");
+}
+
+/* Prints the table: one row per lock, or per lock and server when there
+ * are several servers, each row followed by its fair-lock waiters. */
+static int print_table(FILE *out, const lock_report_t *reports, size_t nnames,
+                       size_t nnodes) {
+  size_t n = nnames * nnodes;
   char **shown = calloc(n, sizeof *shown);
   int name_width = 4; /* strlen("NAME") */
+  int node_width = 4; /* strlen("NODE") */
 
   if (shown == NULL)
     return -1;
@@ -206,22 +295,36 @@ static int print_table(FILE *out, const lock_report_t *reports, size_t n) {
     shown[i] = visible_copy(reports[i].name);
     if (shown[i] == NULL)
       break;
-    int len = (int)strlen(shown[i]);
-    if (len > name_width)
-      name_width = len < 60 ? len : 60;
+    name_width = column_width(name_width, strlen(shown[i]));
+    if (reports[i].node->shown != NULL)
+      node_width = column_width(node_width, strlen(reports[i].node->shown));
   }
+  if (nnodes > 1)
+    fprintf(out, "%-*s  ", node_width, "NODE");
   fprintf(out, "%-*s  %-5s  %-9s  %-6s  %s\n", name_width, "NAME", "STATE",
           "TTL", "TOKEN", "HOLDERS");
   for (size_t i = 0; i < n; i++) {
     const dlock_info_t *info = reports[i].info;
-    char ttl[32], token[32];
-    format_ttl(info, ttl, sizeof ttl);
-    format_token(info, token, sizeof token);
-    fprintf(out, "%-*s  %-5s  %-9s  %-6s  ", name_width,
-            shown[i] ? shown[i] : "?", state_text(info), ttl, token);
-    print_holders_cell(out, info);
-    fputc('\n', out);
-    print_waiter_lines(out, info);
+    const char *name = shown[i] ? shown[i] : "?";
+    if (nnodes > 1)
+      fprintf(out, "%-*s  ", node_width,
+              reports[i].node->shown ? reports[i].node->shown : "?");
+    if (info == NULL) {
+      char *text = report_error_text(&reports[i]);
+      fprintf(out, "%-*s  error: %s\n", name_width, name, text ? text : "?");
+      free(text);
+    } else {
+      char ttl[32], token[32];
+      format_ttl(info, ttl, sizeof ttl);
+      format_token(info, token, sizeof token);
+      fprintf(out, "%-*s  %-5s  %-9s  %-6s  ", name_width, name,
+              state_text(info), ttl, token);
+      print_holders_cell(out, info);
+      fputc('\n', out);
+      print_waiter_lines(out, info);
+    }
+    if (nnodes > 1 && i % nnodes == nnodes - 1)
+      print_majority_line(out, name, &reports[i + 1 - nnodes], nnodes);
   }
   for (size_t i = 0; i < n; i++)
     free(shown[i]);
@@ -245,8 +348,10 @@ static int add_name(const cli_command_t *cmd, const char **names,
 static int parse_status_args(const cli_command_t *cmd, cli_globals_t *g,
                              int argc, char **argv, const char **names,
                              size_t *nnames, int *json) {
-  static const arg_option_t options[] = {
-      {"json", 0, 0}, {"help", 'h', 0}, {"url", 0, 1}, {"watchdog", 0, 1}};
+  static const arg_option_t options[] = {{"json", 0, ARG_FLAG},
+                                         {"help", 'h', ARG_FLAG},
+                                         {"url", 0, ARG_VALUES},
+                                         {"watchdog", 0, 1}};
   arg_parser_t p;
   int rc = 0;
 
@@ -289,20 +394,27 @@ static int status_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
     return rc < 0 ? EXIT_OK : rc;
   }
 
-  dlock_client_t *client = NULL;
+  /* A server that cannot be reached is shown as such among the others:
+   * status is what one runs to find out which servers are in trouble. */
+  cli_node_t *nodes = NULL;
   lock_report_t *reports = NULL;
-  rc = cli_open_client(cmd, g, NULL, NULL, &client);
+  size_t nnodes = g->nurls;
+  rc = cli_open_nodes(cmd, g, 1, NULL, &nodes);
   if (rc == 0)
-    rc = fetch_reports(cmd, client, names, nnames, &reports);
+    rc = fetch_reports(cmd, nodes, nnodes, names, nnames, &reports);
   if (rc == 0) {
+    size_t n = nnames * nnodes;
     if (json)
-      for (size_t i = 0; i < nnames; i++)
-        print_json_report(stdout, &reports[i]);
-    else if (print_table(stdout, reports, nnames) != 0)
+      for (size_t i = 0; i < n; i++)
+        print_json_report(stdout, &reports[i], nnodes > 1);
+    else if (print_table(stdout, reports, nnames, nnodes) != 0)
       rc = cli_fail(cmd, DLOCK_ENOMEM, "status");
-    free_reports(reports, nnames);
+    for (size_t i = 0; i < n && rc == 0; i++)
+      if (reports[i].info == NULL)
+        rc = EXIT_UNAVAILABLE;
+    free_reports(reports, n);
   }
-  dlock_client_close(client);
+  cli_close_nodes(nodes, nnodes);
   free(names);
   return rc;
 }

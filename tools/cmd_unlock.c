@@ -1,7 +1,8 @@
 /*
  * dlock unlock --force NAME: deletes a lock whoever holds it and wakes its
  * waiters, for the day a holder died with a long lease. It refuses without
- * --force because the holder may well be alive and still working.
+ * --force because the holder may well be alive and still working. With
+ * several --url (the servers of a RedLock) it does so on every server.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -17,7 +18,8 @@ static void print_unlock_help(FILE *out) {
           "Deletes the lock NAME whoever holds it, wakes its waiters and "
           "prints what it\nremoved. The fencing-token counter is kept, so "
           "later holders still get larger\ntokens. A holder that is still "
-          "running loses its lock: use with care.\n\n"
+          "running loses its lock: use with care.\nWith several --url, on "
+          "every server, each line prefixed with its URL.\n\n"
           "Options:\n"
           "  --force     required: confirms the deletion (default: refuse)\n"
           "  -h, --help  show this help\n",
@@ -31,8 +33,9 @@ static void print_unlock_help(FILE *out) {
 
 /* Describes the holders about to be removed, so the operator's log says
  * whose lock was broken. */
-static void print_removed(const char *name, const dlock_info_t *info) {
-  printf("removed lock '%s'", name);
+static void print_removed(const char *prefix, const char *name,
+                          const dlock_info_t *info) {
+  printf("%sremoved lock '%s'", prefix, name);
   if (info == NULL || info->nholders == 0) {
     printf("\n");
     return;
@@ -46,25 +49,47 @@ static void print_removed(const char *name, const dlock_info_t *info) {
   printf("\n");
 }
 
-static int force_unlock(const cli_command_t *cmd, dlock_client_t *client,
-                        const char *name) {
+/*
+ * The kind of handle whose deletion wakes the waiters of the lock 'info'
+ * describes: each kind's waiters listen on a channel of their own (a fair
+ * lock's on one per waiter, a read-write lock's on the rwlock channel), so
+ * deleting through a plain handle would leave them asleep until their
+ * timeouts.
+ */
+static dlock_kind_t kind_of(const dlock_info_t *info) {
+  if (info != NULL && info->mode != NULL)
+    return DLOCK_WRITE;
+  if (info != NULL && info->nwaiters > 0)
+    return DLOCK_FAIR;
+  return DLOCK_REENTRANT;
+}
+
+/* Deletes lock 'name' on one server; 'prefix' starts every line printed
+ * ("" or the server's URL). 0 or the exit status after a message. */
+static int force_unlock(const cli_command_t *cmd, const cli_node_t *node,
+                        const char *prefix, const char *name) {
   dlock_info_t *info = NULL;
   dlock_t *lock = NULL;
-  char what[256];
+  char what[512];
   int rc;
 
-  snprintf(what, sizeof what, "cannot unlock '%.200s'", name);
-  /* The holders are read first only to report them; a missing report is
-   * no reason to leave a stuck lock in place. */
-  if (dlock_inspect(client, name, strlen(name), &info) != 0)
+  snprintf(what, sizeof what, "%scannot unlock '%.200s'", prefix, name);
+  if (node->client == NULL) {
+    cli_report_node(cmd, node, "cannot unlock it there");
+    return cli_exit_status_for(node->err);
+  }
+  /* The holders are read first to report them and to pick the handle that
+   * wakes the waiters; a missing report is no reason to leave a stuck lock
+   * in place. */
+  if (dlock_inspect(node->client, name, strlen(name), &info) != 0)
     info = NULL;
-  rc = dlock_get(client, name, &lock);
+  rc = dlock_get_kind(node->client, kind_of(info), name, strlen(name), &lock);
   if (rc == 0)
     rc = dlock_force_unlock(lock);
   if (rc == 1)
-    print_removed(name, info);
+    print_removed(prefix, name, info);
   else if (rc == 0)
-    printf("lock '%s' was not held; nothing removed\n", name);
+    printf("%slock '%s' was not held; nothing removed\n", prefix, name);
   dlock_info_free(info);
   dlock_free(lock);
   return rc < 0 ? cli_fail(cmd, rc, what) : EXIT_OK;
@@ -72,10 +97,12 @@ static int force_unlock(const cli_command_t *cmd, dlock_client_t *client,
 
 static int unlock_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
                        char **argv) {
-  static const arg_option_t options[] = {
-      {"force", 0, 0}, {"help", 'h', 0}, {"url", 0, 1}, {"watchdog", 0, 1}};
+  static const arg_option_t options[] = {{"force", 0, ARG_FLAG},
+                                         {"help", 'h', ARG_FLAG},
+                                         {"url", 0, ARG_VALUES},
+                                         {"watchdog", 0, ARG_VALUE}};
   const char *name = NULL;
-  int force = 0, rc = 0;
+  int force = 0, rc = 0, failed = 0;
   arg_parser_t p;
 
   arg_parser_init(&p, options, sizeof options / sizeof options[0], argc, argv);
@@ -112,12 +139,22 @@ static int unlock_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
                            "--force: its holder may still be working",
                            name);
 
-  dlock_client_t *client = NULL;
-  rc = cli_open_client(cmd, g, NULL, NULL, &client);
-  if (rc == 0)
-    rc = force_unlock(cmd, client, name);
-  dlock_client_close(client);
-  return rc;
+  /* Every server that can be reached is cleared, even when others cannot:
+   * what is left behind on those expires or is cleared by a later run. */
+  cli_node_t *nodes = NULL;
+  size_t nnodes = g->nurls;
+  rc = cli_open_nodes(cmd, g, 1, NULL, &nodes);
+  for (size_t i = 0; rc == 0 && i < nnodes; i++) {
+    char prefix[512] = "";
+    if (nnodes > 1)
+      snprintf(prefix, sizeof prefix,
+               "%.500s: ", nodes[i].shown ? nodes[i].shown : "?");
+    int node_rc = force_unlock(cmd, &nodes[i], prefix, name);
+    if (node_rc != 0)
+      failed = node_rc;
+  }
+  cli_close_nodes(nodes, nnodes);
+  return rc != 0 ? rc : failed;
 }
 
 const cli_command_t cli_cmd_unlock = {

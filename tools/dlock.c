@@ -42,7 +42,9 @@ static void print_main_help(FILE *out) {
         "\nExamples:\n"
         "  dlock run --wait 0 nightly-report -- ./report.sh\n"
         "  dlock --url redis://:secret@redis:6379 status --json nightly-report"
-        "\n",
+        "\n"
+        "  dlock --url redis://r1 --url redis://r2 --url redis://r3 run deploy "
+        "-- ./deploy.sh\n",
         out);
 }
 
@@ -54,8 +56,10 @@ static const cli_command_t *find_command(const char *name) {
 }
 
 int main(int argc, char **argv) {
-  static const arg_option_t options[] = {
-      {"help", 'h', 0}, {"version", 'V', 0}, {"url", 0, 1}, {"watchdog", 0, 1}};
+  static const arg_option_t options[] = {{"help", 'h', ARG_FLAG},
+                                         {"version", 'V', ARG_FLAG},
+                                         {"url", 0, ARG_VALUES},
+                                         {"watchdog", 0, ARG_VALUE}};
   cli_globals_t globals;
   arg_parser_t p;
 
