@@ -129,8 +129,9 @@ typedef struct dlock_options {
   /* How many times an unlock whose reply was lost is sent again on a fresh
    * connection (it is idempotent, see the unlock latch); default 2. */
   int unlock_retries;
-  /* How long a queued fair-lock waiter may be absent before it is dropped
-   * from the queue; default 300000 (Redisson's fairLockWaitTimeout). */
+  /* How long a queued fair-lock waiter may stay silent before it is
+   * dropped from the queue; default 300000 (Redisson's
+   * fairLockWaitTimeout). Queued waiters retry every third of it. */
   int64_t fair_wait_timeout_ms;
   dlock_lost_cb on_lost; /* default NULL */
   void *on_lost_data;
@@ -215,10 +216,12 @@ DLOCK_EXPORT int dlock_get_kind(dlock_client_t *c, dlock_kind_t kind,
 /*
  * A fair lock: waiters get it in the order they asked, across threads and
  * processes. They queue in "redisson_lock_queue:{name}" with deadlines in
- * "redisson_lock_timeout:{name}"; a waiter that vanishes (its process died)
- * is dropped when its deadline passes (the client's fair_wait_timeout_ms
- * after the wait it was promised), so the queue never wedges. Only the head
- * waiter is woken on release. dlock_trylock with wait 0 does not queue.
+ * "redisson_lock_timeout:{name}". A queued waiter tries again at least
+ * every third of the client's fair_wait_timeout_ms, which pushes its
+ * deadline forward; one that vanishes (its process died) is dropped
+ * fair_wait_timeout_ms after its last try, however many dead waiters are
+ * ahead of it, so the queue never wedges. Only the head waiter is woken on
+ * release. dlock_trylock with wait 0 does not queue.
  */
 DLOCK_EXPORT int dlock_get_fair(dlock_client_t *c, const char *name,
                                 dlock_t **out);

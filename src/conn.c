@@ -45,6 +45,7 @@ struct dlock__conn {
   int64_t backoff_us;
   int last_code;          /* why the last connection failed */
   int broken_code;        /* set by break_locked for the driver to report */
+  int timed_out;          /* the failure being handled is a timeout */
   char last_err[256];
 };
 
@@ -231,6 +232,13 @@ static void fail_all_locked(dlock__conn *c, int code, const char *why) {
     redisFree(c->ctx);
     c->ctx = NULL;
   }
+  /* A server that went silent (paused, overloaded) is given a moment
+   * before the next connect, which would otherwise block a caller for the
+   * whole handshake; one that closed the connection is usually back at
+   * once (a restart), so the first retry there is immediate. */
+  if (c->timed_out && c->backoff_us < BACKOFF_FIRST_US)
+    c->backoff_us = BACKOFF_FIRST_US;
+  c->timed_out = 0;
   c->retry_at_us = dlock__now_us() + c->backoff_us;
   c->backoff_us = c->backoff_us == 0 ? BACKOFF_FIRST_US : c->backoff_us * 2;
   if (c->backoff_us > BACKOFF_MAX_US)
@@ -290,6 +298,13 @@ static int connect_locked(dlock__conn *c, int64_t deadline_us) {
   c->backoff_us = 0;
   c->last_code = 0;
   return 0;
+}
+
+int64_t dlock__conn_retry_at(dlock__conn *c) {
+  pthread_mutex_lock(&c->mu);
+  int64_t at = c->ctx != NULL ? 0 : c->retry_at_us;
+  pthread_mutex_unlock(&c->mu);
+  return at;
 }
 
 int dlock__conn_open(dlock__conn *c) {
@@ -355,12 +370,9 @@ static void drive_locked(dlock__conn *c, caller *me) {
       fail_all_locked(c, DLOCK_ECANCELED, "client is shutting down");
       break;
     }
-    if (dlock__now_us() >= deadline) {
-      snprintf(why, sizeof(why), "no reply from Redis within %lld ms",
-               (long long)c->cfg.command_timeout_ms);
-      fail_all_locked(c, DLOCK_EIO, why);
-      break;
-    }
+    /* Past the deadline the poll does not wait, but replies that already
+     * arrived are still read: a caller that waited for another server
+     * first (a RedLock) must not lose answers that came in time. */
     struct pollfd p = {.fd = c->ctx->fd,
                        .events = (short)(POLLIN | (has_output(c) ? POLLOUT : 0))};
     pthread_mutex_unlock(&c->mu);
@@ -369,6 +381,13 @@ static void drive_locked(dlock__conn *c, caller *me) {
     pthread_mutex_lock(&c->mu);
     if (n < 0 && poll_errno != EINTR) {
       snprintf(why, sizeof(why), "poll: %s", strerror(poll_errno));
+      fail_all_locked(c, DLOCK_EIO, why);
+      break;
+    }
+    if (n == 0 && c->ctx != NULL && dlock__now_us() >= deadline) {
+      snprintf(why, sizeof(why), "no reply from Redis within %lld ms",
+               (long long)c->cfg.command_timeout_ms);
+      c->timed_out = 1;
       fail_all_locked(c, DLOCK_EIO, why);
       break;
     }

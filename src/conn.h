@@ -31,6 +31,10 @@ typedef struct dlock__conn_cfg {
 /* Creates an unconnected connection. 0 or DLOCK_ENOMEM. */
 int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out);
 
+/* When the next reconnection may be tried (CLOCK_MONOTONIC us); 0 when
+ * connected. */
+int64_t dlock__conn_retry_at(dlock__conn *c);
+
 /* Connects now (if not connected), reporting why it cannot. */
 int dlock__conn_open(dlock__conn *c);
 

@@ -53,12 +53,14 @@ static int fair_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
   snprintf(wait, sizeof(wait), "%" PRId64, c->opt.fair_wait_timeout_ms);
   snprintf(believed, sizeof(believed), "%" PRId64,
            dlock__believed_count(l, owner));
-  const char *argv[] = {l->name, k.queue, k.timeouts, l->token_key, lease,
-                        field,   wait,    believed,   queue ? "1" : "0"};
-  const size_t lens[] = {l->len,        k.queue_len,   k.timeouts_len,
-                         l->token_key_len, strlen(lease), field_len,
-                         strlen(wait),  strlen(believed), 1};
-  dlock__eval call = {&dlock__script_fair_acquire, 4, 5, argv, lens};
+  const char *argv[] = {l->name, k.queue, k.timeouts, l->token_key,
+                        l->channel, lease, field, wait, believed,
+                        queue ? "1" : "0"};
+  const size_t lens[] = {l->len,           k.queue_len,    k.timeouts_len,
+                         l->token_key_len, l->channel_len, strlen(lease),
+                         field_len,        strlen(wait),   strlen(believed),
+                         1};
+  dlock__eval call = {&dlock__script_fair_acquire, 5, 5, argv, lens};
   rc = dlock__run_acquire(l, owner, lease_ms, &call, ttl_ms);
   free_keys(&k);
   return rc;
@@ -70,13 +72,12 @@ static void fair_give_up(dlock_t *l, uint64_t owner) {
   fair_keys k;
   if (make_keys(l, &k) != 0)
     return;
-  char field[DLOCK__FIELD_MAX], wait[24];
+  char field[DLOCK__FIELD_MAX];
   size_t field_len = dlock__field_plain(l, owner, field);
-  snprintf(wait, sizeof(wait), "%" PRId64, l->c->opt.fair_wait_timeout_ms);
-  const char *argv[] = {l->name, k.queue, k.timeouts, l->channel, field, wait};
-  const size_t lens[] = {l->len,         k.queue_len, k.timeouts_len,
-                         l->channel_len, field_len,   strlen(wait)};
-  dlock__eval call = {&dlock__script_fair_leave, 4, 2, argv, lens};
+  const char *argv[] = {l->name, k.queue, k.timeouts, l->channel, field};
+  const size_t lens[] = {l->len, k.queue_len, k.timeouts_len, l->channel_len,
+                         field_len};
+  dlock__eval call = {&dlock__script_fair_leave, 4, 1, argv, lens};
   redisReply *reply;
   /* Best effort: if this fails, the deadline drops the entry later. */
   if (dlock__eval_run(l->c->conn, 1, &call, &reply, 0) == 0)

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int64_t dlock__believed_count(dlock_t *l, uint64_t owner) {
   dlock_client_t *c = l->c;
@@ -22,6 +23,15 @@ int64_t dlock__believed_count(dlock_t *l, uint64_t owner) {
   int64_t n = h != NULL && !h->lost ? h->count : 0;
   pthread_mutex_unlock(&c->mu);
   return n;
+}
+
+int dlock__has_hold(dlock_t *l, uint64_t owner) {
+  dlock_client_t *c = l->c;
+  pthread_mutex_lock(&c->mu);
+  int known = dlock__holds_find(&c->holds, l->name, l->len, owner,
+                                l->kind->id) != NULL;
+  pthread_mutex_unlock(&c->mu);
+  return known;
 }
 
 /* Records a successful acquisition in the hold table. */
@@ -147,6 +157,18 @@ static int finish_release(dlock_t *l, uint64_t owner, int64_t left,
                      l->name, field);
 }
 
+/* Sleeps until the connection may be opened again (a short back-off after
+ * a timeout), so that a retry is a real attempt and not an instant "not
+ * connected". */
+static void wait_for_reconnect(dlock_client_t *c) {
+  int64_t at = dlock__conn_retry_at(c->conn), now = dlock__now_us();
+  if (at > now) {
+    struct timespec ts = {(time_t)((at - now) / 1000000),
+                          (long)((at - now) % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* An unlock that could not reach Redis leaves the lock held there; the
  * watchdog must not keep it alive for ever, so a last hold is left to
  * expire with its lease. */
@@ -174,6 +196,7 @@ int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
     rc = dlock__eval_run(c->conn, 1, call, &reply, 0);
     if (rc != DLOCK_EIO || attempt >= c->opt.unlock_retries)
       break;
+    wait_for_reconnect(c);
   }
   if (rc != 0)
     stop_renewing_last_hold(l, owner);

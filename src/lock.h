@@ -92,6 +92,9 @@ size_t dlock__field_plain(dlock_t *l, uint64_t owner,
 
 /* ---- shared by the single-lock kinds (hashlock.c) ------------------------ */
 
+/* 1 when the client has a record of a hold of 'owner' (lost or not). */
+int dlock__has_hold(dlock_t *l, uint64_t owner);
+
 /* The hold count the client believes 'owner' has (0 when none or lost). */
 int64_t dlock__believed_count(dlock_t *l, uint64_t owner);
 

@@ -446,6 +446,14 @@ out:
 /* Releases on every node; the lock counts as lost when fewer than a
  * majority still held it. */
 static int red_release(dlock_t *l, uint64_t owner) {
+  /* Nothing to ask the nodes when no part was ever taken here: answering
+   * from the record keeps an unlock by a non-owner quick and exact while
+   * nodes are down. */
+  size_t known = 0;
+  for (size_t i = 0; i < l->nsubs; i++)
+    known += dlock__has_hold(l->subs[i], owner);
+  if (known == 0)
+    return dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
   int ok, lost, notheld, failed;
   red_release_all(l, owner, NULL, &ok, &lost, &notheld, &failed);
   size_t quorum = l->nsubs / 2 + 1;

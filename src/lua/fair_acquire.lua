@@ -1,16 +1,23 @@
 -- Acquire the fair lock KEYS[1] for owner field ARGV[2], in queue order.
 -- KEYS[2]: the queue (list of owner fields, head first); KEYS[3]: each
--- queued owner's deadline (zset, Unix ms); KEYS[4]: fencing counter.
--- ARGV[1]: lease ms; ARGV[3]: how long a queued owner may be absent (ms);
--- ARGV[4]: the hold count the client believes the owner has;
--- ARGV[5]: '1' to join the queue when the lock is taken, '0' not to.
+-- queued owner's deadline (zset, Unix ms); KEYS[4]: fencing counter;
+-- KEYS[5]: the lock's channel, to which ':' .. <owner> is added to tell
+-- one waiter it is its turn.
+-- ARGV[1]: lease ms; ARGV[3]: how long a queued owner may stay silent
+-- before it counts as gone (ms); ARGV[4]: the hold count the client
+-- believes the owner has; ARGV[5]: '1' to join the queue when the lock is
+-- taken, '0' not to.
 -- Returns {1, token, count} when held, or {0, ms to sleep at most}.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local wait = tonumber(ARGV[3])
 
--- Owners at the head whose deadline passed are gone (their process died,
--- or gave up without leaving): drop them so the queue never wedges.
+-- Owners at the head whose deadline passed are gone (their process died
+-- without leaving the queue): drop them so the queue never wedges. Live
+-- waiters push their own deadline forward each time they try (below), so
+-- a dead one is dropped one allowance after its last sign of life, not one
+-- allowance per dead owner ahead of it.
+local dropped = false
 while true do
   local head = redis.call('lindex', KEYS[2], 0)
   if not head then break end
@@ -18,6 +25,7 @@ while true do
   if deadline ~= nil and deadline > now then break end
   redis.call('lpop', KEYS[2])
   redis.call('zrem', KEYS[3], head)
+  dropped = true
 end
 
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
@@ -31,39 +39,39 @@ if count ~= nil then
 end
 
 local head = redis.call('lindex', KEYS[2], 0)
-if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
+local free = redis.call('exists', KEYS[1]) == 0
+if free and (not head or head == ARGV[2]) then
   if head then
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], ARGV[2])
-    -- Everyone behind moved up one place: one absence allowance less.
-    local rest = redis.call('zrange', KEYS[3], 0, -1)
-    for i = 1, #rest do
-      redis.call('zincrby', KEYS[3], -wait, rest[i])
-    end
   end
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {1, redis.call('incr', KEYS[4]), 1}
 end
-
--- Taken (or another owner is first in line). How long to sleep at most:
--- until the lock's lease ends, or, when it is free, until the head's
--- deadline, when a vanished head would be dropped.
-local sleep = redis.call('pttl', KEYS[1])
-if sleep == -2 then
-  sleep = tonumber(redis.call('zscore', KEYS[3], head)) - now
+if free and dropped then
+  -- The lock is free and the new head was never told: tell it now.
+  redis.call('publish', KEYS[5] .. ':' .. head, '0')
 end
-if ARGV[5] == '0' or redis.call('zscore', KEYS[3], ARGV[2]) then
+
+-- Taken, or another owner is first in line. Sleep until the lock's lease
+-- ends at most, and never longer than a third of the allowance, so that a
+-- queued owner shows it is alive well before its deadline.
+local sleep = redis.call('pttl', KEYS[1])
+local beat = math.floor(wait / 3)
+if sleep < 0 or sleep > beat then
+  sleep = beat
+end
+local queued = redis.call('zscore', KEYS[3], ARGV[2])
+if ARGV[5] == '0' and not queued then
   return {0, sleep}
 end
-
--- Join the queue. The deadline is when the owner ahead of us should have
--- had its turn (or the lease end), plus the absence allowance.
-local last = redis.call('lindex', KEYS[2], -1)
-local start = now + math.max(sleep, 0)
-if last then
-  start = tonumber(redis.call('zscore', KEYS[3], last))
+if queued then
+  if now + wait > tonumber(queued) then
+    redis.call('zadd', KEYS[3], now + wait, ARGV[2])
+  end
+else
+  redis.call('zadd', KEYS[3], now + wait, ARGV[2])
+  redis.call('rpush', KEYS[2], ARGV[2])
 end
-redis.call('zadd', KEYS[3], start + wait, ARGV[2])
-redis.call('rpush', KEYS[2], ARGV[2])
 return {0, sleep}
