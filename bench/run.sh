@@ -177,6 +177,7 @@ echo "raw limit: redis-benchmark EVALSHA ${sha:0:12}... ${args[*]} (rate / 2)" >
 # Raw and dlock runs alternate, round after round, and each side reports its
 # median round: another process loading the machine for a moment then skews
 # one round of one side, not the ratio.
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 workloads=(solo spread contended)
 declare -A label clients opts lines raws
 label[solo]="solo (1 thread, 1 name)"
@@ -202,6 +203,9 @@ done
     "$(date -u '+%Y-%m-%d %H:%M UTC'), redis $(redis-server --version |
       grep -o 'v=[^ ]*' | cut -c3-), $(nproc) cores, TCP loopback," \
     "median of $rounds rounds of ${seconds}s"
+  # Other work on the machine moves these figures more than anything in
+  # dlock does; the load average says how quiet the run was.
+  echo "load average before / after: $load_before / $(cut -d' ' -f1-3 /proc/loadavg)"
   echo
   printf '%-36s %13s %11s %6s %9s %9s\n' workload "dlock pairs/s" "raw pairs/s" ratio \
     "p50 us" "p99 us"
