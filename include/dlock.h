@@ -133,6 +133,11 @@ typedef struct dlock_options {
    * dropped from the queue; default 300000 (Redisson's
    * fairLockWaitTimeout). Queued waiters retry every third of it. */
   int64_t fair_wait_timeout_ms;
+  /* 1: dlock_client_open succeeds even when the server cannot be reached
+   * (the URL, and a server that answers, are still checked); calls fail
+   * with DLOCK_EIO until it can. For RedLock nodes that may be down at
+   * start. Default 0. */
+  int lazy_connect;
   dlock_lost_cb on_lost; /* default NULL */
   void *on_lost_data;
 } dlock_options_t;
@@ -152,8 +157,9 @@ DLOCK_EXPORT int dlock_client_open(const dlock_options_t *o,
 
 /*
  * Makes every call blocked on 'c' (waiting for a lock or for Redis) return
- * DLOCK_ECANCELED soon, and every later call fail with it. Safe to call from
- * any thread, and more than once; not from a signal handler.
+ * DLOCK_ECANCELED soon, and every later call fail with it. A fair-lock
+ * waiter that is canceled still leaves the queue on its way out. Safe to
+ * call from any thread, and more than once; not from a signal handler.
  */
 DLOCK_EXPORT void dlock_client_shutdown(dlock_client_t *c);
 

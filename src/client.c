@@ -105,11 +105,16 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms};
   if (rc == 0)
     rc = dlock__conn_new(&cfg, &c->conn);
-  if (rc == 0)
+  if (rc == 0) {
     rc = dlock__conn_open(c->conn);
+    /* A lazy client starts while its server is unreachable (a RedLock node
+     * that is down); wrong passwords and non-Redis servers still fail. */
+    if (rc == DLOCK_EIO && o->lazy_connect)
+      rc = 0;
+  }
   if (rc == 0)
     rc = dlock__pubsub_start(&c->ep, o->connect_timeout_ms,
-                             o->command_timeout_ms, &c->ps);
+                             o->command_timeout_ms, o->lazy_connect, &c->ps);
   if (rc == 0)
     rc = dlock__watchdog_start(c, &c->wd);
   if (rc != 0) {

@@ -40,7 +40,6 @@ struct dlock__conn {
   redisContext *ctx;      /* NULL while disconnected */
   request *head, *tail;   /* sent, awaiting replies, oldest first */
   int driving;            /* a thread is reading replies */
-  int canceled;           /* dlock__conn_cancel was called */
   int64_t retry_at_us;    /* no reconnect before this */
   int64_t backoff_us;
   int last_code;          /* why the last connection failed */
@@ -366,10 +365,6 @@ static void drive_locked(dlock__conn *c, caller *me) {
   c->driving = 1;
   while (me->remaining > 0 && c->ctx != NULL) {
     int64_t deadline = c->head ? c->head->who->deadline_us : me->deadline_us;
-    if (c->canceled) {
-      fail_all_locked(c, DLOCK_ECANCELED, "client is shutting down");
-      break;
-    }
     /* Past the deadline the poll does not wait, but replies that already
      * arrived are still read: a caller that waited for another server
      * first (a RedLock) must not lose answers that came in time. */
@@ -466,9 +461,7 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
   init_monotonic_cond(&me->cv);
 
   pthread_mutex_lock(&c->mu);
-  int rc = c->canceled ? DLOCK_ECANCELED : connect_locked(c, me->deadline_us);
-  if (rc == DLOCK_ECANCELED)
-    dlock__fail(rc, "client is shutting down");
+  int rc = connect_locked(c, me->deadline_us);
   if (rc == 0)
     rc = enqueue_locked(c, n, cmds, lens, p->reqs, me);
   if (rc == 0 && flush_locked(c) != 0) {
@@ -528,7 +521,9 @@ int dlock__conn_call(dlock__conn *c, size_t n, char *const *cmds,
 
 void dlock__conn_cancel(dlock__conn *c) {
   pthread_mutex_lock(&c->mu);
-  c->canceled = 1;
+  /* Only what is in flight fails: later calls are refused by the client
+   * itself, while its own clean-up (a fair waiter leaving the queue) may
+   * still talk to Redis. */
   if (c->ctx != NULL)
     break_locked(c, DLOCK_ECANCELED, "client is shutting down");
   pthread_mutex_unlock(&c->mu);

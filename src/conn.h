@@ -87,8 +87,8 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
                      dlock__pending *p);
 int dlock__conn_wait(dlock__pending *p, redisReply **replies);
 
-/* Makes every call in progress and every later call fail with
- * DLOCK_ECANCELED. */
+/* Makes every call in progress fail with DLOCK_ECANCELED (later calls are
+ * refused by the client, see dlock_client_shutdown). */
 void dlock__conn_cancel(dlock__conn *c);
 
 /* Closes and frees 'c'; no call may be in progress. NULL is ignored. */

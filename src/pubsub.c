@@ -292,7 +292,8 @@ static void *pubsub_main(void *arg) {
 /* ---- the waiters' side ----------------------------------------------------- */
 
 int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
-                        int64_t command_timeout_ms, dlock__pubsub **out) {
+                        int64_t command_timeout_ms, int lazy,
+                        dlock__pubsub **out) {
   dlock__pubsub *ps = dlock__calloc(1, sizeof(*ps));
   if (ps == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting pub/sub");
@@ -305,14 +306,24 @@ int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
     return rc;
   }
   pthread_mutex_init(&ps->mu, NULL);
-  /* Connect before returning, so the first waiter finds it ready. */
+  /* Connect before returning, so the first waiter finds it ready; a lazy
+   * client whose server is down leaves that to the thread. */
   int rc = dlock__connect(ep, connect_timeout_ms, command_timeout_ms,
                           &ps->ctx);
-  if (rc == 0 && (rc = dlock__set_nonblocking(ps->ctx)) == 0) {
+  if (rc == 0)
+    rc = dlock__set_nonblocking(ps->ctx);
+  if (rc == 0)
     ps->connected = 1;
-    if (pthread_create(&ps->thread, NULL, pubsub_main, ps) != 0)
-      rc = dlock__fail(DLOCK_ENOMEM, "pthread_create failed");
+  else if (rc == DLOCK_EIO && lazy) {
+    if (ps->ctx != NULL)
+      redisFree(ps->ctx);
+    ps->ctx = NULL;
+    ps->backoff_us = BACKOFF_FIRST_US;
+    ps->retry_at_us = dlock__now_us() + ps->backoff_us;
+    rc = 0;
   }
+  if (rc == 0 && pthread_create(&ps->thread, NULL, pubsub_main, ps) != 0)
+    rc = dlock__fail(DLOCK_ENOMEM, "pthread_create failed");
   if (rc != 0) {
     if (ps->ctx != NULL)
       redisFree(ps->ctx);

@@ -21,9 +21,11 @@
 typedef struct dlock__pubsub dlock__pubsub;
 typedef struct dlock__sub dlock__sub;
 
-/* Connects the pub/sub connection and starts its thread. */
+/* Connects the pub/sub connection and starts its thread. With 'lazy', an
+ * unreachable server is not an error: the thread keeps trying. */
 int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
-                        int64_t command_timeout_ms, dlock__pubsub **out);
+                        int64_t command_timeout_ms, int lazy,
+                        dlock__pubsub **out);
 
 /* Wakes every waiter with DLOCK_ECANCELED, now and later. */
 void dlock__pubsub_cancel(dlock__pubsub *ps);
