@@ -78,10 +78,9 @@ static void fair_give_up(dlock_t *l, uint64_t owner) {
   const size_t lens[] = {l->len, k.queue_len, k.timeouts_len, l->channel_len,
                          field_len};
   dlock__eval call = {&dlock__script_fair_leave, 4, 1, argv, lens};
-  redisReply *reply;
+  int64_t removed;
   /* Best effort: if this fails, the deadline drops the entry later. */
-  if (dlock__eval_run(l->c->conn, 1, &call, &reply, 0) == 0)
-    freeReplyObject(reply);
+  (void)dlock__eval_integer(l, &call, &removed);
   free_keys(&k);
 }
 
@@ -129,14 +128,10 @@ static int fair_force_release(dlock_t *l) {
   const char *argv[] = {l->name, k.queue, l->channel};
   const size_t lens[] = {l->len, k.queue_len, l->channel_len};
   dlock__eval call = {&dlock__script_fair_force_release, 3, 0, argv, lens};
-  redisReply *reply;
-  rc = dlock__eval_run(l->c->conn, 1, &call, &reply, 0);
+  int64_t deleted;
+  rc = dlock__eval_integer(l, &call, &deleted);
   free_keys(&k);
-  if (rc != 0)
-    return rc;
-  int deleted = reply->type == REDIS_REPLY_INTEGER && reply->integer > 0;
-  freeReplyObject(reply);
-  return deleted;
+  return rc != 0 ? rc : deleted > 0;
 }
 
 const dlock__kind dlock__kind_fair = {

@@ -214,3 +214,22 @@ int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
   freeReplyObject(reply);
   return rc != 0 ? rc : finish_release(l, owner, left, known);
 }
+
+int dlock__eval_integer(dlock_t *l, const dlock__eval *call, int64_t *out) {
+  redisReply *reply;
+  int rc = dlock__eval_run(l->c->conn, 1, call, &reply, 0);
+  if (rc != 0)
+    return rc;
+  rc = dlock__decode_integer(reply, out);
+  freeReplyObject(reply);
+  return rc;
+}
+
+int dlock__force_release_plain(dlock_t *l, const char *message) {
+  const char *argv[] = {l->name, l->channel, message};
+  const size_t lens[] = {l->len, l->channel_len, strlen(message)};
+  dlock__eval call = {&dlock__script_force_release, 2, 1, argv, lens};
+  int64_t deleted;
+  int rc = dlock__eval_integer(l, &call, &deleted);
+  return rc != 0 ? rc : deleted > 0;
+}

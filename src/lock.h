@@ -92,6 +92,13 @@ size_t dlock__field_plain(dlock_t *l, uint64_t owner,
 
 /* ---- shared by the single-lock kinds (hashlock.c) ------------------------ */
 
+/* Runs one script on the lock's client and decodes its integer reply. */
+int dlock__eval_integer(dlock_t *l, const dlock__eval *call, int64_t *out);
+
+/* Deletes the lock hash and publishes 'message' on its channel if there
+ * was one: 1 deleted, 0 none, or an error. */
+int dlock__force_release_plain(dlock_t *l, const char *message);
+
 /* 1 when the client has a record of a hold of 'owner' (lost or not). */
 int dlock__has_hold(dlock_t *l, uint64_t owner);
 

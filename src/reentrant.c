@@ -68,17 +68,9 @@ static int reentrant_release(dlock_t *l, uint64_t owner) {
   return dlock__release_run(l, owner, &r, &a.call);
 }
 
+/* Deleting the lock lets one waiter per client try ("0"). */
 static int reentrant_force_release(dlock_t *l) {
-  const char *argv[] = {l->name, l->channel, "0"};
-  const size_t lens[] = {l->len, l->channel_len, 1};
-  dlock__eval call = {&dlock__script_force_release, 2, 1, argv, lens};
-  redisReply *reply;
-  int rc = dlock__eval_run(l->c->conn, 1, &call, &reply, 0);
-  if (rc != 0)
-    return rc;
-  int deleted = reply->type == REDIS_REPLY_INTEGER && reply->integer > 0;
-  freeReplyObject(reply);
-  return deleted;
+  return dlock__force_release_plain(l, "0");
 }
 
 const dlock__kind dlock__kind_reentrant = {

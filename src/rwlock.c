@@ -131,16 +131,7 @@ static int write_release(dlock_t *l, uint64_t owner) {
 /* Deleting a read-write lock frees every reader and the writer: all
  * waiters may try ("1"). */
 static int rw_force_release(dlock_t *l) {
-  const char *argv[] = {l->name, l->channel, "1"};
-  const size_t lens[] = {l->len, l->channel_len, 1};
-  dlock__eval call = {&dlock__script_force_release, 2, 1, argv, lens};
-  redisReply *reply;
-  int rc = dlock__eval_run(l->c->conn, 1, &call, &reply, 0);
-  if (rc != 0)
-    return rc;
-  int deleted = reply->type == REDIS_REPLY_INTEGER && reply->integer > 0;
-  freeReplyObject(reply);
-  return deleted;
+  return dlock__force_release_plain(l, "1");
 }
 
 const dlock__kind dlock__kind_read = {
