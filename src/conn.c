@@ -279,17 +279,27 @@ static int connect_locked(dlock__conn *c, int64_t deadline_us) {
     return dlock__fail(c->last_code ? c->last_code : DLOCK_EIO,
                        "%s (next reconnect in %lld ms)", c->last_err,
                        (long long)((c->retry_at_us - now + 999) / 1000));
-  int64_t budget_ms = (deadline_us - now) / 1000;
-  if (budget_ms > c->cfg.connect_timeout_ms)
-    budget_ms = c->cfg.connect_timeout_ms;
-  if (budget_ms < 1)
-    budget_ms = 1;
+  /* Connecting, and the handshake after it, fit in what is left of the
+   * caller's time: a server that accepts but does not answer (paused) must
+   * not hold a call for a connect timeout plus a command timeout. */
+  int64_t left_ms = (deadline_us - now) / 1000;
+  if (left_ms < 1)
+    left_ms = 1;
+  int64_t budget_ms = left_ms < c->cfg.connect_timeout_ms
+                          ? left_ms
+                          : c->cfg.connect_timeout_ms;
+  int64_t handshake_ms = left_ms < c->cfg.command_timeout_ms
+                             ? left_ms
+                             : c->cfg.command_timeout_ms;
   redisContext *ctx;
-  int rc = dlock__connect(c->cfg.ep, budget_ms, c->cfg.command_timeout_ms,
+  int rc = dlock__connect(c->cfg.ep, budget_ms, handshake_ms,
                           &ctx);
   if (rc == 0)
     rc = dlock__set_nonblocking(ctx) == 0 ? 0 : (redisFree(ctx), DLOCK_EIO);
   if (rc != 0) {
+    /* A failed connect backs off like a timeout: callers fail fast while
+     * the server stays away. */
+    c->timed_out = 1;
     fail_all_locked(c, rc, dlock_last_error());
     return rc;
   }

@@ -168,7 +168,8 @@ void dlock_free(dlock_t *l) {
   dlock__free(l->name);
   dlock__free(l->channel);
   dlock__free(l->token_key);
-  dlock__free(l->subs);
+  if (l->subs != NULL)
+    dlock__composite_free(l);
   dlock__free(l);
 }
 

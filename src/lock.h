@@ -26,7 +26,14 @@ struct dlock {
   size_t token_key_len;
   dlock_t **subs; /* composite: the handles it is made of (not owned) */
   size_t nsubs;
+  /* Composite: each owner's token and depth, so that a reentrant
+   * acquisition keeps the token of the first one (guarded by 'cmu'). */
+  struct dlock__chold *cholds;
+  pthread_mutex_t cmu;
 };
+
+/* Frees what a composite handle owns (its records), not the handle. */
+void dlock__composite_free(dlock_t *l);
 
 enum dlock__wait_by { DLOCK__WAIT_PUBSUB, DLOCK__WAIT_BACKOFF };
 

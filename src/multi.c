@@ -28,9 +28,15 @@ static int composite_new(dlock_t *const *locks, size_t n,
                          "lock %zu is itself a MultiLock or RedLock", i);
   }
   dlock_t *l = dlock__calloc(1, sizeof(*l));
-  if (l == NULL || (l->subs = dlock__calloc(n, sizeof(*l->subs))) == NULL ||
-      (l->name = dlock__strdup(kind->id == DLOCK_RED ? "(redlock)" : "(multilock)")) ==
-          NULL) {
+  if (l == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory creating a composite");
+  pthread_mutex_init(&l->cmu, NULL);
+  l->subs = dlock__calloc(n, sizeof(*l->subs));
+  l->name =
+      dlock__strdup(kind->id == DLOCK_RED ? "(redlock)" : "(multilock)");
+  if (l->subs == NULL || l->name == NULL) {
+    if (l->subs == NULL)
+      pthread_mutex_destroy(&l->cmu);
     dlock_free(l);
     return dlock__fail(DLOCK_ENOMEM, "out of memory creating a composite");
   }
@@ -48,6 +54,22 @@ int dlock_get_multi(dlock_t *const *locks, size_t n, dlock_t **out) {
 
 int dlock_get_red(dlock_t *const *locks, size_t n, dlock_t **out) {
   return composite_new(locks, n, &dlock__kind_red, out);
+}
+
+static int count_acquisition(dlock_t *l, uint64_t owner, uint64_t token);
+static void count_release(dlock_t *l, uint64_t owner);
+static uint64_t max_token(dlock_t *l, uint64_t owner);
+static int multi_release(dlock_t *l, uint64_t owner);
+static int red_release(dlock_t *l, uint64_t owner);
+
+/* Records a composite acquisition; if even that fails, gives it back. */
+static int record_composite(dlock_t *l, uint64_t owner) {
+  int rc = count_acquisition(l, owner, max_token(l, owner));
+  if (rc != 0) {
+    l->kind->release(l, owner);
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
+  }
+  return rc;
 }
 
 static int64_t ms_left(int64_t deadline_us) {
@@ -116,7 +138,7 @@ static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     held[busy] = 1;
   }
   dlock__free(held);
-  return rc;
+  return rc == 0 ? record_composite(l, owner) : rc;
 }
 
 /* Releases every part; DLOCK_ELOST when any had been lost, DLOCK_ENOTHELD
@@ -132,6 +154,8 @@ static int multi_release(dlock_t *l, uint64_t owner) {
     else if (rc != 0 && other == 0)
       other = rc;
   }
+  if ((size_t)notheld < l->nsubs)
+    count_release(l, owner);
   if (other != 0)
     return other;
   if (lost > 0)
@@ -187,6 +211,67 @@ static int composite_query(dlock_t *l, uint64_t owner, int what,
   return 0;
 }
 
+/* ---- per-owner records of a composite ------------------------------------ */
+
+struct dlock__chold {
+  struct dlock__chold *next;
+  uint64_t owner;
+  uint64_t token;
+  int depth; /* acquisitions not yet released */
+};
+
+void dlock__composite_free(dlock_t *l) {
+  while (l->cholds != NULL) {
+    struct dlock__chold *next = l->cholds->next;
+    dlock__free(l->cholds);
+    l->cholds = next;
+  }
+  dlock__free(l->subs);
+  pthread_mutex_destroy(&l->cmu);
+}
+
+static struct dlock__chold **find_chold(dlock_t *l, uint64_t owner) {
+  struct dlock__chold **p = &l->cholds;
+  while (*p != NULL && (*p)->owner != owner)
+    p = &(*p)->next;
+  return p;
+}
+
+/* Counts one more acquisition by 'owner'; the first fixes the token. */
+static int count_acquisition(dlock_t *l, uint64_t owner, uint64_t token) {
+  pthread_mutex_lock(&l->cmu);
+  struct dlock__chold **p = find_chold(l, owner);
+  if (*p == NULL && (*p = dlock__calloc(1, sizeof(**p))) != NULL) {
+    (*p)->owner = owner;
+    (*p)->token = token;
+  }
+  int ok = *p != NULL;
+  if (ok)
+    (*p)->depth++;
+  pthread_mutex_unlock(&l->cmu);
+  return ok ? 0 : dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
+}
+
+/* Counts one release by 'owner'; the record goes with the last. */
+static void count_release(dlock_t *l, uint64_t owner) {
+  pthread_mutex_lock(&l->cmu);
+  struct dlock__chold **p = find_chold(l, owner);
+  if (*p != NULL && --(*p)->depth <= 0) {
+    struct dlock__chold *gone = *p;
+    *p = gone->next;
+    dlock__free(gone);
+  }
+  pthread_mutex_unlock(&l->cmu);
+}
+
+static uint64_t composite_token(dlock_t *l, uint64_t owner) {
+  pthread_mutex_lock(&l->cmu);
+  struct dlock__chold *h = *find_chold(l, owner);
+  uint64_t token = h != NULL ? h->token : 0;
+  pthread_mutex_unlock(&l->cmu);
+  return token;
+}
+
 /* The largest of the parts' tokens: every part's counter went up when the
  * whole was taken, so for one set of names it increases with each holder. */
 static uint64_t max_token(dlock_t *l, uint64_t owner) {
@@ -207,7 +292,7 @@ const dlock__kind dlock__kind_multi = {
     .force_release = force_all,
     .acquire = multi_acquire,
     .query = composite_query,
-    .token = max_token,
+    .token = composite_token,
 };
 
 /* ---- RedLock ----------------------------------------------------------- */
@@ -403,7 +488,7 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     int64_t validity = lease - elapsed_ms - (lease / 100 + 2);
     if (granted >= quorum && validity > 0) {
       align_tokens(l, owner, held);
-      rc = 0;
+      rc = record_composite(l, owner);
       break;
     }
     int ok, lost, notheld, failed;
@@ -456,6 +541,7 @@ static int red_release(dlock_t *l, uint64_t owner) {
     return dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
   int ok, lost, notheld, failed;
   red_release_all(l, owner, NULL, &ok, &lost, &notheld, &failed);
+  count_release(l, owner);
   size_t quorum = l->nsubs / 2 + 1;
   if ((size_t)ok >= quorum)
     return 0;
@@ -476,5 +562,5 @@ const dlock__kind dlock__kind_red = {
     .force_release = force_all,
     .acquire = red_acquire,
     .query = composite_query,
-    .token = max_token,
+    .token = composite_token,
 };
