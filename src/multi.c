@@ -314,7 +314,8 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
   if (args == NULL || pend == NULL) {
     dlock__free(args);
     dlock__free(pend);
-    dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a RedLock");
+    for (size_t i = 0; i < n; i++)
+      state[i] = DLOCK_ENOMEM;
     return 0;
   }
   int64_t sent_us = dlock__now_us();
@@ -348,17 +349,20 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
 
 /* Releases the parts on the nodes marked in 'which' (all when NULL) at
  * once. Counts the outcomes. */
+typedef struct red_outcome {
+  int ok, lost, notheld, nomem, failed;
+} red_outcome;
+
 static void red_release_all(dlock_t *l, uint64_t owner,
-                            const unsigned char *which, int *ok, int *lost,
-                            int *notheld, int *failed) {
+                            const unsigned char *which, red_outcome *o) {
   size_t n = l->nsubs;
   dlock__release *rel = dlock__calloc(n, sizeof(*rel));
   dlock__call_args *args = dlock__calloc(n, sizeof(*args));
   dlock__pending *pend = dlock__calloc(n, sizeof(*pend));
   int *state = dlock__calloc(n, sizeof(*state));
-  *ok = *lost = *notheld = *failed = 0;
+  memset(o, 0, sizeof(*o));
   if (rel == NULL || args == NULL || pend == NULL || state == NULL) {
-    *failed = (int)n;
+    o->nomem = (int)n;
     goto out;
   }
   for (size_t i = 0; i < n; i++) {
@@ -391,11 +395,16 @@ static void red_release_all(dlock_t *l, uint64_t owner,
     dlock__release_end(&rel[i]);
     if (state[i] == 2)
       continue;
-    *ok += state[i] == 0;
-    *lost += state[i] == DLOCK_ELOST;
-    *notheld += state[i] == DLOCK_ENOTHELD;
-    *failed += state[i] != 0 && state[i] != DLOCK_ELOST &&
-               state[i] != DLOCK_ENOTHELD;
+    /* A part that could not even be sent for want of memory gets one
+     * more, plain, try: leaving it would leave the lock on that node. */
+    if (state[i] == DLOCK_ENOMEM)
+      state[i] = dlock_unlock_as(l->subs[i], owner);
+    o->ok += state[i] == 0;
+    o->lost += state[i] == DLOCK_ELOST;
+    o->notheld += state[i] == DLOCK_ENOTHELD;
+    o->nomem += state[i] == DLOCK_ENOMEM;
+    o->failed += state[i] != 0 && state[i] != DLOCK_ELOST &&
+                 state[i] != DLOCK_ENOTHELD && state[i] != DLOCK_ENOMEM;
   }
 out:
   dlock__free(rel);
@@ -471,6 +480,10 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     for (size_t i = 0; i < n; i++)
       held[i] = dlock_token_as(l->subs[i], owner) != 0;
     size_t answered = red_attempt(l, owner, lease_ms, state, &ttl_ms);
+    if (answered == 0 && state[0] == DLOCK_ENOMEM) {
+      rc = dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a RedLock");
+      break;
+    }
     size_t granted = 0;
     for (size_t i = 0; i < n; i++) {
       granted += state[i] == 0;
@@ -491,8 +504,8 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
       rc = record_composite(l, owner);
       break;
     }
-    int ok, lost, notheld, failed;
-    red_release_all(l, owner, undo, &ok, &lost, &notheld, &failed);
+    red_outcome undone;
+    red_release_all(l, owner, undo, &undone);
     if (answered < quorum) {
       rc = dlock__fail(DLOCK_ENOQUORUM,
                        "RedLock: only %zu of %zu nodes answered; %zu needed",
@@ -539,21 +552,23 @@ static int red_release(dlock_t *l, uint64_t owner) {
     known += dlock__has_hold(l->subs[i], owner);
   if (known == 0)
     return dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
-  int ok, lost, notheld, failed;
-  red_release_all(l, owner, NULL, &ok, &lost, &notheld, &failed);
-  count_release(l, owner);
+  red_outcome o;
+  red_release_all(l, owner, NULL, &o);
   size_t quorum = l->nsubs / 2 + 1;
-  if ((size_t)ok >= quorum)
+  if (o.nomem > 0)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory releasing a RedLock");
+  count_release(l, owner);
+  if ((size_t)o.ok >= quorum)
     return 0;
-  if (ok == 0 && lost == 0 && failed == 0)
+  if (o.ok == 0 && o.lost == 0 && o.failed == 0)
     return dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
-  if ((size_t)(ok + failed) < quorum && lost > 0)
+  if ((size_t)(o.ok + o.failed) < quorum && o.lost > 0)
     return dlock__fail(DLOCK_ELOST,
-                       "RedLock lost: only %d of %zu nodes still held it", ok,
+                       "RedLock lost: only %d of %zu nodes still held it", o.ok,
                        l->nsubs);
   return dlock__fail(DLOCK_ENOQUORUM,
-                     "RedLock released on %d of %zu nodes; %d unreachable", ok,
-                     l->nsubs, failed);
+                     "RedLock released on %d of %zu nodes; %d unreachable",
+                     o.ok, l->nsubs, o.failed);
 }
 
 const dlock__kind dlock__kind_red = {

@@ -55,10 +55,15 @@ static int is_noscript(const redisReply *r) {
 static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
                       const unsigned char *which, int with_body,
                       redisReply **replies, int64_t deadline_us) {
-  char **cmds = dlock__calloc(n, sizeof(*cmds));
-  size_t *lens = dlock__calloc(n, sizeof(*lens));
-  redisReply **got = dlock__calloc(n, sizeof(*got));
-  size_t *slot = dlock__calloc(n, sizeof(*slot));
+  /* One call (the common case) needs no allocation for the bookkeeping. */
+  char *cmd1;
+  size_t len1, slot1;
+  redisReply *got1;
+  int one = n == 1;
+  char **cmds = one ? &cmd1 : dlock__calloc(n, sizeof(*cmds));
+  size_t *lens = one ? &len1 : dlock__calloc(n, sizeof(*lens));
+  redisReply **got = one ? &got1 : dlock__calloc(n, sizeof(*got));
+  size_t *slot = one ? &slot1 : dlock__calloc(n, sizeof(*slot));
   size_t m = 0;
   int rc = 0;
   if (cmds == NULL || lens == NULL || got == NULL || slot == NULL)
@@ -76,10 +81,12 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
       replies[slot[j]] = got[j];
     redisFreeCommand(cmds[j]);
   }
-  dlock__free(cmds);
-  dlock__free(lens);
-  dlock__free(got);
-  dlock__free(slot);
+  if (!one) {
+    dlock__free(cmds);
+    dlock__free(lens);
+    dlock__free(got);
+    dlock__free(slot);
+  }
   return rc;
 }
 
