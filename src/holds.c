@@ -109,6 +109,25 @@ void dlock__holds_remove(dlock__holds *h, dlock__hold *hold) {
   dlock__free(hold);
 }
 
+void dlock__holds_remove_if(dlock__holds *h,
+                            int (*pred)(const dlock__hold *, void *),
+                            void *arg) {
+  for (size_t i = 0; i < h->nbuckets; i++) {
+    dlock__hold **p = &h->buckets[i];
+    while (*p != NULL) {
+      dlock__hold *e = *p;
+      if (pred(e, arg)) {
+        *p = e->next;
+        h->count--;
+        dlock__free(e->name);
+        dlock__free(e);
+      } else {
+        p = &e->next;
+      }
+    }
+  }
+}
+
 void dlock__holds_each(dlock__holds *h, void (*fn)(dlock__hold *, void *),
                        void *arg) {
   for (size_t i = 0; i < h->nbuckets; i++)

@@ -48,6 +48,11 @@ dlock__hold *dlock__holds_put(dlock__holds *h, const char *name, size_t len,
 
 void dlock__holds_remove(dlock__holds *h, dlock__hold *hold);
 
+/* Removes every hold for which 'pred' returns non-zero. */
+void dlock__holds_remove_if(dlock__holds *h,
+                            int (*pred)(const dlock__hold *, void *),
+                            void *arg);
+
 /* Calls 'fn' for every hold; 'fn' must not add or remove holds. */
 void dlock__holds_each(dlock__holds *h, void (*fn)(dlock__hold *, void *),
                        void *arg);

@@ -229,10 +229,21 @@ static size_t apply_round(dlock_client_t *c, round *r, int rc,
   return nlost;
 }
 
+/* A hold with a fixed lease that was never released has expired on the
+ * server; a second past its lease, the record goes too, so that programs
+ * that let leases run out do not grow the table for ever. (Its owner's
+ * unlock then says DLOCK_ENOTHELD rather than DLOCK_ELOST.) */
+static int lease_long_over(const dlock__hold *h, void *arg) {
+  int64_t now = *(const int64_t *)arg;
+  return !h->watchdog && now > h->confirmed_us + (h->lease_ms + 1000) * 1000;
+}
+
 /* One renewal round; returns 0 when Redis answered it. */
 static int renew_round(dlock_client_t *c) {
   round r = {.c = c};
+  int64_t now = dlock__now_us();
   pthread_mutex_lock(&c->mu);
+  dlock__holds_remove_if(&c->holds, lease_long_over, &now);
   dlock__holds_each(&c->holds, collect_one, &r);
   pthread_mutex_unlock(&c->mu);
   if (r.n == 0) {

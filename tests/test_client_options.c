@@ -133,3 +133,31 @@ TEST(shutdown_of_a_queued_fair_waiter_leaves_the_queue) {
   dlock_client_close(holder);
   rp_free(s);
 }
+
+/* Internal view, to check the client forgets holds whose lease ran out. */
+#include "client.h"
+#include "watchdog.h"
+
+TEST(expired_lease_records_are_forgotten) {
+  rp_options_t ro;
+  rp_options_init(&ro);
+  rp_server_t *s;
+  ASSERT_EQ(rp_start(&ro, &s), 0);
+  dlock_client_t *c = open_client(rp_url(s), 0);
+  ASSERT_NOT_NULL(c);
+  /* A program that takes short leases and lets them run out. */
+  for (int i = 0; i < 100; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "lease-%d", i);
+    dlock_t *l;
+    ASSERT_DLOCK_OK(dlock_get(c, name, &l));
+    ASSERT_DLOCK_OK(dlock_trylock(l, 0, 50));
+    dlock_free(l);
+  }
+  ASSERT_EQ((int64_t)c->holds.count, 100);
+  test_sleep_ms(1200); /* past lease + the one-second grace */
+  dlock__watchdog_renew_now(c);
+  ASSERT_EQ((int64_t)c->holds.count, 0);
+  dlock_client_close(c);
+  rp_free(s);
+}
