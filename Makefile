@@ -2,7 +2,9 @@
 #
 #   make            build into build/ (optimized, with debug info)
 #   make test       install missing dependencies, build with -Werror, run
-#                   every test, then again in build-asan/ under ASan+UBSan
+#                   every test, then again in build-asan/ under ASan+UBSan,
+#                   then each fuzz target briefly (scripts/fuzz.sh)
+#   make fuzz       fuzz each target for FUZZ_SECONDS (default 20) with clang
 #   make install    install into $(PREFIX) (default /usr/local); DESTDIR works
 #   make demo       build and run the stock demo (scripts/demo.sh)
 #   make bench      build and run the benchmarks (bench/run.sh)
@@ -18,6 +20,8 @@ CMAKE ?= cmake
 CTEST ?= ctest
 JOBS ?= 2
 CMAKE_FLAGS ?=
+# Fuzzing time per target at the end of "make test".
+TEST_FUZZ_SECONDS ?= 15
 
 # Quieter nested makes (cmake --build runs make again).
 MAKEFLAGS += --no-print-directory
@@ -30,7 +34,7 @@ FORMAT_FILES = $(wildcard include/*.h src/*.c src/*.h tools/*.c tools/*.h \
 	tests/*.c tests/*.h tests/harness/*.c tests/harness/*.h \
 	examples/*.c examples/*.h bench/*.c bench/*.h)
 
-.PHONY: all build test test-build test-asan install demo bench deps format clean help
+.PHONY: all build test test-build test-asan fuzz install demo bench deps format clean help
 
 all: build
 
@@ -43,6 +47,7 @@ test:
 	@scripts/install-deps.sh
 	$(MAKE) --no-print-directory test-build
 	$(MAKE) --no-print-directory test-asan
+	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) scripts/fuzz.sh
 
 test-build:
 	$(CONFIGURE) -DDLOCK_WERROR=ON
@@ -56,6 +61,10 @@ test-asan:
 		-DDLOCK_SANITIZE=address -DDLOCK_WERROR=ON $(CMAKE_FLAGS)
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
+
+# libFuzzer targets (tests/fuzz), built with clang in build-fuzz/.
+fuzz:
+	scripts/fuzz.sh
 
 # Configured again with the prefix, which dlock.pc records.
 install:
@@ -83,7 +92,7 @@ format:
 	clang-format -i $(FORMAT_FILES)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
 
 help:
-	@sed -n '3,11s/^# \{0,1\}//p' Makefile
+	@sed -n '3,13s/^# \{0,1\}//p' Makefile
