@@ -3,6 +3,8 @@
 #   make            build into build/ (optimized, with debug info)
 #   make test       install missing dependencies, build with -Werror, run
 #                   every test, then again in build-asan/ under ASan+UBSan,
+#                   in build-tsan/ under TSan, in build-valgrind/ under
+#                   valgrind memcheck,
 #                   then each fuzz target briefly (scripts/fuzz.sh)
 #   make fuzz       fuzz each target for FUZZ_SECONDS (default 20) with clang
 #   make install    install into $(PREFIX) (default /usr/local); DESTDIR works
@@ -15,6 +17,8 @@
 PREFIX ?= /usr/local
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+VALGRIND_BUILD ?= build-valgrind
 BUILD_TYPE ?= RelWithDebInfo
 CMAKE ?= cmake
 CTEST ?= ctest
@@ -34,7 +38,7 @@ FORMAT_FILES = $(wildcard include/*.h src/*.c src/*.h tools/*.c tools/*.h \
 	tests/*.c tests/*.h tests/harness/*.c tests/harness/*.h \
 	examples/*.c examples/*.h bench/*.c bench/*.h)
 
-.PHONY: all build test test-build test-asan fuzz install demo bench deps format clean help
+.PHONY: all build test test-build test-asan test-tsan test-valgrind fuzz install demo bench deps format clean help
 
 all: build
 
@@ -47,6 +51,8 @@ test:
 	@scripts/install-deps.sh
 	$(MAKE) --no-print-directory test-build
 	$(MAKE) --no-print-directory test-asan
+	$(MAKE) --no-print-directory test-tsan
+	$(MAKE) --no-print-directory test-valgrind
 	FUZZ_SECONDS=$(TEST_FUZZ_SECONDS) scripts/fuzz.sh
 
 test-build:
@@ -61,6 +67,23 @@ test-asan:
 		-DDLOCK_SANITIZE=address -DDLOCK_WERROR=ON $(CMAKE_FLAGS)
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
+
+# Also Debug. The tests carry the sanitizer options that make a report fail
+# them (tests/CMakeLists.txt).
+test-tsan:
+	$(CMAKE) -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug \
+		-DDLOCK_SANITIZE=thread -DDLOCK_WERROR=ON $(CMAKE_FLAGS)
+	$(CMAKE) --build $(TSAN_BUILD) -j $(JOBS)
+	cd $(TSAN_BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
+
+# The whole suite, unit and integration tests, under valgrind memcheck
+# (about 4 minutes on 2 cores), with longer per-test limits. An optimized
+# build, as shipped, where the sanitizer trees are Debug builds.
+test-valgrind:
+	$(CMAKE) -S . -B $(VALGRIND_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		-DDLOCK_VALGRIND=ON -DDLOCK_WERROR=ON $(CMAKE_FLAGS)
+	$(CMAKE) --build $(VALGRIND_BUILD) -j $(JOBS)
+	cd $(VALGRIND_BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
 
 # libFuzzer targets (tests/fuzz), built with clang in build-fuzz/.
 fuzz:
@@ -92,7 +115,7 @@ format:
 	clang-format -i $(FORMAT_FILES)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) build-fuzz
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(VALGRIND_BUILD) build-fuzz
 
 help:
-	@sed -n '3,13s/^# \{0,1\}//p' Makefile
+	@sed -n '3,/^$$/s/^# \{0,1\}//p' Makefile

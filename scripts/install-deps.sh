@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what dlock needs to build and test, on Debian or Ubuntu:
 # cmake (>= 3.25), a C compiler, make, pkg-config, libhiredis-dev,
-# redis-server and redis-tools (redis-cli, redis-benchmark).
+# redis-server and redis-tools (redis-cli, redis-benchmark), and valgrind,
+# under which "make test" runs the suite once more.
 #
 # Prints nothing and exits 0 when everything is there, so "make test" can
 # run it every time. Installs only what is missing, with apt-get, as root or
@@ -51,6 +52,7 @@ check() {
   hiredis_ok || missing+=(libhiredis-dev)
   have redis-server || installed redis-server || missing+=(redis-server)
   { have redis-cli && have redis-benchmark; } || missing+=(redis-tools)
+  have valgrind || missing+=(valgrind)
 }
 
 give_up() {
