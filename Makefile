@@ -10,6 +10,7 @@
 #   make install    install into $(PREFIX) (default /usr/local); DESTDIR works
 #   make demo       build and run the stock demo (scripts/demo.sh)
 #   make bench      build and run the benchmarks (bench/run.sh)
+#   make chaos      the long fault-injection run, several minutes (not in CI)
 #   make deps       install what the build and the tests need (Debian)
 #   make format     clang-format the C sources in place
 #   make clean      remove the build trees
@@ -38,7 +39,7 @@ FORMAT_FILES = $(wildcard include/*.h src/*.c src/*.h tools/*.c tools/*.h \
 	tests/*.c tests/*.h tests/harness/*.c tests/harness/*.h \
 	examples/*.c examples/*.h bench/*.c bench/*.h)
 
-.PHONY: all build test test-build test-asan test-tsan test-valgrind fuzz install demo bench deps format clean help
+.PHONY: all build test test-build test-asan test-tsan test-valgrind fuzz install demo bench chaos deps format clean help
 
 all: build
 
@@ -107,6 +108,15 @@ bench:
 	$(MAKE) --no-print-directory build
 	@test -x bench/run.sh || { echo "make bench: bench/run.sh is missing" >&2; exit 1; }
 	BUILD_DIR=$(abspath $(BUILD)) bench/run.sh
+
+# Every fault scenario alone, then the mixed ones, each with a summary
+# (tests/chaos, docs/reliability.md). CHAOS_ARGS picks others, e.g.
+# CHAOS_ARGS="--duration 600 mixed".
+CHAOS_ARGS ?= all
+chaos:
+	@scripts/install-deps.sh
+	$(MAKE) --no-print-directory build
+	$(BUILD)/dlock_chaos $(CHAOS_ARGS)
 
 deps:
 	@scripts/install-deps.sh

@@ -1,0 +1,207 @@
+/*
+ * Library defects found by the chaos runs, each reduced to a deterministic
+ * test. They are built as dlock_chaos_repro, outside ctest, and fail for
+ * as long as the defects are there; once one is fixed, its test belongs
+ * among the lock tests.
+ *
+ * The first defect: when a final dlock_unlock fails without releasing
+ * (DLOCK_EIO because Redis is restarting, or an error reply such as -OOM or the
+ * -LOADING of a server reading its AOF), the client keeps the hold in its
+ * table. The same owner's next dlock_lock is then taken as a reentrant
+ * acquisition of that stale hold: no new fencing token, a hold count of 2
+ * in Redis, and the caller's balanced unlock returns 0 while the lock
+ * stays held, and renewed by the watchdog, for as long as the owner keeps
+ * locking. The header promises instead that such a hold "expires with its
+ * lease".
+ */
+#include <string.h>
+
+#include "harness/redis_proc.h"
+#include "harness/test.h"
+
+static void ok_reply(redisReply *r) {
+  ASSERT_NOT_NULL(r);
+  ASSERT(r->type != REDIS_REPLY_ERROR);
+  freeReplyObject(r);
+}
+
+TEST(lock_after_failed_unlock_is_a_fresh_hold) {
+  rp_server_t *s = NULL;
+  ASSERT_EQ(rp_start(NULL, &s), 0);
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = rp_url(s);
+  o.command_timeout_ms = 300;
+  o.watchdog_timeout_ms = 600;
+  dlock_client_t *c = NULL;
+  ASSERT_DLOCK_OK(dlock_client_open(&o, &c));
+  dlock_t *l = NULL;
+  ASSERT_DLOCK_OK(dlock_get(c, "repro", &l));
+
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  uint64_t first = dlock_token(l);
+
+  /* Redis refuses the release script's writes for a moment. */
+  ok_reply(rp_cmd(s, "CONFIG SET maxmemory 1"));
+  int rc = dlock_unlock(l);
+  ok_reply(rp_cmd(s, "CONFIG SET maxmemory 0"));
+  printf("unlock while Redis refused writes: %s (%s)\n", dlock_err_name(rc),
+         dlock_last_error());
+  ASSERT_NE(rc, 0);
+
+  /* The caller moves on: a new lock/unlock pair. */
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  uint64_t second = dlock_token(l);
+  int count = dlock_hold_count(l);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  printf("tokens %llu then %llu; hold count after the new lock %d; locked "
+         "after its unlock: %d\n",
+         (unsigned long long)first, (unsigned long long)second, count,
+         dlock_is_locked(l));
+
+  /* A new acquisition has a new token, and its unlock frees the lock; at
+   * the latest, the failed hold's lease has run out by now. */
+  ASSERT_GT(second, first);
+  ASSERT_EQ(count, 1);
+  test_sleep_ms(o.watchdog_timeout_ms * 2);
+  ASSERT_EQ(dlock_is_locked(l), 0);
+
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+/* The same through DLOCK_EIO: the unlock comes while Redis is down, and
+ * Redis comes back with the lock from its AOF. */
+TEST(lock_after_unlock_during_restart_is_a_fresh_hold) {
+  rp_options_t ro;
+  rp_options_init(&ro);
+  ro.appendonly = 1;
+  rp_server_t *s = NULL;
+  ASSERT_EQ(rp_start(&ro, &s), 0);
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = rp_url(s);
+  o.command_timeout_ms = 300;
+  o.watchdog_timeout_ms = 3000;
+  dlock_client_t *c = NULL;
+  ASSERT_DLOCK_OK(dlock_client_open(&o, &c));
+  dlock_t *l = NULL;
+  ASSERT_DLOCK_OK(dlock_get(c, "repro", &l));
+
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  uint64_t first = dlock_token(l);
+  ASSERT_EQ(rp_kill(s), 0);
+  int rc = dlock_unlock(l);
+  ASSERT_EQ(rp_restart(s), 0);
+  printf("unlock while Redis was down: %s\n", dlock_err_name(rc));
+  ASSERT_EQ(rc, DLOCK_EIO);
+
+  /* The client waits a little before it reconnects after failures. */
+  for (int i = 0; i < 50 && (rc = dlock_lock(l, DLOCK_WATCHDOG)) == DLOCK_EIO;
+       i++)
+    test_sleep_ms(20);
+  ASSERT_DLOCK_OK(rc);
+  uint64_t second = dlock_token(l);
+  int count = dlock_hold_count(l);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  printf("tokens %llu then %llu; hold count after the new lock %d; locked "
+         "after its unlock: %d\n",
+         (unsigned long long)first, (unsigned long long)second, count,
+         dlock_is_locked(l));
+  ASSERT_GT(second, first);
+  ASSERT_EQ(count, 1);
+
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+/*
+ * A second, milder defect, which the checker counts as a "reentrant token
+ * change" and a "loss reported as ENOTHELD": a reentrant acquisition by an
+ * owner whose first hold has expired (its lease ran out, or Redis lost it)
+ * silently starts a new hold with a new token and a count of 1. The inner
+ * unlock then frees the lock while the outer critical section still runs,
+ * and the outer unlock says DLOCK_ENOTHELD; DLOCK_ELOST is never reported.
+ */
+TEST(reentrant_lock_after_expiry_reports_the_loss) {
+  rp_server_t *s = NULL;
+  ASSERT_EQ(rp_start(NULL, &s), 0);
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = rp_url(s);
+  dlock_client_t *c = NULL;
+  ASSERT_DLOCK_OK(dlock_client_open(&o, &c));
+  dlock_t *l = NULL;
+  ASSERT_DLOCK_OK(dlock_get(c, "repro", &l));
+
+  ASSERT_DLOCK_OK(dlock_lock(l, 200));
+  uint64_t outer = dlock_token(l);
+  test_sleep_ms(400); /* the critical section outlives the lease */
+  int rc = dlock_trylock(l, 0, 200);
+  uint64_t inner = dlock_token(l);
+  int inner_unlock = rc == 0 ? dlock_unlock(l) : rc;
+  int locked_between = dlock_is_locked(l);
+  int outer_unlock = dlock_unlock(l);
+  printf("reentrant trylock %s, tokens %llu then %llu; inner unlock %s; "
+         "locked before the outer unlock: %d; outer unlock %s\n",
+         dlock_err_name(rc), (unsigned long long)outer,
+         (unsigned long long)inner, dlock_err_name(inner_unlock),
+         locked_between, dlock_err_name(outer_unlock));
+  /* Whichever unlock learns of it, the loss must be reported as such. */
+  ASSERT(inner_unlock == DLOCK_ELOST || outer_unlock == DLOCK_ELOST ||
+         rc == DLOCK_ELOST);
+
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+/*
+ * A third: a RedLock whose parts were all released or found lost answers
+ * its next unlock DLOCK_ENOTHELD from its records, without forgetting the
+ * owner's per-RedLock record; the owner's every later acquisition is then
+ * counted as a reentrant one and keeps that old token for good, below the
+ * tokens other holders got meanwhile. In the chaos run it follows a holder
+ * stopped past its lease inside a reentrant hold: the inner unlock says
+ * DLOCK_ELOST, the outer one DLOCK_ENOTHELD.
+ */
+TEST(redlock_token_after_lost_reentrant_hold) {
+  enum { N = 3 };
+  rp_server_t *s[N];
+  dlock_client_t *c[N];
+  dlock_t *part[N];
+  for (int i = 0; i < N; i++) {
+    ASSERT_EQ(rp_start(NULL, &s[i]), 0);
+    dlock_options_t o;
+    dlock_options_init(&o);
+    o.url = rp_url(s[i]);
+    ASSERT_DLOCK_OK(dlock_client_open(&o, &c[i]));
+    ASSERT_DLOCK_OK(dlock_get(c[i], "repro", &part[i]));
+  }
+  dlock_t *red = NULL;
+  ASSERT_DLOCK_OK(dlock_get_red(part, N, &red));
+
+  ASSERT_DLOCK_OK(dlock_lock(red, 200));
+  ASSERT_DLOCK_OK(dlock_trylock(red, 0, 200));
+  uint64_t first = dlock_token(red);
+  test_sleep_ms(400); /* both holds' lease runs out */
+  int inner = dlock_unlock(red);
+  int outer = dlock_unlock(red);
+  ASSERT_DLOCK_OK(dlock_lock(red, 200));
+  uint64_t second = dlock_token(red);
+  printf("unlocks after expiry: %s then %s; tokens %llu then %llu\n",
+         dlock_err_name(inner), dlock_err_name(outer),
+         (unsigned long long)first, (unsigned long long)second);
+  /* A new acquisition after the old hold was given up has a new token. */
+  ASSERT_GT(second, first);
+  ASSERT_DLOCK_OK(dlock_unlock(red));
+
+  dlock_free(red);
+  for (int i = 0; i < N; i++) {
+    dlock_free(part[i]);
+    dlock_client_close(c[i]);
+    rp_free(s[i]);
+  }
+}
