@@ -11,6 +11,8 @@
 #   make demo       build and run the stock demo (scripts/demo.sh)
 #   make bench      build and run the benchmarks (bench/run.sh)
 #   make chaos      the long fault-injection run, several minutes (not in CI)
+#   make soak       SOAK_SECONDS (600) of mixed load and faults on every lock
+#                   kind, watching memory and descriptors (not in CI)
 #   make deps       install what the build and the tests need (Debian)
 #   make format     clang-format the C sources in place
 #   make clean      remove the build trees
@@ -39,7 +41,7 @@ FORMAT_FILES = $(wildcard include/*.h src/*.c src/*.h tools/*.c tools/*.h \
 	tests/*.c tests/*.h tests/harness/*.c tests/harness/*.h \
 	examples/*.c examples/*.h bench/*.c bench/*.h)
 
-.PHONY: all build test test-build test-asan test-tsan test-valgrind fuzz install demo bench chaos deps format clean help
+.PHONY: all build test test-build test-asan test-tsan test-valgrind fuzz install demo bench chaos soak deps format clean help
 
 all: build
 
@@ -117,6 +119,14 @@ chaos:
 	@scripts/install-deps.sh
 	$(MAKE) --no-print-directory build
 	$(BUILD)/dlock_chaos $(CHAOS_ARGS)
+
+# Long mixed load with faults (tests/soak, scripts/soak.sh); the verdict
+# says whether memory or descriptors grew.
+SOAK_SECONDS ?= 600
+soak:
+	@scripts/install-deps.sh
+	$(MAKE) --no-print-directory build
+	BUILD_DIR=$(abspath $(BUILD)) SOAK_SECONDS=$(SOAK_SECONDS) scripts/soak.sh
 
 deps:
 	@scripts/install-deps.sh
