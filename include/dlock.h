@@ -310,7 +310,11 @@ DLOCK_EXPORT int dlock_trylock(dlock_t *l, int64_t wait_ms, int64_t lease_ms);
  * reaches 0, and one waiter per process is woken. Returns 0;
  * DLOCK_ENOTHELD when this owner holds nothing; DLOCK_ELOST when this owner
  * held it but it expired or was deleted meanwhile (the critical section may
- * have overlapped with another holder's). An unlock whose reply is lost (a
+ * have overlapped with another holder's). A lost lock that was taken n
+ * times reports DLOCK_ELOST to each of its n unlocks; until they are done,
+ * the owner's dlock_lock on it fails with DLOCK_ELOST too, rather than
+ * quietly start a new hold inside a critical section that lost its
+ * protection. An unlock whose reply is lost (a
  * timeout, a dropped connection) is sent again, up to unlock_retries times,
  * each with its own command timeout; the retry cannot release twice. When
  * every attempt failed (DLOCK_EIO), a last hold is no longer renewed: it

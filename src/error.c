@@ -60,6 +60,12 @@ int dlock__fail_text(int code, const char *text) {
 /* Redis reports missing credentials and permissions with these prefixes;
  * everything else is an ordinary server error (OOM, READONLY, BUSY...). */
 static int is_auth_error(const char *text, size_t len) {
+  /* Redis 7 reports a command refused inside a script this way, naming
+   * neither the command nor the script. */
+  static const char script_acl[] = "user executing the script can't run";
+  for (size_t i = 0; i + sizeof(script_acl) - 1 <= len; i++)
+    if (memcmp(text + i, script_acl, sizeof(script_acl) - 1) == 0)
+      return 1;
   static const char *const prefixes[] = {"NOAUTH", "WRONGPASS", "NOPERM",
                                          "ERR invalid password",
                                          "ERR AUTH", "ERR Client sent AUTH"};
@@ -72,8 +78,16 @@ static int is_auth_error(const char *text, size_t len) {
 }
 
 int dlock__fail_reply(const char *text, size_t len) {
+  return dlock__fail_reply_in(text, len, NULL);
+}
+
+int dlock__fail_reply_in(const char *text, size_t len, const char *script) {
   int code = is_auth_error(text, len) ? DLOCK_EAUTH : DLOCK_ESERVER;
-  int shown = len > DETAIL_MAX - 16 ? DETAIL_MAX - 16 : (int)len;
-  snprintf(detail, sizeof(detail), "redis: %.*s", shown, text);
+  int shown = len > DETAIL_MAX - 80 ? DETAIL_MAX - 80 : (int)len;
+  if (script != NULL)
+    snprintf(detail, sizeof(detail), "redis: %.*s (in dlock's %s script)",
+             shown, text, script);
+  else
+    snprintf(detail, sizeof(detail), "redis: %.*s", shown, text);
   return code;
 }

@@ -23,4 +23,8 @@ int dlock__fail_text(int code, const char *text);
 /* Maps the text of a Redis error reply to a code and records it. */
 int dlock__fail_reply(const char *text, size_t len);
 
+/* The same for an error raised inside one of dlock's scripts, named in the
+ * detail (Redis itself names only its SHA-1). */
+int dlock__fail_reply_in(const char *text, size_t len, const char *script);
+
 #endif

@@ -304,6 +304,9 @@ int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
                             : dlock__now_us() + wait_ms * 1000;
   if (l->kind->acquire != NULL)
     return l->kind->acquire(l, owner, wait_ms, lease_ms, deadline_us);
+  rc = dlock__settle_before_acquire(l, owner);
+  if (rc != 0)
+    return rc;
   int64_t ttl_ms;
   rc = l->kind->try_acquire(l, owner, lease_ms, wait_ms != 0, &ttl_ms);
   if (rc != 1)

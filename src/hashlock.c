@@ -42,9 +42,11 @@ static int record_hold(dlock_t *l, uint64_t owner, const dlock__acquired *a,
   dlock__hold *h =
       dlock__holds_put(&c->holds, l->name, l->len, owner, l->kind->id);
   if (h != NULL) {
-    /* A reentrant acquisition keeps the token of the hold it extends. */
-    if (h->count == 0 || h->lost || a->count == 1)
+    /* A reentrant acquisition keeps the token of the hold it extends; a
+     * first one (count 1 on the server) brings a new token. */
+    if (h->count == 0 || a->count == 1)
       h->token = a->token;
+    h->abandoned = 0;
     h->count = (int)a->count;
     h->watchdog = lease_ms == DLOCK_WATCHDOG;
     h->lease_ms = h->watchdog ? c->opt.watchdog_timeout_ms : lease_ms;
@@ -56,6 +58,38 @@ static int record_hold(dlock_t *l, uint64_t owner, const dlock__acquired *a,
                    : dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
 }
 
+/* Marks the owner's hold lost: each of its 'count' unlocks will say so. */
+static void mark_lost(dlock_t *l, uint64_t owner) {
+  dlock_client_t *c = l->c;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  if (h != NULL)
+    h->lost = 1;
+  pthread_mutex_unlock(&c->mu);
+}
+
+static int lost_error(const dlock_t *l) {
+  return dlock__fail(DLOCK_ELOST,
+                     "lock \"%.100s\" was lost while held (its lease ran out "
+                     "or it was deleted); unlock what this owner took",
+                     l->name);
+}
+
+int dlock__settle_before_acquire(dlock_t *l, uint64_t owner) {
+  dlock_client_t *c = l->c;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  int lost = h != NULL && h->lost, abandoned = h != NULL && h->abandoned;
+  pthread_mutex_unlock(&c->mu);
+  if (lost)
+    return lost_error(l);
+  /* The owner's last unlock failed: finish it, so that this acquisition
+   * is a new hold (with a new token) and not a silent continuation. */
+  return abandoned ? l->kind->release(l, owner) : 0;
+}
+
 int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
                           redisReply *reply, int64_t sent_us,
                           int64_t *ttl_ms) {
@@ -64,6 +98,12 @@ int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
   freeReplyObject(reply);
   if (rc != 0)
     return rc;
+  if (a.gone) {
+    /* The owner asked again while its earlier hold had already expired:
+     * the critical section it is in is no longer protected. */
+    mark_lost(l, owner);
+    return lost_error(l);
+  }
   if (!a.held) {
     *ttl_ms = a.ttl_ms;
     return 1;
@@ -99,15 +139,13 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
       dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
   int lost = h != NULL && h->lost;
   r->known = h != NULL;
+  r->abandoned = h != NULL && h->abandoned;
   r->lease_ms = h != NULL ? h->lease_ms : c->opt.watchdog_timeout_ms;
-  if (lost)
+  if (lost && --h->count <= 0)
     dlock__holds_remove(&c->holds, h);
   pthread_mutex_unlock(&c->mu);
   if (lost)
-    return dlock__fail(DLOCK_ELOST,
-                       "lock \"%.100s\" was lost while held (a renewal found "
-                       "it expired or deleted)",
-                       l->name);
+    return lost_error(l);
   snprintf(r->lease, sizeof(r->lease), "%" PRId64, r->lease_ms);
   /* The latch must outlive every retry of this request. */
   snprintf(r->latch_ttl, sizeof(r->latch_ttl), "%" PRId64,
@@ -133,15 +171,24 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
 
 /* Applies Redis's answer to a release: the holds left, or -1 for none. */
 static int finish_release(dlock_t *l, uint64_t owner, int64_t left,
-                          int known) {
+                          int known, int abandoned) {
   dlock_client_t *c = l->c;
+  /* An abandoned hold (its unlock failed) found gone was released by that
+   * unlock after all, or expired as intended. */
+  if (left < 0 && abandoned)
+    left = 0;
   pthread_mutex_lock(&c->mu);
   dlock__hold *h =
       dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
-  if (h != NULL && left > 0)
+  if (h != NULL && left > 0) {
     h->count = (int)left;
-  else if (h != NULL)
+  } else if (h != NULL && left < 0 && h->count > 1) {
+    /* Lost with more holds outstanding: the rest report it too. */
+    h->lost = 1;
+    h->count--;
+  } else if (h != NULL) {
     dlock__holds_remove(&c->holds, h);
+  }
   pthread_mutex_unlock(&c->mu);
   if (left >= 0)
     return 0;
@@ -169,16 +216,19 @@ static void wait_for_reconnect(dlock_client_t *c) {
   }
 }
 
-/* An unlock that could not reach Redis leaves the lock held there; the
- * watchdog must not keep it alive for ever, so a last hold is left to
- * expire with its lease. */
-static void stop_renewing_last_hold(dlock_t *l, uint64_t owner) {
+/* An unlock that failed (Redis unreachable, or an error reply) may leave
+ * the lock held there. The watchdog must not keep it alive for ever, so a
+ * last hold is left to expire with its lease, and marked abandoned: the
+ * owner's next lock or unlock finishes the release first. */
+static void abandon_last_hold(dlock_t *l, uint64_t owner) {
   dlock_client_t *c = l->c;
   pthread_mutex_lock(&c->mu);
   dlock__hold *h =
       dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
-  if (h != NULL && h->count <= 1)
+  if (h != NULL && h->count <= 1) {
     h->watchdog = 0;
+    h->abandoned = 1;
+  }
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -199,20 +249,20 @@ int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
     wait_for_reconnect(c);
   }
   if (rc != 0)
-    stop_renewing_last_hold(l, owner);
-  int known = r->known;
+    abandon_last_hold(l, owner);
   dlock__release_end(r);
   if (rc != 0)
     return rc;
-  return dlock__finish_release(l, owner, reply, known);
+  return dlock__finish_release(l, owner, reply, r);
 }
 
 int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
-                          int known) {
+                          const dlock__release *r) {
   int64_t left;
   int rc = dlock__decode_integer(reply, &left);
   freeReplyObject(reply);
-  return rc != 0 ? rc : finish_release(l, owner, left, known);
+  return rc != 0 ? rc
+                 : finish_release(l, owner, left, r->known, r->abandoned);
 }
 
 int dlock__eval_integer(dlock_t *l, const dlock__eval *call, int64_t *out) {

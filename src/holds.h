@@ -22,7 +22,8 @@ typedef struct dlock__hold {
   uint64_t token;    /* fencing token of this hold */
   int64_t lease_ms;  /* lease sent with the acquisition */
   int watchdog;      /* renewed in the background */
-  int lost;          /* a renewal found it gone */
+  int lost;          /* found gone; 'count' unlocks left to report it */
+  int abandoned;     /* its last unlock failed: finish it before reuse */
   int64_t confirmed_us; /* when Redis last confirmed it (send time) */
   uint64_t seq;      /* tells a re-acquired hold from the one it replaced */
 } dlock__hold;

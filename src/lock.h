@@ -123,6 +123,7 @@ int dlock__run_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
 typedef struct dlock__release {
   int64_t lease_ms; /* lease to restore while still held */
   int known;        /* the client had a record of the hold */
+  int abandoned;    /* ... whose last unlock had failed */
   char lease[24];
   char latch_ttl[24];
   char *latch; /* redisson_unlock_latch:{name}:<request-id> */
@@ -166,8 +167,13 @@ int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
                           int64_t *ttl_ms);
 
 /* The second half of dlock__release_run: decodes a release reply (taking
- * it) and applies it; 'known' as from dlock__release_begin. */
+ * it) and applies it, with what dlock__release_begin found in 'r'. */
 int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
-                          int known);
+                          const dlock__release *r);
+
+/* Before a single lock is acquired: DLOCK_ELOST when the owner's hold was
+ * found lost (its unlocks report it), and an abandoned hold's release is
+ * finished first. 0 to go on. */
+int dlock__settle_before_acquire(dlock_t *l, uint64_t owner);
 
 #endif

@@ -62,8 +62,22 @@ static uint64_t max_token(dlock_t *l, uint64_t owner);
 static int multi_release(dlock_t *l, uint64_t owner);
 static int red_release(dlock_t *l, uint64_t owner);
 
-/* Records a composite acquisition; if even that fails, gives it back. */
-static int record_composite(dlock_t *l, uint64_t owner) {
+static void forget_composite(dlock_t *l, uint64_t owner);
+
+/* 1 when 'owner' has a record of any part: a new acquisition is then a
+ * reentrant one. */
+static int holds_any_part(dlock_t *l, uint64_t owner) {
+  for (size_t i = 0; i < l->nsubs; i++)
+    if (dlock__has_hold(l->subs[i], owner))
+      return 1;
+  return 0;
+}
+
+/* Records a composite acquisition ('fresh': no part was held before, so
+ * any older record is stale); if even that fails, gives it back. */
+static int record_composite(dlock_t *l, uint64_t owner, int fresh) {
+  if (fresh)
+    forget_composite(l, owner);
   int rc = count_acquisition(l, owner, max_token(l, owner));
   if (rc != 0) {
     l->kind->release(l, owner);
@@ -107,6 +121,7 @@ static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
   unsigned char *held = dlock__calloc(l->nsubs, 1);
   if (held == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a MultiLock");
+  int fresh = !holds_any_part(l, owner);
   int rc;
   for (;;) {
     size_t busy = l->nsubs;
@@ -138,7 +153,7 @@ static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     held[busy] = 1;
   }
   dlock__free(held);
-  return rc == 0 ? record_composite(l, owner) : rc;
+  return rc == 0 ? record_composite(l, owner, fresh) : rc;
 }
 
 /* Releases every part; DLOCK_ELOST when any had been lost, DLOCK_ENOTHELD
@@ -252,6 +267,17 @@ static int count_acquisition(dlock_t *l, uint64_t owner, uint64_t token) {
   return ok ? 0 : dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
 }
 
+static void forget_composite(dlock_t *l, uint64_t owner) {
+  pthread_mutex_lock(&l->cmu);
+  struct dlock__chold **p = find_chold(l, owner);
+  if (*p != NULL) {
+    struct dlock__chold *gone = *p;
+    *p = gone->next;
+    dlock__free(gone);
+  }
+  pthread_mutex_unlock(&l->cmu);
+}
+
 /* Counts one release by 'owner'; the record goes with the last. */
 static void count_release(dlock_t *l, uint64_t owner) {
   pthread_mutex_lock(&l->cmu);
@@ -320,7 +346,8 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
   }
   int64_t sent_us = dlock__now_us();
   for (size_t i = 0; i < n; i++) {
-    if (!parallel_part(l->subs[i]))
+    state[i] = dlock__settle_before_acquire(l->subs[i], owner);
+    if (!parallel_part(l->subs[i]) || state[i] != 0)
       continue;
     dlock__reentrant_acquire_call(l->subs[i], owner, lease_ms, &args[i]);
     dlock__eval_send(l->subs[i]->c->conn, &args[i].call, 0, &pend[i]);
@@ -328,8 +355,10 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
   for (size_t i = 0; i < n; i++) {
     dlock_t *sub = l->subs[i];
     int64_t ttl = -1;
-    int rc;
-    if (parallel_part(sub)) {
+    int rc = state[i];
+    if (rc != 0) {
+      /* Settling the part's earlier hold failed; it was not asked. */
+    } else if (parallel_part(sub)) {
       redisReply *reply;
       rc = dlock__eval_wait(sub->c->conn, &args[i].call, &pend[i], &reply, 0);
       if (rc == 0)
@@ -386,11 +415,10 @@ static void red_release_all(dlock_t *l, uint64_t owner,
     if (state[i] == 1) {
       dlock_t *sub = l->subs[i];
       redisReply *reply;
-      int known = rel[i].known;
       state[i] = dlock__eval_wait(sub->c->conn, &args[i].call, &pend[i],
                                   &reply, 0);
       if (state[i] == 0)
-        state[i] = dlock__finish_release(sub, owner, reply, known);
+        state[i] = dlock__finish_release(sub, owner, reply, &rel[i]);
     }
     dlock__release_end(&rel[i]);
     if (state[i] == 2)
@@ -475,6 +503,7 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a RedLock");
     goto out;
   }
+  int fresh = !holds_any_part(l, owner);
   for (int attempt = 0;; attempt++) {
     int64_t start = dlock__now_us(), ttl_ms = -1;
     for (size_t i = 0; i < n; i++)
@@ -501,7 +530,7 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     int64_t validity = lease - elapsed_ms - (lease / 100 + 2);
     if (granted >= quorum && validity > 0) {
       align_tokens(l, owner, held);
-      rc = record_composite(l, owner);
+      rc = record_composite(l, owner, fresh);
       break;
     }
     red_outcome undone;
@@ -550,8 +579,10 @@ static int red_release(dlock_t *l, uint64_t owner) {
   size_t known = 0;
   for (size_t i = 0; i < l->nsubs; i++)
     known += dlock__has_hold(l->subs[i], owner);
-  if (known == 0)
+  if (known == 0) {
+    forget_composite(l, owner);
     return dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
+  }
   red_outcome o;
   red_release_all(l, owner, NULL, &o);
   size_t quorum = l->nsubs / 2 + 1;

@@ -19,6 +19,7 @@
 #include <hiredis/sds.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -40,6 +41,8 @@ struct dlock__sub {
   int permits; /* wake-ups not yet taken */
   int state;   /* enum sub_state */
   int resync;  /* wake everyone once the subscription is back */
+  int refused; /* Redis refused SUBSCRIBE (ACL): DLOCK_E* for joiners */
+  char why[160];
   int64_t idle_since_us;
   pthread_cond_t wake;  /* waiters sleeping for a permit */
   pthread_cond_t ready; /* joiners waiting for the subscription */
@@ -165,7 +168,7 @@ static int64_t sync_subscriptions_locked(dlock__pubsub *ps) {
     if (!ps->connected || sub_argv == NULL || sub_lens == NULL ||
         uns_argv == NULL || uns_lens == NULL)
       continue;
-    if (s->refs > 0 && s->state == SUB_NONE) {
+    if (s->refs > 0 && s->state == SUB_NONE && !s->refused) {
       sub_argv[1 + nsub] = s->name;
       sub_lens[1 + nsub++] = s->len;
       s->state = SUB_SENT;
@@ -202,7 +205,25 @@ static int is_str(const redisReply *r, const char *s) {
          r->len == strlen(s) && memcmp(r->str, s, r->len) == 0;
 }
 
+/* An error reply answers the SUBSCRIBE in flight (a user without the
+ * permission): its joiners are told, and it is not sent again while they
+ * wait. */
+static void refuse_pending_locked(dlock__pubsub *ps, const redisReply *r) {
+  for (dlock__sub *s = ps->subs; s != NULL; s = s->next) {
+    if (s->state != SUB_SENT)
+      continue;
+    s->state = SUB_NONE;
+    s->refused = dlock__fail_reply(r->str, r->len);
+    snprintf(s->why, sizeof(s->why), "SUBSCRIBE refused: %.120s", r->str);
+    pthread_cond_broadcast(&s->ready);
+  }
+}
+
 static void handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
+  if (r->type == REDIS_REPLY_ERROR) {
+    refuse_pending_locked(ps, r);
+    return;
+  }
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
       r->element[1]->type != REDIS_REPLY_STRING)
     return;
@@ -398,21 +419,27 @@ int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
     s->next = ps->subs;
     ps->subs = s;
   }
-  if (s->refs++ == 0)
+  if (s->refs++ == 0) {
     s->permits = 0;
+    s->refused = 0; /* permissions may have changed: ask again */
+  }
   if (s->state != SUB_ACTIVE)
     poke_thread(ps);
-  while (s->state != SUB_ACTIVE && ps->connected && !ps->canceled &&
-         dlock__now_us() < deadline_us) {
+  while (s->state != SUB_ACTIVE && !s->refused && ps->connected &&
+         !ps->canceled && dlock__now_us() < deadline_us) {
     struct timespec ts = dlock__timespec_at(deadline_us);
     pthread_cond_timedwait(&s->ready, &ps->mu, &ts);
   }
-  int canceled = ps->canceled;
-  if (canceled)
-    s->refs--;
+  int rc = ps->canceled ? DLOCK_ECANCELED : s->refused;
+  char why[sizeof(s->why)];
+  snprintf(why, sizeof(why), "%s", s->why);
+  if (rc != 0 && --s->refs == 0)
+    s->idle_since_us = dlock__now_us();
   pthread_mutex_unlock(&ps->mu);
-  if (canceled)
+  if (rc == DLOCK_ECANCELED)
     return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+  if (rc != 0)
+    return dlock__fail(rc, "%s", why);
   *out = s;
   return 0;
 }

@@ -36,8 +36,9 @@ void dlock__pubsub_stop(dlock__pubsub *ps);
 /*
  * Joins 'channel' and waits until Redis confirms the subscription or
  * 'deadline_us' passes. Without a working connection it returns at once:
- * the waiter then sleeps by the lock's TTL only. 0, DLOCK_ENOMEM or
- * DLOCK_ECANCELED.
+ * the waiter then sleeps by the lock's TTL only. 0, DLOCK_ENOMEM,
+ * DLOCK_ECANCELED, or DLOCK_EAUTH/DLOCK_ESERVER when Redis refuses the
+ * subscription (an ACL user without SUBSCRIBE: use a spin lock).
  */
 int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
                        int64_t deadline_us, dlock__sub **out);

@@ -30,7 +30,9 @@ int dlock__decode_number(const redisReply *r, int64_t nil_value,
     buf[r->len] = '\0';
     errno = 0;
     long long v = strtoll(buf, &end, 10);
-    if (errno == 0 && *end == '\0') {
+    /* The whole reply must be the number: a NUL inside it ends strtoll
+     * early, and "1\0002" is not 1. */
+    if (errno == 0 && end == buf + r->len && end != buf) {
       *out = v;
       return 0;
     }
@@ -48,6 +50,10 @@ int dlock__decode_acquire(const redisReply *r, dlock__acquired *out) {
     if (r->element[i] == NULL || r->element[i]->type != REDIS_REPLY_INTEGER)
       return dlock__fail(DLOCK_EPROTO, "acquire script gave a bad reply");
   long long flag = r->element[0]->integer;
+  if (flag == 2 && r->elements == 2) {
+    out->gone = 1;
+    return 0;
+  }
   if (flag == 0 && r->elements == 2) {
     out->ttl_ms = r->element[1]->integer;
     return 0;

@@ -113,7 +113,8 @@ int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
   dlock__free(reload);
   for (size_t i = 0; i < n && rc == 0; i++) {
     if (replies[i] != NULL && replies[i]->type == REDIS_REPLY_ERROR)
-      rc = dlock__fail_reply(replies[i]->str, replies[i]->len);
+      rc = dlock__fail_reply_in(replies[i]->str, replies[i]->len,
+                                calls[i].script->name);
   }
   if (rc != 0) {
     for (size_t i = 0; i < n; i++) {
@@ -151,7 +152,7 @@ int dlock__eval_wait(dlock__conn *conn, const dlock__eval *call,
     return dlock__eval_run(conn, 1, call, reply, deadline_us);
   }
   if (rc == 0 && (*reply)->type == REDIS_REPLY_ERROR) {
-    rc = dlock__fail_reply((*reply)->str, (*reply)->len);
+    rc = dlock__fail_reply_in((*reply)->str, (*reply)->len, call->script->name);
     freeReplyObject(*reply);
     *reply = NULL;
   }

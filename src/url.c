@@ -94,7 +94,13 @@ static int parse_userinfo(const char **rest, const char *end,
       return nomem ? dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL")
                    : dlock__fail(DLOCK_EINVAL, "bad %%-escape in URL user");
   }
-  if (colon != NULL) {
+  if (colon == NULL)
+    /* A lone word may well be a password written without its colon: say
+     * so, and never echo it. */
+    return dlock__fail(DLOCK_EINVAL,
+                       "URL names a user but no password; a password alone "
+                       "is written redis://:PASSWORD@host");
+  {
     out->pass = decode(colon + 1, (size_t)(at - colon - 1), &nomem);
     if (out->pass == NULL)
       return nomem ? dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL")

@@ -293,6 +293,9 @@ TEST(fault_restart_loses_lease_lock) {
   ASSERT_EQ(rp_restart(s), 0);
   ASSERT_GE(wait_working(l, 5000), 0);
   ASSERT_EQ(dlock_is_held(l), 0);
+  /* Both holds were lost; each of their unlocks says so, then none is
+   * left. */
+  ASSERT_DLOCK_ERR(dlock_unlock(l), DLOCK_ELOST);
   ASSERT_DLOCK_ERR(dlock_unlock(l), DLOCK_ELOST);
   ASSERT_DLOCK_ERR(dlock_unlock(l), DLOCK_ENOTHELD);
   dlock_free(l);

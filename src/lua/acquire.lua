@@ -1,10 +1,16 @@
 -- Acquire the reentrant lock KEYS[1] for owner field ARGV[2].
 -- KEYS[2]: fencing counter. ARGV[1]: lease in ms. ARGV[3]: the hold count
 -- the client believes the owner has (0 when it believes it holds none).
--- Returns {1, token, count} when held by the owner afterwards, or
--- {0, pttl} when another owner holds it.
+-- Returns {1, token, count} when held by the owner afterwards,
+-- {0, pttl} when another owner holds it, or {2, 0} when the hold the
+-- client believes in is gone.
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
 if count == nil then
+  if tonumber(ARGV[3]) > 0 then
+    -- The client believes the owner holds it, but its hold expired or was
+    -- deleted: report that rather than quietly start a new hold.
+    return {2, 0}
+  end
   if redis.call('exists', KEYS[1]) == 1 then
     return {0, redis.call('pttl', KEYS[1])}
   end

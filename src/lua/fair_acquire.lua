@@ -7,7 +7,8 @@
 -- before it counts as gone (ms); ARGV[4]: the hold count the client
 -- believes the owner has; ARGV[5]: '1' to join the queue when the lock is
 -- taken, '0' not to.
--- Returns {1, token, count} when held, or {0, ms to sleep at most}.
+-- Returns {1, token, count} when held, {0, ms to sleep at most}, or
+-- {2, 0} when the hold the client believes in is gone.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local wait = tonumber(ARGV[3])
@@ -29,6 +30,10 @@ while true do
 end
 
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+if count == nil and tonumber(ARGV[4]) > 0 then
+  -- The client believes the owner holds it, but the hold is gone.
+  return {2, 0}
+end
 if count ~= nil then
   -- Already held by this owner: reentry, or a retry whose reply was lost.
   if count ~= tonumber(ARGV[4]) + 1 then

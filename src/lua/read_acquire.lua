@@ -3,9 +3,14 @@
 -- own lease, so the lock can live exactly as long as its longest hold.
 -- KEYS[3]: fencing counter. ARGV[1]: lease ms; ARGV[3]: the owner's writer
 -- field (a writer may also read); ARGV[4]: the hold count the client
--- believes the owner has. Returns {1, token, count} or {0, pttl}.
+-- believes the owner has. Returns {1, token, count}, {0, pttl}, or {2, 0}
+-- when the hold the client believes in is gone.
 local mode = redis.call('hget', KEYS[1], 'mode')
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+if count == nil and tonumber(ARGV[4]) > 0 then
+  -- The client believes the owner reads, but that hold is gone.
+  return {2, 0}
+end
 if count ~= nil and count == tonumber(ARGV[4]) + 1 then
   -- A retry whose first reply was lost: already held.
   return {1, tonumber(redis.call('get', KEYS[3])) or 0, count}

@@ -1,8 +1,13 @@
 -- Acquire the write side of the read-write lock KEYS[1] for writer field
 -- ARGV[2]. KEYS[2]: fencing counter. ARGV[1]: lease ms; ARGV[3]: the hold
 -- count the client believes the owner has.
--- Returns {1, token, count} or {0, pttl}.
+-- Returns {1, token, count}, {0, pttl}, or {2, 0} when the hold the
+-- client believes in is gone.
 local mode = redis.call('hget', KEYS[1], 'mode')
+if tonumber(ARGV[3]) > 0 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+  -- The client believes the owner writes, but that hold is gone.
+  return {2, 0}
+end
 if mode == false then
   redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
