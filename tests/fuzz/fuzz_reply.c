@@ -87,12 +87,16 @@ static void check_acquire(const redisReply *r) {
   int held_ok = shape_ok && r->elements == 3 && r->element[0]->integer == 1 &&
                 r->element[1]->integer >= 0 && r->element[2]->integer > 0;
   int free_ok = shape_ok && r->elements == 2 && r->element[0]->integer == 0;
-  if (!held_ok && !free_ok) {
+  int gone_ok = shape_ok && r->elements == 2 && r->element[0]->integer == 2;
+  if (!held_ok && !free_ok && !gone_ok) {
     check_failure(rc, "decode_acquire");
     return;
   }
   FUZZ_CHECK(rc == 0, "decode_acquire refused a good reply (%d)", rc);
-  if (held_ok) {
+  if (gone_ok) {
+    FUZZ_CHECK(a.held == 0 && a.gone == 1, "gone: held %d gone %d", a.held,
+               a.gone);
+  } else if (held_ok) {
     FUZZ_CHECK(a.held == 1, "held %d", a.held);
     FUZZ_CHECK(a.token == (uint64_t)r->element[1]->integer, "token");
     FUZZ_CHECK(a.count == r->element[2]->integer && a.count > 0, "count");
