@@ -1,18 +1,14 @@
 /*
  * Library defects found by the chaos runs, each reduced to a deterministic
- * test. They are built as dlock_chaos_repro, outside ctest, and fail for
- * as long as the defects are there; once one is fixed, its test belongs
- * among the lock tests.
+ * test that failed until it was fixed, and now guards the fix.
  *
- * The first defect: when a final dlock_unlock fails without releasing
- * (DLOCK_EIO because Redis is restarting, or an error reply such as -OOM or the
- * -LOADING of a server reading its AOF), the client keeps the hold in its
- * table. The same owner's next dlock_lock is then taken as a reentrant
- * acquisition of that stale hold: no new fencing token, a hold count of 2
- * in Redis, and the caller's balanced unlock returns 0 while the lock
- * stays held, and renewed by the watchdog, for as long as the owner keeps
- * locking. The header promises instead that such a hold "expires with its
- * lease".
+ * The first: when a final dlock_unlock failed without releasing (DLOCK_EIO
+ * because Redis is restarting, or an error reply such as -OOM or the
+ * -LOADING of a server reading its AOF), the client kept the hold in its
+ * table, and the same owner's next dlock_lock continued that stale hold: no
+ * new fencing token, a hold count of 2 in Redis, and the caller's balanced
+ * unlock returned 0 while the lock stayed held. The next dlock_lock must be
+ * a new hold with a new token.
  */
 #include <string.h>
 
