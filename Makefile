@@ -10,6 +10,7 @@
 #   make install    install into $(PREFIX) (default /usr/local); DESTDIR works
 #   make demo       build and run the stock demo (scripts/demo.sh)
 #   make bench      build and run the benchmarks (bench/run.sh)
+#   make bench-quick  every benchmark workload briefly, as a smoke test
 #   make chaos      the long fault-injection run, several minutes (not in CI)
 #   make soak       SOAK_SECONDS (600) of mixed load and faults on every lock
 #                   kind, watching memory and descriptors (not in CI)
@@ -41,7 +42,7 @@ FORMAT_FILES = $(wildcard include/*.h src/*.c src/*.h tools/*.c tools/*.h \
 	tests/*.c tests/*.h tests/harness/*.c tests/harness/*.h \
 	examples/*.c examples/*.h bench/*.c bench/*.h)
 
-.PHONY: all build test test-build test-asan test-tsan test-valgrind fuzz install demo bench chaos soak deps format clean help
+.PHONY: all build test test-build test-asan test-tsan test-valgrind fuzz install demo bench bench-quick chaos soak deps format clean help
 
 all: build
 
@@ -53,6 +54,7 @@ build:
 test:
 	@scripts/install-deps.sh
 	$(MAKE) --no-print-directory test-build
+	$(MAKE) --no-print-directory bench-quick
 	$(MAKE) --no-print-directory test-asan
 	$(MAKE) --no-print-directory test-tsan
 	$(MAKE) --no-print-directory test-valgrind
@@ -110,6 +112,12 @@ bench:
 	$(MAKE) --no-print-directory build
 	@test -x bench/run.sh || { echo "make bench: bench/run.sh is missing" >&2; exit 1; }
 	BUILD_DIR=$(abspath $(BUILD)) bench/run.sh
+
+# Each workload and contender for a moment (part of make test): checks that
+# every contender ran and the counters its locks guarded, not speed.
+bench-quick:
+	$(MAKE) --no-print-directory build
+	BUILD_DIR=$(abspath $(BUILD)) bench/run.sh --quick
 
 # Every fault scenario alone, then the mixed ones, each with a summary
 # (tests/chaos, docs/reliability.md). CHAOS_ARGS picks others, e.g.

@@ -1,21 +1,31 @@
 /*
- * bench_lock: lock+unlock pairs per second through the public dlock API.
+ * bench_lock: dlock under the lock workloads of bench/run.sh.
  *
- * The workload is P processes of T threads each, every thread looping
- * "lock; (optional work); unlock" for a fixed time on either one shared lock
- * name or a name of its own. Processes are forked before any client exists,
- * each opens its own dlock client (as separate programs would), and they all
- * start on one signal from the parent so the measured windows overlap.
+ * P processes of T threads (workers). Processes are forked before any client
+ * exists; each opens its own dlock client, as separate programs would, and
+ * its threads share it. All start on one signal from the parent.
  *
- * Output is one machine-readable line for bench/run.sh:
- *   pairs=N seconds=S rate=R p50_us=X p99_us=Y errors=E counter=ok|bad|-
- * The exit status is non-zero when any call failed or, with --work, when the
- * counter guarded by the lock does not equal the number of acquisitions.
+ *   --mode loop  every worker loops "lock; [GET+SET counter]; unlock" for
+ *                --seconds on one lock name, or a name of its own with
+ *                --distinct (solo, spread, contended);
+ *   --mode herd  the parent holds the lock while every worker starts
+ *                waiting for it, then releases it; each worker takes it once
+ *                (GET+SET counter inside) and stops. Measures the time from
+ *                the release to the last worker done.
+ *
+ * Output is one line of key=value pairs for the driver:
+ *   acq (acquisitions) win (those done within the --seconds window) seconds
+ *   rate (win/seconds; herd: acq/time to serve all) pair_p50 pair_p99
+ *   wait_p50 wait_p99 (us) min max (window acquisitions of the least and
+ *   most served worker) cmds (commands the clients sent, from INFO
+ *   commandstats) cmds_all (with the commands run inside scripts) counter
+ *   (ok/bad/-) errors
+ * The exit status is non-zero when a call failed or the counter guarded by
+ * the lock differs from the number of acquisitions.
  */
-#define _POSIX_C_SOURCE 200809L
+#include "common.h"
+
 #include <dlock.h>
-#include <errno.h>
-#include <hiredis/hiredis.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -23,228 +33,172 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #define COUNTER_KEY "bench:counter"
 
 /* Settings from the command line; read-only once the run starts. */
-static const char *url;
+static const char *url = "redis://127.0.0.1:6379";
 static const char *prefix = "bench:lock";
-static int nprocs = 1, nthreads = 1, distinct, work;
+static const char *dist;
+static int nprocs = 1, nthreads = 1, distinct, work, fair, herd;
 static int64_t lease_ms = DLOCK_WATCHDOG;
-static double seconds = 3.0;
+static double seconds = 2.0, herd_timeout = 120.0;
 
-/* What each thread measured; written by its thread, read after the join. */
-typedef struct thread_result {
+/* One worker thread. */
+typedef struct worker {
   pthread_t tid;
   dlock_t *lock;
-  redisContext *redis; /* --work only */
-  uint64_t pairs, errors;
-  uint64_t *lat; /* pair latencies, ns */
-  size_t nlat, caplat;
-} thread_result_t;
+  redisContext *redis; /* --work */
+  int up;              /* herd: the pipe that tells the parent "waiting" */
+  uint64_t acq, win, errors, done_ns; /* win: done within the window */
+  bench_samples_t pair, wait;
+} worker_t;
 
-/* What a child process sends back to the parent through its pipe, followed
- * by 'nlat' latencies. */
+/* What a child sends its parent, then 'nthreads' per-worker counts, then
+ * 'npair' pair latencies and 'nwait' wait latencies. */
 typedef struct child_header {
-  uint64_t pairs, errors, elapsed_ns, nlat;
+  uint64_t acq, win, errors, done_ns, npair, nwait;
 } child_header_t;
 
 static pthread_barrier_t start_barrier;
-static uint64_t start_ns, end_ns;
+static uint64_t end_ns;
 
-static uint64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+static int open_lock(dlock_client_t *c, const char *name, dlock_t **out) {
+  return fair ? dlock_get_fair(c, name, out) : dlock_get(c, name, out);
 }
 
-static void die(const char *what, int rc) {
-  fprintf(stderr, "bench_lock: %s: %s (%s)\n", what, dlock_strerror(rc),
-          dlock_last_error());
-  exit(1);
+/* The critical section: a deliberately non-atomic read-modify-write. The
+ * counter ends equal to the acquisitions only if no two holders overlap. */
+static void critical_section(redisContext *r) {
+  long long v = bench_number(r, "GET " COUNTER_KEY);
+  freeReplyObject(redisCommand(r, "SET " COUNTER_KEY " %lld", v + 1));
 }
 
-/* A plain hiredis connection to the server named by 'u', in either URL form
- * dlock accepts; the guarded counter lives outside the library on purpose,
- * as a user's data would. */
-static redisContext *connect_url(const char *u) {
-  char buf[1024], *db = NULL, *auth = NULL, *host, *p;
-  redisContext *r;
-  snprintf(buf, sizeof buf, "%s", u);
-  if (strncmp(buf, "unix://", 7) == 0) {
-    if ((p = strstr(buf, "?db="))) *p = '\0', db = p + 4;
-    r = redisConnectUnix(buf + 7);
-  } else {
-    host = strncmp(buf, "redis://", 8) == 0 ? buf + 8 : buf;
-    if ((p = strrchr(host, '@'))) *p = '\0', auth = host, host = p + 1;
-    if ((p = strchr(host, '/'))) *p = '\0', db = p + 1;
-    int port = 6379;
-    if ((p = strrchr(host, ':'))) *p = '\0', port = atoi(p + 1);
-    r = redisConnect(host, port);
+static int acquire(worker_t *w, int64_t wait_ms) {
+  int rc = dlock_trylock(w->lock, wait_ms, lease_ms);
+  if (rc < 0) {
+    fprintf(stderr, "bench_lock: trylock: %s (%s)\n", dlock_strerror(rc),
+            dlock_last_error());
+    w->errors++;
   }
-  if (r == NULL || r->err) {
-    fprintf(stderr, "bench_lock: %s: %s\n", u, r ? r->errstr : "no memory");
-    exit(1);
-  }
-  if (auth && (p = strchr(auth, ':')) != NULL) {
-    *p = '\0';
-    freeReplyObject(*auth ? redisCommand(r, "AUTH %s %s", auth, p + 1)
-                          : redisCommand(r, "AUTH %s", p + 1));
-  }
-  if (db && *db) freeReplyObject(redisCommand(r, "SELECT %s", db));
-  return r;
+  return rc;
 }
 
-/* Sends 'cmd' and returns its integer or string reply as a number; any
- * other reply ends the run, since the benchmark cannot be trusted after it. */
-static long long redis_number(redisContext *r, const char *cmd) {
-  redisReply *rep = redisCommand(r, cmd);
-  long long v = 0;
-  if (rep == NULL) {
-    fprintf(stderr, "bench_lock: %s: %s\n", cmd, r->errstr);
-    exit(1);
+static int release(worker_t *w) {
+  int rc = dlock_unlock(w->lock);
+  if (rc < 0) {
+    fprintf(stderr, "bench_lock: unlock: %s (%s)\n", dlock_strerror(rc),
+            dlock_last_error());
+    w->errors++;
   }
-  if (rep->type == REDIS_REPLY_INTEGER) v = rep->integer;
-  else if (rep->type == REDIS_REPLY_STRING) v = atoll(rep->str);
-  else if (rep->type == REDIS_REPLY_ERROR) {
-    fprintf(stderr, "bench_lock: %s: %s\n", cmd, rep->str);
-    exit(1);
-  }
-  freeReplyObject(rep);
-  return v;
+  return rc;
 }
 
-static void record(thread_result_t *t, uint64_t ns) {
-  if (t->nlat == t->caplat) {
-    size_t cap = t->caplat ? t->caplat * 2 : 65536;
-    uint64_t *n = realloc(t->lat, cap * sizeof *n);
-    if (n == NULL) {
-      fprintf(stderr, "bench_lock: out of memory\n");
-      exit(1);
-    }
-    t->lat = n;
-    t->caplat = cap;
-  }
-  t->lat[t->nlat++] = ns;
-}
-
-static void *run_thread(void *arg) {
-  thread_result_t *t = arg;
+static void *loop_thread(void *arg) {
+  worker_t *w = arg;
   pthread_barrier_wait(&start_barrier);
-  for (uint64_t now = mono_ns(); now < end_ns;) {
+  for (uint64_t now = bench_now_ns(); now < end_ns;) {
     /* A bounded wait rather than dlock_lock: a lock that is never released
-     * must show up as an error, not as a benchmark that never ends. */
-    int rc = dlock_trylock(t->lock, 10000, lease_ms);
-    if (rc < 0) {
-      fprintf(stderr, "bench_lock: trylock: %s (%s)\n", dlock_strerror(rc),
-              dlock_last_error());
-      t->errors++;
-      break;
-    }
-    if (work) {
-      /* A deliberately non-atomic read-modify-write: the final counter
-       * equals the number of acquisitions only if no two holders overlap. */
-      long long v = redis_number(t->redis, "GET " COUNTER_KEY);
-      redisReply *rep = redisCommand(t->redis, "SET " COUNTER_KEY " %lld", v + 1);
-      freeReplyObject(rep);
-    }
-    if ((rc = dlock_unlock(t->lock)) < 0) {
-      fprintf(stderr, "bench_lock: unlock: %s (%s)\n", dlock_strerror(rc),
-              dlock_last_error());
-      t->errors++;
-      break;
-    }
-    uint64_t done = mono_ns();
-    record(t, done - now);
-    t->pairs++;
+     * must show up as an error, not as a run that never ends. */
+    if (acquire(w, 30000) < 0) break;
+    uint64_t got = bench_now_ns();
+    if (work) critical_section(w->redis);
+    if (release(w) < 0) break;
+    uint64_t done = bench_now_ns();
+    bench_samples_add(&w->wait, got - now);
+    bench_samples_add(&w->pair, done - now);
+    w->acq++;
+    w->win += done <= end_ns;
     now = done;
   }
   return NULL;
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
-  const char *p = buf;
-  while (len > 0) {
-    ssize_t n = write(fd, p, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
-    p += n;
-    len -= (size_t)n;
+static void *herd_thread(void *arg) {
+  worker_t *w = arg;
+  pthread_barrier_wait(&start_barrier);
+  uint64_t start = bench_now_ns();
+  /* Tell the parent this worker is about to wait; it releases the lock
+   * once every worker has and they had time to settle. */
+  if (bench_write_all(w->up, "w", 1) < 0) {
+    w->errors++;
+    return NULL;
   }
-  return 0;
+  if (acquire(w, (int64_t)(herd_timeout * 1000)) < 0) return NULL;
+  uint64_t got = bench_now_ns();
+  critical_section(w->redis);
+  if (release(w) == 0) w->acq = w->win = 1;
+  w->done_ns = bench_now_ns();
+  bench_samples_add(&w->wait, got - start);
+  bench_samples_add(&w->pair, w->done_ns - start);
+  return NULL;
 }
 
-static int read_all(int fd, void *buf, size_t len) {
-  char *p = buf;
-  while (len > 0) {
-    ssize_t n = read(fd, p, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
-
-/* The body of one benchmark process: set everything up, report ready on
- * 'out', wait for the go byte on 'in', run, and send the results on 'out'. */
+/* The body of one benchmark process: set everything up, say ready on 'out',
+ * wait for the go byte on 'in', run, and send the results on 'out'. */
 static void run_child(int proc, int in, int out) {
   dlock_options_t o;
   dlock_client_t *client;
   dlock_t *shared = NULL;
-  thread_result_t *t = calloc((size_t)nthreads, sizeof *t);
+  worker_t *w = calloc((size_t)nthreads, sizeof *w);
   char name[256], go;
   int rc;
-  if (t == NULL) exit(1);
+  if (w == NULL) exit(1);
   dlock_options_init(&o);
   o.url = url;
-  if ((rc = dlock_client_open(&o, &client)) < 0) die("client_open", rc);
-  if (!distinct && (rc = dlock_get(client, prefix, &shared)) < 0)
-    die("get", rc);
+  if ((rc = dlock_client_open(&o, &client)) < 0) bench_die("client_open", rc);
+  if (!distinct && (rc = open_lock(client, prefix, &shared)) < 0)
+    bench_die("get", rc);
   pthread_barrier_init(&start_barrier, NULL, (unsigned)nthreads + 1);
   for (int i = 0; i < nthreads; i++) {
-    t[i].lock = shared;
+    w[i].lock = shared;
+    w[i].up = out;
     if (distinct) {
       snprintf(name, sizeof name, "%s:%d:%d", prefix, proc, i);
-      if ((rc = dlock_get(client, name, &t[i].lock)) < 0) die("get", rc);
+      if ((rc = open_lock(client, name, &w[i].lock)) < 0) bench_die("get", rc);
     }
-    if (work) t[i].redis = connect_url(url);
-    if (pthread_create(&t[i].tid, NULL, run_thread, &t[i]) != 0) exit(1);
+    if (work || herd) w[i].redis = bench_connect(url);
+    if (pthread_create(&w[i].tid, NULL, herd ? herd_thread : loop_thread,
+                       &w[i]) != 0)
+      bench_fail("pthread_create failed");
   }
-  if (write_all(out, "r", 1) < 0 || read_all(in, &go, 1) < 0) exit(1);
-  start_ns = mono_ns();
-  end_ns = start_ns + (uint64_t)(seconds * 1e9);
+  if (bench_write_all(out, "r", 1) < 0 || bench_read_all(in, &go, 1) < 0)
+    exit(1);
+  end_ns = bench_now_ns() + (uint64_t)(seconds * 1e9);
   pthread_barrier_wait(&start_barrier);
-  child_header_t h = {0, 0, 0, 0};
+  child_header_t h;
+  memset(&h, 0, sizeof h);
   for (int i = 0; i < nthreads; i++) {
-    pthread_join(t[i].tid, NULL);
-    h.pairs += t[i].pairs;
-    h.errors += t[i].errors;
-    h.nlat += t[i].nlat;
+    pthread_join(w[i].tid, NULL);
+    h.acq += w[i].acq;
+    h.win += w[i].win;
+    h.errors += w[i].errors;
+    h.npair += w[i].pair.n;
+    h.nwait += w[i].wait.n;
+    if (w[i].done_ns > h.done_ns) h.done_ns = w[i].done_ns;
   }
-  h.elapsed_ns = mono_ns() - start_ns;
-  int sent = write_all(out, &h, sizeof h);
+  int sent = bench_write_all(out, &h, sizeof h);
+  for (int i = 0; i < nthreads && sent == 0; i++)
+    sent = bench_write_all(out, &w[i].win, sizeof w[i].win);
+  for (int i = 0; i < nthreads && sent == 0; i++)
+    sent = bench_write_all(out, w[i].pair.v, w[i].pair.n * sizeof(uint64_t));
+  for (int i = 0; i < nthreads && sent == 0; i++)
+    sent = bench_write_all(out, w[i].wait.v, w[i].wait.n * sizeof(uint64_t));
   for (int i = 0; i < nthreads; i++) {
-    if (sent == 0) sent = write_all(out, t[i].lat, t[i].nlat * sizeof *t[i].lat);
-    free(t[i].lat);
-    if (distinct) dlock_free(t[i].lock);
-    if (t[i].redis) redisFree(t[i].redis);
+    free(w[i].pair.v);
+    free(w[i].wait.v);
+    if (distinct) dlock_free(w[i].lock);
+    if (w[i].redis) redisFree(w[i].redis);
   }
   dlock_free(shared);
   dlock_client_close(client);
-  free(t);
+  free(w);
   exit(sent == 0 ? 0 : 1);
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* One acquisition and release of 'prefix', so that bench/run.sh can see on
- * a MONITOR connection exactly which script call the library makes. */
+/* One acquisition and release of 'prefix', so that the driver can see on a
+ * MONITOR connection exactly which script call the library makes. */
 static int probe(void) {
   dlock_options_t o;
   dlock_client_t *client;
@@ -252,10 +206,10 @@ static int probe(void) {
   int rc;
   dlock_options_init(&o);
   o.url = url;
-  if ((rc = dlock_client_open(&o, &client)) < 0) die("client_open", rc);
-  if ((rc = dlock_get(client, prefix, &l)) < 0) die("get", rc);
-  if ((rc = dlock_lock(l, lease_ms)) < 0) die("lock", rc);
-  if ((rc = dlock_unlock(l)) < 0) die("unlock", rc);
+  if ((rc = dlock_client_open(&o, &client)) < 0) bench_die("client_open", rc);
+  if ((rc = dlock_get(client, prefix, &l)) < 0) bench_die("get", rc);
+  if ((rc = dlock_lock(l, lease_ms)) < 0) bench_die("lock", rc);
+  if ((rc = dlock_unlock(l)) < 0) bench_die("unlock", rc);
   dlock_free(l);
   dlock_client_close(client);
   printf("probe=ok\n");
@@ -264,39 +218,62 @@ static int probe(void) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: bench_lock [--url URL] [--procs P] [--threads T]\n"
-          "                  [--distinct] [--work] [--seconds S]\n"
-          "                  [--lease MS] [--name NAME] [--probe]\n");
+          "usage: bench_lock [--url URL] [--mode loop|herd] [--procs P]\n"
+          "         [--threads T] [--distinct] [--work] [--fair]\n"
+          "         [--seconds S] [--timeout S] [--lease MS] [--name NAME]\n"
+          "         [--dist PREFIX] [--probe]\n");
   exit(2);
+}
+
+static void write_dist(const bench_samples_t *s, const char *suffix) {
+  char path[4096];
+  if (dist == NULL) return;
+  snprintf(path, sizeof path, "%s.%s", dist, suffix);
+  bench_write_dist(s, path);
 }
 
 int main(int argc, char **argv) {
   int do_probe = 0;
-  url = getenv("DLOCK_URL") ? getenv("DLOCK_URL") : "redis://127.0.0.1:6379";
-  if (getenv("BENCH_SECONDS")) seconds = atof(getenv("BENCH_SECONDS"));
+  if (getenv("DLOCK_URL")) url = getenv("DLOCK_URL");
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(a, "--distinct") == 0) distinct = 1;
     else if (strcmp(a, "--work") == 0) work = 1;
+    else if (strcmp(a, "--fair") == 0) fair = 1;
     else if (strcmp(a, "--probe") == 0) do_probe = 1;
     else if (v == NULL) usage();
     else if (strcmp(a, "--url") == 0) url = v, i++;
-    else if (strcmp(a, "--procs") == 0) nprocs = atoi(v), i++;
+    else if (strcmp(a, "--mode") == 0) {
+      if (strcmp(v, "herd") == 0) herd = 1;
+      else if (strcmp(v, "loop") != 0) usage();
+      i++;
+    } else if (strcmp(a, "--procs") == 0) nprocs = atoi(v), i++;
     else if (strcmp(a, "--threads") == 0) nthreads = atoi(v), i++;
     else if (strcmp(a, "--seconds") == 0) seconds = atof(v), i++;
+    else if (strcmp(a, "--timeout") == 0) herd_timeout = atof(v), i++;
     else if (strcmp(a, "--lease") == 0) lease_ms = atoll(v), i++;
     else if (strcmp(a, "--name") == 0) prefix = v, i++;
+    else if (strcmp(a, "--dist") == 0) dist = v, i++;
     else usage();
   }
   if (nprocs < 1 || nprocs > 64 || nthreads < 1 || nthreads > 1024 ||
-      !(seconds > 0))
+      !(seconds > 0) || !(herd_timeout > 0) || (herd && distinct))
     usage();
   if (do_probe) return probe();
 
-  redisContext *r = NULL;
-  if (work) {
-    r = connect_url(url);
-    freeReplyObject(redisCommand(r, "SET " COUNTER_KEY " 0"));
+  redisContext *r = bench_connect(url);
+  freeReplyObject(redisCommand(r, "SET " COUNTER_KEY " 0"));
+  /* In a herd the parent holds the lock while the workers line up. */
+  dlock_client_t *holder = NULL;
+  dlock_t *held = NULL;
+  if (herd) {
+    dlock_options_t o;
+    int rc;
+    dlock_options_init(&o);
+    o.url = url;
+    if ((rc = dlock_client_open(&o, &holder)) < 0) bench_die("client_open", rc);
+    if ((rc = open_lock(holder, prefix, &held)) < 0) bench_die("get", rc);
+    if ((rc = dlock_lock(held, lease_ms)) < 0) bench_die("lock", rc);
   }
   /* A child that dies must not kill the parent with SIGPIPE on its go pipe;
    * the missing results are reported instead. */
@@ -308,16 +285,14 @@ int main(int argc, char **argv) {
   for (int p = 0; p < nprocs; p++) {
     int down[2], up[2];
     fflush(NULL);
-    if (pipe(down) < 0 || pipe(up) < 0 || (pids[p] = fork()) < 0) {
-      perror("bench_lock: pipe/fork");
-      return 1;
-    }
+    if (pipe(down) < 0 || pipe(up) < 0 || (pids[p] = fork()) < 0)
+      bench_fail("pipe/fork failed");
     if (pids[p] == 0) {
       close(down[1]);
       close(up[0]);
       for (int q = 0; q < p; q++) close(to_child[q]), close(from_child[q]);
       /* The child never returns to this loop; it keeps none of the
-       * parent's bookkeeping. */
+       * parent's bookkeeping, nor its connections. */
       free(pids);
       free(to_child);
       free(from_child);
@@ -329,30 +304,54 @@ int main(int argc, char **argv) {
     from_child[p] = up[0];
   }
   int failed = 0;
-  char ready;
+  char byte;
   for (int p = 0; p < nprocs; p++)
-    if (read_all(from_child[p], &ready, 1) < 0) failed = 1;
+    if (bench_read_all(from_child[p], &byte, 1) < 0) failed = 1;
+  bench_cmdstats_t before, after;
+  bench_cmdstats(r, &before);
+  uint64_t t0 = bench_now_ns();
   for (int p = 0; p < nprocs; p++)
-    if (write_all(to_child[p], "g", 1) < 0) failed = 1;
+    if (bench_write_all(to_child[p], "g", 1) < 0) failed = 1;
+  if (herd) {
+    /* Every worker says when it starts waiting; a short pause then lets
+     * the last ones make their first attempt and go to sleep. */
+    for (int p = 0; p < nprocs; p++)
+      for (int i = 0; i < nthreads; i++)
+        if (bench_read_all(from_child[p], &byte, 1) < 0) failed = 1;
+    bench_sleep_us(200000);
+    bench_cmdstats(r, &before);
+    t0 = bench_now_ns();
+    int rc = dlock_unlock(held);
+    if (rc < 0) bench_die("unlock", rc);
+  }
 
-  uint64_t pairs = 0, errors = 0, elapsed = 0, nlat = 0;
-  uint64_t *lat = NULL;
+  uint64_t acq = 0, win = 0, errors = 0, done = 0;
+  uint64_t *counts = calloc((size_t)nprocs * (size_t)nthreads, sizeof *counts);
+  bench_samples_t pair = {0, 0, 0}, wait = {0, 0, 0};
+  if (counts == NULL) return 1;
   for (int p = 0; p < nprocs; p++) {
     child_header_t h;
-    if (read_all(from_child[p], &h, sizeof h) < 0) {
+    if (bench_read_all(from_child[p], &h, sizeof h) < 0 ||
+        bench_read_all(from_child[p], counts + (size_t)p * (size_t)nthreads,
+                       (size_t)nthreads * sizeof *counts) < 0) {
       failed = 1;
       continue;
     }
-    uint64_t *n = realloc(lat, (size_t)(nlat + h.nlat + 1) * sizeof *lat);
-    if (n == NULL) return 1;
-    lat = n;
-    if (read_all(from_child[p], lat + nlat, (size_t)h.nlat * sizeof *lat) < 0)
-      failed = 1;
-    nlat += h.nlat;
-    pairs += h.pairs;
+    for (uint64_t i = 0; i < h.npair + h.nwait; i++) {
+      uint64_t v;
+      if (bench_read_all(from_child[p], &v, sizeof v) < 0) {
+        failed = 1;
+        break;
+      }
+      bench_samples_add(i < h.npair ? &pair : &wait, v);
+    }
+    acq += h.acq;
+    win += h.win;
     errors += h.errors;
-    if (h.elapsed_ns > elapsed) elapsed = h.elapsed_ns;
+    if (h.done_ns > done) done = h.done_ns;
   }
+  uint64_t end = bench_now_ns();
+  bench_cmdstats(r, &after);
   for (int p = 0; p < nprocs; p++) {
     int status;
     close(to_child[p]);
@@ -361,24 +360,45 @@ int main(int argc, char **argv) {
         WEXITSTATUS(status) != 0)
       failed = 1;
   }
-  if (nlat > 0) qsort(lat, (size_t)nlat, sizeof *lat, cmp_u64);
-  double p50 = nlat ? (double)lat[(nlat - 1) / 2] / 1e3 : 0;
-  double p99 = nlat ? (double)lat[(size_t)((double)(nlat - 1) * 0.99)] / 1e3 : 0;
-  double secs = (double)elapsed / 1e9;
-  const char *counter = "-";
-  if (work) {
-    long long c = redis_number(r, "GET " COUNTER_KEY);
-    counter = (uint64_t)c == pairs ? "ok" : "bad";
-    if ((uint64_t)c != pairs)
-      fprintf(stderr, "bench_lock: counter is %lld after %" PRIu64
-              " acquisitions: holders overlapped\n", c, pairs);
-    redisFree(r);
+  bench_samples_sort(&pair);
+  bench_samples_sort(&wait);
+  write_dist(&pair, "pair");
+  write_dist(&wait, "wait");
+  uint64_t min = UINT64_MAX, max = 0;
+  for (size_t i = 0; i < (size_t)nprocs * (size_t)nthreads; i++) {
+    if (counts[i] < min) min = counts[i];
+    if (counts[i] > max) max = counts[i];
   }
-  printf("pairs=%" PRIu64 " seconds=%.3f rate=%.1f p50_us=%.1f p99_us=%.1f "
-         "errors=%" PRIu64 " counter=%s\n",
-         pairs, secs, secs > 0 ? (double)pairs / secs : 0, p50, p99, errors,
-         counter);
-  free(lat);
+  /* The rate counts what was done within the window (a lock call still
+   * waiting when it closes is finished, but not counted); the herd's time
+   * runs from the release to the last worker done. */
+  double secs = herd ? (double)((done > t0 ? done : end) - t0) / 1e9 : seconds;
+  const char *counter = "-";
+  long long c = bench_number(r, "GET " COUNTER_KEY);
+  if (work || herd) {
+    counter = (uint64_t)c == acq ? "ok" : "bad";
+    if ((uint64_t)c != acq)
+      fprintf(stderr, "bench_lock: counter is %lld after %" PRIu64
+              " acquisitions: holders overlapped\n", c, acq);
+  }
+  /* What the clients sent: the commands only a client can send, plus the
+   * GET and SET of every critical section. */
+  uint64_t own = (work || herd) ? 2 * acq : 0;
+  printf("acq=%" PRIu64 " win=%" PRIu64 " seconds=%.3f rate=%.1f pair_p50=%.1f pair_p99=%.1f "
+         "wait_p50=%.1f wait_p99=%.1f min=%" PRIu64 " max=%" PRIu64
+         " cmds=%" PRIu64 " cmds_all=%" PRIu64 " counter=%s errors=%" PRIu64
+         "\n",
+         acq, win, secs, secs > 0 ? (double)win / secs : 0,
+         bench_quantile(&pair, 0.5), bench_quantile(&pair, 0.99),
+         bench_quantile(&wait, 0.5), bench_quantile(&wait, 0.99), min, max,
+         after.wire - before.wire + own, after.all - before.all, counter,
+         errors);
+  dlock_free(held);
+  dlock_client_close(holder);
+  redisFree(r);
+  free(pair.v);
+  free(wait.v);
+  free(counts);
   free(pids);
   free(to_child);
   free(from_child);

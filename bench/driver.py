@@ -1,0 +1,913 @@
+#!/usr/bin/python3
+"""The dlock benchmark: dlock, the raw limit of the server and the lock
+libraries people would pick instead, side by side on one redis-server, in one
+run. bench/run.sh sets things up and runs this; see bench/README.md.
+
+  driver.py --build DIR [--quick] [--seconds S] [--rounds R] [--out DIR]
+
+Every contender runs every workload it can, in rounds; the order of the
+contenders rotates from round to round and each reports its median round,
+so a burst of load from elsewhere on the machine skews one round of one
+contender rather than a ratio. Writes latest.json, report.md and PNG plots
+to the output directory, and prints the table as it goes.
+
+Exit status: 1 when a run failed, a counter guarded by a lock came out
+wrong, or a contender did not run; a missed speed target is reported, not
+treated as a failure.
+"""
+import argparse
+import csv
+import io
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import redis  # Debian python3-redis, installed by bench/setup.sh
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEERS = os.path.join(ROOT, "bench", "peers")
+PYTHON = "/usr/bin/python3"  # Debian's, with python3-redis
+
+# The peers in their two settings. "delay" is the retry delay in ms; None
+# means the library's default (node-redlock 200 +- 100 ms, redis-py 0.1 s).
+PEER_BASES = ("redlock4", "redlock5", "redis-py")
+PEERS_ALL = [p + s for p in PEER_BASES for s in ("", "-tuned")]
+DLOCKS = ["dlock", "dlock-fair"]
+# Retry delays tried when tuning a peer, longest first (ms).
+SWEEP_MS = [100, 50, 20, 10, 5, 2, 1]
+# Tuning stops short of this: the Redis server busy more than half the time
+# doubles every other client's latency (at utilisation u, a queue's response
+# time grows as 1 / (1 - u)).
+OVERLOAD_CPU = 0.5
+
+LABELS = {
+    "raw": "raw limit (redis-benchmark)",
+    "raw-pipelined": "raw limit, pipelined (-P 16)",
+    "dlock": "dlock",
+    "dlock-fair": "dlock fair lock",
+    "redlock4": "node-redlock 4.2.0",
+    "redlock4-tuned": "node-redlock 4.2.0 tuned",
+    "redlock5": "node-redlock 5.0.0-beta.2",
+    "redlock5-tuned": "node-redlock 5.0.0-beta.2 tuned",
+    "redis-py": "redis-py Lock",
+    "redis-py-tuned": "redis-py Lock tuned",
+}
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+class Progress:
+    """One progress line on stderr: rewritten in place on a terminal, a line
+    per step otherwise."""
+
+    def __init__(self, total):
+        self.total, self.done, self.tty = total, 0, sys.stderr.isatty()
+
+    def step(self, what):
+        self.done += 1
+        line = f"[{self.done:3d}/{self.total}] {what}"
+        if self.tty:
+            sys.stderr.write("\r\033[K" + line[:150])
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def clear(self):
+        if self.tty:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+class Server:
+    """A private redis-server on a free loopback port, persistence off."""
+
+    def __init__(self, tmp, tag):
+        self.dir = os.path.join(tmp, tag)
+        os.makedirs(self.dir)
+        self.proc = None
+        for _ in range(20):
+            port = random.randint(20000, 49999)
+            proc = subprocess.Popen(
+                ["redis-server", "--bind", "127.0.0.1", "--port", str(port),
+                 "--save", "", "--appendonly", "no", "--dir", self.dir,
+                 "--logfile", os.path.join(self.dir, "redis.log")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            r = redis.Redis(host="127.0.0.1", port=port)
+            for _ in range(100):
+                if proc.poll() is not None:
+                    break
+                try:
+                    r.ping()
+                    self.proc, self.port, self.r = proc, port, r
+                    self.url = f"redis://127.0.0.1:{port}"
+                    return
+                except redis.ConnectionError:
+                    time.sleep(0.05)
+            proc.kill()
+            proc.wait()
+        raise RuntimeError("could not start redis-server")
+
+    def commandstats(self):
+        """Calls per command name (commands run by scripts included)."""
+        return {k[len("cmdstat_"):]: v["calls"] for k, v in self.r.info("commandstats").items()}
+
+    def cpu(self):
+        info = self.r.info("cpu")
+        return info["used_cpu_user"] + info["used_cpu_sys"]
+
+    def stop(self):
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+
+def parse_line(text):
+    """The last line of key=value pairs a benchmark program printed."""
+    for line in reversed(text.strip().splitlines()):
+        pairs = re.findall(r"(\w+)=(\S+)", line)
+        if pairs:
+            out = {}
+            for k, v in pairs:
+                try:
+                    out[k] = float(v)
+                except ValueError:
+                    out[k] = v
+            return out
+    return {}
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.quick = args.quick
+        self.seconds = args.seconds
+        self.rounds = args.rounds
+        self.out = args.out
+        self.tmp = tempfile.mkdtemp(prefix="dlock-bench.")
+        self.dist_dir = os.path.join(self.out, "dist")
+        shutil.rmtree(self.dist_dir, ignore_errors=True)
+        os.makedirs(self.dist_dir)
+        self.servers = []
+        self.failures = []
+        self.results = {}  # workload -> contender -> {"rounds": [...], "median": {...}}
+        self.tuned = {}  # peer base -> delay in ms
+        self.sweep = {}  # peer base -> [{delay, rate, cpu, ok}]
+        self.bin = {}
+        for prog in ("bench_lock", "bench_handoff", "bench_watchdog", "bench_redlock"):
+            path = self.find_binary(prog)
+            if path is None:
+                raise SystemExit(f"bench: {prog} is not built in {args.build}; run 'make' first")
+            self.bin[prog] = path
+
+    def find_binary(self, prog):
+        for d in (self.args.build, os.path.join(self.args.build, "bench")):
+            p = os.path.join(d, prog)
+            if os.path.isfile(p) and os.access(p, os.X_OK):
+                return p
+        return None
+
+    def server(self, tag):
+        s = Server(self.tmp, tag)
+        self.servers.append(s)
+        return s
+
+    def cleanup(self):
+        for s in self.servers:
+            s.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # ---- running one program ------------------------------------------------
+
+    def run(self, argv, timeout, what):
+        """Runs one benchmark program against the main server (flushed
+        first) and returns its key=value line, plus the server's CPU use
+        and the run's status."""
+        self.main.r.flushall()
+        cpu0, stats0 = self.main.cpu(), self.main.commandstats()
+        t0 = time.monotonic()
+        # A session of its own, so that on a time-out the program and the
+        # workers it forked are stopped together, by its process group id.
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, err = p.communicate()
+            err += f"\n(stopped after {timeout} s)"
+        wall = time.monotonic() - t0
+        v = parse_line(out)
+        secs = v.get("seconds") if isinstance(v.get("seconds"), float) else None
+        v["redis_cpu"] = (self.main.cpu() - cpu0) / (secs if secs and secs > 0.05 else wall)
+        v["wall"] = wall
+        # Per command name over the whole run, set-up included: which
+        # commands the figures above are made of.
+        stats1 = self.main.commandstats()
+        v["commands"] = {k: n - stats0.get(k, 0) for k, n in sorted(stats1.items())
+                         if n - stats0.get(k, 0) > 0 and k not in ("info", "flushall")}
+        v["ok"] = p.returncode == 0 and bool(v) and v.get("counter") != "bad"
+        if not v["ok"]:
+            msg = f"{what}: exit status {p.returncode}; {err.strip()[-600:] or out.strip()[-600:]}"
+            self.failures.append(msg)
+            log(f"\nbench: FAILED {msg}")
+        return v
+
+    def lock_argv(self, contender, w, dist):
+        """The command line of 'contender' for workload spec 'w'."""
+        mode = w["mode"]
+        s = str(self.seconds)
+        common = ["--seconds", s, "--name", f"bench:{w['name']}", "--dist", dist]
+        if mode != "handoff":
+            common += ["--mode", mode, "--procs", str(w["procs"]), "--threads", str(w["threads"])]
+            common += ["--distinct"] if w.get("distinct") else []
+            common += ["--work"] if w.get("work") else []
+            common += ["--timeout", str(w["timeout"])] if mode == "herd" else []
+        base = contender.replace("-tuned", "")
+        tuned = contender.endswith("-tuned")
+        if contender in DLOCKS:
+            prog = self.bin["bench_handoff" if mode == "handoff" else "bench_lock"]
+            return [prog, "--url", self.main.url] + common + (["--fair"] if contender == "dlock-fair" else [])
+        if base.startswith("redlock"):
+            argv = ["node", os.path.join(PEERS, "redlock_bench.js"), "--lib", base[-1],
+                    "--port", str(self.main.port), "--mode", mode] + common
+            return argv + (["--retry-delay", str(self.tuned[base])] if tuned else [])
+        argv = [PYTHON, os.path.join(PEERS, "redispy_bench.py"), "--port", str(self.main.port),
+                "--mode", mode] + common
+        return argv + (["--sleep", str(self.tuned[base] / 1000)] if tuned else [])
+
+    # ---- the raw limit ----------------------------------------------------
+
+    def capture_acquire(self):
+        """The library's real acquire call, seen on a MONITOR connection."""
+        mon_path = os.path.join(self.tmp, "monitor.txt")
+        with open(mon_path, "w") as f:
+            mon = subprocess.Popen(["redis-cli", "-p", str(self.main.port), "monitor"], stdout=f)
+        try:
+            for _ in range(100):
+                if "OK" in open(mon_path).read():
+                    break
+                time.sleep(0.02)
+            subprocess.run([self.bin["bench_lock"], "--url", self.main.url, "--probe",
+                            "--name", "bench:probe"], check=True, stdout=subprocess.DEVNULL)
+            time.sleep(0.2)
+        finally:
+            mon.terminate()
+            mon.wait()
+        for line in open(mon_path):
+            if re.search(r'"EVAL(SHA)?" ', line, re.I) and '"bench:probe"' in line:
+                words = re.findall(r'"((?:[^"\\]|\\.)*)"', line.split("] ", 1)[1])
+                if words[0].upper() == "EVALSHA":
+                    return words[1], words[2:]
+                sha = self.main.r.script_load(open(os.path.join(ROOT, "src", "lua", "acquire.lua")).read())
+                return sha, words[2:]
+        raise SystemExit("bench: no EVALSHA for the probe lock was seen on MONITOR")
+
+    def raw(self, clients, pipeline, n):
+        """redis-benchmark running the acquire call: calls/s and per-call
+        p50/p99 in us."""
+        argv = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(self.main.port), "-c", str(clients),
+                "-n", str(n), "-P", str(pipeline), "--csv", "EVALSHA", self.sha] + self.sha_args
+        self.main.r.flushall()
+        cpu0, t0 = self.main.cpu(), time.monotonic()
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        wall = time.monotonic() - t0
+        rows = list(csv.reader(io.StringIO(p.stdout)))
+        if p.returncode != 0 or len(rows) < 2:
+            self.failures.append(f"redis-benchmark -c {clients} -P {pipeline}: {p.stderr.strip()[-300:]}")
+            return {"ok": False, "rate": 0.0}
+        head, row = rows[0], rows[1]
+        col = {h: i for i, h in enumerate(head)}
+        rps = float(row[col.get("rps", 1)])
+        get = lambda k: float(row[col[k]]) * 1000 if k in col else 0.0  # noqa: E731
+        # A pair is two calls: the raw pair limit is half the call rate.
+        return {"ok": True, "calls_per_s": rps, "rate": rps / 2, "call_p50": get("p50_latency_ms"),
+                "call_p99": get("p99_latency_ms"), "pair_p50": 2 * get("p50_latency_ms"),
+                "pair_p99": 2 * get("p99_latency_ms"), "redis_cpu": (self.main.cpu() - cpu0) / wall,
+                "clients": clients, "pipeline": pipeline, "n": n}
+
+    def raw_run(self, clients, pipeline):
+        key = (clients, pipeline)
+        est = self.raw_rate.get(key) or self.raw(clients, pipeline, 2000)["rate"] * 2
+        n = max(1000, int(est * self.seconds))
+        v = self.raw(clients, pipeline, n)
+        if v["ok"]:
+            self.raw_rate[key] = v["calls_per_s"]
+        return v
+
+    # ---- workloads ----------------------------------------------------------
+
+    def workloads(self):
+        q = self.quick
+        herd_procs, herd_threads = (10, 10) if q else (10, 100)
+        return [
+            {"name": "solo", "mode": "loop", "procs": 1, "threads": 1,
+             "raw": [(1, 1, "raw"), (1, 16, "raw-pipelined")],
+             "contenders": ["dlock"] + PEERS_ALL},
+            {"name": "spread", "mode": "loop", "procs": 1, "threads": 16, "distinct": True,
+             "raw": [(16, 1, "raw"), (16, 16, "raw-pipelined")],
+             "contenders": ["dlock"] + PEERS_ALL},
+            {"name": "contended", "mode": "loop", "procs": 4, "threads": 4, "work": True,
+             "raw": [], "contenders": DLOCKS + PEERS_ALL},
+            {"name": "handoff", "mode": "handoff", "raw": [], "contenders": DLOCKS + PEERS_ALL},
+            {"name": "herd", "mode": "herd", "procs": herd_procs, "threads": herd_threads,
+             "timeout": 30 if q else 120, "raw": [], "contenders": DLOCKS + PEERS_ALL},
+        ]
+
+    def timeout_for(self, w):
+        return (w["timeout"] + 60) if w["mode"] == "herd" else self.seconds * 3 + 60
+
+    def run_workload(self, w, progress):
+        name = w["name"]
+        entries = [(c, None) for c in w["contenders"]] + [(lbl, (c, p)) for c, p, lbl in w["raw"]]
+        res = {c: {"rounds": []} for c, _ in entries}
+        for r in range(self.rounds):
+            # The order rotates, so no contender always follows the same one.
+            k = r % len(entries)
+            for c, rawspec in entries[k:] + entries[:k]:
+                progress.step(f"{name}, round {r + 1}/{self.rounds}: {LABELS[c]}")
+                if rawspec:
+                    v = self.raw_run(*rawspec)
+                else:
+                    dist = os.path.join(self.dist_dir, f"{name}.{c}.{r}")
+                    v = self.run(self.lock_argv(c, w, dist), self.timeout_for(w), f"{name}/{c}")
+                    v["dist"] = dist
+                res[c]["rounds"].append(v)
+        for c, d in res.items():
+            d["median"] = median_round(d["rounds"], key_for(name))
+        self.results[name] = res
+        return res
+
+    def tune(self, progress):
+        """Each peer's shortest retry delay that keeps the server's CPU under
+        OVERLOAD_CPU on the contended workload (16 pollers on one lock)."""
+        w = dict(self.workloads()[2])
+        for base in PEER_BASES:
+            self.sweep[base] = []
+            if self.quick or self.args.tuned is not None:
+                # The smoke test does not sweep; it checks the setting runs.
+                self.tuned[base] = self.args.tuned or 5
+                continue
+            best = None
+            for d in SWEEP_MS:
+                progress.step(f"tuning {LABELS[base]}: retry delay {d} ms")
+                self.tuned[base] = d
+                v = self.run(self.lock_argv(base + "-tuned", w, os.path.join(self.tmp, "sweep")),
+                             self.timeout_for(w), f"tuning {base} {d} ms")
+                self.sweep[base].append({"delay_ms": d, "rate": v.get("rate", 0),
+                                         "redis_cpu": v["redis_cpu"], "ok": v["ok"],
+                                         "cmds_per_acq": per(v.get("cmds"), v.get("acq"))})
+                if not v["ok"] or v["redis_cpu"] > OVERLOAD_CPU:
+                    progress.total -= len(SWEEP_MS) - 1 - SWEEP_MS.index(d)
+                    break
+                best = d
+            self.tuned[base] = best if best is not None else SWEEP_MS[0]
+
+    def watchdog(self, progress):
+        locks, rounds = (2000, 3) if self.quick else (10000, 10)
+        runs = []
+        for r in range(self.rounds):
+            progress.step(f"watchdog, round {r + 1}/{self.rounds}: {locks} locks")
+            runs.append(self.run([self.bin["bench_watchdog"], "--url", self.main.url, "--locks",
+                                  str(locks), "--rounds", str(rounds)], 600, "watchdog"))
+        self.results["watchdog"] = {"dlock": {"rounds": runs, "median": median_round(runs, "round_p50")}}
+
+    def redlock(self, progress):
+        extra = [self.server(f"node{i}") for i in range(1, 5)]
+        urls = [self.main.url] + [s.url for s in extra]
+        runs = []
+        try:
+            for r in range(self.rounds):
+                progress.step(f"RedLock, round {r + 1}/{self.rounds}: 5 servers vs 1")
+                for s in extra:
+                    s.r.flushall()
+                dist = os.path.join(self.dist_dir, f"redlock.dlock.{r}")
+                argv = [self.bin["bench_redlock"], "--seconds", str(self.seconds), "--dist", dist]
+                for u in urls:
+                    argv += ["--url", u]
+                v = self.run(argv, self.seconds * 3 + 60, "redlock")
+                v["dist"] = dist
+                runs.append(v)
+        finally:
+            for s in extra:
+                s.stop()
+        self.results["redlock"] = {"dlock": {"rounds": runs, "median": median_round(runs, "red_p50")}}
+
+    # ---- the whole run ------------------------------------------------------
+
+    def main_run(self):
+        self.main = self.server("main")
+        self.load_before = open("/proc/loadavg").read().split()[:3]
+        self.started = time.time()
+        self.sha, self.sha_args = self.capture_acquire()
+        self.raw_rate = {}
+        only = set(self.args.only.split(",")) if self.args.only else None
+        ws = [w for w in self.workloads() if only is None or w["name"] in only]
+        steps = sum(self.rounds * (len(w["contenders"]) + len(w["raw"])) for w in ws)
+        steps += self.rounds * sum(only is None or n in only for n in ("watchdog", "redlock"))
+        sweeping = ws and not self.quick and self.args.tuned is None
+        steps += len(PEER_BASES) * len(SWEEP_MS) if sweeping else 0
+        progress = Progress(steps)
+        machine = machine_info()
+        print(f"dlock benchmark: {machine['cpu']} x {machine['nproc']}, redis {machine['redis']}, "
+              f"{'quick smoke test, ' if self.quick else ''}median of {self.rounds} round(s) of "
+              f"{self.seconds:g} s; load average {' '.join(self.load_before)}", flush=True)
+        print(f"raw limit: redis-benchmark EVALSHA {self.sha[:12]}... (dlock's acquire call), "
+              "pairs/s = calls/s / 2", flush=True)
+        if ws:
+            self.tune(progress)
+        progress.clear()
+        if self.sweep and any(self.sweep.values()):
+            print("tuned retry delays (shortest keeping Redis under "
+                  f"{OVERLOAD_CPU:.0%} CPU, contended workload): " +
+                  ", ".join(f"{LABELS[b]} {self.tuned[b]} ms" for b in PEER_BASES), flush=True)
+        print_header()
+        for w in ws:
+            res = self.run_workload(w, progress)
+            progress.clear()
+            for row in table_rows(w["name"], res, self.results):
+                print_row(row)
+        for name, fn in (("watchdog", self.watchdog), ("redlock", self.redlock)):
+            if only is None or name in only:
+                fn(progress)
+                progress.clear()
+                for row in table_rows(name, self.results[name], self.results):
+                    print_row(row)
+        self.load_after = open("/proc/loadavg").read().split()[:3]
+        self.machine = machine
+        self.finish()
+
+    def finish(self):
+        targets = evaluate_targets(self.results)
+        missing = [f"{w}/{c}" for w, res in self.results.items() for c, d in res.items()
+                   if not d["median"].get("ok")]
+        doc = {
+            "dlock": git_describe(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(self.started)),
+            "command": "make bench-quick" if self.quick else "make bench",
+            "machine": self.machine,
+            "load_before": self.load_before, "load_after": self.load_after,
+            "config": {"seconds": self.seconds, "rounds": self.rounds, "quick": self.quick,
+                       "overload_cpu": OVERLOAD_CPU, "sweep_ms": SWEEP_MS},
+            "raw_call": {"sha": self.sha, "args": self.sha_args},
+            "tuned_ms": self.tuned, "sweep": self.sweep,
+            "results": self.results, "targets": targets, "failures": self.failures,
+        }
+        print()
+        for t in targets:
+            print(f"target: {t['text']}: {verdict(t)} ({t['detail']})")
+        print(f"load average before / after: {' '.join(self.load_before)} / {' '.join(self.load_after)}")
+        stem = "quick" if self.quick else "latest"
+        with open(os.path.join(self.out, f"{stem}.json"), "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+        plots = make_plots(doc, self.out)
+        with open(os.path.join(self.out, "report.md"), "w") as f:
+            f.write(report_markdown(doc, plots))
+        print(f"wrote {os.path.relpath(self.out, os.getcwd())}/{{{stem}.json,report.md,"
+              f"{','.join(os.path.basename(p) for p in plots)}}}")
+        if missing:
+            self.failures.append("no successful round: " + ", ".join(missing))
+        if self.failures:
+            print("bench: FAILED:\n  " + "\n  ".join(self.failures), file=sys.stderr)
+            return 1
+        return 0
+
+
+# ---- medians, rows, targets ---------------------------------------------------
+
+def key_for(workload):
+    """The figure that ranks a contender's rounds."""
+    return {"handoff": "p50", "herd": "seconds"}.get(workload, "rate")
+
+
+def median_round(rounds, key):
+    """The round with the median 'key' among the successful ones (the whole
+    round, so its figures stay consistent with each other)."""
+    ok = [r for r in rounds if r.get("ok") and isinstance(r.get(key), float)]
+    if not ok:
+        return rounds[0] if rounds else {"ok": False}
+    ok.sort(key=lambda r: r[key])
+    return ok[(len(ok) - 1) // 2]
+
+
+def per(a, b):
+    return a / b if isinstance(a, float) and isinstance(b, float) and b > 0 else None
+
+
+def fmt(v, digits=None):
+    """A number for the table: thousands spaced, small ones to 0.1."""
+    if v is None or v == "":
+        return "-"
+    if isinstance(v, str):
+        return v
+    if digits is not None:
+        return f"{v:.{digits}f}"
+    if abs(v) >= 100 or float(v).is_integer():
+        return f"{v:,.0f}".replace(",", " ")
+    return f"{v:.1f}"
+
+
+def us(v):
+    """A latency in us, shown in the unit that reads best."""
+    if v is None:
+        return "-"
+    if v >= 10000:
+        return f"{v / 1000:.0f} ms"
+    if v >= 1000:
+        return f"{v / 1000:.1f} ms"
+    return f"{v:.0f} us"
+
+
+COLUMNS = [("workload", 10), ("contender", 32), ("throughput", 15), ("p50", 9), ("p99", 9),
+           ("cmds/op", 8), ("fairness", 9), ("Redis CPU", 9), ("note", 0)]
+
+
+def print_header():
+    line = "  ".join(f"{n:<{w}}" if w else n for n, w in COLUMNS)
+    print(line)
+    print("-" * len(line), flush=True)
+
+
+def print_row(row):
+    print("  ".join(f"{str(v):<{w}}" if w else str(v) for v, (_, w) in zip(row, COLUMNS)).rstrip(),
+          flush=True)
+
+
+def table_rows(workload, res, results):
+    """The table rows of one workload: the median round of each contender."""
+    rows = []
+    order = [c for c in ["raw", "raw-pipelined"] + DLOCKS + PEERS_ALL if c in res]
+    for c in order:
+        m = res[c]["median"]
+        label = LABELS[c]
+        cpu = f"{m['redis_cpu'] * 100:.0f}%" if isinstance(m.get("redis_cpu"), float) \
+            and workload not in ("watchdog", "redlock") else "-"
+        if not m.get("ok"):
+            rows.append([workload, label, "FAILED", "-", "-", "-", "-", cpu, ""])
+            continue
+        if workload in ("solo", "spread") and c.startswith("raw"):
+            rows.append([workload, label, f"{fmt(m['rate'])}/s", us(m["pair_p50"]), us(m["pair_p99"]),
+                         "2", "-", cpu, f"{fmt(m['calls_per_s'])} calls/s, c={m['clients']} "
+                         f"P={m['pipeline']}; latency = 2 calls"])
+        elif workload in ("solo", "spread", "contended"):
+            note = ""
+            raw = res.get("raw", {}).get("median", {})
+            if c == "dlock" and raw.get("ok") and raw.get("rate"):
+                note = f"{m['rate'] / raw['rate']:.2f} x raw"
+            if workload == "contended":
+                note = f"counter {m.get('counter')}; wait shown"
+            p50, p99 = (m.get("wait_p50"), m.get("wait_p99")) if workload == "contended" else \
+                (m.get("pair_p50"), m.get("pair_p99"))
+            fair = f"{fmt(m.get('min'))}/{fmt(m.get('max'))}" if workload == "contended" else "-"
+            rows.append([workload, label, f"{fmt(m['rate'])}/s", us(p50), us(p99),
+                         fmt(per(m.get("cmds"), m.get("acq")), 1), fair, cpu, note])
+        elif workload == "handoff":
+            ping = results["handoff"].get("dlock", {}).get("median", {}).get("ping_p50")
+            note = f"{m['p50'] / ping:.1f} round trips (PING p50 {ping:.0f} us)" if ping else ""
+            rows.append([workload, label, f"{fmt(m['handoffs'])} hand-offs", us(m["p50"]), us(m["p99"]),
+                         "-", "-", cpu, note])
+        elif workload == "herd":
+            rows.append([workload, label, f"{fmt(m['acq'])} in {m['seconds']:.2f} s", us(m["wait_p50"]),
+                         us(m["wait_p99"]), fmt(per(m.get("cmds"), m.get("acq")), 1), "-", cpu,
+                         f"{fmt(m['rate'])} served/s; counter {m.get('counter')}; wait shown"])
+        elif workload == "watchdog":
+            rows.append([workload, label, f"{fmt(m['locks'])} locks", f"{m['round_p50']:.1f} ms",
+                         f"{m['round_max']:.1f} ms", fmt(m["cmds"]), "-", cpu,
+                         f"per renewal round (p50 / max of {fmt(m['rounds'])}); "
+                         f"{fmt(m['cmds_all'])} commands with the scripts' own"])
+        elif workload == "redlock":
+            rows.append([workload, "dlock, 1 server", "-", us(m["single_p50"]), us(m["single_p99"]),
+                         "-", "-", "-", "lock+unlock"])
+            rows.append([workload, "dlock RedLock, 5 servers", "-", us(m["red_p50"]), us(m["red_p99"]),
+                         "-", "-", "-", f"{m['red_p50'] / m['single_p50']:.2f} x 1 server"])
+            if m.get("bare_p50"):
+                rows.append([workload, "bare SET NX/DEL, 1 server", "-", us(m["bare1_p50"]),
+                             us(m["bare1_p99"]), "-", "-", "-", "hiredis, no library: the floor"])
+                rows.append([workload, "bare SET NX/DEL, 5 servers", "-", us(m["bare_p50"]),
+                             us(m["bare_p99"]), "-", "-", "-",
+                             f"{m['bare_p50'] / m['bare1_p50']:.2f} x 1 server: this machine's floor"])
+    return rows
+
+
+def evaluate_targets(results):
+    """The issue's targets, from the median rounds of this run."""
+    def m(w, c):
+        return results.get(w, {}).get(c, {}).get("median", {})
+
+    out = []
+
+    def target(text, value, limit, higher, detail):
+        met = None if value is None else (value >= limit if higher else value <= limit)
+        if value is None:
+            detail = "not measured in this run"
+        elif not met:
+            miss = (limit - value) / limit if higher else (value - limit) / limit
+            detail += f"; short by {miss:.0%}" if higher else f"; over by {miss:.0%}"
+        out.append({"text": text, "value": value, "limit": limit, "met": met, "detail": detail})
+
+    d, raw = m("solo", "dlock"), m("solo", "raw")
+    v = per(d.get("rate"), raw.get("rate"))
+    target("solo >= 0.9 x raw two-round-trip limit", v, 0.9, True,
+           f"{fmt(v, 2)} = {fmt(d.get('rate'))} / {fmt(raw.get('rate'))} pairs/s")
+    d, raw = m("spread", "dlock"), m("spread", "raw")
+    v = per(d.get("rate"), raw.get("rate"))
+    target("spread >= 1.0 x raw at 16 clients, not pipelined", v, 1.0, True,
+           f"{fmt(v, 2)} = {fmt(d.get('rate'))} / {fmt(raw.get('rate'))} pairs/s")
+    best = max((m("spread", c) for c in PEERS_ALL if c.startswith("redlock") and m("spread", c).get("ok")),
+               key=lambda x: x.get("rate", 0), default={})
+    v = per(d.get("rate"), best.get("rate"))
+    target("spread >= 2 x node-redlock", v, 2.0, True,
+           f"{fmt(v, 2)} = {fmt(d.get('rate'))} / {fmt(best.get('rate'))} pairs/s (best node-redlock)")
+    d = m("contended", "dlock")
+    peers = [(c, m("contended", c)) for c in PEERS_ALL if m("contended", c).get("ok")]
+    bc, best = max(peers, key=lambda x: x[1].get("rate", 0), default=("-", {}))
+    v = per(d.get("rate"), best.get("rate"))
+    target("contended >= 1.5 x best peer", v, 1.5, True,
+           f"{fmt(v, 2)} = {fmt(d.get('rate'))} / {fmt(best.get('rate'))} acquisitions/s ({LABELS.get(bc, bc)})")
+    df = m("contended", "dlock-fair")
+    v = per(df.get("rate"), best.get("rate"))
+    target("contended, fair lock >= 1.5 x best peer", v, 1.5, True,
+           f"{fmt(v, 2)} = {fmt(df.get('rate'))} / {fmt(best.get('rate'))} acquisitions/s")
+    for c, lbl in (("dlock", "dlock"), ("dlock-fair", "dlock fair lock")):
+        x = m("contended", c)
+        v = per(x.get("cmds"), x.get("acq"))
+        target(f"contended, {lbl}: <= 5 commands per acquisition", v, 5.0, False,
+               f"{fmt(v, 2)} sent per acquisition (GET and SET included); "
+               f"{fmt(per(x.get('cmds_all'), x.get('acq')), 1)} with the scripts' own")
+    for c, lim in (("dlock", 0.5), ("dlock-fair", 0.9)):
+        x = m("contended", c)
+        v = per(x.get("min"), x.get("max"))
+        target(f"contended, {LABELS[c]}: fewest/most acquisitions >= {lim}", v, lim, True,
+               f"{fmt(v, 2)} = {fmt(x.get('min'))} / {fmt(x.get('max'))}")
+    h = m("handoff", "dlock")
+    v = per(h.get("p50"), h.get("ping_p50"))
+    target("hand-off p50 <= 3 round trips", v, 3.0, False,
+           f"{fmt(v, 2)} = {fmt(h.get('p50'))} us / PING {fmt(h.get('ping_p50'))} us")
+    hf = m("handoff", "dlock-fair")
+    v = per(hf.get("p50"), h.get("ping_p50"))
+    target("hand-off p50 <= 3 round trips, fair lock", v, 3.0, False,
+           f"{fmt(v, 2)} = {fmt(hf.get('p50'))} us / PING {fmt(h.get('ping_p50'))} us")
+    wd = m("watchdog", "dlock")
+    locks = fmt(wd.get("locks"))
+    target(f"renewal of {locks} locks <= 100 ms per round", wd.get("round_p50"), 100.0, False,
+           f"{fmt(wd.get('round_p50'), 1)} ms (p50; max {fmt(wd.get('round_max'), 1)} ms)")
+    target(f"renewal of {locks} locks <= 100 commands per round", wd.get("cmds"), 100.0, False,
+           f"{fmt(wd.get('cmds'))} sent per round")
+    rl = m("redlock", "dlock")
+    v = per(rl.get("red_p50"), rl.get("single_p50"))
+    floor = per(rl.get("bare_p50"), rl.get("bare1_p50"))
+    target("RedLock 5 servers <= 1.5 x 1 server", v, 1.5, False,
+           f"{fmt(v, 2)} = {fmt(rl.get('red_p50'))} / {fmt(rl.get('single_p50'))} us (p50); "
+           f"bare SET NX/DEL on plain connections: {fmt(floor, 2)} x on this machine")
+    return out
+
+
+def verdict(t, md=False):
+    if t["met"] is None:
+        return "n/a"
+    return "met" if t["met"] else ("**missed**" if md else "MISSED")
+
+
+# ---- machine, report, plots ---------------------------------------------------
+
+def machine_info():
+    cpu = "?"
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    ver = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
+    lockfile = json.load(open(os.path.join(PEERS, "package-lock.json")))["packages"]
+    return {"nproc": os.cpu_count(), "cpu": cpu,
+            "redis": (re.search(r"v=(\S+)", ver) or re.search(r"(\S+)", "?")).group(1),
+            "kernel": platform.release(), "node": node, "python": platform.python_version(),
+            "redis_py": redis.__version__,
+            "ioredis": lockfile["node_modules/ioredis"]["version"],
+            "redlock4": lockfile["node_modules/redlock4"]["version"],
+            "redlock5": lockfile["node_modules/redlock5"]["version"]}
+
+
+def git_describe():
+    p = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True, text=True)
+    return p.stdout.strip() or "?"
+
+
+def report_markdown(doc, plots):
+    mc = doc["machine"]
+    res = doc["results"]
+    out = io.StringIO()
+    w = out.write
+    w("# dlock benchmark report\n\n")
+    w(f"dlock {doc['dlock']}, {doc['date']}. Machine: {mc['nproc']} x {mc['cpu']}, Linux {mc['kernel']}, "
+      f"redis-server {mc['redis']} (TCP loopback, persistence off), node {mc['node']} "
+      f"(ioredis {mc['ioredis']}), Python {mc['python']} (redis-py {mc['redis_py']}). "
+      f"Load average before / after: {' '.join(doc['load_before'])} / {' '.join(doc['load_after'])}.\n\n")
+    cfg = doc["config"]
+    w(f"Median of {cfg['rounds']} round(s) of {cfg['seconds']:g} s per contender and workload"
+      f"{' (quick smoke test: short runs, fewer waiters, no tuning sweep)' if cfg['quick'] else ''}. "
+      f"Reproduce with `{doc['command']}`.\n\n")
+    w("## Results\n\n")
+    w("| " + " | ".join(n for n, _ in COLUMNS) + " |\n")
+    w("|" + "---|" * len(COLUMNS) + "\n")
+    for wl in ["solo", "spread", "contended", "handoff", "herd", "watchdog", "redlock"]:
+        if wl in res:
+            for row in table_rows(wl, res[wl], res):
+                w("| " + " | ".join(str(v) for v in row) + " |\n")
+    w("\n## Targets\n\n| target | result | detail |\n|---|---|---|\n")
+    for t in doc["targets"]:
+        w(f"| {t['text']} | {verdict(t, md=True)} | {t['detail']} |\n")
+    w("\n## Plots\n\n")
+    for p in plots:
+        w(f"![{os.path.basename(p)}]({os.path.basename(p)})\n\n")
+    w("## What was measured\n\n")
+    w("""* **solo**: 1 thread, lock+unlock pairs on one name. **spread**: 16 threads of one
+  process, each its own name. **contended**: 16 workers (4 processes x 4 threads) on one
+  name, each hold a GET then a SET of a counter; the counter must end equal to the
+  acquisitions. Latency: lock+unlock for solo and spread, the wait for the lock for
+  contended and herd. **hand-off**: two processes pass a lock back and forth; the
+  holder keeps it 5-15 ms (random) after telling the other to wait, and the time from
+  its unlock call to the waiter's lock call returning is one hand-off; PING round trips
+  are timed in the same processes meanwhile. **herd**: workers in 10 processes all
+  wait for a lock the driver holds, then take it once each (GET+SET inside); time from
+  the release to the last one done. **watchdog**: one client holds the locks; a
+  renewal round is timed (the library's own round function, called directly).
+  **RedLock**: lock+unlock over 5 servers and over 1, alternately, one thread.
+* A thread in node is an async worker; the workers of a process share one client, as
+  the threads of a C process share one dlock client.
+* **cmds/op**: commands the clients sent per acquisition (per renewal round for the
+  watchdog), from INFO commandstats deltas: the commands no script can run (EVAL*,
+  SUBSCRIBE*, PING, ...) plus the GET and SET of each hold and, for redis-py, its SET NX
+  attempts (counted in the client, since a script may also run SET). The commands run
+  inside the scripts are in latest.json as `cmds_all`.
+* **raw limit**: redis-benchmark calling the very EVALSHA of dlock's acquire script
+  (captured on MONITOR) at the workload's concurrency; a pair is two calls, so the raw
+  pair rate is half the call rate.
+* **fairness**: acquisitions of the least / most served worker.
+* **Redis CPU**: the server's CPU time over the run's measured window.
+* **tuned**: the peer's shortest retry delay that kept Redis under
+  %d%% CPU on the contended workload (16 pollers), sweeping %s ms;
+  node-redlock with jitter half the delay and unlimited retries. Defaults:
+  node-redlock 10 retries 200 +- 100 ms apart (the worker asks again when they run
+  out), redis-py polling every 0.1 s. Every peer lock has a 10 s lease; dlock's are
+  held by its watchdog (30 s).
+""" % (int(cfg["overload_cpu"] * 100), ", ".join(str(x) for x in cfg["sweep_ms"])))
+    if doc["sweep"] and any(doc["sweep"].values()):
+        w("\n## Tuning sweep (contended workload)\n\n| peer | retry delay | acquisitions/s | Redis CPU | "
+          "cmds/acq |\n|---|---|---|---|---|\n")
+        for base, rows in doc["sweep"].items():
+            for s in rows:
+                w(f"| {LABELS[base]} | {s['delay_ms']} ms | {fmt(s['rate'])} | {s['redis_cpu'] * 100:.0f}% | "
+                  f"{fmt(s['cmds_per_acq'], 1)} |\n")
+        w("\nChosen: " + ", ".join(f"{LABELS[b]} {doc['tuned_ms'][b]} ms" for b in PEER_BASES) + ".\n")
+    w("\n## Where the commands go\n\nCommands per acquisition by name, from INFO commandstats "
+      "over the median round (set-up included; commands run by scripts included, which is why "
+      "this counts more than cmds/op): a failed acquire attempt of dlock's reentrant lock shows "
+      "as a PTTL, a release as a PUBLISH.\n\n")
+    for wl in ("contended", "herd"):
+        for c, d in res.get(wl, {}).items():
+            m = d["median"]
+            if m.get("ok") and m.get("commands") and m.get("acq"):
+                top = sorted(m["commands"].items(), key=lambda kv: -kv[1])[:12]
+                w(f"* {wl}, {LABELS[c]}: " + ", ".join(f"{k} {n / m['acq']:.2f}" for k, n in top) + "\n")
+    w("\n## Every round\n\n")
+    for wl, cs in res.items():
+        k = {"watchdog": "round_p50", "redlock": "red_p50"}.get(wl, key_for(wl))
+        w(f"* {wl} ({k}): " + "; ".join(
+            f"{LABELS.get(c, c)} " + " ".join(fmt(r.get(k)) if r.get("ok") else "failed" for r in d["rounds"])
+            for c, d in cs.items()) + "\n")
+    if doc["failures"]:
+        w("\n## Failures\n\n" + "".join(f"* {f}\n" for f in doc["failures"]))
+    return out.getvalue()
+
+
+def make_plots(doc, outdir):
+    """Throughput bars and latency distributions, drawn by gnuplot."""
+    if shutil.which("gnuplot") is None:
+        log("bench: gnuplot not found; no plots")
+        return []
+    res = doc["results"]
+    pal = ["#1b9e77", "#66a61e", "#d95f02", "#e6ab02", "#7570b3", "#a6761d", "#e7298a", "#666666",
+           "#1f78b4", "#b2df8a"]
+    names = ["raw", "dlock", "dlock-fair"] + PEERS_ALL
+    colour = {c: pal[i % len(pal)] for i, c in enumerate(names)}
+    tmp = tempfile.mkdtemp(prefix="dlock-plot.")
+    files = []
+    # Throughput: one group per workload, one bar per contender.
+    wls = [("solo", "solo\\npairs/s"), ("spread", "spread\\npairs/s"),
+           ("contended", "contended\\nacquisitions/s"), ("herd", "herd\\nserved/s")]
+    data = os.path.join(tmp, "throughput.dat")
+    with open(data, "w") as f:
+        f.write("workload " + " ".join(f'"{LABELS[c]}"' for c in names) + "\n")
+        for wl, title in wls:
+            vals = []
+            for c in names:
+                m = res.get(wl, {}).get(c, {}).get("median", {})
+                vals.append(f"{m['rate']:.1f}" if m.get("ok") and m.get("rate") else "NaN")
+            f.write(f'"{title}" ' + " ".join(vals) + "\n")
+    hand = os.path.join(tmp, "handoff.dat")
+    with open(hand, "w") as f:
+        for c in names:
+            m = res.get("handoff", {}).get(c, {}).get("median", {})
+            if m.get("ok"):
+                f.write(f'"{LABELS[c]}" {m["p50"]:.1f} {m["p99"]:.1f}\n')
+
+    def cdf_plot(wl, suffix, title, contenders):
+        lines = []
+        for c in contenders:
+            m = res.get(wl, {}).get(c, {}).get("median", {})
+            path = f"{m.get('dist', '')}.{suffix}"
+            if m.get("ok") and os.path.exists(path):
+                lines.append(f"'{path}' using 2:1 with lines lw 2 lc rgb '{colour[c]}' title '{LABELS[c]}'")
+        if not lines:
+            return None
+        return (f"set title '{title}'\nset logscale x\nset xlabel 'microseconds (log scale)'\n"
+                f"set ylabel 'fraction of samples'\nset yrange [0:1]\nset key inside bottom right font ',8'\n"
+                f"set grid\nplot " + ", \\\n  ".join(lines) + "\nunset logscale x\n")
+
+    bars = (f"set title 'Throughput per contender and workload (higher is better)'\n"
+            f"set style data histograms\nset style histogram clustered gap 1\nset style fill solid 0.9 border -1\n"
+            f"set logscale y\nset ylabel 'per second (log scale)'\nset yrange [10:*]\nset grid ytics\n"
+            f"set key outside right top vertical font ',8'\nset xtics font ',9'\n"
+            f"plot '{data}' using 2:xtic(1) lc rgb '{colour[names[0]]}' title columnheader(2)"
+            + "".join(f", '' using {i + 2} lc rgb '{colour[c]}' title columnheader({i + 2})"
+                      for i, c in enumerate(names) if i > 0) + "\nunset logscale y\nunset yrange\n")
+    cdfs = {
+        "latency-solo": cdf_plot("solo", "pair", "solo: lock+unlock latency", ["dlock"] + PEERS_ALL),
+        "latency-contended": cdf_plot("contended", "wait", "contended: wait for the lock",
+                                      DLOCKS + PEERS_ALL),
+        "latency-handoff": cdf_plot("handoff", "handoff", "hand-off: from unlock to acquisition by the waiter",
+                                    DLOCKS + PEERS_ALL),
+        "latency-herd": cdf_plot("herd", "wait", "herd: wait of each waiter", DLOCKS + PEERS_ALL),
+    }
+    scripts = {}
+    if any(res.get(wl) for wl, _ in wls):
+        scripts["throughput"] = (bars, "1100,500")
+    for k, body in cdfs.items():
+        if body:
+            scripts[k] = (body, "900,500")
+    # The summary figure: throughput on top, two latency distributions below.
+    if scripts.get("throughput") and cdfs["latency-contended"] and cdfs["latency-handoff"]:
+        summary = ("set multiplot\nset size 1,0.5\nset origin 0,0.5\n" + bars +
+                   "set size 0.5,0.5\nset origin 0,0\n" + cdfs["latency-contended"] +
+                   "set origin 0.5,0\n" + cdfs["latency-handoff"] + "unset multiplot\n")
+        scripts["summary"] = (summary, "1400,1000")
+    for name, (body, size) in scripts.items():
+        png = os.path.join(outdir, f"{name}.png")
+        script = f"set terminal pngcairo size {size} font 'sans,10'\nset output '{png}'\n" + body
+        p = subprocess.run(["gnuplot"], input=script, capture_output=True, text=True)
+        if p.returncode != 0 or not os.path.exists(png):
+            log(f"bench: gnuplot failed for {name}: {p.stderr.strip()[-400:]}")
+            continue
+        files.append(png)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return files
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--seconds", type=float)
+    ap.add_argument("--rounds", type=int)
+    ap.add_argument("--out")
+    ap.add_argument("--only", help="comma-separated workloads to run (default: all)")
+    ap.add_argument("--tuned", type=float, help="the peers' tuned retry delay in ms (default: swept)")
+    args = ap.parse_args()
+    if args.seconds is None:
+        args.seconds = float(os.environ.get("BENCH_SECONDS", 0.5 if args.quick else 2))
+    if args.rounds is None:
+        args.rounds = int(os.environ.get("BENCH_ROUNDS", 1 if args.quick else 3))
+    if args.out is None:
+        args.out = os.path.join(ROOT, "bench", "results", "quick" if args.quick else "")
+    args.out = os.path.abspath(args.out)
+    os.makedirs(args.out, exist_ok=True)
+    # A signal ends the run through the cleanup below, servers included.
+    for s in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, lambda *_: sys.exit(130))
+    b = Bench(args)
+    try:
+        b.main_run()
+        return 1 if b.failures else 0
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        b.cleanup()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
