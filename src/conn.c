@@ -222,9 +222,13 @@ static void fail_all_locked(dlock__conn *c, int code, const char *why) {
   c->last_code = code;
   for (request *r = c->head; r != NULL;) {
     request *next = r->next;
-    r->err = code;
-    if (--r->who->remaining == 0)
-      pthread_cond_signal(&r->who->cv);
+    if (r->who == NULL) {
+      dlock__free(r);
+    } else {
+      r->err = code;
+      if (--r->who->remaining == 0)
+        pthread_cond_signal(&r->who->cv);
+    }
     r = next;
   }
   c->head = c->tail = NULL;
@@ -367,26 +371,77 @@ static int dispatch_replies_locked(dlock__conn *c, caller *me) {
     c->head = r->next;
     if (c->head == NULL)
       c->tail = NULL;
-    r->reply = reply;
     c->last_reply_us = dlock__now_us();
+    if (r->who == NULL) {
+      /* The caller gave up on it: the reply only keeps the stream in
+       * step. */
+      freeReplyObject(reply);
+      dlock__free(r);
+      continue;
+    }
+    r->reply = reply;
     if (--r->who->remaining == 0 && r->who != me)
       pthread_cond_signal(&r->who->cv);
   }
 }
 
-/* Reads replies for everybody until the caller 'me' has all of its own. */
+/*
+ * A caller whose own deadline passed gives up on its requests, while the
+ * connection stays: its requests stay in line (as heap copies, since the
+ * caller's stack is going away) so that the replies still pair up. Other
+ * callers are not failed for one caller's shorter deadline (a watchdog
+ * round bounded by a lease). Returns 0, or -1 when a copy cannot be made
+ * (the connection must then be failed instead).
+ */
+static int give_up_requests_locked(dlock__conn *c, caller *me) {
+  for (request **p = &c->head; *p != NULL;) {
+    request *r = *p;
+    if (r->who != me) {
+      p = &r->next;
+      continue;
+    }
+    request *copy = dlock__calloc(1, sizeof(*copy));
+    if (copy == NULL)
+      return -1;
+    copy->next = r->next;
+    copy->sent_us = r->sent_us;
+    *p = copy;
+    if (c->tail == r)
+      c->tail = copy;
+    r->err = DLOCK_EIO;
+    me->remaining--;
+    me->gave_up = 1;
+    p = &copy->next;
+  }
+  return 0;
+}
+
+static int timed_out_error(dlock__conn *c) {
+  return dlock__fail(DLOCK_EIO, "no reply from Redis within %lld ms",
+                     (long long)c->cfg.command_timeout_ms);
+}
+
+/* When the connection counts as dead: its oldest request has waited a
+ * whole command timeout without any answer. */
+static int64_t dead_at(const dlock__conn *c) {
+  return c->head != NULL ? c->head->sent_us + c->cfg.command_timeout_ms * 1000
+                         : INT64_MAX;
+}
+
+/* Reads replies for everybody until the caller 'me' has all of its own, or
+ * its deadline passes (it gives up on them), or the connection dies. */
 static void drive_locked(dlock__conn *c, caller *me) {
   char why[200];
   c->driving = 1;
   while (me->remaining > 0 && c->ctx != NULL) {
-    int64_t deadline = c->head ? c->head->who->deadline_us : me->deadline_us;
-    /* Past the deadline the poll does not wait, but replies that already
+    int64_t wake = dead_at(c) < me->deadline_us ? dead_at(c) : me->deadline_us;
+    /* Past a deadline the poll does not wait, but replies that already
      * arrived are still read: a caller that waited for another server
      * first (a RedLock) must not lose answers that came in time. */
     struct pollfd p = {.fd = c->ctx->fd,
                        .events = (short)(POLLIN | (has_output(c) ? POLLOUT : 0))};
     pthread_mutex_unlock(&c->mu);
-    int n = poll(&p, 1, dlock__ms_until(deadline));
+    int n = poll(&p, 1, dlock__ms_until(wake));
     int poll_errno = errno;
     pthread_mutex_lock(&c->mu);
     if (n < 0 && poll_errno != EINTR) {
@@ -394,12 +449,20 @@ static void drive_locked(dlock__conn *c, caller *me) {
       fail_all_locked(c, DLOCK_EIO, why);
       break;
     }
-    if (n == 0 && c->ctx != NULL && dlock__now_us() >= deadline) {
-      snprintf(why, sizeof(why), "no reply from Redis within %lld ms",
-               (long long)c->cfg.command_timeout_ms);
-      c->timed_out = 1;
-      fail_all_locked(c, DLOCK_EIO, why);
-      break;
+    if (n == 0 && c->ctx != NULL) {
+      int64_t now = dlock__now_us();
+      if (now >= dead_at(c)) {
+        snprintf(why, sizeof(why), "no reply from Redis within %lld ms",
+                 (long long)c->cfg.command_timeout_ms);
+        c->timed_out = 1;
+        fail_all_locked(c, DLOCK_EIO, why);
+        break;
+      }
+      if (now >= me->deadline_us) {
+        if (give_up_requests_locked(c, me) != 0)
+          fail_all_locked(c, DLOCK_ENOMEM, "out of memory giving up a call");
+        break;
+      }
     }
     if (n <= 0)
       continue;
@@ -428,7 +491,7 @@ static void drive_locked(dlock__conn *c, caller *me) {
    * waiting yet (a RedLock sending to every node first) takes the role
    * itself when it comes to wait. */
   for (request *r = c->head; r != NULL; r = r->next) {
-    if (r->who->waiting) {
+    if (r->who != NULL && r->who->waiting) {
       pthread_cond_signal(&r->who->cv);
       break;
     }
@@ -446,8 +509,10 @@ static int enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
       return DLOCK_ENOMEM;
     }
   }
+  int64_t now = dlock__now_us();
   for (size_t i = 0; i < n; i++) {
     reqs[i].who = me;
+    reqs[i].sent_us = now;
     if (c->tail != NULL)
       c->tail->next = &reqs[i];
     else
@@ -497,16 +562,25 @@ int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
   pthread_mutex_lock(&c->mu);
   p->me.waiting = 1;
   while (rc == 0 && p->me.remaining > 0) {
-    if (!c->driving)
+    if (!c->driving) {
       drive_locked(c, &p->me);
-    else
-      pthread_cond_wait(&p->me.cv, &c->mu);
+      continue;
+    }
+    /* Someone else reads; past our own deadline we stop waiting for it. */
+    struct timespec ts = dlock__timespec_at(p->me.deadline_us);
+    if (pthread_cond_timedwait(&p->me.cv, &c->mu, &ts) == ETIMEDOUT &&
+        p->me.remaining > 0 && dlock__now_us() >= p->me.deadline_us) {
+      if (give_up_requests_locked(c, &p->me) != 0)
+        break_locked(c, DLOCK_ENOMEM, "out of memory giving up a call");
+    }
   }
   p->me.waiting = 0;
   if (rc == 0) {
     for (size_t i = 0; i < p->n && rc == 0; i++)
       rc = p->reqs[i].err;
-    if (rc != 0)
+    if (rc != 0 && p->me.gave_up)
+      timed_out_error(c);
+    else if (rc != 0)
       dlock__fail_text(rc, c->last_err);
   }
   pthread_mutex_unlock(&c->mu);

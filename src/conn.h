@@ -60,11 +60,13 @@ typedef struct dlock__caller {
   size_t remaining; /* requests still without an answer */
   int64_t deadline_us;
   int waiting; /* in dlock__conn_wait, able to take over reading */
+  int gave_up; /* its deadline passed before the replies came */
 } dlock__caller;
 
 typedef struct dlock__request {
   struct dlock__request *next;
-  dlock__caller *who;
+  dlock__caller *who; /* NULL: its caller gave up; the reply is dropped */
+  int64_t sent_us;
   redisReply *reply;
   int err; /* DLOCK_E* when it failed without a reply */
 } dlock__request;

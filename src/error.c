@@ -81,8 +81,25 @@ int dlock__fail_reply(const char *text, size_t len) {
   return dlock__fail_reply_in(text, len, NULL);
 }
 
+/* Replies that mean "not now" rather than "no": a server loading its data
+ * after a restart, a script still running, a replica without its master.
+ * They are reported like an unreachable server, which callers retry. */
+static int is_transient_error(const char *text, size_t len) {
+  static const char *const prefixes[] = {"LOADING", "BUSY", "MASTERDOWN",
+                                         "TRYAGAIN"};
+  for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+    size_t n = strlen(prefixes[i]);
+    if (len >= n && memcmp(text, prefixes[i], n) == 0 &&
+        (len == n || text[n] == ' '))
+      return 1;
+  }
+  return 0;
+}
+
 int dlock__fail_reply_in(const char *text, size_t len, const char *script) {
-  int code = is_auth_error(text, len) ? DLOCK_EAUTH : DLOCK_ESERVER;
+  int code = is_auth_error(text, len)       ? DLOCK_EAUTH
+             : is_transient_error(text, len) ? DLOCK_EIO
+                                             : DLOCK_ESERVER;
   int shown = len > DETAIL_MAX - 80 ? DETAIL_MAX - 80 : (int)len;
   if (script != NULL)
     snprintf(detail, sizeof(detail), "redis: %.*s (in dlock's %s script)",

@@ -15,6 +15,9 @@
 #include <string.h>
 #include <time.h>
 
+/* The least pause before an unlock is sent again. */
+#define RETRY_PAUSE_US 20000
+
 int64_t dlock__believed_count(dlock_t *l, uint64_t owner) {
   dlock_client_t *c = l->c;
   pthread_mutex_lock(&c->mu);
@@ -161,12 +164,23 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
     return rc;
   r->latch_len = prefix_len + 1 + strlen(request);
   r->latch = dlock__malloc(r->latch_len + 1);
-  if (r->latch != NULL)
-    snprintf(r->latch, r->latch_len + 1, "%s:%s", prefix, request);
+  if (r->latch != NULL) {
+    /* memcpy, not "%s": a name may hold NUL bytes. */
+    memcpy(r->latch, prefix, prefix_len);
+    r->latch[prefix_len] = ':';
+    memcpy(r->latch + prefix_len + 1, request, strlen(request) + 1);
+  }
   dlock__free(prefix);
-  return r->latch != NULL
-             ? 0
-             : dlock__fail(DLOCK_ENOMEM, "out of memory releasing a lock");
+  if (r->latch == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory releasing a lock");
+  /* From here the release is sent: a renewal that runs in Redis just after
+   * it must not call the hold lost. */
+  pthread_mutex_lock(&c->mu);
+  h = dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  if (h != NULL)
+    h->releasing++;
+  pthread_mutex_unlock(&c->mu);
+  return 0;
 }
 
 /* Applies Redis's answer to a release: the holds left, or -1 for none. */
@@ -180,6 +194,8 @@ static int finish_release(dlock_t *l, uint64_t owner, int64_t left,
   pthread_mutex_lock(&c->mu);
   dlock__hold *h =
       dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  if (h != NULL && h->releasing > 0)
+    h->releasing--;
   if (h != NULL && left > 0) {
     h->count = (int)left;
   } else if (h != NULL && left < 0 && h->count > 1) {
@@ -209,6 +225,9 @@ static int finish_release(dlock_t *l, uint64_t owner, int64_t left,
  * connected". */
 static void wait_for_reconnect(dlock_client_t *c) {
   int64_t at = dlock__conn_retry_at(c->conn), now = dlock__now_us();
+  /* A connected server that said "not now" (LOADING) gets a moment too. */
+  if (at < now + RETRY_PAUSE_US)
+    at = now + RETRY_PAUSE_US;
   if (at > now) {
     struct timespec ts = {(time_t)((at - now) / 1000000),
                           (long)((at - now) % 1000000) * 1000};
@@ -220,11 +239,13 @@ static void wait_for_reconnect(dlock_client_t *c) {
  * the lock held there. The watchdog must not keep it alive for ever, so a
  * last hold is left to expire with its lease, and marked abandoned: the
  * owner's next lock or unlock finishes the release first. */
-static void abandon_last_hold(dlock_t *l, uint64_t owner) {
+void dlock__release_failed(dlock_t *l, uint64_t owner) {
   dlock_client_t *c = l->c;
   pthread_mutex_lock(&c->mu);
   dlock__hold *h =
       dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  if (h != NULL && h->releasing > 0)
+    h->releasing--;
   if (h != NULL && h->count <= 1) {
     h->watchdog = 0;
     h->abandoned = 1;
@@ -249,7 +270,7 @@ int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
     wait_for_reconnect(c);
   }
   if (rc != 0)
-    abandon_last_hold(l, owner);
+    dlock__release_failed(l, owner);
   dlock__release_end(r);
   if (rc != 0)
     return rc;

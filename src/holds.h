@@ -24,6 +24,7 @@ typedef struct dlock__hold {
   int watchdog;      /* renewed in the background */
   int lost;          /* found gone; 'count' unlocks left to report it */
   int abandoned;     /* its last unlock failed: finish it before reuse */
+  int releasing;     /* an unlock is in flight: "not renewed" is expected */
   int64_t confirmed_us; /* when Redis last confirmed it (send time) */
   uint64_t seq;      /* tells a re-acquired hold from the one it replaced */
 } dlock__hold;

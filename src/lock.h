@@ -139,6 +139,11 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r);
 int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
                        const dlock__eval *call);
 
+/* After dlock__release_begin succeeded but no answer came: the hold stops
+ * being renewed if it was the last (it expires with its lease) and is
+ * marked abandoned, so the owner's next call finishes the release. */
+void dlock__release_failed(dlock_t *l, uint64_t owner);
+
 /* Lock-free frees of 'r' after a failed begin (safe to call always). */
 void dlock__release_end(dlock__release *r);
 

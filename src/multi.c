@@ -419,6 +419,8 @@ static void red_release_all(dlock_t *l, uint64_t owner,
                                   &reply, 0);
       if (state[i] == 0)
         state[i] = dlock__finish_release(sub, owner, reply, &rel[i]);
+      else
+        dlock__release_failed(sub, owner);
     }
     dlock__release_end(&rel[i]);
     if (state[i] == 2)

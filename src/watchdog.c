@@ -218,6 +218,8 @@ static size_t apply_round(dlock_client_t *c, round *r, int rc,
       continue;
     if (rc == 0 && renewed[i]) {
       h->confirmed_us = sent_us;
+    } else if (h->releasing > 0) {
+      /* An unlock in flight may have run first: its answer decides. */
     } else if (rc == 0 || now - h->confirmed_us >= lease_us) {
       /* Gone, or unreachable for so long that the key has expired. */
       h->lost = 1;
