@@ -19,10 +19,13 @@ dlock_allocators_t dlock_set_allocators(const dlock_allocators_t *a) {
   return previous;
 }
 
-char *dlock__strdup(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *copy = dlock__malloc(n);
-  if (copy != NULL)
-    memcpy(copy, s, n);
+char *dlock__memdup(const char *s, size_t len) {
+  char *copy = dlock__malloc(len + 1);
+  if (copy != NULL) {
+    memcpy(copy, s, len);
+    copy[len] = '\0';
+  }
   return copy;
 }
+
+char *dlock__strdup(const char *s) { return dlock__memdup(s, strlen(s)); }

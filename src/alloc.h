@@ -35,4 +35,8 @@ static inline void dlock__free(void *p) {
 
 char *dlock__strdup(const char *s);
 
+/* A NUL-terminated copy of 'len' bytes that may themselves hold NULs (lock
+ * names, reply strings). NULL when out of memory. */
+char *dlock__memdup(const char *s, size_t len);
+
 #endif

@@ -85,12 +85,10 @@ int dlock__handle_new(dlock_client_t *c, const dlock__kind *kind,
   if (rc != 0)
     return rc;
   dlock_t *l = dlock__calloc(1, sizeof(*l));
-  if (l == NULL || (l->name = dlock__malloc(len + 1)) == NULL) {
+  if (l == NULL || (l->name = dlock__memdup(name, len)) == NULL) {
     dlock__free(l);
     return dlock__fail(DLOCK_ENOMEM, "out of memory creating a lock handle");
   }
-  memcpy(l->name, name, len);
-  l->name[len] = '\0';
   l->len = len;
   l->c = c;
   l->kind = kind;

@@ -80,12 +80,10 @@ dlock__hold *dlock__holds_put(dlock__holds *h, const char *name, size_t len,
   if (h->count >= h->nbuckets && grow(h) != 0)
     return NULL;
   e = dlock__calloc(1, sizeof(*e));
-  if (e == NULL || (e->name = dlock__malloc(len + 1)) == NULL) {
+  if (e == NULL || (e->name = dlock__memdup(name, len)) == NULL) {
     dlock__free(e);
     return NULL;
   }
-  memcpy(e->name, name, len);
-  e->name[len] = '\0';
   e->name_len = len;
   e->owner = owner;
   e->kind = kind;

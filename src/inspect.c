@@ -14,15 +14,6 @@
 
 enum { Q_HASH, Q_PTTL, Q_TOKEN, Q_QUEUE, Q_TIMEOUTS, Q_COUNT };
 
-static char *dup_bytes(const char *s, size_t len) {
-  char *out = dlock__malloc(len + 1);
-  if (out != NULL) {
-    memcpy(out, s, len);
-    out[len] = '\0';
-  }
-  return out;
-}
-
 void dlock_info_free(dlock_info_t *info) {
   if (info == NULL)
     return;
@@ -49,12 +40,12 @@ static int read_holders(const redisReply *hash, dlock_info_t *info) {
     if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)
       return dlock__fail(DLOCK_EPROTO, "HGETALL gave a bad reply");
     if (k->len == 4 && memcmp(k->str, "mode", 4) == 0) {
-      if ((info->mode = dup_bytes(v->str, v->len)) == NULL)
+      if ((info->mode = dlock__memdup(v->str, v->len)) == NULL)
         return dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a lock");
       continue;
     }
     dlock_holder_t *h = &info->holders[info->nholders];
-    if ((h->owner = dup_bytes(k->str, k->len)) == NULL)
+    if ((h->owner = dlock__memdup(k->str, k->len)) == NULL)
       return dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a lock");
     info->nholders++;
     int64_t count = 0;
@@ -77,7 +68,7 @@ static int read_waiters(const redisReply *queue, const redisReply *timeouts,
     if (q->type != REDIS_REPLY_STRING)
       continue;
     dlock_waiter_t *w = &info->waiters[info->nwaiters];
-    if ((w->owner = dup_bytes(q->str, q->len)) == NULL)
+    if ((w->owner = dlock__memdup(q->str, q->len)) == NULL)
       return dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a lock");
     info->nwaiters++;
     for (size_t j = 0; j + 1 < timeouts->elements; j += 2) {

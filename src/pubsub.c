@@ -391,12 +391,10 @@ void dlock__pubsub_stop(dlock__pubsub *ps) {
 
 static dlock__sub *new_sub(const char *name, size_t len) {
   dlock__sub *s = dlock__calloc(1, sizeof(*s));
-  if (s == NULL || (s->name = dlock__malloc(len + 1)) == NULL) {
+  if (s == NULL || (s->name = dlock__memdup(name, len)) == NULL) {
     dlock__free(s);
     return NULL;
   }
-  memcpy(s->name, name, len);
-  s->name[len] = '\0';
   s->len = len;
   init_monotonic_cond(&s->wake);
   init_monotonic_cond(&s->ready);

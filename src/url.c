@@ -53,15 +53,6 @@ static char *decode(const char *s, size_t len, int *nomem) {
   return out;
 }
 
-static char *dup_range(const char *s, size_t len) {
-  char *out = dlock__malloc(len + 1);
-  if (out != NULL) {
-    memcpy(out, s, len);
-    out[len] = '\0';
-  }
-  return out;
-}
-
 /* Parses a decimal number in [lo, hi] from exactly 'len' bytes. */
 static int parse_number(const char *s, size_t len, long lo, long hi,
                         long *out) {
@@ -123,7 +114,7 @@ static int parse_unix(const char *rest, dlock__endpoint *out) {
                        "unix URL needs an absolute socket path: unix:///path");
   if ((size_t)(path_end - rest) >= 108)
     return dlock__fail(DLOCK_EINVAL, "unix socket path is too long");
-  if ((out->path = dup_range(rest, (size_t)(path_end - rest))) == NULL)
+  if ((out->path = dlock__memdup(rest, (size_t)(path_end - rest))) == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL");
   if (query != NULL) {
     long db;
@@ -163,7 +154,7 @@ static int parse_host_port(const char *rest, const char *end,
     return dlock__fail(DLOCK_EINVAL,
                        "URL port must be a number from 1 to 65535");
   out->port = (int)p;
-  if ((out->host = dup_range(host, (size_t)(host_end - host))) == NULL)
+  if ((out->host = dlock__memdup(host, (size_t)(host_end - host))) == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL");
   return 0;
 }
