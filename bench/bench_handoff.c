@@ -33,6 +33,7 @@ static int fair;
  * acquisition times, in the order of the hand-offs it took part in. */
 typedef struct side {
   bench_samples_t released, acquired, ping;
+  bench_samples_t bare_released, bare_acquired;
   uint64_t errors;
 } side_t;
 
@@ -90,11 +91,85 @@ static int recv_samples(int fd, bench_samples_t *s) {
   return 0;
 }
 
+/* The bare hand-off: plain hiredis, no library. The holder PUBLISHes to
+ * the other side's channel; the other side, blocked reading its
+ * subscription, takes the message and sends one SET NX PX: the least any
+ * pub/sub lock can do. */
+typedef struct bare {
+  redisContext *sub; /* subscribed to this side's channel */
+  int other;         /* the other side's number */
+} bare_t;
+
+static int bare_release(redisContext *r, const bare_t *b, side_t *s,
+                        uint64_t *rng) {
+  bench_sleep_us(5000 + xorshift(rng) % 10000);
+  bench_samples_add(&s->bare_released, bench_now_ns());
+  redisReply *rep = redisCommand(r, "PUBLISH bench:bare:%d 0", b->other);
+  if (rep == NULL) bench_fail("PUBLISH: %s", r->errstr);
+  freeReplyObject(rep);
+  return 0;
+}
+
+static int bare_acquire(redisContext *r, const bare_t *b, side_t *s) {
+  redisReply *msg = NULL, *rep;
+  if (redisGetReply(b->sub, (void **)&msg) != REDIS_OK) {
+    fprintf(stderr, "bench_handoff: bare wait: %s\n", b->sub->errstr);
+    return -1;
+  }
+  freeReplyObject(msg);
+  rep = redisCommand(r, "SET bench:bare:lock %d NX PX 30000", 1 - b->other);
+  bench_samples_add(&s->bare_acquired, bench_now_ns());
+  if (rep == NULL) bench_fail("SET: %s", r->errstr);
+  freeReplyObject(rep);
+  rep = redisCommand(r, "DEL bench:bare:lock");
+  freeReplyObject(rep);
+  return 0;
+}
+
+/*
+ * Passes the lock back and forth until 'end': through dlock ('b' NULL) or
+ * bare. The holder sends 'w' (start waiting, a release is coming) or, once
+ * the time is up, 'q' (the run is over; released all the same).
+ */
+static void back_and_forth(int holding, dlock_t *l, redisContext *r,
+                           const bare_t *b, int peer_in, int peer_out,
+                           uint64_t end, side_t *s, uint64_t *rng) {
+  char byte;
+  for (;;) {
+    if (holding) {
+      int over = bench_now_ns() >= end;
+      if (bench_write_all(peer_out, over ? "q" : "w", 1) < 0) break;
+      int rc = b ? bare_release(r, b, s, rng) : hold_and_release(l, r, s, rng);
+      if (rc < 0 || over) break;
+      holding = 0;
+    } else {
+      if (bench_read_all(peer_in, &byte, 1) < 0 || byte == 'q') break;
+      int rc;
+      if (b) {
+        rc = bare_acquire(r, b, s);
+      } else {
+        rc = dlock_trylock(l, 30000, DLOCK_WATCHDOG);
+        bench_samples_add(&s->acquired, bench_now_ns());
+        if (rc < 0)
+          fprintf(stderr, "bench_handoff: trylock: %s (%s)\n",
+                  dlock_strerror(rc), dlock_last_error());
+      }
+      if (rc < 0) {
+        s->errors++;
+        /* Let the other side stop too instead of waiting for a 'w'. */
+        if (bench_write_all(peer_out, "q", 1) < 0) break;
+        break;
+      }
+      holding = 1;
+    }
+  }
+}
+
 /*
  * One side. 'first' starts holding the lock. 'peer_in'/'peer_out' connect
- * to the other side: 'w' = start waiting, the lock is about to be released;
- * 'q' = the run is over (sent instead of 'w'; the lock is released all the
- * same). 'up'/'down' connect to the parent: ready, go, and the results.
+ * to the other side, 'up'/'down' to the parent: ready, go, and the results.
+ * The dlock hand-offs come first, for --seconds, then the bare ones for
+ * half as long.
  */
 static void run_side(int first, int peer_in, int peer_out, int up, int down) {
   dlock_options_t o;
@@ -111,36 +186,26 @@ static void run_side(int first, int peer_in, int peer_out, int up, int down) {
   rc = fair ? dlock_get_fair(c, name, &l) : dlock_get(c, name, &l);
   if (rc < 0) bench_die("get", rc);
   redisContext *r = bench_connect(url);
+  bare_t b = {bench_connect(url), first ? 1 : 0};
+  struct timeval tv = {30, 0};
+  redisSetTimeout(b.sub, tv);
+  freeReplyObject(redisCommand(b.sub, "SUBSCRIBE bench:bare:%d", 1 - b.other));
   if (first && (rc = dlock_lock(l, DLOCK_WATCHDOG)) < 0) bench_die("lock", rc);
   if (bench_write_all(up, "r", 1) < 0 || bench_read_all(down, &byte, 1) < 0)
     exit(1);
   uint64_t end = bench_now_ns() + (uint64_t)(seconds * 1e9);
-  int holding = first;
-  for (;;) {
-    if (holding) {
-      int over = bench_now_ns() >= end;
-      if (bench_write_all(peer_out, over ? "q" : "w", 1) < 0) break;
-      if (hold_and_release(l, r, &s, &rng) < 0 || over) break;
-      holding = 0;
-    } else {
-      if (bench_read_all(peer_in, &byte, 1) < 0 || byte == 'q') break;
-      rc = dlock_trylock(l, 30000, DLOCK_WATCHDOG);
-      bench_samples_add(&s.acquired, bench_now_ns());
-      if (rc < 0) {
-        fprintf(stderr, "bench_handoff: trylock: %s (%s)\n",
-                dlock_strerror(rc), dlock_last_error());
-        s.errors++;
-        /* Let the other side stop too instead of waiting for a 'w'. */
-        if (bench_write_all(peer_out, "q", 1) < 0) break;
-        break;
-      }
-      holding = 1;
-    }
-  }
+  back_and_forth(first, l, r, NULL, peer_in, peer_out, end, &s, &rng);
+  end = bench_now_ns() + (uint64_t)(seconds * 0.5e9);
+  if (s.errors == 0)
+    back_and_forth(first, NULL, r, &b, peer_in, peer_out, end, &s, &rng);
   int bad = bench_write_all(up, &s.errors, sizeof s.errors) < 0 ||
             send_samples(up, &s.released) < 0 ||
-            send_samples(up, &s.acquired) < 0 || send_samples(up, &s.ping) < 0;
+            send_samples(up, &s.acquired) < 0 ||
+            send_samples(up, &s.ping) < 0 ||
+            send_samples(up, &s.bare_released) < 0 ||
+            send_samples(up, &s.bare_acquired) < 0;
   redisFree(r);
+  redisFree(b.sub);
   dlock_free(l);
   dlock_client_close(c);
   exit(bad ? 1 : 0);
@@ -208,7 +273,9 @@ int main(int argc, char **argv) {
     if (bench_read_all(up[k][0], &s[k].errors, sizeof s[k].errors) < 0 ||
         recv_samples(up[k][0], &s[k].released) < 0 ||
         recv_samples(up[k][0], &s[k].acquired) < 0 ||
-        recv_samples(up[k][0], &s[k].ping) < 0)
+        recv_samples(up[k][0], &s[k].ping) < 0 ||
+        recv_samples(up[k][0], &s[k].bare_released) < 0 ||
+        recv_samples(up[k][0], &s[k].bare_acquired) < 0)
       failed = 1;
   for (int k = 0; k < 2; k++) {
     int status;
@@ -218,17 +285,23 @@ int main(int argc, char **argv) {
   }
   /* A's k-th release is handed to B's k-th acquisition, and B's k-th
    * release to A's k-th acquisition. */
-  bench_samples_t h = {0, 0, 0}, ping = {0, 0, 0};
+  bench_samples_t h = {0, 0, 0}, ping = {0, 0, 0}, bare = {0, 0, 0};
   for (int k = 0; k < 2; k++) {
     const side_t *from = &s[k], *to = &s[1 - k];
     for (size_t i = 0; i < from->released.n && i < to->acquired.n; i++)
       if (to->acquired.v[i] > from->released.v[i])
         bench_samples_add(&h, to->acquired.v[i] - from->released.v[i]);
+    for (size_t i = 0; i < from->bare_released.n && i < to->bare_acquired.n;
+         i++)
+      if (to->bare_acquired.v[i] > from->bare_released.v[i])
+        bench_samples_add(&bare, to->bare_acquired.v[i] -
+                                     from->bare_released.v[i]);
     for (size_t i = 0; i < from->ping.n; i++)
       bench_samples_add(&ping, from->ping.v[i]);
   }
   bench_samples_sort(&h);
   bench_samples_sort(&ping);
+  bench_samples_sort(&bare);
   if (dist != NULL) {
     char path[4096];
     snprintf(path, sizeof path, "%s.handoff", dist);
@@ -236,15 +309,19 @@ int main(int argc, char **argv) {
   }
   uint64_t errors = s[0].errors + s[1].errors;
   printf("handoffs=%zu p50=%.1f p99=%.1f ping_p50=%.1f ping_p99=%.1f "
-         "errors=%" PRIu64 "\n",
+         "bare_p50=%.1f bare_p99=%.1f errors=%" PRIu64 "\n",
          h.n, bench_quantile(&h, 0.5), bench_quantile(&h, 0.99),
-         bench_quantile(&ping, 0.5), bench_quantile(&ping, 0.99), errors);
+         bench_quantile(&ping, 0.5), bench_quantile(&ping, 0.99),
+         bench_quantile(&bare, 0.5), bench_quantile(&bare, 0.99), errors);
   for (int k = 0; k < 2; k++) {
     free(s[k].released.v);
     free(s[k].acquired.v);
     free(s[k].ping.v);
+    free(s[k].bare_released.v);
+    free(s[k].bare_acquired.v);
   }
   free(h.v);
   free(ping.v);
+  free(bare.v);
   return failed || errors || h.n == 0 ? 1 : 0;
 }

@@ -23,6 +23,7 @@ import os
 import platform
 import random
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -120,11 +121,10 @@ class Server:
 
     def commandstats(self):
         """Calls per command name (commands run by scripts included), and
-        under "usec" the microseconds Redis spent executing them all."""
+        under "script_usec" the microseconds spent in scripts (EVAL*)."""
         stats = self.r.info("commandstats")
         out = {k[len("cmdstat_"):]: v["calls"] for k, v in stats.items()}
-        out["usec"] = sum(v["usec"] for k, v in stats.items()
-                          if k not in ("cmdstat_info", "cmdstat_flushall"))
+        out["script_usec"] = sum(v["usec"] for k, v in stats.items() if k.startswith("cmdstat_eval"))
         return out
 
     def cpu(self):
@@ -205,6 +205,7 @@ class Bench:
         and the run's status."""
         self.main.r.flushall()
         cpu0, stats0 = self.main.cpu(), self.main.commandstats()
+        ru0 = client_cpu()
         t0 = time.monotonic()
         # A session of its own, so that on a time-out the program and the
         # workers it forked are stopped together, by its process group id.
@@ -217,6 +218,7 @@ class Bench:
             out, err = p.communicate()
             err += f"\n(stopped after {timeout} s)"
         wall = time.monotonic() - t0
+        ru1 = client_cpu()
         v = parse_line(out)
         secs = v.get("seconds") if isinstance(v.get("seconds"), float) else None
         v["redis_cpu"] = (self.main.cpu() - cpu0) / (secs if secs and secs > 0.05 else wall)
@@ -225,9 +227,11 @@ class Bench:
         # commands the figures above are made of.
         stats1 = self.main.commandstats()
         v["commands"] = {k: n - stats0.get(k, 0) for k, n in sorted(stats1.items())
-                         if n - stats0.get(k, 0) > 0 and k not in ("info", "flushall", "usec")}
-        v["exec_usec"] = stats1["usec"] - stats0["usec"]
+                         if n - stats0.get(k, 0) > 0 and k not in ("info", "flushall", "script_usec")}
+        v["script_usec"] = stats1["script_usec"] - stats0["script_usec"]
         v["cpu_sec"] = self.main.cpu() - cpu0
+        # The contender's own CPU time, every process it forked included.
+        v["client_cpu_sec"] = ru1 - ru0
         v["ok"] = p.returncode == 0 and bool(v) and v.get("counter") != "bad"
         if not v["ok"]:
             msg = f"{what}: exit status {p.returncode}; {err.strip()[-600:] or out.strip()[-600:]}"
@@ -295,9 +299,11 @@ class Bench:
         argv = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(self.main.port), "-c", str(clients),
                 "-n", str(n), "-P", str(pipeline), "--csv", "EVALSHA", self.sha] + self.sha_args
         self.main.r.flushall()
-        cpu0, t0 = self.main.cpu(), time.monotonic()
+        cpu0, t0, ru0 = self.main.cpu(), time.monotonic(), client_cpu()
+        stats0 = self.main.commandstats()
         p = subprocess.run(argv, capture_output=True, text=True, timeout=120)
         wall = time.monotonic() - t0
+        ru1, stats1 = client_cpu(), self.main.commandstats()
         rows = list(csv.reader(io.StringIO(p.stdout)))
         if p.returncode != 0 or len(rows) < 2:
             self.failures.append(f"redis-benchmark -c {clients} -P {pipeline}: {p.stderr.strip()[-300:]}")
@@ -310,7 +316,9 @@ class Bench:
         return {"ok": True, "calls_per_s": rps, "rate": rps / 2, "call_p50": get("p50_latency_ms"),
                 "call_p99": get("p99_latency_ms"), "pair_p50": 2 * get("p50_latency_ms"),
                 "pair_p99": 2 * get("p99_latency_ms"), "redis_cpu": (self.main.cpu() - cpu0) / wall,
-                "clients": clients, "pipeline": pipeline, "n": n}
+                "clients": clients, "pipeline": pipeline, "n": n, "acq": n / 2,
+                "cpu_sec": self.main.cpu() - cpu0, "client_cpu_sec": ru1 - ru0,
+                "script_usec": stats1["script_usec"] - stats0["script_usec"]}
 
     def raw_run(self, clients, pipeline):
         key = (clients, pipeline)
@@ -599,6 +607,10 @@ def table_rows(workload, res, results):
         elif workload == "handoff":
             ping = results["handoff"].get("dlock", {}).get("median", {}).get("ping_p50")
             note = f"{m['p50'] / ping:.1f} round trips (PING p50 {ping:.0f} us)" if ping else ""
+            if c == "dlock" and m.get("bare_p50") and ping:
+                rows.append([workload, "bare PUBLISH, then SET NX", "-", us(m["bare_p50"]), us(m["bare_p99"]),
+                             "-", "-", "-", f"{m['bare_p50'] / ping:.1f} round trips: hiredis, no library, "
+                             "the floor (same run as dlock's)"])
             rows.append([workload, label, f"{fmt(m['handoffs'])} hand-offs", us(m["p50"]), us(m["p99"]),
                          "-", "-", cpu, note])
         elif workload == "herd":
@@ -685,10 +697,12 @@ def evaluate_targets(results):
     for c in ("dlock", "dlock-fair"):
         h = m("handoff", c)
         v, rs = per_round("handoff", c, "p50", "ping_p50")
+        floor, _ = per_round("handoff", c, "bare_p50", "ping_p50")
         target("hand-off p50 <= 3 round trips" + (", fair lock" if c == "dlock-fair" else ""), v, 3.0,
                False, f"{fmt(v, 2)}, the median of the rounds' hand-off p50 / PING p50 "
                f"({', '.join(f'{x:.1f}' for x in rs)}); median round {fmt(h.get('p50'))} us / "
-               f"PING {fmt(h.get('ping_p50'))} us")
+               f"PING {fmt(h.get('ping_p50'))} us; bare PUBLISH then SET NX on plain connections, "
+               f"the same way: {fmt(floor, 2)} round trips")
     wd = m("watchdog", "dlock")
     locks = fmt(wd.get("locks"))
     target(f"renewal of {locks} locks <= 100 ms per round", wd.get("round_p50"), 100.0, False,
@@ -705,12 +719,18 @@ def evaluate_targets(results):
     return out
 
 
+def client_cpu():
+    """CPU seconds of this driver's reaped children (and theirs)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
 def redis_time(m):
-    """The server's CPU and command execution time per acquisition."""
+    """CPU time per acquisition: the server's, its scripts', the client's."""
     if not m.get("acq") or m.get("cpu_sec") is None:
         return ""
-    return (f" (Redis CPU {m['cpu_sec'] * 1e6 / m['acq']:.1f} us, executing commands "
-            f"{m['exec_usec'] / m['acq']:.1f} us per acquisition)")
+    return (f" server {m['cpu_sec'] * 1e6 / m['acq']:.1f} us (scripts {m.get('script_usec', 0) / m['acq']:.1f}"
+            f" us), clients {m.get('client_cpu_sec', 0) * 1e6 / m['acq']:.1f} us")
 
 
 def round_ratios(results, wl, a, bs):
@@ -824,9 +844,11 @@ def report_markdown(doc, plots):
                 w(f"| {LABELS[base]} | {s['delay_ms']} ms | {fmt(s['rate'])} | {s['redis_cpu'] * 100:.0f}% | "
                   f"{fmt(s['cmds_per_acq'], 1)} |\n")
         w("\nChosen: " + ", ".join(f"{LABELS[b]} {doc['tuned_ms'][b]} ms" for b in PEER_BASES) + ".\n")
-    w("\n## Where the server's time goes\n\nPer lock+unlock pair (acquisition for contended and "
-      "herd), over the median round: the server's CPU time (INFO cpu) and the part spent executing "
-      "commands (INFO commandstats usec, scripts included).\n\n")
+    w("\n## Where the CPU time goes\n\nCPU time per lock+unlock pair (per acquisition for contended "
+      "and herd; raw: per two calls) over the median round, set-up included: the server's (INFO cpu), "
+      "of which running scripts (INFO commandstats usec of EVAL*, the commands they call included), "
+      "and the contender's own processes (their rusage). On 2 cores, server and clients share the "
+      "machine: rate x (server + clients) cannot exceed 2 s per second.\n\n")
     for wl in ("solo", "spread", "contended", "herd"):
         for c, d in res.get(wl, {}).items():
             m = d["median"]
