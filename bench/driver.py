@@ -652,6 +652,13 @@ def evaluate_targets(results):
             detail += f"; short by {miss:.0%}" if higher else f"; over by {miss:.0%}"
         out.append({"text": text, "value": value, "limit": limit, "met": met, "detail": detail})
 
+    def per_round(wl, c, num, den):
+        """The median over the rounds of num/den, both from the same run."""
+        rs = [per(r.get(num), r.get(den)) for r in results.get(wl, {}).get(c, {}).get("rounds", [])
+              if r.get("ok")]
+        rs = sorted(x for x in rs if x is not None)
+        return (rs[(len(rs) - 1) // 2] if rs else None), rs
+
     def ratio_target(text, wl, a, bs, limit, unit):
         """a's rate over the best of bs: the median of the ratios of each
         round (whose runs were close in time), beside the medians' ratio."""
@@ -665,11 +672,15 @@ def evaluate_targets(results):
                f"medians {fmt(ma.get('rate'))} / {fmt(mb.get('rate'))} {unit}"
                + (f" ({LABELS.get(bc, bc)})" if len(bs) > 1 else ""))
 
-    ratio_target("solo >= 0.9 x raw two-round-trip limit", "solo", "dlock", ["raw"], 0.9, "pairs/s")
+    ratio_target("solo >= 0.9 x raw two-round-trip limit (redis-benchmark)", "solo", "dlock", ["raw"], 0.9,
+                 "pairs/s")
+    # The same limit measured head to head: one thread taking turns, so that
+    # the machine's ups and downs fall on both sides alike.
+    v, rs = per_round("solo", "dlock-interleaved", "rate", "raw_rate")
     it = m("solo", "dlock-interleaved")
-    if it.get("ok"):
-        out[-1]["detail"] += (f"; taking turns with the raw call in one thread: "
-                              f"{it['rate'] / it['raw_rate']:.2f} ({fmt(it['rate'])} / {fmt(it['raw_rate'])} pairs/s)")
+    target("solo >= 0.9 x raw two-round-trip limit (turn about in one thread)", v, 0.9, True,
+           f"{fmt(v, 2)}, the median of the rounds' ratios ({', '.join(f'{x:.2f}' for x in rs)}); "
+           f"median round {fmt(it.get('rate'))} / {fmt(it.get('raw_rate'))} pairs/s")
     ratio_target("spread >= 1.0 x raw at 16 clients, not pipelined", "spread", "dlock", ["raw"], 1.0, "pairs/s")
     ratio_target("spread >= 2 x node-redlock", "spread", "dlock",
                  [c for c in PEERS_ALL if c.startswith("redlock")], 2.0, "pairs/s")
@@ -687,13 +698,6 @@ def evaluate_targets(results):
         v = per(x.get("min"), x.get("max"))
         target(f"contended, {LABELS[c]}: fewest/most acquisitions >= {lim}", v, lim, True,
                f"{fmt(v, 2)} = {fmt(x.get('min'))} / {fmt(x.get('max'))}")
-    def per_round(wl, c, num, den):
-        """The median over the rounds of num/den, both from the same run."""
-        rs = [per(r.get(num), r.get(den)) for r in results.get(wl, {}).get(c, {}).get("rounds", [])
-              if r.get("ok")]
-        rs = sorted(x for x in rs if x is not None)
-        return (rs[(len(rs) - 1) // 2] if rs else None), rs
-
     for c in ("dlock", "dlock-fair"):
         h = m("handoff", c)
         v, rs = per_round("handoff", c, "p50", "ping_p50")
@@ -906,7 +910,7 @@ def make_plots(doc, outdir):
             if m.get("ok"):
                 f.write(f'"{LABELS[c]}" {m["p50"]:.1f} {m["p99"]:.1f}\n')
 
-    def cdf_plot(wl, suffix, title, contenders):
+    def cdf_plot(wl, suffix, title, contenders, key="bottom right"):
         lines = []
         for c in contenders:
             m = res.get(wl, {}).get(c, {}).get("median", {})
@@ -916,7 +920,7 @@ def make_plots(doc, outdir):
         if not lines:
             return None
         return (f"set title '{title}'\nset logscale x\nset xlabel 'microseconds (log scale)'\n"
-                f"set ylabel 'fraction of samples'\nset yrange [0:1]\nset key inside bottom right font ',8'\n"
+                f"set ylabel 'fraction of samples'\nset yrange [0:1]\nset key inside {key} font ',8'\n"
                 f"set grid\nplot " + ", \\\n  ".join(lines) + "\nunset logscale x\n")
 
     bars = (f"set title 'Throughput per contender and workload (higher is better)'\n"
@@ -931,7 +935,7 @@ def make_plots(doc, outdir):
         "latency-contended": cdf_plot("contended", "wait", "contended: wait for the lock",
                                       DLOCKS + PEERS_ALL),
         "latency-handoff": cdf_plot("handoff", "handoff", "hand-off: from unlock to acquisition by the waiter",
-                                    DLOCKS + PEERS_ALL),
+                                    DLOCKS + PEERS_ALL, "top left"),
         "latency-herd": cdf_plot("herd", "wait", "herd: wait of each waiter", DLOCKS + PEERS_ALL),
     }
     scripts = {}
