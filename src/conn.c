@@ -621,6 +621,13 @@ void dlock__conn_cancel(dlock__conn *c) {
 void dlock__conn_free(dlock__conn *c) {
   if (c == NULL)
     return;
+  /* With no call in progress, only requests given up on are left. */
+  while (c->head != NULL) {
+    request *next = c->head->next;
+    if (c->head->who == NULL)
+      dlock__free(c->head);
+    c->head = next;
+  }
   if (c->ctx != NULL)
     redisFree(c->ctx);
   pthread_mutex_destroy(&c->mu);

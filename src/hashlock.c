@@ -144,11 +144,13 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
   r->known = h != NULL;
   r->abandoned = h != NULL && h->abandoned;
   r->lease_ms = h != NULL ? h->lease_ms : c->opt.watchdog_timeout_ms;
+  r->lost = lost;
   if (lost && --h->count <= 0)
     dlock__holds_remove(&c->holds, h);
   pthread_mutex_unlock(&c->mu);
-  if (lost)
-    return lost_error(l);
+  /* A hold found lost is still released on the server, in case it is in
+   * fact there (a renewal that was under way when the client gave up on
+   * Redis ran after all); the caller is told DLOCK_ELOST whatever comes. */
   snprintf(r->lease, sizeof(r->lease), "%" PRId64, r->lease_ms);
   /* The latch must outlive every retry of this request. */
   snprintf(r->latch_ttl, sizeof(r->latch_ttl), "%" PRId64,
@@ -239,6 +241,16 @@ static void wait_for_reconnect(dlock_client_t *c) {
  * the lock held there. The watchdog must not keep it alive for ever, so a
  * last hold is left to expire with its lease, and marked abandoned: the
  * owner's next lock or unlock finishes the release first. */
+static void unmark_releasing(dlock_t *l, uint64_t owner) {
+  dlock_client_t *c = l->c;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  if (h != NULL && h->releasing > 0)
+    h->releasing--;
+  pthread_mutex_unlock(&c->mu);
+}
+
 void dlock__release_failed(dlock_t *l, uint64_t owner) {
   dlock_client_t *c = l->c;
   pthread_mutex_lock(&c->mu);
@@ -265,9 +277,14 @@ int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
    * them. */
   for (int attempt = 0;; attempt++) {
     rc = dlock__eval_run(c->conn, 1, call, &reply, 0);
-    if (rc != DLOCK_EIO || attempt >= c->opt.unlock_retries)
+    if (rc != DLOCK_EIO || attempt >= c->opt.unlock_retries || r->lost)
       break;
     wait_for_reconnect(c);
+  }
+  if (rc != 0 && r->lost) {
+    dlock__release_end(r);
+    unmark_releasing(l, owner);
+    return lost_error(l);
   }
   if (rc != 0)
     dlock__release_failed(l, owner);
@@ -279,6 +296,11 @@ int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
 
 int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
                           const dlock__release *r) {
+  if (r->lost) {
+    freeReplyObject(reply);
+    unmark_releasing(l, owner);
+    return lost_error(l);
+  }
   int64_t left;
   int rc = dlock__decode_integer(reply, &left);
   freeReplyObject(reply);

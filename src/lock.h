@@ -124,6 +124,7 @@ typedef struct dlock__release {
   int64_t lease_ms; /* lease to restore while still held */
   int known;        /* the client had a record of the hold */
   int abandoned;    /* ... whose last unlock had failed */
+  int lost;         /* ... that was found lost: the answer is DLOCK_ELOST */
   char lease[24];
   char latch_ttl[24];
   char *latch; /* redisson_unlock_latch:{name}:<request-id> */

@@ -417,10 +417,14 @@ static void red_release_all(dlock_t *l, uint64_t owner,
       redisReply *reply;
       state[i] = dlock__eval_wait(sub->c->conn, &args[i].call, &pend[i],
                                   &reply, 0);
-      if (state[i] == 0)
+      if (state[i] == 0) {
         state[i] = dlock__finish_release(sub, owner, reply, &rel[i]);
-      else
+      } else {
         dlock__release_failed(sub, owner);
+        /* A part found lost stays lost, whatever its node says now. */
+        if (rel[i].lost)
+          state[i] = DLOCK_ELOST;
+      }
     }
     dlock__release_end(&rel[i]);
     if (state[i] == 2)
