@@ -110,11 +110,12 @@ static int fair_release(dlock_t *l, uint64_t owner) {
   char field[DLOCK__FIELD_MAX];
   size_t field_len = dlock__field_plain(l, owner, field);
   const char *argv[] = {l->name, k.queue, k.timeouts, l->channel, r.latch,
-                        "0",     r.lease, field,      r.latch_ttl};
-  const size_t lens[] = {l->len,         k.queue_len, k.timeouts_len,
-                         l->channel_len, r.latch_len, 1,
-                         strlen(r.lease), field_len,  strlen(r.latch_ttl)};
-  dlock__eval call = {&dlock__script_fair_release, 5, 4, argv, lens};
+                        "0",     r.lease, field,      r.latch_ttl, r.count};
+  const size_t lens[] = {l->len,          k.queue_len, k.timeouts_len,
+                         l->channel_len,  r.latch_len, 1,
+                         strlen(r.lease), field_len,   strlen(r.latch_ttl),
+                         strlen(r.count)};
+  dlock__eval call = {&dlock__script_fair_release, 5, 5, argv, lens};
   rc = dlock__release_run(l, owner, &r, &call);
   free_keys(&k);
   return rc;

@@ -145,6 +145,8 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
   r->abandoned = h != NULL && h->abandoned;
   r->lease_ms = h != NULL ? h->lease_ms : c->opt.watchdog_timeout_ms;
   r->lost = lost;
+  snprintf(r->count, sizeof(r->count), "%d",
+           h != NULL && !lost ? h->count : 0);
   if (lost && --h->count <= 0)
     dlock__holds_remove(&c->holds, h);
   pthread_mutex_unlock(&c->mu);

@@ -127,6 +127,7 @@ typedef struct dlock__release {
   int lost;         /* ... that was found lost: the answer is DLOCK_ELOST */
   char lease[24];
   char latch_ttl[24];
+  char count[24]; /* the hold count the client believes in ("0": unknown) */
   char *latch; /* redisson_unlock_latch:{name}:<request-id> */
   size_t latch_len;
 } dlock__release;

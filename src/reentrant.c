@@ -45,14 +45,14 @@ void dlock__reentrant_release_call(dlock_t *l, uint64_t owner,
                                    const dlock__release *r,
                                    dlock__call_args *a) {
   size_t field_len = dlock__field_plain(l, owner, a->field);
-  const char *argv[] = {l->name, l->channel, r->latch, "0",
-                        r->lease, a->field,  r->latch_ttl};
+  const char *argv[] = {l->name,  l->channel, r->latch,    "0",
+                        r->lease, a->field,   r->latch_ttl, r->count};
   const size_t lens[] = {l->len,          l->channel_len,  r->latch_len,
                          1,               strlen(r->lease), field_len,
-                         strlen(r->latch_ttl)};
+                         strlen(r->latch_ttl), strlen(r->count)};
   memcpy(a->argv, argv, sizeof(argv));
   memcpy(a->lens, lens, sizeof(lens));
-  dlock__eval call = {&dlock__script_release, 3, 4, a->argv, a->lens};
+  dlock__eval call = {&dlock__script_release, 3, 5, a->argv, a->lens};
   a->call = call;
 }
 

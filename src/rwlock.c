@@ -84,11 +84,11 @@ static int read_release(dlock_t *l, uint64_t owner) {
   char field[DLOCK__FIELD_MAX];
   size_t field_len = dlock__field_plain(l, owner, field);
   const char *argv[] = {l->name, l->channel, prefix, all,
-                        r.latch, "0",        field,  r.latch_ttl};
+                        r.latch, "0",        field,  r.latch_ttl, r.count};
   const size_t lens[] = {l->len,      l->channel_len, prefix_len, all_len,
                          r.latch_len, 1,              field_len,
-                         strlen(r.latch_ttl)};
-  dlock__eval call = {&dlock__script_read_release, 5, 3, argv, lens};
+                         strlen(r.latch_ttl), strlen(r.count)};
+  dlock__eval call = {&dlock__script_read_release, 5, 4, argv, lens};
   rc = dlock__release_run(l, owner, &r, &call);
   dlock__free(prefix);
   dlock__free(all);
@@ -119,12 +119,12 @@ static int write_release(dlock_t *l, uint64_t owner) {
   }
   char wfield[DLOCK__FIELD_MAX];
   size_t wfield_len = write_field(l, owner, wfield);
-  const char *argv[] = {l->name, l->channel, r.latch, "1",
-                        r.lease, wfield,     r.latch_ttl};
+  const char *argv[] = {l->name, l->channel, r.latch,     "1",
+                        r.lease, wfield,     r.latch_ttl, r.count};
   const size_t lens[] = {l->len,          l->channel_len, r.latch_len,
                          1,               strlen(r.lease), wfield_len,
-                         strlen(r.latch_ttl)};
-  dlock__eval call = {&dlock__script_write_release, 3, 4, argv, lens};
+                         strlen(r.latch_ttl), strlen(r.count)};
+  dlock__eval call = {&dlock__script_write_release, 3, 5, argv, lens};
   return dlock__release_run(l, owner, &r, &call);
 }
 

@@ -1,6 +1,7 @@
 -- Acquire the reentrant lock KEYS[1] for owner field ARGV[2].
 -- KEYS[2]: fencing counter. ARGV[1]: lease in ms. ARGV[3]: the hold count
--- the client believes the owner has (0 when it believes it holds none).
+-- the client believes the owner has (0 when it believes it holds none);
+-- the owner's count becomes that plus one.
 -- Returns {1, token, count} when held by the owner afterwards,
 -- {0, pttl} when another owner holds it, or {2, 0} when the hold the
 -- client believes in is gone.
@@ -19,13 +20,11 @@ if count == nil then
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {1, redis.call('incr', KEYS[2]), 1}
 end
-local token = tonumber(redis.call('get', KEYS[2])) or 0
-if count == tonumber(ARGV[3]) + 1 then
-  -- An earlier try already took this hold but its reply was lost: report
-  -- it instead of counting it twice.
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return {1, token, count}
-end
-count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+-- Held by this owner already: one more hold than the client counts. Set,
+-- not incremented, so that an earlier try whose reply was lost (and may or
+-- may not have run) cannot leave the server counting one hold more than
+-- the caller will ever release.
+count = tonumber(ARGV[3]) + 1
+redis.call('hset', KEYS[1], ARGV[2], count)
 redis.call('pexpire', KEYS[1], ARGV[1])
-return {1, token, count}
+return {1, tonumber(redis.call('get', KEYS[2])) or 0, count}

@@ -35,10 +35,10 @@ if count == nil and tonumber(ARGV[4]) > 0 then
   return {2, 0}
 end
 if count ~= nil then
-  -- Already held by this owner: reentry, or a retry whose reply was lost.
-  if count ~= tonumber(ARGV[4]) + 1 then
-    count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  end
+  -- Already held by this owner: one more hold than the client counts (set,
+  -- so a retry whose first reply was lost does not count twice).
+  count = tonumber(ARGV[4]) + 1
+  redis.call('hset', KEYS[1], ARGV[2], count)
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {1, tonumber(redis.call('get', KEYS[4])) or 0, count}
 end

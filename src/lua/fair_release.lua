@@ -2,7 +2,8 @@
 -- becomes free, tell only the owner at the head of the queue KEYS[2], on
 -- channel KEYS[4] .. ':' .. <head>. KEYS[3]: queue deadlines; KEYS[5]: the
 -- latch of this release. ARGV[1]: unlock message; ARGV[2]: lease ms to
--- restore while held; ARGV[4]: latch lifetime ms.
+-- restore while held; ARGV[4]: latch lifetime ms; ARGV[5]: the hold
+-- count the client believes the owner has (0: unknown).
 -- Returns the holds left (0: now free), or -1 when the owner holds none.
 local done = redis.call('get', KEYS[5])
 if done then
@@ -12,11 +13,14 @@ local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
 if count == nil then
   return -1
 end
-redis.call('set', KEYS[5], count - 1, 'px', ARGV[4])
-if count > 1 then
-  redis.call('hincrby', KEYS[1], ARGV[3], -1)
+-- One hold less than the client counts (ARGV[5], 0: unknown).
+local left = tonumber(ARGV[5])
+left = (left > 0 and left or count) - 1
+redis.call('set', KEYS[5], left, 'px', ARGV[4])
+if left > 0 then
+  redis.call('hset', KEYS[1], ARGV[3], left)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return count - 1
+  return left
 end
 redis.call('del', KEYS[1])
 local head = redis.call('lindex', KEYS[2], 0)

@@ -11,10 +11,6 @@ if count == nil and tonumber(ARGV[4]) > 0 then
   -- The client believes the owner reads, but that hold is gone.
   return {2, 0}
 end
-if count ~= nil and count == tonumber(ARGV[4]) + 1 then
-  -- A retry whose first reply was lost: already held.
-  return {1, tonumber(redis.call('get', KEYS[3])) or 0, count}
-end
 if mode == false then
   redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
   redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
@@ -22,7 +18,10 @@ if mode == false then
   return {1, redis.call('incr', KEYS[3]), 1}
 end
 if mode == 'read' or redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
-  count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  -- One more hold than the client counts (set, so a retry whose first
+  -- reply was lost does not count twice).
+  count = tonumber(ARGV[4]) + 1
+  redis.call('hset', KEYS[1], ARGV[2], count)
   redis.call('set', KEYS[2] .. ':' .. count, 1, 'px', ARGV[1])
   local left = redis.call('pttl', KEYS[1])
   redis.call('pexpire', KEYS[1], math.max(left, tonumber(ARGV[1])))

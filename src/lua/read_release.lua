@@ -11,13 +11,20 @@ local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
 if count == nil then
   return -1
 end
-redis.call('set', KEYS[5], count - 1, 'px', ARGV[3])
-if count == 1 then
+-- One hold less than the client counts (ARGV[4], 0: unknown).
+local left = tonumber(ARGV[4])
+left = (left > 0 and left or count) - 1
+redis.call('set', KEYS[5], left, 'px', ARGV[3])
+if left <= 0 then
   redis.call('hdel', KEYS[1], ARGV[2])
 else
-  redis.call('hincrby', KEYS[1], ARGV[2], -1)
+  redis.call('hset', KEYS[1], ARGV[2], left)
 end
-redis.call('del', KEYS[3] .. ':' .. count)
+-- Hold n's timeout key goes with hold n (any above it belonged to a hold
+-- the server counted and the client did not).
+for n = math.max(count, left + 1), left + 1, -1 do
+  redis.call('del', KEYS[3] .. ':' .. n)
+end
 if redis.call('hlen', KEYS[1]) > 1 then
   -- Other holds remain: the lock lives as long as the longest of them.
   local longest = -3
@@ -32,12 +39,12 @@ if redis.call('hlen', KEYS[1]) > 1 then
   end
   if longest > 0 then
     redis.call('pexpire', KEYS[1], longest)
-    return count - 1
+    return left
   end
   if redis.call('hget', KEYS[1], 'mode') == 'write' then
-    return count - 1
+    return left
   end
 end
 redis.call('del', KEYS[1])
 redis.call('publish', KEYS[2], ARGV[1])
-return count - 1
+return left

@@ -2,7 +2,8 @@
 -- KEYS[2]: channel told when the lock becomes free; KEYS[3]: the latch
 -- that makes a retried release return the first answer instead of
 -- releasing twice. ARGV[1]: unlock message; ARGV[2]: lease in ms to restore
--- while still held; ARGV[4]: latch lifetime in ms.
+-- while still held; ARGV[4]: latch lifetime in ms; ARGV[5]: the hold count
+-- the client believes the owner has (0: unknown).
 -- Returns the holds left (0: now free), or -1 when the owner holds none.
 local done = redis.call('get', KEYS[3])
 if done then
@@ -12,14 +13,18 @@ local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
 if count == nil then
   return -1
 end
+-- One hold less than the client counts, when it counts (it knows what its
+-- caller still has to release); else one less than the server's.
+local left = tonumber(ARGV[5])
+left = (left > 0 and left or count) - 1
 -- The latch is written before anything changes, so a refused write (OOM)
 -- leaves the lock exactly as it was.
-redis.call('set', KEYS[3], count - 1, 'px', ARGV[4])
-if count > 1 then
-  redis.call('hincrby', KEYS[1], ARGV[3], -1)
+redis.call('set', KEYS[3], left, 'px', ARGV[4])
+if left > 0 then
+  redis.call('hset', KEYS[1], ARGV[3], left)
   redis.call('pexpire', KEYS[1], ARGV[2])
 else
   redis.call('del', KEYS[1])
   redis.call('publish', KEYS[2], ARGV[1])
 end
-return count - 1
+return left

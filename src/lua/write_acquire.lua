@@ -16,9 +16,10 @@ end
 if mode == 'write' then
   local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
   if count ~= nil then
-    if count ~= tonumber(ARGV[3]) + 1 then
-      count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    end
+    -- One more hold than the client counts (set, not incremented: a retry
+    -- whose first reply was lost must not count twice).
+    count = tonumber(ARGV[3]) + 1
+    redis.call('hset', KEYS[1], ARGV[2], count)
     redis.call('pexpire', KEYS[1],
                math.max(redis.call('pttl', KEYS[1]), tonumber(ARGV[1])))
     return {1, tonumber(redis.call('get', KEYS[2])) or 0, count}

@@ -2,7 +2,8 @@
 -- KEYS[1]. When the last write hold goes, every waiter is told to retry
 -- (message ARGV[1], "1", on channel KEYS[2]): readers may all go now.
 -- KEYS[3]: the latch of this release. ARGV[2]: lease ms to restore while
--- held; ARGV[4]: latch lifetime ms.
+-- held; ARGV[4]: latch lifetime ms; ARGV[5]: the hold count the client
+-- believes the owner has (0: unknown).
 -- Returns the write holds left, or -1 for none.
 local done = redis.call('get', KEYS[3])
 if done then
@@ -15,11 +16,14 @@ local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
 if count == nil then
   return -1
 end
-redis.call('set', KEYS[3], count - 1, 'px', ARGV[4])
-if count > 1 then
-  redis.call('hincrby', KEYS[1], ARGV[3], -1)
+-- One hold less than the client counts (ARGV[5], 0: unknown).
+local left = tonumber(ARGV[5])
+left = (left > 0 and left or count) - 1
+redis.call('set', KEYS[3], left, 'px', ARGV[4])
+if left > 0 then
+  redis.call('hset', KEYS[1], ARGV[3], left)
   redis.call('pexpire', KEYS[1], ARGV[2])
-  return count - 1
+  return left
 end
 redis.call('hdel', KEYS[1], ARGV[3])
 if redis.call('hlen', KEYS[1]) == 1 then
