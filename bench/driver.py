@@ -259,11 +259,13 @@ class Bench:
             prog = self.bin["bench_handoff" if mode == "handoff" else "bench_lock"]
             return [prog, "--url", self.main.url] + common + (["--fair"] if contender == "dlock-fair" else [])
         if base.startswith("redlock"):
+            # bench_handoff has no --mode; the peers' scripts need it.
             argv = ["node", os.path.join(PEERS, "redlock_bench.js"), "--lib", base[-1],
-                    "--port", str(self.main.port), "--mode", mode] + common
+                    "--port", str(self.main.port)] + common
+            argv += ["--mode", mode] if mode == "handoff" else []
             return argv + (["--retry-delay", str(self.tuned[base])] if tuned else [])
-        argv = [PYTHON, os.path.join(PEERS, "redispy_bench.py"), "--port", str(self.main.port),
-                "--mode", mode] + common
+        argv = [PYTHON, os.path.join(PEERS, "redispy_bench.py"), "--port", str(self.main.port)] + common
+        argv += ["--mode", mode] if mode == "handoff" else []
         return argv + (["--sleep", str(self.tuned[base] / 1000)] if tuned else [])
 
     # ---- the raw limit ----------------------------------------------------
