@@ -14,9 +14,14 @@
 
 int dlock__prefixed(const char *prefix, const char *name, size_t len,
                     char **out, size_t *out_len) {
-  size_t plen = strlen(prefix);
+  return dlock__prefixed_suffix(prefix, name, len, NULL, out, out_len);
+}
+
+int dlock__prefixed_suffix(const char *prefix, const char *name, size_t len,
+                           const char *suffix, char **out, size_t *out_len) {
+  size_t plen = strlen(prefix), slen = suffix != NULL ? strlen(suffix) : 0;
   int tagged = memchr(name, '{', len) != NULL;
-  size_t n = plen + 1 + len + (tagged ? 0 : 2);
+  size_t n = plen + 1 + len + (tagged ? 0 : 2) + (suffix ? 1 + slen : 0);
   char *s = dlock__malloc(n + 1);
   if (s == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory building key names");
@@ -30,6 +35,11 @@ int dlock__prefixed(const char *prefix, const char *name, size_t len,
   p += len;
   if (!tagged)
     *p++ = '}';
+  if (suffix != NULL) {
+    *p++ = ':';
+    memcpy(p, suffix, slen);
+    p += slen;
+  }
   *p = '\0';
   *out = s;
   *out_len = n;

@@ -160,23 +160,11 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
   char request[DLOCK__FIELD_MAX];
   snprintf(request, sizeof(request), "%s:%" PRIuFAST64, c->id,
            (uint_fast64_t)atomic_fetch_add(&c->request_seq, 1));
-  char *prefix;
-  size_t prefix_len;
-  int rc = dlock__prefixed("redisson_unlock_latch", l->name, l->len, &prefix,
-                           &prefix_len);
+  /* One allocation per unlock, on its hot path. */
+  int rc = dlock__prefixed_suffix("redisson_unlock_latch", l->name, l->len,
+                                  request, &r->latch, &r->latch_len);
   if (rc != 0)
     return rc;
-  r->latch_len = prefix_len + 1 + strlen(request);
-  r->latch = dlock__malloc(r->latch_len + 1);
-  if (r->latch != NULL) {
-    /* memcpy, not "%s": a name may hold NUL bytes. */
-    memcpy(r->latch, prefix, prefix_len);
-    r->latch[prefix_len] = ':';
-    memcpy(r->latch + prefix_len + 1, request, strlen(request) + 1);
-  }
-  dlock__free(prefix);
-  if (r->latch == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory releasing a lock");
   /* From here the release is sent: a renewal that runs in Redis just after
    * it must not call the hold lost. */
   pthread_mutex_lock(&c->mu);

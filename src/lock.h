@@ -85,6 +85,10 @@ int dlock__query_single(dlock_t *l, uint64_t owner, int what, int64_t *out);
 int dlock__prefixed(const char *prefix, const char *name, size_t len,
                     char **out, size_t *out_len);
 
+/* The same with ":suffix" appended, in one allocation. */
+int dlock__prefixed_suffix(const char *prefix, const char *name, size_t len,
+                           const char *suffix, char **out, size_t *out_len);
+
 /* Builds "{name}:suffix" (or "name:suffix" when the name holds a '{'). */
 int dlock__suffixed(const char *name, size_t len, const char *suffix,
                     size_t suffix_len, char **out, size_t *out_len);
