@@ -2,15 +2,15 @@
  * Lock handles: creation, key names, and the verbs every kind shares,
  * including the wait for a lock that is taken.
  */
-#include "lock.h"
 #include "alloc.h"
+#include "lock.h"
 
 #include "error.h"
 #include "monotime.h"
 
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
+#include <time.h>
 
 int dlock__prefixed(const char *prefix, const char *name, size_t len,
                     char **out, size_t *out_len) {
@@ -121,8 +121,7 @@ int dlock_get(dlock_client_t *c, const char *name, dlock_t **out) {
                            name ? strlen(name) : 0, out);
 }
 
-int dlock_getn(dlock_client_t *c, const char *name, size_t len,
-               dlock_t **out) {
+int dlock_getn(dlock_client_t *c, const char *name, size_t len, dlock_t **out) {
   return dlock__handle_new(c, &dlock__kind_reentrant, name, len, out);
 }
 
@@ -158,8 +157,8 @@ int dlock_get_rw(dlock_client_t *c, const char *name, dlock_t **read,
     return dlock__fail(DLOCK_EINVAL, "read and write must not be NULL");
   *write = NULL;
   int rc = dlock__handle_new(c, &dlock__kind_read, name, len, read);
-  if (rc == 0 && (rc = dlock__handle_new(c, &dlock__kind_write, name, len,
-                                         write)) != 0) {
+  if (rc == 0 &&
+      (rc = dlock__handle_new(c, &dlock__kind_write, name, len, write)) != 0) {
     dlock_free(*read);
     *read = NULL;
   }
@@ -187,7 +186,8 @@ const char *dlock_name(const dlock_t *l, size_t *len) {
   return l ? l->name : NULL;
 }
 
-/* ---- acquiring, with waiting ---------------------------------------------- */
+/* ---- acquiring, with waiting ----------------------------------------------
+ */
 
 static int check_times(int64_t wait_ms, int64_t lease_ms) {
   if (lease_ms <= 0 && lease_ms != DLOCK_WATCHDOG)
@@ -227,7 +227,8 @@ static int backoff_sleep(dlock_client_t *c, int *step, int64_t until_us) {
   if (*step < 7)
     (*step)++;
   /* Jitter keeps contending spinners from retrying in lockstep. */
-  int64_t sleep_us = base_us / 2 + (int64_t)(jitter() % (uint64_t)(base_us / 2 + 1));
+  int64_t sleep_us =
+      base_us / 2 + (int64_t)(jitter() % (uint64_t)(base_us / 2 + 1));
   int64_t now = dlock__now_us();
   if (now + sleep_us > until_us)
     sleep_us = until_us - now;
@@ -239,52 +240,93 @@ static int backoff_sleep(dlock_client_t *c, int *step, int64_t until_us) {
   return dlock__check_canceled(c);
 }
 
-/* Joins the channel that announces this owner's turn. */
+/* The channel that announces this owner's turn: l->channel, or one the
+ * kind builds (then to be freed with dlock__free). */
+static int turn_channel(dlock_t *l, uint64_t owner, char **channel,
+                        size_t *len) {
+  *channel = l->channel;
+  *len = l->channel_len;
+  if (l->kind->wait_channel == NULL)
+    return 0;
+  return l->kind->wait_channel(l, owner, channel, len);
+}
+
+/* Joins the channel that announces this owner's turn, subscribing if the
+ * client is not subscribed yet. */
 static int join_channel(dlock_t *l, uint64_t owner, int64_t deadline_us,
-                        dlock__sub **sub) {
+                        dlock__waiter *w) {
   dlock_client_t *c = l->c;
-  char *channel = l->channel;
-  size_t channel_len = l->channel_len;
-  if (l->kind->wait_channel != NULL) {
-    int rc = l->kind->wait_channel(l, owner, &channel, &channel_len);
-    if (rc != 0)
-      return rc;
-  }
+  char *channel;
+  size_t channel_len;
+  int rc = turn_channel(l, owner, &channel, &channel_len);
+  if (rc != 0)
+    return rc;
   int64_t join_by = dlock__now_us() + c->opt.command_timeout_ms * 1000;
-  int rc = dlock__pubsub_join(c->ps, channel, channel_len,
-                              join_by < deadline_us ? join_by : deadline_us,
-                              sub);
+  rc = dlock__pubsub_join(c->ps, channel, channel_len,
+                          join_by < deadline_us ? join_by : deadline_us, w);
   if (channel != l->channel)
     dlock__free(channel);
   return rc;
 }
 
+/* Joins the channel only if the client is subscribed to it already (a
+ * lock contended a moment ago), which is free: see
+ * dlock__pubsub_join_active. 1 joined, 0 not, or an error. */
+static int join_channel_if_active(dlock_t *l, uint64_t owner, dlock__waiter *w,
+                                  int *others) {
+  char *channel;
+  size_t channel_len;
+  int rc = turn_channel(l, owner, &channel, &channel_len);
+  if (rc != 0)
+    return rc;
+  rc = dlock__pubsub_join_active(l->c->ps, channel, channel_len, w, others);
+  if (channel != l->channel)
+    dlock__free(channel);
+  return rc;
+}
+
+/* How long a waiter that queued behind its client's other waiters, without
+ * trying, sleeps at most before it tries anyway: it does not know the
+ * lock's lease, and the unlock that would wake it may never come. */
+#define QUEUED_FIRST_WAIT_US 50000
+
 /*
  * Sleeps until the holder's unlock message or its lease end, whichever is
- * first, bounded by the caller's deadline; then tries again. Subscribing
- * happens before the second attempt, so an unlock between the first attempt
- * and the subscription is seen by that attempt.
+ * first, bounded by the caller's deadline; then tries again, until the lock
+ * is taken or the deadline passes. 'joined' is the channel's waiter record
+ * when it was joined before the first attempt, or NULL: it is then joined and
+ * tried once more, so that an unlock between the first attempt and the
+ * subscription is not missed. 'ttl_ms' is what the first attempt said, or
+ * -2 when there was none (the waiter queued behind its client's others).
  */
 static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
-                            int64_t lease_ms, int64_t deadline_us) {
+                            int64_t lease_ms, int64_t deadline_us,
+                            dlock__waiter *joined, int64_t ttl_ms) {
   dlock_client_t *c = l->c;
-  dlock__sub *sub = NULL;
-  int step = 0, rc = 0;
-  if (l->kind->wait_by == DLOCK__WAIT_PUBSUB)
-    rc = join_channel(l, owner, deadline_us, &sub);
+  int step = 0, rc = 0, tried = joined != NULL;
+  dlock__waiter own, *sub = joined;
+  if (sub == NULL && l->kind->wait_by == DLOCK__WAIT_PUBSUB) {
+    rc = join_channel(l, owner, deadline_us, &own);
+    sub = rc == 0 ? &own : NULL;
+  }
   while (rc == 0) {
-    int64_t ttl_ms = -1;
-    rc = l->kind->try_acquire(l, owner, lease_ms, 1, &ttl_ms);
-    if (rc != 1)
-      break;
-    int64_t now = dlock__now_us();
-    if (now >= deadline_us) {
+    if (!tried) {
+      rc = l->kind->try_acquire(l, owner, lease_ms, 1, &ttl_ms);
+      if (rc != 1)
+        break;
+    }
+    tried = 0;
+    int64_t now = dlock__now_us(), until = deadline_us;
+    if (ttl_ms == -2) {
+      /* Not tried yet: there is always one attempt, whatever the wait. */
+      if (now + QUEUED_FIRST_WAIT_US < until)
+        until = now + QUEUED_FIRST_WAIT_US;
+    } else if (now >= deadline_us) {
       rc = timed_out(l, wait_ms);
       break;
-    }
-    int64_t until = deadline_us;
-    if (ttl_ms >= 0 && now + ttl_ms * 1000 < until)
+    } else if (ttl_ms >= 0 && now + ttl_ms * 1000 < until) {
       until = now + ttl_ms * 1000;
+    }
     if (sub != NULL)
       rc = dlock__pubsub_wait(c->ps, sub, until);
     else
@@ -315,13 +357,31 @@ int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
   rc = dlock__settle_before_acquire(l, owner);
   if (rc != 0)
     return rc;
-  int64_t ttl_ms;
+  /* A waiter that is going to wait anyway joins a live subscription before
+   * its first attempt, so it need not try again after joining. */
+  dlock__waiter w, *sub = NULL;
+  int others = 0;
+  if (wait_ms != 0 && l->kind->wait_by == DLOCK__WAIT_PUBSUB) {
+    rc = join_channel_if_active(l, owner, &w, &others);
+    if (rc < 0)
+      return rc;
+    sub = rc == 1 ? &w : NULL;
+  }
+  int64_t ttl_ms = -2;
+  if (sub != NULL && others > 0 && l->kind->no_barging &&
+      dlock__believed_count(l, owner) == 0)
+    /* Others of this client wait already: queue behind them. */
+    return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub,
+                            ttl_ms);
   rc = l->kind->try_acquire(l, owner, lease_ms, wait_ms != 0, &ttl_ms);
-  if (rc != 1)
-    return rc;
-  if (wait_ms == 0)
-    return timed_out(l, wait_ms);
-  return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us);
+  if (rc == 1 && wait_ms != 0)
+    return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub,
+                            ttl_ms);
+  if (sub != NULL)
+    dlock__pubsub_leave(l->c->ps, sub);
+  if (rc < 0 && wait_ms != 0 && l->kind->give_up != NULL)
+    l->kind->give_up(l, owner);
+  return rc == 1 ? timed_out(l, wait_ms) : rc;
 }
 
 int dlock_trylock(dlock_t *l, int64_t wait_ms, int64_t lease_ms) {

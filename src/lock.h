@@ -40,14 +40,19 @@ enum dlock__wait_by { DLOCK__WAIT_PUBSUB, DLOCK__WAIT_BACKOFF };
 struct dlock__kind {
   dlock_kind_t id;
   int wait_by; /* enum dlock__wait_by */
+  /* A new waiter does not try ahead of this client's threads already
+   * waiting on the same channel (it queues behind them instead), so one
+   * process's threads take turns rather than the releasing thread taking
+   * the lock straight back. */
+  int no_barging;
   /*
    * One attempt: 0 when 'owner' holds the lock afterwards (the hold table is
    * updated), 1 when another owner holds it ('*ttl_ms': how long to sleep at
    * most, -1 unknown), or an error. 'queue' is 0 for a single try that
    * must not leave a trace (a fair lock does not enqueue then).
    */
-  int (*try_acquire)(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                     int queue, int64_t *ttl_ms);
+  int (*try_acquire)(dlock_t *l, uint64_t owner, int64_t lease_ms, int queue,
+                     int64_t *ttl_ms);
   /* Called when a waiter stops waiting without the lock; may be NULL. */
   void (*give_up)(dlock_t *l, uint64_t owner);
   /* The channel a waiter of 'owner' listens on; NULL: l->channel. */
@@ -59,14 +64,19 @@ struct dlock__kind {
   /* Deletes the lock and wakes waiters: 1 deleted, 0 none, or error. */
   int (*force_release)(dlock_t *l);
   /* Composite kinds only: the whole acquisition, and the queries. */
-  int (*acquire)(dlock_t *l, uint64_t owner, int64_t wait_ms,
-                 int64_t lease_ms, int64_t deadline_us);
+  int (*acquire)(dlock_t *l, uint64_t owner, int64_t wait_ms, int64_t lease_ms,
+                 int64_t deadline_us);
   int (*query)(dlock_t *l, uint64_t owner, int what, int64_t *out);
   uint64_t (*token)(dlock_t *l, uint64_t owner);
 };
 
 /* What dlock__kind.query answers. */
-enum dlock__query { DLOCK__Q_LOCKED, DLOCK__Q_HELD, DLOCK__Q_COUNT, DLOCK__Q_TTL };
+enum dlock__query {
+  DLOCK__Q_LOCKED,
+  DLOCK__Q_HELD,
+  DLOCK__Q_COUNT,
+  DLOCK__Q_TTL
+};
 
 extern const dlock__kind dlock__kind_reentrant;
 extern const dlock__kind dlock__kind_spin;
@@ -132,7 +142,7 @@ typedef struct dlock__release {
   char lease[24];
   char latch_ttl[24];
   char count[24]; /* the hold count the client believes in ("0": unknown) */
-  char *latch; /* redisson_unlock_latch:{name}:<request-id> */
+  char *latch;    /* redisson_unlock_latch:{name}:<request-id> */
   size_t latch_len;
 } dlock__release;
 
@@ -165,8 +175,8 @@ typedef struct dlock__call_args {
 
 /* The reentrant (and spin) lock's acquire and release calls, built but not
  * sent, for RedLock to send to every node at once. */
-void dlock__reentrant_acquire_call(dlock_t *l, uint64_t owner,
-                                   int64_t lease_ms, dlock__call_args *a);
+void dlock__reentrant_acquire_call(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                                   dlock__call_args *a);
 void dlock__reentrant_release_call(dlock_t *l, uint64_t owner,
                                    const dlock__release *r,
                                    dlock__call_args *a);
@@ -174,8 +184,7 @@ void dlock__reentrant_release_call(dlock_t *l, uint64_t owner,
 /* The second half of dlock__run_acquire: decodes an acquisition reply
  * (taking it) and records the hold. */
 int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                          redisReply *reply, int64_t sent_us,
-                          int64_t *ttl_ms);
+                          redisReply *reply, int64_t sent_us, int64_t *ttl_ms);
 
 /* The second half of dlock__release_run: decodes a release reply (taking
  * it) and applies it, with what dlock__release_begin found in 'r'. */

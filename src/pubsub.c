@@ -19,6 +19,7 @@
 #include <hiredis/sds.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,14 +38,13 @@ struct dlock__sub {
   struct dlock__sub *next;
   char *name;
   size_t len;
-  int refs;    /* waiters that joined and have not left */
-  int permits; /* wake-ups not yet taken */
-  int state;   /* enum sub_state */
-  int resync;  /* wake everyone once the subscription is back */
+  int refs;                   /* waiters that joined and have not left */
+  dlock__waiter *head, *tail; /* ... in the order they joined */
+  int state;                  /* enum sub_state */
+  int resync;                 /* wake everyone once the subscription is back */
   int refused; /* Redis refused SUBSCRIBE (ACL): DLOCK_E* for joiners */
   char why[160];
   int64_t idle_since_us;
-  pthread_cond_t wake;  /* waiters sleeping for a permit */
   pthread_cond_t ready; /* joiners waiting for the subscription */
 };
 
@@ -55,6 +55,9 @@ struct dlock__pubsub {
   const dlock__endpoint *ep;
   int64_t connect_timeout_ms, command_timeout_ms;
   dlock__sub *subs;
+  /* How many channels 'subs' holds, readable without 'mu': most attempts
+   * happen when there are none, and then need not take the mutex. */
+  atomic_int nsubs;
   redisContext *ctx; /* the thread's */
   int connected;
   int stopping;
@@ -85,19 +88,33 @@ static dlock__sub *find_sub(dlock__pubsub *ps, const char *name, size_t len) {
 }
 
 static void free_sub(dlock__sub *s) {
-  pthread_cond_destroy(&s->wake);
   pthread_cond_destroy(&s->ready);
   dlock__free(s->name);
   dlock__free(s);
 }
 
-/* Gives every waiter of 's' a reason to try again. */
-static void wake_all_locked(dlock__sub *s) {
-  s->permits = s->refs;
-  pthread_cond_broadcast(&s->wake);
+static void wake_locked(dlock__waiter *w) {
+  w->permit = 1;
+  pthread_cond_signal(&w->cv);
 }
 
-/* ---- the thread ----------------------------------------------------------- */
+/* Gives every waiter of 's' a reason to try again. */
+static void wake_all_locked(dlock__sub *s) {
+  for (dlock__waiter *w = s->head; w != NULL; w = w->next)
+    wake_locked(w);
+}
+
+/* Wakes the first waiter in line that is not awake already. */
+static void wake_one_locked(dlock__sub *s) {
+  for (dlock__waiter *w = s->head; w != NULL; w = w->next)
+    if (!w->permit) {
+      wake_locked(w);
+      return;
+    }
+}
+
+/* ---- the thread -----------------------------------------------------------
+ */
 
 static void on_disconnect_locked(dlock__pubsub *ps) {
   if (ps->ctx != NULL) {
@@ -162,6 +179,7 @@ static int64_t sync_subscriptions_locked(dlock__pubsub *ps) {
     if (s->refs == 0 && s->state == SUB_NONE) {
       *p = s->next;
       free_sub(s);
+      atomic_fetch_sub(&ps->nsubs, 1);
       continue;
     }
     p = &s->next;
@@ -232,14 +250,10 @@ static void handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
   if (s == NULL)
     return;
   if (is_str(kind, "message")) {
-    if (s->refs == 0)
-      return;
-    if (is_str(r->element[2], "1")) {
+    if (is_str(r->element[2], "1"))
       wake_all_locked(s);
-    } else if (s->permits < s->refs) {
-      s->permits++;
-      pthread_cond_signal(&s->wake);
-    }
+    else
+      wake_one_locked(s);
   } else if (is_str(kind, "subscribe")) {
     s->state = SUB_ACTIVE;
     pthread_cond_broadcast(&s->ready);
@@ -310,7 +324,8 @@ static void *pubsub_main(void *arg) {
   return NULL;
 }
 
-/* ---- the waiters' side ----------------------------------------------------- */
+/* ---- the waiters' side -----------------------------------------------------
+ */
 
 int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
                         int64_t command_timeout_ms, int lazy,
@@ -329,8 +344,7 @@ int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
   pthread_mutex_init(&ps->mu, NULL);
   /* Connect before returning, so the first waiter finds it ready; a lazy
    * client whose server is down leaves that to the thread. */
-  int rc = dlock__connect(ep, connect_timeout_ms, command_timeout_ms,
-                          &ps->ctx);
+  int rc = dlock__connect(ep, connect_timeout_ms, command_timeout_ms, &ps->ctx);
   if (rc == 0)
     rc = dlock__set_nonblocking(ps->ctx);
   if (rc == 0)
@@ -362,7 +376,8 @@ void dlock__pubsub_cancel(dlock__pubsub *ps) {
   pthread_mutex_lock(&ps->mu);
   ps->canceled = 1;
   for (dlock__sub *s = ps->subs; s != NULL; s = s->next) {
-    pthread_cond_broadcast(&s->wake);
+    for (dlock__waiter *w = s->head; w != NULL; w = w->next)
+      pthread_cond_signal(&w->cv);
     pthread_cond_broadcast(&s->ready);
   }
   pthread_mutex_unlock(&ps->mu);
@@ -396,13 +411,48 @@ static dlock__sub *new_sub(const char *name, size_t len) {
     return NULL;
   }
   s->len = len;
-  init_monotonic_cond(&s->wake);
   init_monotonic_cond(&s->ready);
   return s;
 }
 
+/* Puts 'w' at the end of the line of 's'. */
+static void enqueue_locked(dlock__sub *s, dlock__waiter *w) {
+  w->next = NULL;
+  w->sub = s;
+  w->permit = 0;
+  init_monotonic_cond(&w->cv);
+  if (s->tail != NULL)
+    s->tail->next = w;
+  else
+    s->head = w;
+  s->tail = w;
+  s->refs++;
+}
+
+/* Takes 'w' out of its line; a wake-up it did not take goes to the next
+ * waiter, so that none is lost. */
+static void dequeue_locked(dlock__pubsub *ps, dlock__waiter *w) {
+  dlock__sub *s = w->sub;
+  dlock__waiter *prev = NULL;
+  for (dlock__waiter *x = s->head; x != w; x = x->next)
+    prev = x;
+  if (prev != NULL)
+    prev->next = w->next;
+  else
+    s->head = w->next;
+  if (s->tail == w)
+    s->tail = prev;
+  pthread_cond_destroy(&w->cv);
+  if (w->permit)
+    wake_one_locked(s);
+  if (--s->refs == 0) {
+    s->idle_since_us = dlock__now_us();
+    poke_thread(ps);
+  }
+}
+
 int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
-                       int64_t deadline_us, dlock__sub **out) {
+                       int64_t deadline_us, dlock__waiter *w) {
   pthread_mutex_lock(&ps->mu);
   if (ps->canceled) {
     pthread_mutex_unlock(&ps->mu);
@@ -416,11 +466,11 @@ int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
     }
     s->next = ps->subs;
     ps->subs = s;
+    atomic_fetch_add(&ps->nsubs, 1);
   }
-  if (s->refs++ == 0) {
-    s->permits = 0;
+  if (s->refs == 0)
     s->refused = 0; /* permissions may have changed: ask again */
-  }
+  enqueue_locked(s, w);
   if (s->state != SUB_ACTIVE)
     poke_thread(ps);
   while (s->state != SUB_ACTIVE && !s->refused && ps->connected &&
@@ -431,42 +481,50 @@ int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
   int rc = ps->canceled ? DLOCK_ECANCELED : s->refused;
   char why[sizeof(s->why)];
   snprintf(why, sizeof(why), "%s", s->why);
-  if (rc != 0 && --s->refs == 0)
-    s->idle_since_us = dlock__now_us();
+  if (rc != 0)
+    dequeue_locked(ps, w);
   pthread_mutex_unlock(&ps->mu);
   if (rc == DLOCK_ECANCELED)
     return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
   if (rc != 0)
     return dlock__fail(rc, "%s", why);
-  *out = s;
   return 0;
 }
 
-int dlock__pubsub_wait(dlock__pubsub *ps, dlock__sub *s, int64_t until_us) {
+int dlock__pubsub_join_active(dlock__pubsub *ps, const char *channel,
+                              size_t len, dlock__waiter *w, int *others) {
+  if (atomic_load(&ps->nsubs) == 0)
+    return 0;
   pthread_mutex_lock(&ps->mu);
-  while (s->permits == 0 && !ps->canceled && dlock__now_us() < until_us) {
+  dlock__sub *s = find_sub(ps, channel, len);
+  int joined = s != NULL && s->state == SUB_ACTIVE && !ps->canceled;
+  if (joined) {
+    *others = s->refs;
+    enqueue_locked(s, w);
+  }
+  pthread_mutex_unlock(&ps->mu);
+  return joined;
+}
+
+int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
+  pthread_mutex_lock(&ps->mu);
+  while (!w->permit && !ps->canceled && dlock__now_us() < until_us) {
     struct timespec ts = dlock__timespec_at(until_us);
-    pthread_cond_timedwait(&s->wake, &ps->mu, &ts);
+    pthread_cond_timedwait(&w->cv, &ps->mu, &ts);
   }
   int rc = 0;
   if (ps->canceled)
     rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
-  else if (s->permits > 0) {
-    s->permits--;
+  else if (w->permit) {
+    w->permit = 0;
     rc = 1;
   }
   pthread_mutex_unlock(&ps->mu);
   return rc;
 }
 
-void dlock__pubsub_leave(dlock__pubsub *ps, dlock__sub *s) {
+void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w) {
   pthread_mutex_lock(&ps->mu);
-  if (--s->refs == 0) {
-    s->permits = 0;
-    s->idle_since_us = dlock__now_us();
-    poke_thread(ps);
-  } else if (s->permits > s->refs) {
-    s->permits = s->refs;
-  }
+  dequeue_locked(ps, w);
   pthread_mutex_unlock(&ps->mu);
 }

@@ -5,7 +5,7 @@
  * A message "0" wakes one waiter of the client, "1" wakes all of them
  * (Redisson's read-write lock uses it when the write lock is released).
  *
- * Wake-ups are counted like semaphore permits, so a message that arrives
+ * A wake-up is kept by its waiter until taken, so a message that arrives
  * between a waiter's failed attempt and its sleep is not lost. After the
  * connection comes back, every waiter is woken once, because unlock
  * messages sent while it was down are gone.
@@ -18,8 +18,25 @@
 
 #include "url.h"
 
+#include <pthread.h>
+
 typedef struct dlock__pubsub dlock__pubsub;
 typedef struct dlock__sub dlock__sub;
+
+/*
+ * One thread waiting on a channel, on the caller's stack from join to
+ * leave. A client's waiters on a channel form a queue in the order they
+ * joined: an unlock message wakes the first one that has no wake-up yet,
+ * and a waiter keeps its place across attempts until it leaves. So a
+ * process's threads take turns, and a thread that has just released cannot
+ * take the wake-up meant for one that was waiting already.
+ */
+typedef struct dlock__waiter {
+  struct dlock__waiter *next;
+  dlock__sub *sub;
+  pthread_cond_t cv;
+  int permit; /* woken and not yet taken */
+} dlock__waiter;
 
 /* Connects the pub/sub connection and starts its thread. With 'lazy', an
  * unreachable server is not an error: the thread keeps trying. */
@@ -41,12 +58,22 @@ void dlock__pubsub_stop(dlock__pubsub *ps);
  * subscription (an ACL user without SUBSCRIBE: use a spin lock).
  */
 int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
-                       int64_t deadline_us, dlock__sub **out);
+                       int64_t deadline_us, dlock__waiter *w);
+
+/*
+ * Joins 'channel' only if this client is already subscribed to it (a
+ * waiter of the lock is there, or was a moment ago), which costs no round
+ * trip. Returns 1 when joined, with '*others' set to the number of this
+ * client's waiters already on it, and 0 when not joined. A waiter that
+ * joins before its first attempt cannot miss an unlock that follows it.
+ */
+int dlock__pubsub_join_active(dlock__pubsub *ps, const char *channel,
+                              size_t len, dlock__waiter *w, int *others);
 
 /* Sleeps until a wake-up (returns 1), 'until_us' (0), or cancellation. */
-int dlock__pubsub_wait(dlock__pubsub *ps, dlock__sub *sub, int64_t until_us);
+int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us);
 
 /* Leaves the channel; it is unsubscribed once nobody waits for a while. */
-void dlock__pubsub_leave(dlock__pubsub *ps, dlock__sub *sub);
+void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w);
 
 #endif

@@ -2,8 +2,8 @@
  * The reentrant lock (Redisson's RLock) and the spin lock (RSpinLock),
  * which share its scripts and differ only in how they wait.
  */
-#include "lock.h"
 #include "alloc.h"
+#include "lock.h"
 
 #include "error.h"
 
@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-void dlock__reentrant_acquire_call(dlock_t *l, uint64_t owner,
-                                   int64_t lease_ms, dlock__call_args *a) {
+void dlock__reentrant_acquire_call(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                                   dlock__call_args *a) {
   dlock_client_t *c = l->c;
   size_t field_len = dlock__field_plain(l, owner, a->field);
   snprintf(a->lease, sizeof(a->lease), "%" PRId64,
@@ -45,11 +45,11 @@ void dlock__reentrant_release_call(dlock_t *l, uint64_t owner,
                                    const dlock__release *r,
                                    dlock__call_args *a) {
   size_t field_len = dlock__field_plain(l, owner, a->field);
-  const char *argv[] = {l->name,  l->channel, r->latch,    "0",
+  const char *argv[] = {l->name,  l->channel, r->latch,     "0",
                         r->lease, a->field,   r->latch_ttl, r->count};
-  const size_t lens[] = {l->len,          l->channel_len,  r->latch_len,
-                         1,               strlen(r->lease), field_len,
-                         strlen(r->latch_ttl), strlen(r->count)};
+  const size_t lens[] = {
+      l->len,           l->channel_len, r->latch_len,         1,
+      strlen(r->lease), field_len,      strlen(r->latch_ttl), strlen(r->count)};
   memcpy(a->argv, argv, sizeof(argv));
   memcpy(a->lens, lens, sizeof(lens));
   dlock__eval call = {&dlock__script_release, 3, 5, a->argv, a->lens};
@@ -76,6 +76,7 @@ static int reentrant_force_release(dlock_t *l) {
 const dlock__kind dlock__kind_reentrant = {
     .id = DLOCK_REENTRANT,
     .wait_by = DLOCK__WAIT_PUBSUB,
+    .no_barging = 1,
     .try_acquire = reentrant_try_acquire,
     .release = reentrant_release,
     .field = dlock__field_plain,
