@@ -5,8 +5,8 @@
  * channel, redisson_lock__channel:{name}:<owner-field>, so a release wakes
  * only the owner whose turn it is.
  */
-#include "lock.h"
 #include "alloc.h"
+#include "lock.h"
 
 #include "error.h"
 
@@ -15,16 +15,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The queue and deadline keys of a fair lock, built per call (a fair lock
- * handle is cheap, and these are only needed by its own scripts). */
+/* The queue, deadline and hand-over keys of a fair lock, built per call (a
+ * fair lock handle is cheap, and these are only needed by its own
+ * scripts). The hand-over hash, dlock_lock_grant:{name}, holds the lease
+ * each queued dlock waiter is to be handed the lock with. */
 typedef struct fair_keys {
-  char *queue, *timeouts;
-  size_t queue_len, timeouts_len;
+  char *queue, *timeouts, *grants;
+  size_t queue_len, timeouts_len, grants_len;
 } fair_keys;
 
 static void free_keys(fair_keys *k) {
   dlock__free(k->queue);
   dlock__free(k->timeouts);
+  dlock__free(k->grants);
 }
 
 static int make_keys(dlock_t *l, fair_keys *k) {
@@ -32,8 +35,11 @@ static int make_keys(dlock_t *l, fair_keys *k) {
   int rc = dlock__prefixed("redisson_lock_queue", l->name, l->len, &k->queue,
                            &k->queue_len);
   if (rc == 0)
-    rc = dlock__prefixed("redisson_lock_timeout", l->name, l->len,
-                         &k->timeouts, &k->timeouts_len);
+    rc = dlock__prefixed("redisson_lock_timeout", l->name, l->len, &k->timeouts,
+                         &k->timeouts_len);
+  if (rc == 0)
+    rc = dlock__prefixed("dlock_lock_grant", l->name, l->len, &k->grants,
+                         &k->grants_len);
   if (rc != 0)
     free_keys(k);
   return rc;
@@ -53,31 +59,56 @@ static int fair_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
   snprintf(wait, sizeof(wait), "%" PRId64, c->opt.fair_wait_timeout_ms);
   snprintf(believed, sizeof(believed), "%" PRId64,
            dlock__believed_count(l, owner));
-  const char *argv[] = {l->name, k.queue, k.timeouts, l->token_key,
-                        l->channel, lease, field, wait, believed,
-                        queue ? "1" : "0"};
-  const size_t lens[] = {l->len,           k.queue_len,    k.timeouts_len,
-                         l->token_key_len, l->channel_len, strlen(lease),
-                         field_len,        strlen(wait),   strlen(believed),
+  const char *argv[] = {
+      l->name, k.queue, k.timeouts, l->token_key, l->channel,       k.grants,
+      lease,   field,   wait,       believed,     queue ? "1" : "0"};
+  const size_t lens[] = {l->len,
+                         k.queue_len,
+                         k.timeouts_len,
+                         l->token_key_len,
+                         l->channel_len,
+                         k.grants_len,
+                         strlen(lease),
+                         field_len,
+                         strlen(wait),
+                         strlen(believed),
                          1};
-  dlock__eval call = {&dlock__script_fair_acquire, 5, 5, argv, lens};
+  dlock__eval call = {&dlock__script_fair_acquire, 6, 5, argv, lens};
   rc = dlock__run_acquire(l, owner, lease_ms, &call, ttl_ms);
   free_keys(&k);
   return rc;
 }
 
+/* The lease a release hands over is cut to the wait allowance (see
+ * fair_acquire.lua). When that is shorter than the lease asked for, the
+ * owner takes the lock up itself, which restores the full lease; else the
+ * hand-over needs no round trip at all. */
+static int fair_granted(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                        uint64_t token, int64_t since_us, int64_t *ttl_ms) {
+  int64_t lease =
+      lease_ms == DLOCK_WATCHDOG ? l->c->opt.watchdog_timeout_ms : lease_ms;
+  if (l->c->opt.fair_wait_timeout_ms < lease)
+    return fair_try_acquire(l, owner, lease_ms, 1, ttl_ms);
+  return dlock__record_grant(l, owner, lease_ms, token, since_us);
+}
+
 /* A waiter that stops waiting leaves the queue at once, rather than
- * holding up everyone behind it until its deadline. */
+ * holding up everyone behind it until its deadline, and gives back the
+ * lock if a release handed it over meanwhile. */
 static void fair_give_up(dlock_t *l, uint64_t owner) {
   fair_keys k;
   if (make_keys(l, &k) != 0)
     return;
-  char field[DLOCK__FIELD_MAX];
+  char field[DLOCK__FIELD_MAX], believed[24];
   size_t field_len = dlock__field_plain(l, owner, field);
-  const char *argv[] = {l->name, k.queue, k.timeouts, l->channel, field};
-  const size_t lens[] = {l->len, k.queue_len, k.timeouts_len, l->channel_len,
-                         field_len};
-  dlock__eval call = {&dlock__script_fair_leave, 4, 1, argv, lens};
+  snprintf(believed, sizeof(believed), "%" PRId64,
+           dlock__believed_count(l, owner));
+  const char *argv[] = {l->name,  k.queue, k.timeouts, l->channel,
+                        k.grants, field,   believed};
+  const size_t lens[] = {l->len,          k.queue_len,  k.timeouts_len,
+                         l->channel_len,  k.grants_len, field_len,
+                         strlen(believed)};
+  dlock__eval call = {&dlock__script_fair_leave, 5, 2, argv, lens};
   int64_t removed;
   /* Best effort: if this fails, the deadline drops the entry later. */
   (void)dlock__eval_integer(l, &call, &removed);
@@ -109,13 +140,14 @@ static int fair_release(dlock_t *l, uint64_t owner) {
   }
   char field[DLOCK__FIELD_MAX];
   size_t field_len = dlock__field_plain(l, owner, field);
-  const char *argv[] = {l->name, k.queue, k.timeouts, l->channel, r.latch,
-                        "0",     r.lease, field,      r.latch_ttl, r.count};
-  const size_t lens[] = {l->len,          k.queue_len, k.timeouts_len,
-                         l->channel_len,  r.latch_len, 1,
-                         strlen(r.lease), field_len,   strlen(r.latch_ttl),
-                         strlen(r.count)};
-  dlock__eval call = {&dlock__script_fair_release, 5, 5, argv, lens};
+  const char *argv[] = {l->name, k.queue,  k.timeouts,   l->channel,
+                        r.latch, k.grants, l->token_key, "0",
+                        r.lease, field,    r.latch_ttl,  r.count};
+  const size_t lens[] = {
+      l->len,          k.queue_len,  k.timeouts_len,      l->channel_len,
+      r.latch_len,     k.grants_len, l->token_key_len,    1,
+      strlen(r.lease), field_len,    strlen(r.latch_ttl), strlen(r.count)};
+  dlock__eval call = {&dlock__script_fair_release, 7, 5, argv, lens};
   rc = dlock__release_run(l, owner, &r, &call);
   free_keys(&k);
   return rc;
@@ -139,6 +171,7 @@ const dlock__kind dlock__kind_fair = {
     .id = DLOCK_FAIR,
     .wait_by = DLOCK__WAIT_PUBSUB,
     .try_acquire = fair_try_acquire,
+    .granted = fair_granted,
     .give_up = fair_give_up,
     .wait_channel = fair_wait_channel,
     .release = fair_release,

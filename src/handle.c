@@ -290,6 +290,9 @@ static int join_channel_if_active(dlock_t *l, uint64_t owner, dlock__waiter *w,
  * lock's lease, and the unlock that would wake it may never come. */
 #define QUEUED_FIRST_WAIT_US 50000
 
+/* The 'ttl_ms' of a waiter that has not tried yet. */
+#define NOT_TRIED INT64_MIN
+
 /*
  * Sleeps until the holder's unlock message or its lease end, whichever is
  * first, bounded by the caller's deadline; then tries again, until the lock
@@ -297,13 +300,18 @@ static int join_channel_if_active(dlock_t *l, uint64_t owner, dlock__waiter *w,
  * when it was joined before the first attempt, or NULL: it is then joined and
  * tried once more, so that an unlock between the first attempt and the
  * subscription is not missed. 'ttl_ms' is what the first attempt said, or
- * -2 when there was none (the waiter queued behind its client's others).
+ * NOT_TRIED when there was none (the waiter queued behind its client's others),
+ * and 'tried_us' when it was sent: a lock handed over to the waiter (see
+ * fair_release.lua) has had its lease running since some time after the
+ * last attempt.
  */
 static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                             int64_t lease_ms, int64_t deadline_us,
-                            dlock__waiter *joined, int64_t ttl_ms) {
+                            dlock__waiter *joined, int64_t ttl_ms,
+                            int64_t tried_us) {
   dlock_client_t *c = l->c;
   int step = 0, rc = 0, tried = joined != NULL;
+
   dlock__waiter own, *sub = joined;
   if (sub == NULL && l->kind->wait_by == DLOCK__WAIT_PUBSUB) {
     rc = join_channel(l, owner, deadline_us, &own);
@@ -311,13 +319,14 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
   }
   while (rc == 0) {
     if (!tried) {
+      tried_us = dlock__now_us();
       rc = l->kind->try_acquire(l, owner, lease_ms, 1, &ttl_ms);
       if (rc != 1)
         break;
     }
     tried = 0;
     int64_t now = dlock__now_us(), until = deadline_us;
-    if (ttl_ms == -2) {
+    if (ttl_ms == NOT_TRIED) {
       /* Not tried yet: there is always one attempt, whatever the wait. */
       if (now + QUEUED_FIRST_WAIT_US < until)
         until = now + QUEUED_FIRST_WAIT_US;
@@ -331,6 +340,13 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
       rc = dlock__pubsub_wait(c->ps, sub, until);
     else
       rc = backoff_sleep(c, &step, until);
+    if (rc == 2 && l->kind->granted != NULL) {
+      /* The release handed the lock over: it is held already. */
+      rc = l->kind->granted(l, owner, lease_ms, sub->grant, tried_us, &ttl_ms);
+      if (rc != 1)
+        break;
+      tried = 1;
+    }
     rc = rc < 0 ? rc : 0;
   }
   if (sub != NULL)
@@ -367,16 +383,17 @@ int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
       return rc;
     sub = rc == 1 ? &w : NULL;
   }
-  int64_t ttl_ms = -2;
+  int64_t ttl_ms = NOT_TRIED;
   if (sub != NULL && others > 0 && l->kind->no_barging &&
       dlock__believed_count(l, owner) == 0)
     /* Others of this client wait already: queue behind them. */
     return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub,
-                            ttl_ms);
+                            ttl_ms, dlock__now_us());
+  int64_t tried_us = dlock__now_us();
   rc = l->kind->try_acquire(l, owner, lease_ms, wait_ms != 0, &ttl_ms);
   if (rc == 1 && wait_ms != 0)
     return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub,
-                            ttl_ms);
+                            ttl_ms, tried_us);
   if (sub != NULL)
     dlock__pubsub_leave(l->c->ps, sub);
   if (rc < 0 && wait_ms != 0 && l->kind->give_up != NULL)

@@ -2,8 +2,8 @@
  * What the single-lock kinds share: running an acquisition script and
  * recording the hold, and the idempotent release with its latch.
  */
-#include "lock.h"
 #include "alloc.h"
+#include "lock.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -31,8 +31,8 @@ int64_t dlock__believed_count(dlock_t *l, uint64_t owner) {
 int dlock__has_hold(dlock_t *l, uint64_t owner) {
   dlock_client_t *c = l->c;
   pthread_mutex_lock(&c->mu);
-  int known = dlock__holds_find(&c->holds, l->name, l->len, owner,
-                                l->kind->id) != NULL;
+  int known =
+      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id) != NULL;
   pthread_mutex_unlock(&c->mu);
   return known;
 }
@@ -57,8 +57,9 @@ static int record_hold(dlock_t *l, uint64_t owner, const dlock__acquired *a,
     h->confirmed_us = sent_us;
   }
   pthread_mutex_unlock(&c->mu);
-  return h != NULL ? 0
-                   : dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
+  return h != NULL
+             ? 0
+             : dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
 }
 
 /* Marks the owner's hold lost: each of its 'count' unlocks will say so. */
@@ -94,8 +95,7 @@ int dlock__settle_before_acquire(dlock_t *l, uint64_t owner) {
 }
 
 int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                          redisReply *reply, int64_t sent_us,
-                          int64_t *ttl_ms) {
+                          redisReply *reply, int64_t sent_us, int64_t *ttl_ms) {
   dlock__acquired a;
   int rc = dlock__decode_acquire(reply, &a);
   freeReplyObject(reply);
@@ -113,6 +113,20 @@ int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
   }
   if (record_hold(l, owner, &a, lease_ms, sent_us) != 0) {
     /* Not recorded means never renewed: give it back at once. */
+    l->kind->release(l, owner);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
+  }
+  return 0;
+}
+
+int dlock__record_grant(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                        uint64_t token, int64_t since_us) {
+  dlock__acquired a;
+  memset(&a, 0, sizeof(a));
+  a.held = 1;
+  a.token = token;
+  a.count = 1;
+  if (record_hold(l, owner, &a, lease_ms, since_us) != 0) {
     l->kind->release(l, owner);
     return dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
   }
@@ -145,8 +159,7 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
   r->abandoned = h != NULL && h->abandoned;
   r->lease_ms = h != NULL ? h->lease_ms : c->opt.watchdog_timeout_ms;
   r->lost = lost;
-  snprintf(r->count, sizeof(r->count), "%d",
-           h != NULL && !lost ? h->count : 0);
+  snprintf(r->count, sizeof(r->count), "%d", h != NULL && !lost ? h->count : 0);
   if (lost && --h->count <= 0)
     dlock__holds_remove(&c->holds, h);
   pthread_mutex_unlock(&c->mu);
@@ -176,8 +189,8 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
 }
 
 /* Applies Redis's answer to a release: the holds left, or -1 for none. */
-static int finish_release(dlock_t *l, uint64_t owner, int64_t left,
-                          int known, int abandoned) {
+static int finish_release(dlock_t *l, uint64_t owner, int64_t left, int known,
+                          int abandoned) {
   dlock_client_t *c = l->c;
   /* An abandoned hold (its unlock failed) found gone was released by that
    * unlock after all, or expired as intended. */
@@ -294,8 +307,7 @@ int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
   int64_t left;
   int rc = dlock__decode_integer(reply, &left);
   freeReplyObject(reply);
-  return rc != 0 ? rc
-                 : finish_release(l, owner, left, r->known, r->abandoned);
+  return rc != 0 ? rc : finish_release(l, owner, left, r->known, r->abandoned);
 }
 
 int dlock__eval_integer(dlock_t *l, const dlock__eval *call, int64_t *out) {

@@ -53,6 +53,11 @@ struct dlock__kind {
    */
   int (*try_acquire)(dlock_t *l, uint64_t owner, int64_t lease_ms, int queue,
                      int64_t *ttl_ms);
+  /* A release handed the lock to waiting 'owner' with 'token' (its lease
+   * counted from 'since_us' at the latest): as try_acquire. May be NULL
+   * when the kind never does that. */
+  int (*granted)(dlock_t *l, uint64_t owner, int64_t lease_ms, uint64_t token,
+                 int64_t since_us, int64_t *ttl_ms);
   /* Called when a waiter stops waiting without the lock; may be NULL. */
   void (*give_up)(dlock_t *l, uint64_t owner);
   /* The channel a waiter of 'owner' listens on; NULL: l->channel. */
@@ -180,6 +185,12 @@ void dlock__reentrant_acquire_call(dlock_t *l, uint64_t owner, int64_t lease_ms,
 void dlock__reentrant_release_call(dlock_t *l, uint64_t owner,
                                    const dlock__release *r,
                                    dlock__call_args *a);
+
+/* Records a hold that a release handed to 'owner' with 'token' (its lease
+ * counted from 'since_us' at the latest). 0 or DLOCK_ENOMEM, after which
+ * the lock has been given back. */
+int dlock__record_grant(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                        uint64_t token, int64_t since_us);
 
 /* The second half of dlock__run_acquire: decodes an acquisition reply
  * (taking it) and records the hold. */

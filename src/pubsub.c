@@ -104,13 +104,31 @@ static void wake_all_locked(dlock__sub *s) {
     wake_locked(w);
 }
 
-/* Wakes the first waiter in line that is not awake already. */
-static void wake_one_locked(dlock__sub *s) {
+/* Wakes the first waiter in line that is not awake already, handing it
+ * 'grant' (a token, or 0). */
+static void wake_one_locked(dlock__sub *s, uint64_t grant) {
   for (dlock__waiter *w = s->head; w != NULL; w = w->next)
     if (!w->permit) {
+      w->grant = grant;
       wake_locked(w);
       return;
     }
+}
+
+/* The token of a "grant:<token>" message, or 0 for any other message. */
+static uint64_t grant_of(const redisReply *r) {
+  static const char prefix[] = "grant:";
+  size_t n = sizeof(prefix) - 1;
+  if (r->type != REDIS_REPLY_STRING || r->len <= n || r->len > n + 20 ||
+      memcmp(r->str, prefix, n) != 0)
+    return 0;
+  uint64_t token = 0;
+  for (size_t i = n; i < r->len; i++) {
+    if (r->str[i] < '0' || r->str[i] > '9')
+      return 0;
+    token = token * 10 + (uint64_t)(r->str[i] - '0');
+  }
+  return token;
 }
 
 /* ---- the thread -----------------------------------------------------------
@@ -253,7 +271,7 @@ static void handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
     if (is_str(r->element[2], "1"))
       wake_all_locked(s);
     else
-      wake_one_locked(s);
+      wake_one_locked(s, grant_of(r->element[2]));
   } else if (is_str(kind, "subscribe")) {
     s->state = SUB_ACTIVE;
     pthread_cond_broadcast(&s->ready);
@@ -420,6 +438,7 @@ static void enqueue_locked(dlock__sub *s, dlock__waiter *w) {
   w->next = NULL;
   w->sub = s;
   w->permit = 0;
+  w->grant = 0;
   init_monotonic_cond(&w->cv);
   if (s->tail != NULL)
     s->tail->next = w;
@@ -444,7 +463,7 @@ static void dequeue_locked(dlock__pubsub *ps, dlock__waiter *w) {
     s->tail = prev;
   pthread_cond_destroy(&w->cv);
   if (w->permit)
-    wake_one_locked(s);
+    wake_one_locked(s, w->grant);
   if (--s->refs == 0) {
     s->idle_since_us = dlock__now_us();
     poke_thread(ps);
@@ -517,7 +536,7 @@ int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
     rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
   else if (w->permit) {
     w->permit = 0;
-    rc = 1;
+    rc = w->grant != 0 ? 2 : 1;
   }
   pthread_mutex_unlock(&ps->mu);
   return rc;

@@ -36,6 +36,9 @@ typedef struct dlock__waiter {
   dlock__sub *sub;
   pthread_cond_t cv;
   int permit; /* woken and not yet taken */
+  /* The token of a fair lock a release handed to this waiter's owner
+   * ("grant:<token>" on its own channel); 0 when none. */
+  uint64_t grant;
 } dlock__waiter;
 
 /* Connects the pub/sub connection and starts its thread. With 'lazy', an
@@ -70,7 +73,8 @@ int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
 int dlock__pubsub_join_active(dlock__pubsub *ps, const char *channel,
                               size_t len, dlock__waiter *w, int *others);
 
-/* Sleeps until a wake-up (returns 1), 'until_us' (0), or cancellation. */
+/* Sleeps until a wake-up (returns 1, or 2 when the lock was handed over:
+ * see dlock__waiter.grant), 'until_us' (0), or cancellation. */
 int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us);
 
 /* Leaves the channel; it is unsubscribed once nobody waits for a while. */

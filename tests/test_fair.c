@@ -3,10 +3,10 @@
  * processes, trylock without a wait leaving no trace, waiters that give up
  * or die leaving the queue, reentrancy, and Redisson's layout:
  *
- *   hash   N                                  field "<client-id>:<owner>" -> count
- *   list   redisson_lock_queue:{N}            waiting owner fields, head first
- *   zset   redisson_lock_timeout:{N}          owner field -> Unix-ms deadline
- *   chan   redisson_lock__channel:{N}:<field> the head waiter's wake-up
+ *   hash   N                                  field "<client-id>:<owner>" ->
+ * count list   redisson_lock_queue:{N}            waiting owner fields, head
+ * first zset   redisson_lock_timeout:{N}          owner field -> Unix-ms
+ * deadline chan   redisson_lock__channel:{N}:<field> the head waiter's wake-up
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -28,7 +28,8 @@ static dlock_client_t *fair_client(const rp_server_t *s, int64_t wait_timeout,
                                    const char *client_id) {
   dlock_options_t o;
   lu_options(&o, s);
-  if (wait_timeout > 0) o.fair_wait_timeout_ms = wait_timeout;
+  if (wait_timeout > 0)
+    o.fair_wait_timeout_ms = wait_timeout;
   o.client_id = client_id;
   return lu_client_opts(&o);
 }
@@ -71,8 +72,10 @@ static int64_t zscore(rp_server_t *s, const char *k, const char *member) {
   redisReply *r = rp_cmd(s, "ZSCORE %s %s", k, member);
   ASSERT_NOT_NULL(r);
   int64_t v = -1;
-  if (r->type == REDIS_REPLY_STRING) v = (int64_t)strtod(r->str, NULL);
-  else ASSERT_EQ(r->type, REDIS_REPLY_NIL);
+  if (r->type == REDIS_REPLY_STRING)
+    v = (int64_t)strtod(r->str, NULL);
+  else
+    ASSERT_EQ(r->type, REDIS_REPLY_NIL);
   freeReplyObject(r);
   return v;
 }
@@ -84,7 +87,8 @@ static int queue_pos(rp_server_t *s, const char *qk, const char *field) {
   ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
   int pos = -1;
   for (size_t i = 0; i < r->elements && pos < 0; i++)
-    if (strcmp(r->element[i]->str, field) == 0) pos = (int)i;
+    if (strcmp(r->element[i]->str, field) == 0)
+      pos = (int)i;
   freeReplyObject(r);
   return pos;
 }
@@ -126,7 +130,8 @@ static void wait_queue_len(rp_server_t *s, const char *qk, int64_t n,
   int64_t got = -1;
   while (lu_now_ms() - t0 < limit_ms) {
     got = llen(s, qk);
-    if (got == n) return;
+    if (got == n)
+      return;
     lu_sleep_ms(2);
   }
   fprintf(stderr, "queue %s: length %" PRId64 ", expected %" PRId64 "\n", qk,
@@ -144,6 +149,8 @@ typedef struct fair_waiter {
   _Atomic uint64_t owner;
   int rc;
   int64_t asked_ms, acquired_ms, done_ms;
+  uint64_t token;  /* the fencing token of its hold */
+  atomic_int held; /* set while it holds the lock */
   /* shared */
   atomic_int *seq;
   int *order;
@@ -160,11 +167,17 @@ static void *fair_waiter_main(void *p) {
               : dlock_trylock(w->l, w->wait_ms, 10000);
   w->acquired_ms = lu_now_ms();
   if (w->rc == 0) {
+    w->token = dlock_token(w->l);
+    atomic_store(&w->held, 1);
     if (w->inside && atomic_fetch_add(w->inside, 1) != 0)
       atomic_fetch_add(w->overlaps, 1);
-    if (w->seq) w->order[atomic_fetch_add(w->seq, 1)] = w->idx;
-    if (w->hold_ms > 0) lu_sleep_ms(w->hold_ms);
-    if (w->inside) atomic_fetch_sub(w->inside, 1);
+    if (w->seq)
+      w->order[atomic_fetch_add(w->seq, 1)] = w->idx;
+    if (w->hold_ms > 0)
+      lu_sleep_ms(w->hold_ms);
+    if (w->inside)
+      atomic_fetch_sub(w->inside, 1);
+    atomic_store(&w->held, 0);
     w->rc = dlock_unlock(w->l);
   }
   w->done_ms = lu_now_ms();
@@ -173,7 +186,8 @@ static void *fair_waiter_main(void *p) {
 
 static uint64_t waiter_owner(fair_waiter_t *w) {
   uint64_t o;
-  while ((o = atomic_load(&w->owner)) == 0) lu_sleep_ms(1);
+  while ((o = atomic_load(&w->owner)) == 0)
+    lu_sleep_ms(1);
   return o;
 }
 
@@ -187,7 +201,8 @@ static int read_pmessages(redisContext *r, int64_t quiet_ms, char (*chans)[512],
   int n = 0;
   for (;;) {
     void *v = NULL;
-    if (redisGetReply(r, &v) != REDIS_OK || v == NULL) break;
+    if (redisGetReply(r, &v) != REDIS_OK || v == NULL)
+      break;
     redisReply *rep = v;
     if (rep->type == REDIS_REPLY_ARRAY && rep->elements == 4 &&
         strcmp(rep->element[0]->str, "pmessage") == 0) {
@@ -215,9 +230,8 @@ TEST(fifo_order_threads) {
 
   /* The holder: this thread. */
   ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
-  ASSERT_EQ(lu_hget_num(s, name, lu_field(field, sizeof(field), c,
-                                          dlock_self())),
-            1);
+  ASSERT_EQ(
+      lu_hget_num(s, name, lu_field(field, sizeof(field), c, dlock_self())), 1);
   ASSERT_EQ(lu_exists(s, qk), 0);
 
   atomic_int seq, inside, overlaps;
@@ -250,7 +264,8 @@ TEST(fifo_order_threads) {
   redisReply *r = rp_cmd(s, "LRANGE %s 0 -1", qk);
   ASSERT_NOT_NULL(r);
   ASSERT_EQ(r->elements, K);
-  for (int i = 0; i < K; i++) ASSERT_STR_EQ(r->element[i]->str, fields[i]);
+  for (int i = 0; i < K; i++)
+    ASSERT_STR_EQ(r->element[i]->str, fields[i]);
   freeReplyObject(r);
   ASSERT_EQ(zcard(s, tk), K);
   int64_t now = server_unix_ms(s);
@@ -280,10 +295,12 @@ TEST(fifo_order_threads) {
       owner_channel(ch, sizeof(ch), name, fields[i]);
       if (strcmp(r->element[j]->str, ch) == 0) {
         known = 1;
-        if (i == 0) head_seen = 1;
+        if (i == 0)
+          head_seen = 1;
       }
     }
-    if (!known) fprintf(stderr, "unexpected channel %s\n", r->element[j]->str);
+    if (!known)
+      fprintf(stderr, "unexpected channel %s\n", r->element[j]->str);
     ASSERT(known);
   }
   freeReplyObject(r);
@@ -300,20 +317,25 @@ TEST(fifo_order_threads) {
   freeReplyObject(pr);
 
   ASSERT_DLOCK_OK(dlock_unlock(l));
-  for (int i = 0; i < K; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
-  for (int i = 0; i < K; i++) ASSERT_DLOCK_OK(w[i].rc);
+  for (int i = 0; i < K; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < K; i++)
+    ASSERT_DLOCK_OK(w[i].rc);
   printf("acquisition order:");
-  for (int i = 0; i < K; i++) printf(" %d", order[i]);
+  for (int i = 0; i < K; i++)
+    printf(" %d", order[i]);
   printf("\n");
   ASSERT_EQ(atomic_load(&overlaps), 0);
-  for (int i = 0; i < K; i++) ASSERT_EQ(order[i], i);
+  for (int i = 0; i < K; i++)
+    ASSERT_EQ(order[i], i);
 
   /* Wake-ups went to single waiters, the first to the head. */
   char msgs[4 * K][512];
   int nmsg = read_pmessages(sub, 300, msgs, 4 * K);
   redisFree(sub);
   printf("wake-up messages: %d\n", nmsg);
-  for (int j = 0; j < nmsg && j < 4 * K; j++) printf("  %s\n", msgs[j]);
+  for (int j = 0; j < nmsg && j < 4 * K; j++)
+    printf("  %s\n", msgs[j]);
   ASSERT_GE(nmsg, 1);
   owner_channel(ch, sizeof(ch), name, fields[0]);
   ASSERT_STR_EQ(msgs[0], ch);
@@ -321,7 +343,8 @@ TEST(fifo_order_threads) {
     int known = 0;
     for (int i = 0; i < K; i++) {
       owner_channel(ch, sizeof(ch), name, fields[i]);
-      if (strcmp(msgs[j], ch) == 0) known = 1;
+      if (strcmp(msgs[j], ch) == 0)
+        known = 1;
     }
     ASSERT(known);
   }
@@ -364,9 +387,12 @@ TEST(fifo_order_two_clients) {
     wait_queue_len(s, qk, i + 1, 3000);
   }
   ASSERT_DLOCK_OK(dlock_unlock(l[0]));
-  for (int i = 0; i < K; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
-  for (int i = 0; i < K; i++) ASSERT_DLOCK_OK(w[i].rc);
-  for (int i = 0; i < K; i++) ASSERT_EQ(order[i], i);
+  for (int i = 0; i < K; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < K; i++)
+    ASSERT_DLOCK_OK(w[i].rc);
+  for (int i = 0; i < K; i++)
+    ASSERT_EQ(order[i], i);
   ASSERT_EQ(lu_exists(s, qk), 0);
   dlock_free(l[0]);
   dlock_free(l[1]);
@@ -504,6 +530,152 @@ TEST(timed_out_waiter_leaves_queue) {
   ASSERT_EQ(lu_exists(s, tk), 0);
   dlock_free(l);
   dlock_client_close(c);
+  rp_free(s);
+}
+
+/* ---- handing the lock over ------------------------------------------- */
+
+static void grant_key(char *buf, size_t n, const char *name) {
+  lu_keyname(buf, n, "dlock_lock_grant", name, strlen(name));
+}
+
+/* Starts a waiter of 'l' in a thread that holds the lock 'hold_ms' once it
+ * has it, and returns when it is queued (at position 'pos'). */
+static void start_queued_waiter(rp_server_t *s, dlock_t *l, const char *qk,
+                                int64_t hold_ms, int64_t pos, fair_waiter_t *w,
+                                pthread_t *t) {
+  memset(w, 0, sizeof(*w));
+  w->l = l;
+  w->wait_ms = DLOCK_WAIT_FOREVER;
+  w->hold_ms = hold_ms;
+  atomic_init(&w->owner, 0);
+  atomic_init(&w->held, 0);
+  ASSERT_EQ(pthread_create(t, NULL, fair_waiter_main, w), 0);
+  wait_queue_len(s, qk, pos + 1, 3000);
+}
+
+static void wait_held(fair_waiter_t *w, int64_t limit_ms) {
+  int64_t t0 = lu_now_ms();
+  while (!atomic_load(&w->held) && lu_now_ms() - t0 < limit_ms)
+    lu_sleep_ms(1);
+  ASSERT(atomic_load(&w->held));
+}
+
+/* A release hands the lock straight to the dlock waiter at the head of the
+ * queue, with the next token, and the waiter takes it up without another
+ * command: one EVALSHA (the release) between the unlock and the waiter
+ * holding the lock. */
+TEST(release_hands_lock_to_head) {
+  const char *name = "fair:handover";
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *a = fair_client(s, 0, NULL), *b = fair_client(s, 0, NULL);
+  dlock_t *la = fair_get(a, name), *lb = fair_get(b, name);
+  char qk[256], gk[256], fb[256], tok[256];
+  queue_key(qk, sizeof(qk), name);
+  grant_key(gk, sizeof(gk), name);
+  lu_token_key(tok, sizeof(tok), name, strlen(name));
+  /* Fixed leases: no watchdog renewal runs a script meanwhile. */
+  ASSERT_DLOCK_OK(dlock_lock(la, 10000));
+  uint64_t t0 = dlock_token(la);
+  fair_waiter_t w;
+  pthread_t t;
+  start_queued_waiter(s, lb, qk, 300, 0, &w, &t);
+  lu_field(fb, sizeof(fb), b, waiter_owner(&w));
+  ASSERT_EQ(lu_hget_num(s, gk, fb), 10000);
+  /* Settled in its wait: subscribed, and done with the attempt that
+   * follows the subscription. */
+  char ch[512];
+  owner_channel(ch, sizeof(ch), name, fb);
+  for (int i = 0; i < 300 && lu_numsub(s, ch, strlen(ch)) == 0; i++)
+    lu_sleep_ms(10);
+  ASSERT_EQ(lu_numsub(s, ch, strlen(ch)), 1);
+  lu_sleep_ms(100);
+
+  int64_t calls = lu_cmd_calls(s, "evalsha");
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  /* Handed over by the release itself, atomically. */
+  ASSERT_EQ(lu_hget_num(s, name, fb), 1);
+  ASSERT_EQ(lu_exists(s, qk), 0);
+  ASSERT_EQ(lu_exists(s, gk), 0);
+  ASSERT_EQ(lu_get_num_n(s, tok, strlen(tok)), (int64_t)t0 + 1);
+  wait_held(&w, 3000);
+  ASSERT_EQ(lu_cmd_calls(s, "evalsha") - calls, 1);
+  ASSERT_EQ(w.token, t0 + 1);
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  ASSERT_DLOCK_OK(w.rc);
+  ASSERT_EQ(lu_exists(s, name), 0);
+  dlock_free(la);
+  dlock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  rp_free(s);
+}
+
+/* The waiter's pub/sub connection is cut just before the release, so the
+ * message that hands it the lock is lost: once it is back, the waiter
+ * finds the lock already its own and takes it up with the right token and
+ * a hold count of one. */
+TEST(missed_hand_over_message_is_claimed) {
+  const char *name = "fair:handover:missed";
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *a = fair_client(s, 0, NULL), *b = fair_client(s, 0, NULL);
+  dlock_t *la = fair_get(a, name), *lb = fair_get(b, name);
+  char qk[256], fb[256];
+  queue_key(qk, sizeof(qk), name);
+  ASSERT_DLOCK_OK(dlock_lock(la, 10000));
+  uint64_t t0 = dlock_token(la);
+  fair_waiter_t w;
+  pthread_t t;
+  start_queued_waiter(s, lb, qk, 300, 0, &w, &t);
+  lu_field(fb, sizeof(fb), b, waiter_owner(&w));
+  lu_ok(rp_cmd(s, "CLIENT KILL TYPE pubsub"));
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  ASSERT_EQ(lu_hget_num(s, name, fb), 1);
+  wait_held(&w, 5000);
+  ASSERT_EQ(w.token, t0 + 1);
+  ASSERT_EQ(lu_hget_num(s, name, fb), 1);
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  ASSERT_DLOCK_OK(w.rc);
+  /* One unlock released it: the count was one, not two. */
+  ASSERT_EQ(lu_exists(s, name), 0);
+  dlock_free(la);
+  dlock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  rp_free(s);
+}
+
+/* With a wait allowance shorter than the lease, the lock is handed over
+ * with the allowance only (an owner that never takes it up must not block
+ * the others for a whole lease), and the waiter restores its full lease
+ * when it takes it up. */
+TEST(short_allowance_hand_over_restores_lease) {
+  const char *name = "fair:handover:short";
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *a = fair_client(s, 1000, NULL),
+                 *b = fair_client(s, 1000, NULL);
+  dlock_t *la = fair_get(a, name), *lb = fair_get(b, name);
+  char qk[256], gk[256], fb[256];
+  queue_key(qk, sizeof(qk), name);
+  grant_key(gk, sizeof(gk), name);
+  ASSERT_DLOCK_OK(dlock_lock(la, 10000));
+  fair_waiter_t w;
+  pthread_t t;
+  start_queued_waiter(s, lb, qk, 1500, 0, &w, &t);
+  lu_field(fb, sizeof(fb), b, waiter_owner(&w));
+  ASSERT_EQ(lu_hget_num(s, gk, fb), 1000);
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  wait_held(&w, 3000);
+  int64_t pttl = lu_pttl(s, name);
+  printf("lease after the hand-over was taken up: %" PRId64 " ms\n", pttl);
+  ASSERT_GT(pttl, 5000);
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  ASSERT_DLOCK_OK(w.rc);
+  ASSERT_EQ(lu_exists(s, name), 0);
+  dlock_free(la);
+  dlock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
   rp_free(s);
 }
 
@@ -662,14 +834,18 @@ static void *excl_main(void *p) {
   excl_arg_t *a = p;
   for (int i = 0; i < a->iter; i++) {
     a->rc = dlock_lock(a->l, 10000);
-    if (a->rc != 0) return NULL;
-    if (atomic_fetch_add(a->inside, 1) != 0) atomic_fetch_add(a->overlaps, 1);
+    if (a->rc != 0)
+      return NULL;
+    if (atomic_fetch_add(a->inside, 1) != 0)
+      atomic_fetch_add(a->overlaps, 1);
     uint64_t tok = dlock_token(a->l);
-    if (tok <= atomic_load(a->last_token)) atomic_fetch_add(a->token_bad, 1);
+    if (tok <= atomic_load(a->last_token))
+      atomic_fetch_add(a->token_bad, 1);
     atomic_store(a->last_token, tok);
     atomic_fetch_sub(a->inside, 1);
     a->rc = dlock_unlock(a->l);
-    if (a->rc != 0) return NULL;
+    if (a->rc != 0)
+      return NULL;
   }
   return NULL;
 }
@@ -693,10 +869,12 @@ TEST(exclusion_threads_tokens) {
     a[i] = (excl_arg_t){l, s, ITER, &inside, &overlaps, &last, &token_bad, 0};
     ASSERT_EQ(pthread_create(&t[i], NULL, excl_main, &a[i]), 0);
   }
-  for (int i = 0; i < T; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < T; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
   printf("%d threads x %d: %" PRId64 " ms\n", (int)T, (int)ITER,
          lu_now_ms() - t0);
-  for (int i = 0; i < T; i++) ASSERT_DLOCK_OK(a[i].rc);
+  for (int i = 0; i < T; i++)
+    ASSERT_DLOCK_OK(a[i].rc);
   ASSERT_EQ(atomic_load(&overlaps), 0);
   ASSERT_EQ(atomic_load(&token_bad), 0);
   char tok[256], qk[256], tk[256];
@@ -729,7 +907,8 @@ static _Noreturn void child_queue_forever(const rp_server_t *s,
   char id[128];
   snprintf(id, sizeof(id), "%s:%" PRIu64 "\n", dlock_client_id(c),
            dlock_self());
-  if (write(ready_fd, id, strlen(id)) < 0) _exit(11);
+  if (write(ready_fd, id, strlen(id)) < 0)
+    _exit(11);
   dlock_lock(l, 10000);
   _exit(12); /* it never gets the lock: it is killed first */
 }
@@ -749,12 +928,15 @@ TEST(dead_waiter_dropped) {
     /* Wait for the parent to hold the lock: it writes nothing, so poll. */
     for (int i = 0; i < 500; i++) {
       redisContext *r = lu_connect(s);
-      if (r == NULL) _exit(9);
+      if (r == NULL)
+        _exit(9);
       redisReply *e = redisCommand(r, "EXISTS %s", name);
       int held = e && e->type == REDIS_REPLY_INTEGER && e->integer == 1;
-      if (e) freeReplyObject(e);
+      if (e)
+        freeReplyObject(e);
       redisFree(r);
-      if (held) child_queue_forever(s, name, fds[1]);
+      if (held)
+        child_queue_forever(s, name, fds[1]);
       lu_sleep_ms(10);
     }
     _exit(8);
@@ -835,8 +1017,8 @@ static void *xp_thread(void *arg) {
   xp_proc_t *p = arg;
   int rc = dlock_lock(p->l, 10000);
   if (rc != 0) {
-    fprintf(stderr, "child %d lock: %s %s\n", (int)getpid(),
-            dlock_err_name(rc), dlock_last_error());
+    fprintf(stderr, "child %d lock: %s %s\n", (int)getpid(), dlock_err_name(rc),
+            dlock_last_error());
     atomic_fetch_add(&p->fails, 1);
     return NULL;
   }
@@ -844,10 +1026,12 @@ static void *xp_thread(void *arg) {
    * transaction: the count and the acquisitions match unless two holders
    * overlapped (a lost update). */
   redisReply *g = xp_cmd(p, "GET %s", XP_COUNTER);
-  long long v = g && g->type == REDIS_REPLY_STRING ? strtoll(g->str, NULL, 10)
-                                                   : 0;
-  if (g == NULL) atomic_fetch_add(&p->fails, 1);
-  if (g) freeReplyObject(g);
+  long long v =
+      g && g->type == REDIS_REPLY_STRING ? strtoll(g->str, NULL, 10) : 0;
+  if (g == NULL)
+    atomic_fetch_add(&p->fails, 1);
+  if (g)
+    freeReplyObject(g);
   pthread_mutex_lock(&p->mu);
   redisAppendCommand(p->r, "MULTI");
   redisAppendCommand(p->r, "SET %s %lld", XP_COUNTER, v + 1);
@@ -857,8 +1041,10 @@ static void *xp_thread(void *arg) {
   redisAppendCommand(p->r, "EXEC");
   for (int i = 0; i < 5; i++) {
     void *rep = NULL;
-    if (redisGetReply(p->r, &rep) != REDIS_OK) atomic_fetch_add(&p->fails, 1);
-    if (rep) freeReplyObject(rep);
+    if (redisGetReply(p->r, &rep) != REDIS_OK)
+      atomic_fetch_add(&p->fails, 1);
+    if (rep)
+      freeReplyObject(rep);
   }
   pthread_mutex_unlock(&p->mu);
   rc = dlock_unlock(p->l);
@@ -874,7 +1060,8 @@ static void *xp_thread(void *arg) {
 static _Noreturn void xp_child(const rp_server_t *s, int idx, int threads,
                                int go_fd) {
   char go;
-  if (read(go_fd, &go, 1) != 1) _exit(20);
+  if (read(go_fd, &go, 1) != 1)
+    _exit(20);
   dlock_options_t o;
   lu_options(&o, s);
   o.fair_wait_timeout_ms = XP_WAIT_TIMEOUT;
@@ -887,19 +1074,24 @@ static _Noreturn void xp_child(const rp_server_t *s, int idx, int threads,
   memset(&p, 0, sizeof(p));
   pthread_mutex_init(&p.mu, NULL);
   atomic_init(&p.fails, 0);
-  if (dlock_client_open(&o, &c) != 0) _exit(21);
-  if (dlock_get_fair(c, XP_NAME, &p.l) != 0) _exit(22);
+  if (dlock_client_open(&o, &c) != 0)
+    _exit(21);
+  if (dlock_get_fair(c, XP_NAME, &p.l) != 0)
+    _exit(22);
   p.r = lu_connect(s);
-  if (p.r == NULL) _exit(23);
+  if (p.r == NULL)
+    _exit(23);
   pthread_t t[XP_MAX_THREADS];
   for (int i = 0; i < threads; i++) {
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setstacksize(&a, 256 * 1024);
-    if (pthread_create(&t[i], &a, xp_thread, &p) != 0) _exit(24);
+    if (pthread_create(&t[i], &a, xp_thread, &p) != 0)
+      _exit(24);
     pthread_attr_destroy(&a);
   }
-  for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < threads; i++)
+    pthread_join(t[i], NULL);
   int fails = atomic_load(&p.fails);
   redisFree(p.r);
   dlock_free(p.l);
@@ -930,20 +1122,21 @@ static void xp_count_queue(rp_server_t *s, const char *qk,
   freeReplyObject(r);
 }
 
-static void xp_dump(rp_server_t *s, const char *qk, const char *tk,
-                    int procs) {
+static void xp_dump(rp_server_t *s, const char *qk, const char *tk, int procs) {
   int counts[XP_MAX_PROCS];
   int64_t total;
   xp_count_queue(s, qk, counts, &total);
   fprintf(stderr, "queue length %" PRId64 ":", total);
-  for (int i = 0; i < procs; i++) fprintf(stderr, " p%d=%d", i, counts[i]);
+  for (int i = 0; i < procs; i++)
+    fprintf(stderr, " p%d=%d", i, counts[i]);
   fprintf(stderr, "\n");
   int64_t now = server_unix_ms(s);
   redisReply *r = rp_cmd(s, "LRANGE %s 0 4", qk);
   for (size_t i = 0; r && i < r->elements; i++)
     fprintf(stderr, "  queue[%zu] %s deadline in %" PRId64 " ms\n", i,
             r->element[i]->str, zscore(s, tk, r->element[i]->str) - now);
-  if (r) freeReplyObject(r);
+  if (r)
+    freeReplyObject(r);
   fprintf(stderr, "lock exists %" PRId64 ", pttl %" PRId64 "\n",
           lu_exists(s, XP_NAME), lu_pttl(s, XP_NAME));
 }
@@ -954,8 +1147,10 @@ static void run_across_processes(const xp_plan_t *plan) {
   int waiters = 0, dead = 0, live = 0;
   for (int i = 0; i < procs; i++) {
     waiters += plan->threads[i];
-    if (plan->victim[i]) dead += plan->threads[i];
-    else live += plan->threads[i];
+    if (plan->victim[i])
+      dead += plan->threads[i];
+    else
+      live += plan->threads[i];
   }
   printf("%d waiters in %d processes, %d of them killed while queued; "
          "fair wait timeout %d ms\n",
@@ -998,17 +1193,22 @@ static void run_across_processes(const xp_plan_t *plan) {
     xp_count_queue(s, qk, counts, &total);
     all_queued = 1;
     for (int i = 0; i < procs; i++)
-      if (counts[i] != plan->threads[i]) all_queued = 0;
-    if (!all_queued) lu_sleep_ms(20);
+      if (counts[i] != plan->threads[i])
+        all_queued = 0;
+    if (!all_queued)
+      lu_sleep_ms(20);
   }
-  printf("queued after %" PRId64 " ms: %" PRId64 " entries:",
-         lu_now_ms() - t0, total);
-  for (int i = 0; i < procs; i++) printf(" p%d=%d", i, counts[i]);
+  printf("queued after %" PRId64 " ms: %" PRId64 " entries:", lu_now_ms() - t0,
+         total);
+  for (int i = 0; i < procs; i++)
+    printf(" p%d=%d", i, counts[i]);
   printf("\n");
-  if (!all_queued) xp_dump(s, qk, tk, procs);
+  if (!all_queued)
+    xp_dump(s, qk, tk, procs);
   ASSERT(all_queued);
   for (int i = 0; i < procs; i++) {
-    if (!plan->victim[i]) continue;
+    if (!plan->victim[i])
+      continue;
     ASSERT_EQ(kill(pids[i], SIGKILL), 0);
     ASSERT_EQ(waitpid(pids[i], NULL, 0), pids[i]);
   }
@@ -1019,11 +1219,13 @@ static void run_across_processes(const xp_plan_t *plan) {
   /* Every survivor finishes; nothing wedges. */
   int left = 0;
   int done[XP_MAX_PROCS] = {0};
-  for (int i = 0; i < procs; i++) left += !plan->victim[i];
+  for (int i = 0; i < procs; i++)
+    left += !plan->victim[i];
   int64_t last_report = t_rel;
   while (left > 0 && lu_now_ms() - t_rel < plan->limit_ms) {
     for (int i = 0; i < procs; i++) {
-      if (done[i] || plan->victim[i]) continue;
+      if (done[i] || plan->victim[i])
+        continue;
       int st = 0;
       pid_t w = waitpid(pids[i], &st, WNOHANG);
       ASSERT_GE(w, 0);
@@ -1043,7 +1245,8 @@ static void run_across_processes(const xp_plan_t *plan) {
              last_report - t_rel, lu_get_num_n(s, XP_OK, strlen(XP_OK)),
              llen(s, qk));
     }
-    if (left > 0) lu_sleep_ms(10);
+    if (left > 0)
+      lu_sleep_ms(10);
   }
   int64_t took = lu_now_ms() - t_rel;
   int64_t ok = lu_get_num_n(s, XP_OK, strlen(XP_OK));
@@ -1053,7 +1256,8 @@ static void run_across_processes(const xp_plan_t *plan) {
   if (left > 0) {
     xp_dump(s, qk, tk, procs);
     for (int i = 0; i < procs; i++)
-      if (!done[i] && !plan->victim[i]) kill(pids[i], SIGKILL);
+      if (!done[i] && !plan->victim[i])
+        kill(pids[i], SIGKILL);
   }
   ASSERT_EQ(left, 0);
   ASSERT_EQ(ok, live);

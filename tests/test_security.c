@@ -100,10 +100,10 @@ static const char *const acl_direct[] = {
 
 /* The commands the scripts run (the files in src/lua). */
 static const char *const acl_scripted[] = {
-    "del",  "exists", "get",  "hdel",    "hexists", "hget",
-    "hkeys", "hlen",  "hset", "incr",    "lindex",  "lpop",
-    "lrem", "pexpire", "pttl", "publish", "rpush",  "set",
-    "time", "zadd",   "zrem", "zscore"};
+    "del",   "exists",  "get",  "hdel",    "hexists", "hget",
+    "hkeys", "hlen",    "hset", "incr",    "lindex",  "lpop",
+    "lrem",  "pexpire", "pttl", "publish", "rpush",   "set",
+    "time",  "zadd",    "zrem", "zscore"};
 
 #define NDIRECT (sizeof acl_direct / sizeof acl_direct[0])
 #define NSCRIPTED (sizeof acl_scripted / sizeof acl_scripted[0])
@@ -139,6 +139,7 @@ static const char *const patterns_app[] = {"~app:*",
                                            "~redisson_lock_token:{app:*",
                                            "~redisson_lock_queue:{app:*",
                                            "~redisson_lock_timeout:{app:*",
+                                           "~dlock_lock_grant:{app:*",
                                            "~redisson_unlock_latch:{app:*",
                                            "~redisson_lock__channel:{app:*",
                                            "~redisson_rwlock:{app:*",

@@ -2,7 +2,8 @@
 -- KEYS[2]: the queue (list of owner fields, head first); KEYS[3]: each
 -- queued owner's deadline (zset, Unix ms); KEYS[4]: fencing counter;
 -- KEYS[5]: the lock's channel, to which ':' .. <owner> is added to tell
--- one waiter it is its turn.
+-- one waiter it is its turn; KEYS[6]: the lease each queued owner is to be
+-- handed the lock with (hash; see fair_release.lua).
 -- ARGV[1]: lease ms; ARGV[3]: how long a queued owner may stay silent
 -- before it counts as gone (ms); ARGV[4]: the hold count the client
 -- believes the owner has; ARGV[5]: '1' to join the queue when the lock is
@@ -26,6 +27,7 @@ while true do
   if deadline ~= nil and deadline > now then break end
   redis.call('lpop', KEYS[2])
   redis.call('zrem', KEYS[3], head)
+  redis.call('hdel', KEYS[6], head)
   dropped = true
 end
 
@@ -36,7 +38,9 @@ if count == nil and tonumber(ARGV[4]) > 0 then
 end
 if count ~= nil then
   -- Already held by this owner: one more hold than the client counts (set,
-  -- so a retry whose first reply was lost does not count twice).
+  -- so a retry whose first reply was lost does not count twice). With no
+  -- hold counted, this is the lock handed over by a release whose message
+  -- the owner missed, and its token is the latest.
   count = tonumber(ARGV[4]) + 1
   redis.call('hset', KEYS[1], ARGV[2], count)
   redis.call('pexpire', KEYS[1], ARGV[1])
@@ -49,6 +53,7 @@ if free and (not head or head == ARGV[2]) then
   if head then
     redis.call('lpop', KEYS[2])
     redis.call('zrem', KEYS[3], ARGV[2])
+    redis.call('hdel', KEYS[6], ARGV[2])
   end
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
@@ -79,4 +84,10 @@ else
   redis.call('zadd', KEYS[3], now + wait, ARGV[2])
   redis.call('rpush', KEYS[2], ARGV[2])
 end
+-- A release may hand this owner the lock directly (it waits on its own
+-- channel for word of it), rather than wake it to come and take it. The
+-- lease it is handed is cut to the allowance, as an owner that does not
+-- take up the lock is no more alive than a silent waiter.
+redis.call('hset', KEYS[6], ARGV[2], math.min(tonumber(ARGV[1]), wait))
+redis.call('pexpire', KEYS[6], wait)
 return {0, sleep}

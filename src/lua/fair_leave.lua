@@ -1,15 +1,25 @@
 -- Owner field ARGV[1] stops waiting for the fair lock KEYS[1]: remove it
--- from the queue KEYS[2] and deadlines KEYS[3]. If it was first in line
--- and the lock is free, tell the next owner (channel KEYS[4] .. ':' ..
--- <owner>), who would otherwise sleep until its next try.
+-- from the queue KEYS[2], deadlines KEYS[3] and hand-over leases KEYS[5].
+-- If a release had already handed it the lock (ARGV[2], the hold count the
+-- client believes in, is then 0), give the lock up again. If it was first
+-- in line, or gave the lock up, and the lock is free, tell the next owner
+-- (channel KEYS[4] .. ':' .. <owner>), who would otherwise sleep until its
+-- next try.
+redis.call('hdel', KEYS[5], ARGV[1])
 local head = redis.call('lindex', KEYS[2], 0)
-if redis.call('lrem', KEYS[2], 0, ARGV[1]) == 0 then
-  redis.call('zrem', KEYS[3], ARGV[1])
+local handed = tonumber(ARGV[2]) == 0 and
+    redis.call('hexists', KEYS[1], ARGV[1]) == 1
+if handed then
+  redis.call('del', KEYS[1])
+end
+local removed = redis.call('lrem', KEYS[2], 0, ARGV[1])
+redis.call('zrem', KEYS[3], ARGV[1])
+if removed == 0 and not handed then
   return 0
 end
-redis.call('zrem', KEYS[3], ARGV[1])
 local next = redis.call('lindex', KEYS[2], 0)
-if head == ARGV[1] and next and redis.call('exists', KEYS[1]) == 0 then
+if (head == ARGV[1] or handed) and next and
+    redis.call('exists', KEYS[1]) == 0 then
   redis.call('publish', KEYS[4] .. ':' .. next, '0')
 end
 return 1

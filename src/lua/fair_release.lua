@@ -1,9 +1,14 @@
--- Release one hold of owner field ARGV[3] on the fair lock KEYS[1]; when it
--- becomes free, tell only the owner at the head of the queue KEYS[2], on
--- channel KEYS[4] .. ':' .. <head>. KEYS[3]: queue deadlines; KEYS[5]: the
--- latch of this release. ARGV[1]: unlock message; ARGV[2]: lease ms to
--- restore while held; ARGV[4]: latch lifetime ms; ARGV[5]: the hold
--- count the client believes the owner has (0: unknown).
+-- Release one hold of owner field ARGV[3] on the fair lock KEYS[1]. When
+-- it becomes free, the owner at the head of the queue KEYS[2] is handed
+-- the lock at once if it left a lease in KEYS[6] (a dlock waiter): it
+-- holds it with that lease and a new token from KEYS[7], and the message
+-- "grant:<token>" on channel KEYS[4] .. ':' .. <head> tells it so, sparing
+-- it the round trip of taking the lock itself. Any other head (a Redisson
+-- waiter) is told "0" there and takes the lock itself.
+-- KEYS[3]: queue deadlines (zset, Unix ms); KEYS[5]: the latch of this
+-- release. ARGV[1]: unlock message; ARGV[2]: lease ms to restore while
+-- held; ARGV[4]: latch lifetime ms; ARGV[5]: the hold count the client
+-- believes the owner has (0: unknown).
 -- Returns the holds left (0: now free), or -1 when the owner holds none.
 local done = redis.call('get', KEYS[5])
 if done then
@@ -23,8 +28,34 @@ if left > 0 then
   return left
 end
 redis.call('del', KEYS[1])
-local head = redis.call('lindex', KEYS[2], 0)
-if head then
-  redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+
+-- Never hand the lock to an owner that counts as gone (see
+-- fair_acquire.lua): drop those first.
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local head
+while true do
+  head = redis.call('lindex', KEYS[2], 0)
+  if not head then
+    return 0
+  end
+  local deadline = tonumber(redis.call('zscore', KEYS[3], head))
+  if deadline ~= nil and deadline > now then break end
+  redis.call('lpop', KEYS[2])
+  redis.call('zrem', KEYS[3], head)
+  redis.call('hdel', KEYS[6], head)
 end
+
+local lease = redis.call('hget', KEYS[6], head)
+if not lease then
+  redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+  return 0
+end
+redis.call('lpop', KEYS[2])
+redis.call('zrem', KEYS[3], head)
+redis.call('hdel', KEYS[6], head)
+redis.call('hset', KEYS[1], head, 1)
+redis.call('pexpire', KEYS[1], lease)
+local token = redis.call('incr', KEYS[7])
+redis.call('publish', KEYS[4] .. ':' .. head, 'grant:' .. token)
 return 0
