@@ -251,6 +251,13 @@ static int turn_channel(dlock_t *l, uint64_t owner, char **channel,
   return l->kind->wait_channel(l, owner, channel, len);
 }
 
+static void pause_us(int64_t us) {
+  if (us > 0) {
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* Joins the channel that announces this owner's turn, subscribing if the
  * client is not subscribed yet. */
 static int join_channel(dlock_t *l, uint64_t owner, int64_t deadline_us,
@@ -310,7 +317,7 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                             dlock__waiter *joined, int64_t ttl_ms,
                             int64_t tried_us) {
   dlock_client_t *c = l->c;
-  int step = 0, rc = 0, tried = joined != NULL;
+  int step = 0, rc = 0, tried = joined != NULL, woken = 0;
 
   dlock__waiter own, *sub = joined;
   if (sub == NULL && l->kind->wait_by == DLOCK__WAIT_PUBSUB) {
@@ -319,8 +326,12 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
   }
   while (rc == 0) {
     if (!tried) {
+      if (woken)
+        pause_us(dlock__pubsub_contention_pause(c->ps, sub, jitter()));
       tried_us = dlock__now_us();
       rc = l->kind->try_acquire(l, owner, lease_ms, 1, &ttl_ms);
+      if (woken && rc >= 0)
+        dlock__pubsub_note_attempt(c->ps, sub, rc == 1);
       if (rc != 1)
         break;
     }
@@ -340,6 +351,8 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
       rc = dlock__pubsub_wait(c->ps, sub, until);
     else
       rc = backoff_sleep(c, &step, until);
+    /* Woken by an unlock message of the shared channel. */
+    woken = rc == 1 && l->kind->no_barging;
     if (rc == 2 && l->kind->granted != NULL) {
       /* The release handed the lock over: it is held already. */
       rc = l->kind->granted(l, owner, lease_ms, sub->grant, tried_us, &ttl_ms);

@@ -31,6 +31,10 @@
 #define LINGER_US 500000
 #define BACKOFF_FIRST_US 20000
 #define BACKOFF_MAX_US 1000000
+/* The widest pause before an attempt after an unlock message, when every
+ * such attempt of this client fails (see dlock__pubsub_contention_pause):
+ * a few round trips of a loaded server. */
+#define CONTENTION_PAUSE_MAX_US 600
 
 enum sub_state { SUB_NONE, SUB_SENT, SUB_ACTIVE, SUB_LEAVING };
 
@@ -38,7 +42,10 @@ struct dlock__sub {
   struct dlock__sub *next;
   char *name;
   size_t len;
-  int refs;                   /* waiters that joined and have not left */
+  int refs; /* waiters that joined and have not left */
+  /* Of the attempts that followed an unlock message, the share that failed,
+   * in thousandths (a moving average over about the last eight). */
+  int failed_permille;
   dlock__waiter *head, *tail; /* ... in the order they joined */
   int state;                  /* enum sub_state */
   int resync;                 /* wake everyone once the subscription is back */
@@ -540,6 +547,23 @@ int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
   }
   pthread_mutex_unlock(&ps->mu);
   return rc;
+}
+
+int64_t dlock__pubsub_contention_pause(dlock__pubsub *ps, dlock__waiter *w,
+                                       uint64_t random) {
+  pthread_mutex_lock(&ps->mu);
+  int64_t window =
+      (int64_t)w->sub->failed_permille * CONTENTION_PAUSE_MAX_US / 1000;
+  pthread_mutex_unlock(&ps->mu);
+  return window > 0 ? (int64_t)(random % (uint64_t)(window + 1)) : 0;
+}
+
+void dlock__pubsub_note_attempt(dlock__pubsub *ps, dlock__waiter *w,
+                                int failed) {
+  pthread_mutex_lock(&ps->mu);
+  dlock__sub *s = w->sub;
+  s->failed_permille += ((failed ? 1000 : 0) - s->failed_permille) / 8;
+  pthread_mutex_unlock(&ps->mu);
 }
 
 void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w) {

@@ -77,6 +77,22 @@ int dlock__pubsub_join_active(dlock__pubsub *ps, const char *channel,
  * see dlock__waiter.grant), 'until_us' (0), or cancellation. */
 int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us);
 
+/*
+ * How contended the channel's lock is across clients, as seen by this
+ * client's waiters: each attempt that follows an unlock message reports
+ * whether it failed (another client got there first). Returns a pause, in
+ * microseconds, drawn at random from a window that grows with the share
+ * of such attempts that fail: waiters of every client woken by the same
+ * unlock then try in random order rather than in the order Redis delivers
+ * the message (which favours the same client every time), and the losers'
+ * attempts stop competing with the winner's critical section. A lock
+ * handed from one waiter to the next without rivals never pauses.
+ */
+int64_t dlock__pubsub_contention_pause(dlock__pubsub *ps, dlock__waiter *w,
+                                       uint64_t random);
+void dlock__pubsub_note_attempt(dlock__pubsub *ps, dlock__waiter *w,
+                                int failed);
+
 /* Leaves the channel; it is unsubscribed once nobody waits for a while. */
 void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w);
 
