@@ -1,9 +1,19 @@
 /*
  * The pub/sub connection and its thread (see pubsub.h).
  *
- * Locking: 'mu' guards the channel list and the flags; the hiredis context
- * belongs to the thread alone. Waiters talk to the thread through the
- * channel states and a self-pipe that wakes its poll().
+ * Locking: 'mu' guards the channel list, the flags and every use of the
+ * hiredis context. Waiters talk to the thread through the channel states
+ * and a self-pipe that wakes its poll().
+ *
+ * Reading: a waiter that goes to sleep while nobody else reads the
+ * connection reads it itself (it becomes the "reader", polling the socket
+ * instead of sleeping on its condition variable), and the thread leaves
+ * the socket alone meanwhile. The message that wakes the reader then
+ * reaches it without a hand-off from another thread, which on a busy
+ * machine costs as much as a round trip. Waiters that are not the reader
+ * are woken by whoever read their message; the reader itself is woken
+ * through a second pipe when someone else wakes it (a resubscription, a
+ * cancellation).
  */
 #define _GNU_SOURCE
 #include "pubsub.h"
@@ -40,6 +50,7 @@ enum sub_state { SUB_NONE, SUB_SENT, SUB_ACTIVE, SUB_LEAVING };
 
 struct dlock__sub {
   struct dlock__sub *next;
+  struct dlock__pubsub *ps;
   char *name;
   size_t len;
   int refs; /* waiters that joined and have not left */
@@ -59,6 +70,10 @@ struct dlock__pubsub {
   pthread_mutex_t mu;
   pthread_t thread;
   int pipe_fd[2];
+  int reader_pipe[2];     /* wakes the waiter that is reading */
+  dlock__waiter *reader;  /* the waiter reading the connection, or NULL */
+  int waiting;            /* waiters on every channel */
+  int thread_left_socket; /* the thread polls without the socket */
   const dlock__endpoint *ep;
   int64_t connect_timeout_ms, command_timeout_ms;
   dlock__sub *subs;
@@ -80,12 +95,9 @@ static void init_monotonic_cond(pthread_cond_t *cv) {
   pthread_condattr_destroy(&attr);
 }
 
-static void poke_thread(dlock__pubsub *ps) {
-  char b = 1;
-  /* A full pipe already guarantees a wake-up, so EAGAIN is fine. */
-  ssize_t n = write(ps->pipe_fd[1], &b, 1);
-  (void)n;
-}
+static void poke(int fd);
+
+static void poke_thread(dlock__pubsub *ps) { poke(ps->pipe_fd[1]); }
 
 static dlock__sub *find_sub(dlock__pubsub *ps, const char *name, size_t len) {
   for (dlock__sub *s = ps->subs; s != NULL; s = s->next)
@@ -100,9 +112,19 @@ static void free_sub(dlock__sub *s) {
   dlock__free(s);
 }
 
+static void poke(int fd) {
+  char b = 1;
+  /* A full pipe already guarantees a wake-up, so EAGAIN is fine. */
+  ssize_t n = write(fd, &b, 1);
+  (void)n;
+}
+
 static void wake_locked(dlock__waiter *w) {
   w->permit = 1;
-  pthread_cond_signal(&w->cv);
+  if (w->reading)
+    poke(w->sub->ps->reader_pipe[1]);
+  else
+    pthread_cond_signal(&w->cv);
 }
 
 /* Gives every waiter of 's' a reason to try again. */
@@ -147,6 +169,9 @@ static void on_disconnect_locked(dlock__pubsub *ps) {
     ps->ctx = NULL;
   }
   ps->connected = 0;
+  /* A waiter polling the socket just closed would never hear of it. */
+  if (ps->reader != NULL)
+    poke(ps->reader_pipe[1]);
   ps->retry_at_us = dlock__now_us() + ps->backoff_us;
   ps->backoff_us = ps->backoff_us ? ps->backoff_us * 2 : BACKOFF_FIRST_US;
   if (ps->backoff_us > BACKOFF_MAX_US)
@@ -331,10 +356,16 @@ static void *pubsub_main(void *arg) {
         on_disconnect_locked(ps);
         continue;
       }
+      /* A waiter reading the socket gets the replies; the thread still
+       * writes what is pending. */
       p[1].fd = ps->ctx->fd;
+      p[1].events = ps->reader != NULL ? 0 : POLLIN;
       if (!done)
         p[1].events |= POLLOUT;
+      if (p[1].events == 0)
+        p[1].fd = -1;
     }
+    ps->thread_left_socket = p[1].fd == -1;
     pthread_mutex_unlock(&ps->mu);
     int n = poll(p, 2, due ? dlock__ms_until(due) : -1);
     pthread_mutex_lock(&ps->mu);
@@ -366,6 +397,13 @@ int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
     dlock__free(ps);
     return rc;
   }
+  if (pipe2(ps->reader_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    int rc = dlock__fail(DLOCK_EIO, "pipe2: %s", strerror(errno));
+    close(ps->pipe_fd[0]);
+    close(ps->pipe_fd[1]);
+    dlock__free(ps);
+    return rc;
+  }
   pthread_mutex_init(&ps->mu, NULL);
   /* Connect before returning, so the first waiter finds it ready; a lazy
    * client whose server is down leaves that to the thread. */
@@ -389,6 +427,8 @@ int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
       redisFree(ps->ctx);
     close(ps->pipe_fd[0]);
     close(ps->pipe_fd[1]);
+    close(ps->reader_pipe[0]);
+    close(ps->reader_pipe[1]);
     pthread_mutex_destroy(&ps->mu);
     dlock__free(ps);
     return rc;
@@ -405,6 +445,8 @@ void dlock__pubsub_cancel(dlock__pubsub *ps) {
       pthread_cond_signal(&w->cv);
     pthread_cond_broadcast(&s->ready);
   }
+  if (ps->reader != NULL)
+    poke(ps->reader_pipe[1]);
   pthread_mutex_unlock(&ps->mu);
 }
 
@@ -425,16 +467,19 @@ void dlock__pubsub_stop(dlock__pubsub *ps) {
   }
   close(ps->pipe_fd[0]);
   close(ps->pipe_fd[1]);
+  close(ps->reader_pipe[0]);
+  close(ps->reader_pipe[1]);
   pthread_mutex_destroy(&ps->mu);
   dlock__free(ps);
 }
 
-static dlock__sub *new_sub(const char *name, size_t len) {
+static dlock__sub *new_sub(dlock__pubsub *ps, const char *name, size_t len) {
   dlock__sub *s = dlock__calloc(1, sizeof(*s));
   if (s == NULL || (s->name = dlock__memdup(name, len)) == NULL) {
     dlock__free(s);
     return NULL;
   }
+  s->ps = ps;
   s->len = len;
   init_monotonic_cond(&s->ready);
   return s;
@@ -445,6 +490,7 @@ static void enqueue_locked(dlock__sub *s, dlock__waiter *w) {
   w->next = NULL;
   w->sub = s;
   w->permit = 0;
+  w->reading = 0;
   w->grant = 0;
   init_monotonic_cond(&w->cv);
   if (s->tail != NULL)
@@ -453,6 +499,7 @@ static void enqueue_locked(dlock__sub *s, dlock__waiter *w) {
     s->head = w;
   s->tail = w;
   s->refs++;
+  s->ps->waiting++;
 }
 
 /* Takes 'w' out of its line; a wake-up it did not take goes to the next
@@ -469,6 +516,7 @@ static void dequeue_locked(dlock__pubsub *ps, dlock__waiter *w) {
   if (s->tail == w)
     s->tail = prev;
   pthread_cond_destroy(&w->cv);
+  ps->waiting--;
   if (w->permit)
     wake_one_locked(s, w->grant);
   if (--s->refs == 0) {
@@ -486,7 +534,7 @@ int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
   }
   dlock__sub *s = find_sub(ps, channel, len);
   if (s == NULL) {
-    if ((s = new_sub(channel, len)) == NULL) {
+    if ((s = new_sub(ps, channel, len)) == NULL) {
       pthread_mutex_unlock(&ps->mu);
       return dlock__fail(DLOCK_ENOMEM, "out of memory joining a channel");
     }
@@ -532,12 +580,54 @@ int dlock__pubsub_join_active(dlock__pubsub *ps, const char *channel,
   return joined;
 }
 
+/* Reads the connection until 'until_us' at most or something arrives, as
+ * the reader (see the top of this file). Returns with 'mu' held, as it
+ * was called. */
+static void read_as_waiter_locked(dlock__pubsub *ps, dlock__waiter *w,
+                                  int64_t until_us) {
+  int fd = ps->ctx->fd;
+  ps->reader = w;
+  w->reading = 1;
+  pthread_mutex_unlock(&ps->mu);
+  struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
+                        {.fd = ps->reader_pipe[0], .events = POLLIN}};
+  int64_t left = until_us - dlock__now_us();
+  struct timespec ts = {(time_t)(left / 1000000),
+                        (long)(left % 1000000) * 1000};
+  int n = ppoll(p, 2, left > 0 ? &ts : &(struct timespec){0, 0}, NULL);
+  pthread_mutex_lock(&ps->mu);
+  w->reading = 0;
+  ps->reader = NULL;
+  if (n > 0 && (p[1].revents & POLLIN))
+    drain_pipe(ps->reader_pipe[0]);
+  /* The connection may have been replaced meanwhile: read only the one
+   * that was polled. */
+  if (n > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) && ps->connected &&
+      ps->ctx != NULL && ps->ctx->fd == fd) {
+    read_replies_locked(ps);
+    /* The reader found the connection broken: the thread, which may be
+     * polling without it, reconnects. */
+    if (!ps->connected)
+      poke_thread(ps);
+  }
+}
+
 int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
   pthread_mutex_lock(&ps->mu);
+  int was_reader = 0;
   while (!w->permit && !ps->canceled && dlock__now_us() < until_us) {
+    if (ps->reader == NULL && ps->connected && ps->ctx != NULL) {
+      read_as_waiter_locked(ps, w, until_us);
+      was_reader = 1;
+      continue;
+    }
     struct timespec ts = dlock__timespec_at(until_us);
     pthread_cond_timedwait(&w->cv, &ps->mu, &ts);
   }
+  /* The thread left the socket to this reader: it takes it back while
+   * others still wait. */
+  if (was_reader && ps->thread_left_socket && ps->waiting > 1)
+    poke_thread(ps);
   int rc = 0;
   if (ps->canceled)
     rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");

@@ -35,7 +35,8 @@ typedef struct dlock__waiter {
   struct dlock__waiter *next;
   dlock__sub *sub;
   pthread_cond_t cv;
-  int permit; /* woken and not yet taken */
+  int permit;  /* woken and not yet taken */
+  int reading; /* reading the connection itself, in ppoll (see pubsub.c) */
   /* The token of a fair lock a release handed to this waiter's owner
    * ("grant:<token>" on its own channel); 0 when none. */
   uint64_t grant;
