@@ -21,7 +21,9 @@
  *   commandstats) cmds_all (with the commands run inside scripts) counter
  *   (ok/bad/-) errors
  * The exit status is non-zero when a call failed or the counter guarded by
- * the lock differs from the number of acquisitions.
+ * the lock differs from the number of acquisitions. With BENCH_COUNTS set
+ * in the environment, each worker's acquisitions go to stderr, processes
+ * separated by "|".
  */
 #include "common.h"
 
@@ -352,6 +354,12 @@ int main(int argc, char **argv) {
   }
   uint64_t end = bench_now_ns();
   bench_cmdstats(r, &after);
+  if (getenv("BENCH_COUNTS") != NULL) {
+    for (int i = 0; i < nprocs * nthreads; i++)
+      fprintf(stderr, "%s%" PRIu64, i % nthreads ? " " : (i ? " | " : ""),
+              counts[i]);
+    fprintf(stderr, "\n");
+  }
   for (int p = 0; p < nprocs; p++) {
     int status;
     close(to_child[p]);
