@@ -258,6 +258,14 @@ static void pause_us(int64_t us) {
   }
 }
 
+/* Says whose waiter 'w' is; a waiter of a kind that takes hand-overs
+ * inside the client also gives the lease it wants. */
+static void set_waiter(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                       dlock__waiter *w) {
+  w->owner = owner;
+  w->lease_ms = l->kind->no_barging ? lease_ms : 0;
+}
+
 /* Joins the channel that announces this owner's turn, subscribing if the
  * client is not subscribed yet. */
 static int join_channel(dlock_t *l, uint64_t owner, int64_t deadline_us,
@@ -300,6 +308,21 @@ static int join_channel_if_active(dlock_t *l, uint64_t owner, dlock__waiter *w,
 /* The 'ttl_ms' of a waiter that has not tried yet. */
 #define NOT_TRIED INT64_MIN
 
+/* The lock was handed to the owner just as its waiter stopped waiting
+ * with 'why': it holds the lock. A waiter out of time takes it (it got it
+ * at its deadline, as a last attempt would); any other gives it back. */
+static int take_late_grant(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                           uint64_t token, int64_t since_us, int why) {
+  int64_t ttl_ms;
+  if (l->kind->granted == NULL ||
+      l->kind->granted(l, owner, lease_ms, token, since_us, &ttl_ms) != 0)
+    return why;
+  if (why == DLOCK_ETIMEDOUT)
+    return 0;
+  l->kind->release(l, owner);
+  return why;
+}
+
 /*
  * Sleeps until the holder's unlock message or its lease end, whichever is
  * first, bounded by the caller's deadline; then tries again, until the lock
@@ -318,9 +341,9 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                             int64_t tried_us) {
   dlock_client_t *c = l->c;
   int step = 0, rc = 0, tried = joined != NULL, woken = 0;
-
   dlock__waiter own, *sub = joined;
   if (sub == NULL && l->kind->wait_by == DLOCK__WAIT_PUBSUB) {
+    set_waiter(l, owner, lease_ms, &own);
     rc = join_channel(l, owner, deadline_us, &own);
     sub = rc == 0 ? &own : NULL;
   }
@@ -362,8 +385,11 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     }
     rc = rc < 0 ? rc : 0;
   }
-  if (sub != NULL)
+  if (sub != NULL) {
     dlock__pubsub_leave(c->ps, sub);
+    if (rc != 0 && sub->grant != 0)
+      rc = take_late_grant(l, owner, lease_ms, sub->grant, tried_us, rc);
+  }
   if (rc != 0 && l->kind->give_up != NULL)
     l->kind->give_up(l, owner);
   return rc;
@@ -391,6 +417,7 @@ int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
   dlock__waiter w, *sub = NULL;
   int others = 0;
   if (wait_ms != 0 && l->kind->wait_by == DLOCK__WAIT_PUBSUB) {
+    set_waiter(l, owner, lease_ms, &w);
     rc = join_channel_if_active(l, owner, &w, &others);
     if (rc < 0)
       return rc;
@@ -407,8 +434,11 @@ int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
   if (rc == 1 && wait_ms != 0)
     return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub,
                             ttl_ms, tried_us);
-  if (sub != NULL)
+  if (sub != NULL) {
     dlock__pubsub_leave(l->c->ps, sub);
+    if (rc < 0 && sub->grant != 0)
+      rc = take_late_grant(l, owner, lease_ms, sub->grant, tried_us, rc);
+  }
   if (rc < 0 && wait_ms != 0 && l->kind->give_up != NULL)
     l->kind->give_up(l, owner);
   return rc == 1 ? timed_out(l, wait_ms) : rc;

@@ -268,18 +268,18 @@ void dlock__release_failed(dlock_t *l, uint64_t owner) {
   pthread_mutex_unlock(&c->mu);
 }
 
-int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
-                       const dlock__eval *call) {
+int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
+                        const dlock__eval *call, redisReply **reply) {
   dlock_client_t *c = l->c;
-  redisReply *reply = NULL;
   int rc;
+  *reply = NULL;
   /* A release whose reply was lost (a timeout, a dropped connection) is
    * sent again, with the same latch, on a fresh connection: the latch makes
    * a copy that runs twice answer the same. Each attempt has its own
    * command timeout, so an unlock takes at most (unlock_retries + 1) of
    * them. */
   for (int attempt = 0;; attempt++) {
-    rc = dlock__eval_run(c->conn, 1, call, &reply, 0);
+    rc = dlock__eval_run(c->conn, 1, call, reply, 0);
     if (rc != DLOCK_EIO || attempt >= c->opt.unlock_retries || r->lost)
       break;
     wait_for_reconnect(c);
@@ -292,22 +292,31 @@ int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
   if (rc != 0)
     dlock__release_failed(l, owner);
   dlock__release_end(r);
-  if (rc != 0)
-    return rc;
-  return dlock__finish_release(l, owner, reply, r);
+  return rc;
+}
+
+int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
+                       const dlock__eval *call) {
+  redisReply *reply;
+  int rc = dlock__release_send(l, owner, r, call, &reply);
+  return rc != 0 ? rc : dlock__finish_release(l, owner, reply, r);
+}
+
+int dlock__release_apply(dlock_t *l, uint64_t owner, int64_t left,
+                         const dlock__release *r) {
+  if (r->lost) {
+    unmark_releasing(l, owner);
+    return lost_error(l);
+  }
+  return finish_release(l, owner, left, r->known, r->abandoned);
 }
 
 int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
                           const dlock__release *r) {
-  if (r->lost) {
-    freeReplyObject(reply);
-    unmark_releasing(l, owner);
-    return lost_error(l);
-  }
-  int64_t left;
-  int rc = dlock__decode_integer(reply, &left);
+  int64_t left = 0;
+  int rc = r->lost ? 0 : dlock__decode_integer(reply, &left);
   freeReplyObject(reply);
-  return rc != 0 ? rc : finish_release(l, owner, left, r->known, r->abandoned);
+  return rc != 0 ? rc : dlock__release_apply(l, owner, left, r);
 }
 
 int dlock__eval_integer(dlock_t *l, const dlock__eval *call, int64_t *out) {

@@ -160,6 +160,24 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r);
 int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
                        const dlock__eval *call);
 
+/* The first half of dlock__release_run: sends the call, retried like an
+ * unlock. On failure the hold is dealt with as after a failed unlock and
+ * the error returned; on 0, '*reply' is Redis's answer. 'r' is freed
+ * either way (its flags stay readable). */
+int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
+                        const dlock__eval *call, redisReply **reply);
+
+/* Applies a release's answer: the holds left, or -1 for none. */
+int dlock__release_apply(dlock_t *l, uint64_t owner, int64_t left,
+                         const dlock__release *r);
+
+/* Releases the owner's last hold of a reentrant lock by handing it to a
+ * waiting thread of the same client, when there is one and the client has
+ * not done so too many times in a row (handover.c). Returns 1 when it did
+ * not (the caller releases as usual, 'r' untouched), else the unlock's
+ * result, with 'r' freed. */
+int dlock__handover_release(dlock_t *l, uint64_t owner, dlock__release *r);
+
 /* After dlock__release_begin succeeded but no answer came: the hold stops
  * being renewed if it was the last (it expires with its lease) and is
  * marked abandoned, so the owner's next call finishes the release. */

@@ -45,6 +45,12 @@
  * such attempt of this client fails (see dlock__pubsub_contention_pause):
  * a few round trips of a loaded server. */
 #define CONTENTION_PAUSE_MAX_US 600
+/* From this share of failed attempts after unlock messages (thousandths),
+ * the lock counts as contended across clients. */
+#define CONTENDED_PERMILLE 100
+/* How often a reserved waiter looks again whether its reservation ended
+ * (it is woken when it does; this only bounds a missed wake-up). */
+#define RESERVED_RECHECK_US 100000
 
 enum sub_state { SUB_NONE, SUB_SENT, SUB_ACTIVE, SUB_LEAVING };
 
@@ -57,6 +63,7 @@ struct dlock__sub {
   /* Of the attempts that followed an unlock message, the share that failed,
    * in thousandths (a moving average over about the last eight). */
   int failed_permille;
+  int handover_run;           /* hand-overs inside the client in a row */
   dlock__waiter *head, *tail; /* ... in the order they joined */
   int state;                  /* enum sub_state */
   int resync;                 /* wake everyone once the subscription is back */
@@ -492,6 +499,7 @@ static void enqueue_locked(dlock__sub *s, dlock__waiter *w) {
   w->permit = 0;
   w->reading = 0;
   w->grant = 0;
+  w->reserved = 0;
   init_monotonic_cond(&w->cv);
   if (s->tail != NULL)
     s->tail->next = w;
@@ -517,8 +525,10 @@ static void dequeue_locked(dlock__pubsub *ps, dlock__waiter *w) {
     s->tail = prev;
   pthread_cond_destroy(&w->cv);
   ps->waiting--;
+  /* A wake-up not taken goes on; a hand-over does not (it was meant for
+   * this waiter's owner, who took the lock up by its own attempt). */
   if (w->permit)
-    wake_one_locked(s, w->grant);
+    wake_one_locked(s, 0);
   if (--s->refs == 0) {
     s->idle_since_us = dlock__now_us();
     poke_thread(ps);
@@ -615,13 +625,20 @@ static void read_as_waiter_locked(dlock__pubsub *ps, dlock__waiter *w,
 int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
   pthread_mutex_lock(&ps->mu);
   int was_reader = 0;
-  while (!w->permit && !ps->canceled && dlock__now_us() < until_us) {
+  while (!w->permit) {
+    /* A reserved waiter stays for the outcome, which a releasing thread
+     * brings within one command, whatever its own deadline. */
+    int64_t now = dlock__now_us(), limit = until_us;
+    if (w->reserved)
+      limit = now + RESERVED_RECHECK_US;
+    else if (ps->canceled || now >= until_us)
+      break;
     if (ps->reader == NULL && ps->connected && ps->ctx != NULL) {
-      read_as_waiter_locked(ps, w, until_us);
+      read_as_waiter_locked(ps, w, limit);
       was_reader = 1;
       continue;
     }
-    struct timespec ts = dlock__timespec_at(until_us);
+    struct timespec ts = dlock__timespec_at(limit);
     pthread_cond_timedwait(&w->cv, &ps->mu, &ts);
   }
   /* The thread left the socket to this reader: it takes it back while
@@ -642,8 +659,12 @@ int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
 int64_t dlock__pubsub_contention_pause(dlock__pubsub *ps, dlock__waiter *w,
                                        uint64_t random) {
   pthread_mutex_lock(&ps->mu);
-  int64_t window =
-      (int64_t)w->sub->failed_permille * CONTENTION_PAUSE_MAX_US / 1000;
+  /* The same window for every contending client, whoever has been
+   * winning: a window that shrank with a client's success would let the
+   * client that wins most win ever more. */
+  int64_t window = w->sub->failed_permille >= CONTENDED_PERMILLE
+                       ? CONTENTION_PAUSE_MAX_US
+                       : 0;
   pthread_mutex_unlock(&ps->mu);
   return window > 0 ? (int64_t)(random % (uint64_t)(window + 1)) : 0;
 }
@@ -656,8 +677,46 @@ void dlock__pubsub_note_attempt(dlock__pubsub *ps, dlock__waiter *w,
   pthread_mutex_unlock(&ps->mu);
 }
 
+dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
+                                     size_t len, uint64_t owner, int max_run) {
+  if (atomic_load(&ps->nsubs) == 0)
+    return NULL;
+  pthread_mutex_lock(&ps->mu);
+  dlock__sub *s = find_sub(ps, channel, len);
+  dlock__waiter *chosen = NULL;
+  if (s != NULL && s->handover_run < max_run)
+    for (dlock__waiter *w = s->head; w != NULL; w = w->next)
+      if (w->lease_ms != 0 && w->owner != owner && !w->permit && !w->reserved) {
+        chosen = w;
+        break;
+      }
+  if (chosen != NULL) {
+    chosen->reserved = 1;
+    s->handover_run++;
+  } else if (s != NULL) {
+    s->handover_run = 0;
+  }
+  pthread_mutex_unlock(&ps->mu);
+  return chosen;
+}
+
+void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w,
+                           uint64_t token) {
+  pthread_mutex_lock(&ps->mu);
+  w->reserved = 0;
+  w->grant = token;
+  wake_locked(w);
+  pthread_mutex_unlock(&ps->mu);
+}
+
 void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w) {
   pthread_mutex_lock(&ps->mu);
+  /* A releasing thread is handing this waiter the lock: wait for it. */
+  while (w->reserved) {
+    struct timespec ts =
+        dlock__timespec_at(dlock__now_us() + RESERVED_RECHECK_US);
+    pthread_cond_timedwait(&w->cv, &ps->mu, &ts);
+  }
   dequeue_locked(ps, w);
   pthread_mutex_unlock(&ps->mu);
 }

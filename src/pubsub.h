@@ -37,9 +37,15 @@ typedef struct dlock__waiter {
   pthread_cond_t cv;
   int permit;  /* woken and not yet taken */
   int reading; /* reading the connection itself, in ppoll (see pubsub.c) */
-  /* The token of a fair lock a release handed to this waiter's owner
-   * ("grant:<token>" on its own channel); 0 when none. */
+  /* The token of a lock handed to this waiter's owner by a release (a fair
+   * lock's "grant:<token>" on the owner's own channel, or a hand-over
+   * inside the client); 0 when none. */
   uint64_t grant;
+  /* Set by the waiter before it joins, for hand-overs inside the client:
+   * whose waiter this is, and the lease it asked for (0: it takes none). */
+  uint64_t owner;
+  int64_t lease_ms;
+  int reserved; /* chosen by a releasing thread; see dlock__pubsub_reserve */
 } dlock__waiter;
 
 /* Connects the pub/sub connection and starts its thread. With 'lazy', an
@@ -82,8 +88,9 @@ int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us);
  * How contended the channel's lock is across clients, as seen by this
  * client's waiters: each attempt that follows an unlock message reports
  * whether it failed (another client got there first). Returns a pause, in
- * microseconds, drawn at random from a window that grows with the share
- * of such attempts that fail: waiters of every client woken by the same
+ * microseconds, drawn at random from a fixed window once a tenth or more
+ * of such attempts fail (0 below that): waiters of every client woken by
+ * the same
  * unlock then try in random order rather than in the order Redis delivers
  * the message (which favours the same client every time), and the losers'
  * attempts stop competing with the winner's critical section. A lock
@@ -93,6 +100,21 @@ int64_t dlock__pubsub_contention_pause(dlock__pubsub *ps, dlock__waiter *w,
                                        uint64_t random);
 void dlock__pubsub_note_attempt(dlock__pubsub *ps, dlock__waiter *w,
                                 int failed);
+
+/*
+ * For a releasing thread of this client: reserves the first waiter on
+ * 'channel' that takes hand-overs (a lease_ms set), is not 'owner' and has
+ * not been woken, so that it stays until dlock__pubsub_resolve. Returns
+ * NULL when there is none, or when this is the 'max_run'-th reservation in
+ * a row on the channel: then the lock is released for everyone, so that
+ * other clients get their turn.
+ */
+dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
+                                     size_t len, uint64_t owner, int max_run);
+
+/* Ends a reservation: the waiter holds the lock with 'token', or, with 0,
+ * is woken to try for itself. */
+void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token);
 
 /* Leaves the channel; it is unsubscribed once nobody waits for a while. */
 void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w);

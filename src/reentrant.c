@@ -63,6 +63,8 @@ static int reentrant_release(dlock_t *l, uint64_t owner) {
     dlock__release_end(&r);
     return rc;
   }
+  if (l->kind->no_barging && (rc = dlock__handover_release(l, owner, &r)) != 1)
+    return rc;
   dlock__call_args a;
   dlock__reentrant_release_call(l, owner, &r, &a);
   return dlock__release_run(l, owner, &r, &a.call);
@@ -73,11 +75,20 @@ static int reentrant_force_release(dlock_t *l) {
   return dlock__force_release_plain(l, "0");
 }
 
+/* A lock handed over inside the client (handover.c) is held already. */
+static int reentrant_granted(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                             uint64_t token, int64_t since_us,
+                             int64_t *ttl_ms) {
+  (void)ttl_ms;
+  return dlock__record_grant(l, owner, lease_ms, token, since_us);
+}
+
 const dlock__kind dlock__kind_reentrant = {
     .id = DLOCK_REENTRANT,
     .wait_by = DLOCK__WAIT_PUBSUB,
     .no_barging = 1,
     .try_acquire = reentrant_try_acquire,
+    .granted = reentrant_granted,
     .release = reentrant_release,
     .field = dlock__field_plain,
     .force_release = reentrant_force_release,

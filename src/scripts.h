@@ -22,6 +22,7 @@ typedef struct dlock__script {
 
 extern const dlock__script dlock__script_acquire;
 extern const dlock__script dlock__script_release;
+extern const dlock__script dlock__script_handover;
 extern const dlock__script dlock__script_renew;
 extern const dlock__script dlock__script_force_release;
 extern const dlock__script dlock__script_renew_read;

@@ -1,0 +1,83 @@
+/*
+ * Hand-over inside one client ("lock cohorting"). When the owner releasing
+ * the last hold of a reentrant lock has threads of its own client waiting
+ * for it, the lock goes straight to the first of them in one script:
+ * no unlock message, so no waiter of any client wakes to try and fail, and
+ * the waiter needs no round trip to take the lock up. After a few
+ * hand-overs in a row the lock is released as usual, so that the waiters
+ * of other clients get their turn.
+ *
+ * The waiter is reserved first (dlock__pubsub_reserve), so that it stays
+ * to be told, and is told the outcome whatever it is: the token of its new
+ * hold, or, when the hand-over failed, a wake-up to try for itself.
+ */
+#include "lock.h"
+
+#include "error.h"
+#include "pubsub.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Hand-overs in a row before a release lets every client's waiters try:
+ * runs of this many plus one acquisitions per client, which keeps the
+ * commands per acquisition low without starving other clients. */
+#define HANDOVER_RUN_MAX 3
+
+/* Decodes {0, token} or {-1, 0}. */
+static int decode_handover(const redisReply *r, int64_t *left,
+                           uint64_t *token) {
+  if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[0]->type != REDIS_REPLY_INTEGER ||
+      r->element[1]->type != REDIS_REPLY_INTEGER || r->element[1]->integer < 0)
+    return dlock__fail(DLOCK_EPROTO, "unexpected reply to a lock hand-over");
+  *left = r->element[0]->integer;
+  *token = (uint64_t)r->element[1]->integer;
+  return 0;
+}
+
+static int run_handover(dlock_t *l, uint64_t owner, dlock__release *r,
+                        dlock__waiter *next) {
+  dlock_client_t *c = l->c;
+  char from[DLOCK__FIELD_MAX], to[DLOCK__FIELD_MAX], lease[24];
+  size_t from_len = dlock__field_plain(l, owner, from);
+  size_t to_len = dlock__field_plain(l, next->owner, to);
+  snprintf(lease, sizeof(lease), "%" PRId64,
+           next->lease_ms == DLOCK_WATCHDOG ? c->opt.watchdog_timeout_ms
+                                            : next->lease_ms);
+  const char *argv[] = {l->name, l->token_key, r->latch,    from,
+                        to,      lease,        r->latch_ttl};
+  const size_t lens[] = {
+      l->len, l->token_key_len, r->latch_len,        from_len,
+      to_len, strlen(lease),    strlen(r->latch_ttl)};
+  dlock__eval call = {&dlock__script_handover, 3, 4, argv, lens};
+  redisReply *reply;
+  int rc = dlock__release_send(l, owner, r, &call, &reply);
+  if (rc != 0) {
+    dlock__pubsub_resolve(c->ps, next, 0);
+    return rc;
+  }
+  int64_t left = 0;
+  uint64_t token = 0;
+  rc = r->lost ? 0 : decode_handover(reply, &left, &token);
+  freeReplyObject(reply);
+  if (rc != 0) {
+    dlock__release_failed(l, owner);
+    dlock__pubsub_resolve(c->ps, next, 0);
+    return rc;
+  }
+  rc = dlock__release_apply(l, owner, left, r);
+  dlock__pubsub_resolve(c->ps, next, left == 0 && !r->lost ? token : 0);
+  return rc;
+}
+
+int dlock__handover_release(dlock_t *l, uint64_t owner, dlock__release *r) {
+  /* Only a plain last hold: a lost or abandoned one, or one the client has
+   * no record of, goes the usual way, which knows how to report them. */
+  if (r->lost || !r->known || r->abandoned || strcmp(r->count, "1") != 0)
+    return 1;
+  dlock__waiter *next = dlock__pubsub_reserve(
+      l->c->ps, l->channel, l->channel_len, owner, HANDOVER_RUN_MAX);
+  return next != NULL ? run_handover(l, owner, r, next) : 1;
+}
