@@ -318,7 +318,9 @@ DLOCK_EXPORT int dlock_trylock(dlock_t *l, int64_t wait_ms, int64_t lease_ms);
  * timeout, a dropped connection) is sent again, up to unlock_retries times,
  * each with its own command timeout; the retry cannot release twice. When
  * every attempt failed (DLOCK_EIO), a last hold is no longer renewed: it
- * expires with its lease.
+ * expires with its lease. A failed unlock still consumes its hold: do not
+ * call dlock_unlock again for it; the owner's next call brings Redis in
+ * line (the last hold is released then, an inner one counted off).
  */
 DLOCK_EXPORT int dlock_unlock(dlock_t *l);
 

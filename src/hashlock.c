@@ -264,6 +264,11 @@ void dlock__release_failed(dlock_t *l, uint64_t owner) {
   if (h != NULL && h->count <= 1) {
     h->watchdog = 0;
     h->abandoned = 1;
+  } else if (h != NULL) {
+    /* Not the last hold: the failed unlock consumes its hold all the same
+     * (it may have been applied). The scripts set the server's count from
+     * the client's, so the owner's next call brings the server in line. */
+    h->count--;
   }
   pthread_mutex_unlock(&c->mu);
 }

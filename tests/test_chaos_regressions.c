@@ -69,6 +69,63 @@ TEST(lock_after_failed_unlock_is_a_fresh_hold) {
 
 /* The same through DLOCK_EIO: the unlock comes while Redis is down, and
  * Redis comes back with the lock from its AOF. */
+/* Found by the long mixed chaos run: the inner unlock of a hold taken
+ * twice failed (Redis paused past the command timeout) after Redis had in
+ * fact applied it. The client still counted two holds, so the outer unlock
+ * left one on the server, and every later lock/unlock pair of that owner
+ * was a reentrant one with the old token. A failed unlock consumes its hold
+ * like a successful one: the next call brings the server in line. */
+TEST(failed_inner_unlock_still_consumes_its_hold) {
+  for (int applied = 0; applied < 2; applied++) {
+    rp_server_t *s = NULL;
+    ASSERT_EQ(rp_start(NULL, &s), 0);
+    dlock_options_t o;
+    dlock_options_init(&o);
+    o.url = rp_url(s);
+    o.command_timeout_ms = 300;
+    o.watchdog_timeout_ms = 3000;
+    o.unlock_retries = 0;
+    dlock_client_t *c = NULL;
+    ASSERT_DLOCK_OK(dlock_client_open(&o, &c));
+    dlock_t *l = NULL;
+    ASSERT_DLOCK_OK(dlock_get(c, "repro:inner", &l));
+
+    ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+    uint64_t first = dlock_token(l);
+    ASSERT_DLOCK_OK(dlock_trylock(l, 0, DLOCK_WATCHDOG));
+    ASSERT_EQ(dlock_hold_count(l), 2);
+
+    /* Paused: the release is answered too late ('applied', it then runs),
+     * or refused (maxmemory: it never runs). */
+    int rc;
+    if (applied) {
+      ok_reply(rp_cmd(s, "CLIENT PAUSE 600 WRITE"));
+      rc = dlock_unlock(l);
+      test_sleep_ms(700);
+    } else {
+      ok_reply(rp_cmd(s, "CONFIG SET maxmemory 1"));
+      rc = dlock_unlock(l);
+      ok_reply(rp_cmd(s, "CONFIG SET maxmemory 0"));
+    }
+    printf("inner unlock (%s): %s\n", applied ? "applied late" : "refused",
+           dlock_err_name(rc));
+    ASSERT_NE(rc, 0);
+
+    /* The outer unlock frees the lock; the next hold is a fresh one. */
+    ASSERT_DLOCK_OK(dlock_unlock(l));
+    ASSERT_EQ(dlock_is_locked(l), 0);
+    ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+    ASSERT_GT(dlock_token(l), first);
+    ASSERT_EQ(dlock_hold_count(l), 1);
+    ASSERT_DLOCK_OK(dlock_unlock(l));
+    ASSERT_EQ(dlock_is_locked(l), 0);
+
+    dlock_free(l);
+    dlock_client_close(c);
+    rp_free(s);
+  }
+}
+
 TEST(lock_after_unlock_during_restart_is_a_fresh_hold) {
   rp_options_t ro;
   rp_options_init(&ro);
