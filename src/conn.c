@@ -20,7 +20,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +62,7 @@ struct dlock__conn {
 #ifdef __linux__
   /* Callers told under 'mu' why they are woken, still to be woken by
    * whoever releases 'mu' next (conn_unlock). */
-  caller *wakes[WAKES_MAX];
+  _Atomic uint32_t *wakes[WAKES_MAX];
   size_t nwakes;
 #endif
 };
@@ -84,58 +83,44 @@ enum { WAKE_NONE = 0, WAKE_DRIVE = 1, WAKE_DONE = 2 };
  * released, and a caller whose replies are all in returns without taking
  * 'mu' at all.
  *
- * A caller may see its word set before the wake-up meant for it is made
- * (it was not asleep yet, or woke by its deadline). Since the word lives in
- * the caller's stack frame, a caller counts the wake-ups still to be made
- * for it and does not return before they are (caller_destroy): the window
- * is the time between releasing 'mu' and the FUTEX_WAKE call.
+ * The wake-up may reach a caller that has already returned (it timed out
+ * and saw its replies under 'mu'): FUTEX_WAKE only uses the address as a
+ * key and never touches the memory, and whoever sleeps on a reused address
+ * checks its own word again, so a stray wake-up is harmless.
  */
 static void futex_wake_one(_Atomic uint32_t *word) {
   syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
 }
 
-static void caller_init(caller *me) {
-  atomic_init(&me->wake, WAKE_NONE);
-  atomic_init(&me->wakes_in_flight, 0);
-}
+static void caller_init(caller *me) { atomic_init(&me->wake, WAKE_NONE); }
 
-/* Waits out the wake-ups still being made for 'me' by another thread. */
-static void caller_destroy(caller *me) {
-  while (atomic_load_explicit(&me->wakes_in_flight, memory_order_acquire) != 0)
-    sched_yield();
-}
+static void caller_destroy(caller *me) { (void)me; }
 
 /* Tells 'who' why it is woken; the wake-up itself waits for conn_unlock. */
 static void notify_locked(dlock__conn *c, caller *who, uint32_t why) {
   atomic_store_explicit(&who->wake, why, memory_order_release);
-  if (c->nwakes < WAKES_MAX) {
-    atomic_fetch_add_explicit(&who->wakes_in_flight, 1, memory_order_relaxed);
-    c->wakes[c->nwakes++] = who;
-  } else {
+  if (c->nwakes < WAKES_MAX)
+    c->wakes[c->nwakes++] = &who->wake;
+  else
     futex_wake_one(&who->wake);
-  }
 }
 
 /* Wake-ups taken over from the connection, to be made outside 'mu'. */
 typedef struct wake_batch {
-  caller *who[WAKES_MAX];
+  _Atomic uint32_t *words[WAKES_MAX];
   size_t n;
 } wake_batch;
 
 static void take_wakes_locked(dlock__conn *c, wake_batch *b) {
   b->n = c->nwakes;
   if (b->n > 0)
-    memcpy(b->who, c->wakes, b->n * sizeof(b->who[0]));
+    memcpy(b->words, c->wakes, b->n * sizeof(b->words[0]));
   c->nwakes = 0;
 }
 
 static void make_wakes(wake_batch *b) {
-  for (size_t i = 0; i < b->n; i++) {
-    futex_wake_one(&b->who[i]->wake);
-    /* The last touch of the caller's memory. */
-    atomic_fetch_sub_explicit(&b->who[i]->wakes_in_flight, 1,
-                              memory_order_release);
-  }
+  for (size_t i = 0; i < b->n; i++)
+    futex_wake_one(b->words[i]);
 }
 
 /* Releases 'mu', then wakes the callers notified under it. */

@@ -61,9 +61,6 @@ typedef struct dlock__caller {
   /* A futex word: why the caller was woken (conn.c), so that a caller whose
    * replies are in returns without taking the connection's mutex. */
   _Atomic uint32_t wake;
-  /* Wake-ups of 'wake' decided under the mutex and not yet made: the
-   * caller does not return (its stack frame holds 'wake') until they are. */
-  _Atomic uint32_t wakes_in_flight;
 #else
   pthread_cond_t cv;
 #endif
