@@ -24,15 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#ifdef __linux__
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
-/* How many wake-ups a thread may owe when it releases the mutex; more are
- * made at once, under the mutex. */
-#define WAKES_MAX 64
 
 /* Reconnection back-off: the first retry is immediate (a restarted server
  * is usually back already), later ones wait longer, so that callers fail
@@ -46,151 +37,26 @@ typedef struct dlock__request request;
 struct dlock__conn {
   pthread_mutex_t mu;
   dlock__conn_cfg cfg;
-  redisContext *ctx;    /* NULL while disconnected */
-  request *head, *tail; /* sent, awaiting replies, oldest first */
-  int driving;          /* a thread is reading replies */
-  int writing;          /* a thread is writing 'wbuf' (write_out_locked) */
-  sds wbuf;             /* output taken from ctx->obuf, to go out first */
-  redisContext *zombie; /* failed while being written to; the writer frees it */
-  int64_t retry_at_us;  /* no reconnect before this */
+  redisContext *ctx;      /* NULL while disconnected */
+  request *head, *tail;   /* sent, awaiting replies, oldest first */
+  int driving;            /* a thread is reading replies */
+  int64_t retry_at_us;    /* no reconnect before this */
   int64_t backoff_us;
-  int last_code;         /* why the last connection failed */
-  int broken_code;       /* set by break_locked for the driver to report */
-  int timed_out;         /* the failure being handled is a timeout */
-  int64_t last_reply_us; /* when the last reply came */
+  int last_code;          /* why the last connection failed */
+  int broken_code;        /* set by break_locked for the driver to report */
+  int timed_out;          /* the failure being handled is a timeout */
+  int64_t last_reply_us;  /* when the last reply came */
   char last_err[256];
-#ifdef __linux__
-  /* Callers told under 'mu' why they are woken, still to be woken by
-   * whoever releases 'mu' next (conn_unlock). */
-  _Atomic uint32_t *wakes[WAKES_MAX];
-  size_t nwakes;
-#endif
 };
 
-/* ---- waking callers ----------------------------------------------------- */
-
-/* Why a parked caller was woken. */
-enum { WAKE_NONE = 0, WAKE_DRIVE = 1, WAKE_DONE = 2 };
-
-#ifdef __linux__
-/*
- * On Linux a caller sleeps on its own futex word rather than on a
- * condition variable tied to 'mu'. A condition variable would make every
- * woken caller take 'mu' again on its way out, and since the driver wakes
- * callers while it holds 'mu', each of them would first block on the mutex
- * and be woken a second time. Here the word is set under 'mu' (with the
- * replies published before it), the futex is woken only once 'mu' is
- * released, and a caller whose replies are all in returns without taking
- * 'mu' at all.
- *
- * The wake-up may reach a caller that has already returned (it timed out
- * and saw its replies under 'mu'): FUTEX_WAKE only uses the address as a
- * key and never touches the memory, and whoever sleeps on a reused address
- * checks its own word again, so a stray wake-up is harmless.
- */
-static void futex_wake_one(_Atomic uint32_t *word) {
-  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
-static void caller_init(caller *me) { atomic_init(&me->wake, WAKE_NONE); }
-
-static void caller_destroy(caller *me) { (void)me; }
-
-/* Tells 'who' why it is woken; the wake-up itself waits for conn_unlock. */
-static void notify_locked(dlock__conn *c, caller *who, uint32_t why) {
-  atomic_store_explicit(&who->wake, why, memory_order_release);
-  if (c->nwakes < WAKES_MAX)
-    c->wakes[c->nwakes++] = &who->wake;
-  else
-    futex_wake_one(&who->wake);
-}
-
-/* Wake-ups taken over from the connection, to be made outside 'mu'. */
-typedef struct wake_batch {
-  _Atomic uint32_t *words[WAKES_MAX];
-  size_t n;
-} wake_batch;
-
-static void take_wakes_locked(dlock__conn *c, wake_batch *b) {
-  b->n = c->nwakes;
-  if (b->n > 0)
-    memcpy(b->words, c->wakes, b->n * sizeof(b->words[0]));
-  c->nwakes = 0;
-}
-
-static void make_wakes(wake_batch *b) {
-  for (size_t i = 0; i < b->n; i++)
-    futex_wake_one(b->words[i]);
-}
-
-/* Releases 'mu', then wakes the callers notified under it. */
-static void conn_unlock(dlock__conn *c) {
-  wake_batch b;
-  take_wakes_locked(c, &b);
-  pthread_mutex_unlock(&c->mu);
-  make_wakes(&b);
-}
-
-/*
- * Sleeps until notified or until the caller's deadline. Called with 'mu'
- * held and another thread driving. Returns 1 when the caller's requests are
- * all answered (or failed), with 'mu' released; 0 with 'mu' held again.
- */
-static int park(dlock__conn *c, caller *me) {
-  atomic_store_explicit(&me->wake, WAKE_NONE, memory_order_relaxed);
-  conn_unlock(c);
-  struct timespec ts = dlock__timespec_at(me->deadline_us);
-  uint32_t why;
-  while ((why = atomic_load_explicit(&me->wake, memory_order_acquire)) ==
-         WAKE_NONE) {
-    /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time. */
-    if (syscall(SYS_futex, (uint32_t *)&me->wake, FUTEX_WAIT_BITSET_PRIVATE,
-                WAKE_NONE, &ts, NULL, FUTEX_BITSET_MATCH_ANY) != 0 &&
-        errno == ETIMEDOUT)
-      break;
-  }
-  if (why == WAKE_DONE)
-    return 1;
-  pthread_mutex_lock(&c->mu);
-  return 0;
-}
-#else
-/* Elsewhere a condition variable on 'mu' per caller. */
-static void caller_init(caller *me) {
+static int init_monotonic_cond(pthread_cond_t *cv) {
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&me->cv, &attr);
+  int rc = pthread_cond_init(cv, &attr);
   pthread_condattr_destroy(&attr);
+  return rc;
 }
-
-static void caller_destroy(caller *me) { pthread_cond_destroy(&me->cv); }
-
-static void notify_locked(dlock__conn *c, caller *who, uint32_t why) {
-  (void)c;
-  (void)why;
-  pthread_cond_signal(&who->cv);
-}
-
-typedef struct wake_batch {
-  int unused;
-} wake_batch;
-
-static void take_wakes_locked(dlock__conn *c, wake_batch *b) {
-  (void)c;
-  (void)b;
-}
-
-static void make_wakes(wake_batch *b) { (void)b; }
-
-static void conn_unlock(dlock__conn *c) { pthread_mutex_unlock(&c->mu); }
-
-static int park(dlock__conn *c, caller *me) {
-  struct timespec ts = dlock__timespec_at(me->deadline_us);
-  pthread_cond_timedwait(&me->cv, &c->mu, &ts);
-  return 0;
-}
-#endif
 
 int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out) {
   dlock__conn *c = dlock__calloc(1, sizeof(*c));
@@ -199,12 +65,6 @@ int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out) {
   if (pthread_mutex_init(&c->mu, NULL) != 0) {
     dlock__free(c);
     return dlock__fail(DLOCK_ENOMEM, "pthread_mutex_init failed");
-  }
-  c->wbuf = sdsempty();
-  if (c->wbuf == NULL) {
-    pthread_mutex_destroy(&c->mu);
-    dlock__free(c);
-    return dlock__fail(DLOCK_ENOMEM, "out of memory creating a connection");
   }
   c->cfg = *cfg;
   *out = c;
@@ -224,8 +84,9 @@ static struct timeval timeval_of_ms(int64_t ms) {
 static int fail_ctx(redisContext *ctx, const char *where, const char *addr,
                     int64_t timeout_ms) {
   if (ctx->err == REDIS_ERR_PROTOCOL)
-    return dlock__fail(DLOCK_EPROTO, "%s %s: not a Redis server? (%s)", where,
-                       addr, ctx->errstr);
+    return dlock__fail(DLOCK_EPROTO,
+                       "%s %s: not a Redis server? (%s)", where, addr,
+                       ctx->errstr);
   if (ctx->err == REDIS_ERR_IO &&
       (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT))
     return dlock__fail(DLOCK_EIO, "%s %s: no answer within %lld ms", where,
@@ -255,7 +116,8 @@ static int handshake(redisContext *ctx, const char *addr, int64_t timeout_ms,
     /* Some servers say "ERR" to AUTH when no password is configured; to the
      * user that is still a refused password. */
     if (strcmp(argv[0], "AUTH") == 0)
-      rc = dlock__fail(DLOCK_EAUTH, "AUTH refused by %s: %.200s", addr, r->str);
+      rc = dlock__fail(DLOCK_EAUTH, "AUTH refused by %s: %.200s", addr,
+                       r->str);
   } else if (expect != NULL &&
              (r->type != REDIS_REPLY_STATUS || strcmp(r->str, expect) != 0)) {
     rc = dlock__fail(DLOCK_EPROTO, "%s %s: unexpected reply, not Redis?",
@@ -281,9 +143,8 @@ int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
   char addr[160];
   dlock__endpoint_describe(ep, addr, sizeof(addr));
   struct timeval tv = timeval_of_ms(connect_timeout_ms);
-  redisContext *ctx = ep->path
-                          ? redisConnectUnixWithTimeout(ep->path, tv)
-                          : redisConnectWithTimeout(ep->host, ep->port, tv);
+  redisContext *ctx = ep->path ? redisConnectUnixWithTimeout(ep->path, tv)
+                               : redisConnectWithTimeout(ep->host, ep->port, tv);
   if (ctx == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory connecting to %s", addr);
   int rc = 0;
@@ -366,25 +227,15 @@ static void fail_all_locked(dlock__conn *c, int code, const char *why) {
     } else {
       r->err = code;
       if (--r->who->remaining == 0)
-        notify_locked(c, r->who, WAKE_DONE);
+        pthread_cond_signal(&r->who->cv);
     }
     r = next;
   }
   c->head = c->tail = NULL;
   if (c->ctx != NULL) {
-    if (c->writing) {
-      /* A thread is sending on the socket outside 'mu': closing it now
-       * could let the descriptor be reused under that send. It is only
-       * shut down, and the writer frees it when it is back. */
-      shutdown(c->ctx->fd, SHUT_RDWR);
-      c->zombie = c->ctx;
-    } else {
-      redisFree(c->ctx);
-      sdsclear(c->wbuf); /* what the socket did not take goes with it */
-    }
+    redisFree(c->ctx);
     c->ctx = NULL;
   }
-
   /* A server that went silent (paused, overloaded) is given a moment
    * before the next connect, which would otherwise block a caller for the
    * whole handshake; one that closed the connection is usually back at
@@ -419,7 +270,7 @@ static void break_locked(dlock__conn *c, int code, const char *why) {
 static int idle_connection_is_dead(dlock__conn *c) {
   /* A connection that answered within the last millisecond is alive; the
    * check costs a system call, which a busy caller should not pay. */
-  if (c->head != NULL || c->driving || c->writing ||
+  if (c->head != NULL || c->driving ||
       dlock__now_us() - c->last_reply_us < 1000)
     return 0;
   struct pollfd p = {.fd = c->ctx->fd, .events = POLLIN};
@@ -442,12 +293,15 @@ static int connect_locked(dlock__conn *c, int64_t deadline_us) {
   int64_t left_ms = (deadline_us - now) / 1000;
   if (left_ms < 1)
     left_ms = 1;
-  int64_t budget_ms =
-      left_ms < c->cfg.connect_timeout_ms ? left_ms : c->cfg.connect_timeout_ms;
-  int64_t handshake_ms =
-      left_ms < c->cfg.command_timeout_ms ? left_ms : c->cfg.command_timeout_ms;
+  int64_t budget_ms = left_ms < c->cfg.connect_timeout_ms
+                          ? left_ms
+                          : c->cfg.connect_timeout_ms;
+  int64_t handshake_ms = left_ms < c->cfg.command_timeout_ms
+                             ? left_ms
+                             : c->cfg.command_timeout_ms;
   redisContext *ctx;
-  int rc = dlock__connect(c->cfg.ep, budget_ms, handshake_ms, &ctx);
+  int rc = dlock__connect(c->cfg.ep, budget_ms, handshake_ms,
+                          &ctx);
   if (rc == 0)
     rc = dlock__set_nonblocking(ctx) == 0 ? 0 : (redisFree(ctx), DLOCK_EIO);
   if (rc != 0) {
@@ -466,102 +320,38 @@ static int connect_locked(dlock__conn *c, int64_t deadline_us) {
 int64_t dlock__conn_retry_at(dlock__conn *c) {
   pthread_mutex_lock(&c->mu);
   int64_t at = c->ctx != NULL ? 0 : c->retry_at_us;
-  conn_unlock(c);
+  pthread_mutex_unlock(&c->mu);
   return at;
 }
 
 int dlock__conn_open(dlock__conn *c) {
   pthread_mutex_lock(&c->mu);
   c->retry_at_us = 0;
-  int rc =
-      connect_locked(c, dlock__now_us() + c->cfg.connect_timeout_ms * 1000);
-  conn_unlock(c);
+  int rc = connect_locked(c, dlock__now_us() +
+                                 c->cfg.connect_timeout_ms * 1000);
+  pthread_mutex_unlock(&c->mu);
   return rc;
 }
 
 /* ---- sending and receiving ---------------------------------------------- */
 
-/*
- * Writes the pending output without blocking (group commit). Called with
- * 'mu' held, a connection and nobody writing; returns with 'mu' held. The
- * send() runs outside 'mu', so that other threads append their commands
- * meanwhile instead of blocking on the mutex; they leave the writing to
- * this thread, which sends whatever accumulated once its send() returns,
- * until nothing is left. Commands issued together thus reach the server in
- * one segment, which it reads and answers in one go, while a lone caller
- * still costs exactly one send(). Output the socket does not take (it is
- * full) stays in 'wbuf' for the driver, which writes it when the socket
- * drains.
- */
-static void write_out_locked(dlock__conn *c) {
-  redisContext *ctx = c->ctx;
-  int err = 0;
-  c->writing = 1;
-  for (;;) {
-    if (sdslen(c->wbuf) == 0) {
-      /* Take the output whole, leaving hiredis an empty buffer (the one
-       * just written) to append to. */
-      sds empty = c->wbuf;
-      c->wbuf = ctx->obuf;
-      ctx->obuf = empty;
+/* Writes what the socket takes without blocking. */
+static int flush_locked(dlock__conn *c) {
+  int done = 0;
+  while (!done) {
+    if (dlock__flush_output(c->ctx, &done) != 0)
+      return -1;
+    if (!done) {
+      struct pollfd p = {.fd = c->ctx->fd, .events = POLLOUT};
+      if (poll(&p, 1, 0) <= 0)
+        break; /* the driver finishes the write when the socket drains */
     }
-    sds buf = c->wbuf;
-    size_t len = sdslen(buf);
-    if (len == 0)
-      break;
-    int fd = ctx->fd;
-    /* Callers to wake are woken after the send: woken first, they would
-     * take the CPU from it and the server would wait for the commands. */
-    wake_batch wakes;
-    take_wakes_locked(c, &wakes);
-    pthread_mutex_unlock(&c->mu);
-    /* MSG_NOSIGNAL: a server that went away must give us EPIPE, not kill
-     * the program with SIGPIPE. */
-    ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    int send_errno = errno;
-    make_wakes(&wakes);
-    pthread_mutex_lock(&c->mu);
-    if (c->ctx != ctx) {
-      /* The connection failed meanwhile and its requests with it. Threads
-       * that left their commands to this writer may have queued them on a
-       * new connection since: those are written now. */
-      sdsclear(c->wbuf);
-      if (c->zombie != NULL) {
-        redisFree(c->zombie);
-        c->zombie = NULL;
-      }
-      ctx = c->ctx;
-      if (ctx == NULL)
-        break;
-      continue;
-    }
-    if (n < 0) {
-      if (send_errno == EINTR)
-        continue;
-      if (send_errno != EAGAIN && send_errno != EWOULDBLOCK)
-        err = send_errno;
-      break;
-    }
-    sdsrange(c->wbuf, n, -1);
-    if ((size_t)n < len)
-      break; /* the socket is full */
   }
-  c->writing = 0;
-  if (c->zombie != NULL) {
-    redisFree(c->zombie);
-    c->zombie = NULL;
-  }
-  if (err != 0) {
-    char why[200];
-    snprintf(why, sizeof(why), "write: %s", strerror(err));
-    break_locked(c, DLOCK_EIO, why);
-  }
+  return 0;
 }
 
-/* Output that nobody is writing (the socket was full). */
 static int has_output(const dlock__conn *c) {
-  return c->ctx != NULL && !c->writing &&
-         (sdslen(c->wbuf) > 0 || sdslen(c->ctx->obuf) > 0);
+  return c->ctx != NULL && c->ctx->obuf != NULL && sdslen(c->ctx->obuf) > 0;
 }
 
 /* Hands every complete reply in the read buffer to its request. */
@@ -591,7 +381,7 @@ static int dispatch_replies_locked(dlock__conn *c, caller *me) {
     }
     r->reply = reply;
     if (--r->who->remaining == 0 && r->who != me)
-      notify_locked(c, r->who, WAKE_DONE);
+      pthread_cond_signal(&r->who->cv);
   }
 }
 
@@ -649,9 +439,8 @@ static void drive_locked(dlock__conn *c, caller *me) {
      * arrived are still read: a caller that waited for another server
      * first (a RedLock) must not lose answers that came in time. */
     struct pollfd p = {.fd = c->ctx->fd,
-                       .events =
-                           (short)(POLLIN | (has_output(c) ? POLLOUT : 0))};
-    conn_unlock(c);
+                       .events = (short)(POLLIN | (has_output(c) ? POLLOUT : 0))};
+    pthread_mutex_unlock(&c->mu);
     int n = poll(&p, 1, dlock__ms_until(wake));
     int poll_errno = errno;
     pthread_mutex_lock(&c->mu);
@@ -677,11 +466,10 @@ static void drive_locked(dlock__conn *c, caller *me) {
     }
     if (n <= 0)
       continue;
-    if ((p.revents & POLLOUT) && has_output(c)) {
-      /* A write error shuts the socket down and the read below fails. */
-      write_out_locked(c);
-      if (c->ctx == NULL)
-        break;
+    if ((p.revents & POLLOUT) && flush_locked(c) != 0) {
+      snprintf(why, sizeof(why), "write: %s", c->ctx->errstr);
+      fail_all_locked(c, DLOCK_EIO, why);
+      break;
     }
     if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
       if (redisBufferRead(c->ctx) != REDIS_OK) {
@@ -704,7 +492,7 @@ static void drive_locked(dlock__conn *c, caller *me) {
    * itself when it comes to wait. */
   for (request *r = c->head; r != NULL; r = r->next) {
     if (r->who != NULL && r->who->waiting) {
-      notify_locked(c, r->who, WAKE_DRIVE);
+      pthread_cond_signal(&r->who->cv);
       break;
     }
   }
@@ -740,27 +528,28 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
   memset(p, 0, sizeof(*p));
   p->conn = c;
   p->n = n;
-  p->reqs =
-      n <= DLOCK__PENDING_LOCAL ? p->local : dlock__calloc(n, sizeof(request));
+  p->reqs = n <= DLOCK__PENDING_LOCAL ? p->local : dlock__calloc(n, sizeof(request));
   if (p->reqs == NULL) {
     p->rc = dlock__fail(DLOCK_ENOMEM, "out of memory for %zu requests", n);
     return p->rc;
   }
   caller *me = &p->me;
   me->remaining = n;
-  me->deadline_us = deadline_us
-                        ? deadline_us
-                        : dlock__now_us() + c->cfg.command_timeout_ms * 1000;
-  caller_init(me);
+  me->deadline_us = deadline_us ? deadline_us
+                                : dlock__now_us() +
+                                      c->cfg.command_timeout_ms * 1000;
+  init_monotonic_cond(&me->cv);
 
   pthread_mutex_lock(&c->mu);
   int rc = connect_locked(c, me->deadline_us);
   if (rc == 0)
     rc = enqueue_locked(c, n, cmds, lens, p->reqs, me);
-  /* A thread already writing sends these commands too. */
-  if (rc == 0 && !c->writing)
-    write_out_locked(c);
-  conn_unlock(c);
+  if (rc == 0 && flush_locked(c) != 0) {
+    char why[200];
+    snprintf(why, sizeof(why), "write: %s", c->ctx->errstr);
+    break_locked(c, DLOCK_EIO, why);
+  }
+  pthread_mutex_unlock(&c->mu);
   p->rc = rc;
   return rc;
 }
@@ -772,31 +561,18 @@ int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
     return rc;
   pthread_mutex_lock(&c->mu);
   p->me.waiting = 1;
-  int answered = 0; /* the replies came while parked; 'mu' is released */
   while (rc == 0 && p->me.remaining > 0) {
     if (!c->driving) {
       drive_locked(c, &p->me);
       continue;
     }
     /* Someone else reads; past our own deadline we stop waiting for it. */
-    if (park(c, &p->me)) {
-      answered = 1;
-      break;
-    }
-    if (p->me.remaining > 0 && dlock__now_us() >= p->me.deadline_us) {
+    struct timespec ts = dlock__timespec_at(p->me.deadline_us);
+    if (pthread_cond_timedwait(&p->me.cv, &c->mu, &ts) == ETIMEDOUT &&
+        p->me.remaining > 0 && dlock__now_us() >= p->me.deadline_us) {
       if (give_up_requests_locked(c, &p->me) != 0)
         break_locked(c, DLOCK_ENOMEM, "out of memory giving up a call");
     }
-  }
-  if (answered) {
-    /* The usual case needs nothing more from the connection; a failure
-     * takes 'mu' again for its explanation. */
-    for (size_t i = 0; i < p->n && rc == 0; i++)
-      rc = p->reqs[i].err;
-    if (rc == 0)
-      goto collect;
-    rc = 0;
-    pthread_mutex_lock(&c->mu);
   }
   p->me.waiting = 0;
   if (rc == 0) {
@@ -807,9 +583,8 @@ int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
     else if (rc != 0)
       dlock__fail_text(rc, c->last_err);
   }
-  conn_unlock(c);
-collect:
-  caller_destroy(&p->me);
+  pthread_mutex_unlock(&c->mu);
+  pthread_cond_destroy(&p->me.cv);
   for (size_t i = 0; i < p->n; i++) {
     if (rc == 0) {
       replies[i] = p->reqs[i].reply;
@@ -840,7 +615,7 @@ void dlock__conn_cancel(dlock__conn *c) {
    * still talk to Redis. */
   if (c->ctx != NULL)
     break_locked(c, DLOCK_ECANCELED, "client is shutting down");
-  conn_unlock(c);
+  pthread_mutex_unlock(&c->mu);
 }
 
 void dlock__conn_free(dlock__conn *c) {
@@ -855,7 +630,6 @@ void dlock__conn_free(dlock__conn *c) {
   }
   if (c->ctx != NULL)
     redisFree(c->ctx);
-  sdsfree(c->wbuf);
   pthread_mutex_destroy(&c->mu);
   dlock__free(c);
 }

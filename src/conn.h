@@ -15,7 +15,6 @@
 
 #include <hiredis/hiredis.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,13 +56,7 @@ int dlock__conn_call(dlock__conn *c, size_t n, char *const *cmds,
  * the caller's stack; the fields are the connection's business.
  */
 typedef struct dlock__caller {
-#ifdef __linux__
-  /* A futex word: why the caller was woken (conn.c), so that a caller whose
-   * replies are in returns without taking the connection's mutex. */
-  _Atomic uint32_t wake;
-#else
   pthread_cond_t cv;
-#endif
   size_t remaining; /* requests still without an answer */
   int64_t deadline_us;
   int waiting; /* in dlock__conn_wait, able to take over reading */
