@@ -57,12 +57,14 @@ static int hold_and_release(dlock_t *l, redisContext *r, side_t *s,
   {
     uint64_t t = bench_now_ns();
     redisReply *rep = redisCommand(r, "PING");
-    if (rep == NULL) bench_fail("PING: %s", r->errstr);
+    if (rep == NULL)
+      bench_fail("PING: %s", r->errstr);
     freeReplyObject(rep);
     bench_samples_add(&s->ping, bench_now_ns() - t);
   }
   uint64_t now = bench_now_ns();
-  if (now < until) bench_sleep_us((until - now) / 1000);
+  if (now < until)
+    bench_sleep_us((until - now) / 1000);
   bench_samples_add(&s->released, bench_now_ns());
   int rc = dlock_unlock(l);
   if (rc < 0) {
@@ -83,9 +85,11 @@ static int send_samples(int fd, const bench_samples_t *s) {
 
 static int recv_samples(int fd, bench_samples_t *s) {
   uint64_t n, v;
-  if (bench_read_all(fd, &n, sizeof n) < 0) return -1;
+  if (bench_read_all(fd, &n, sizeof n) < 0)
+    return -1;
   for (uint64_t i = 0; i < n; i++) {
-    if (bench_read_all(fd, &v, sizeof v) < 0) return -1;
+    if (bench_read_all(fd, &v, sizeof v) < 0)
+      return -1;
     bench_samples_add(s, v);
   }
   return 0;
@@ -105,7 +109,8 @@ static int bare_release(redisContext *r, const bare_t *b, side_t *s,
   bench_sleep_us(5000 + xorshift(rng) % 10000);
   bench_samples_add(&s->bare_released, bench_now_ns());
   redisReply *rep = redisCommand(r, "PUBLISH bench:bare:%d 0", b->other);
-  if (rep == NULL) bench_fail("PUBLISH: %s", r->errstr);
+  if (rep == NULL)
+    bench_fail("PUBLISH: %s", r->errstr);
   freeReplyObject(rep);
   return 0;
 }
@@ -119,7 +124,8 @@ static int bare_acquire(redisContext *r, const bare_t *b, side_t *s) {
   freeReplyObject(msg);
   rep = redisCommand(r, "SET bench:bare:lock %d NX PX 30000", 1 - b->other);
   bench_samples_add(&s->bare_acquired, bench_now_ns());
-  if (rep == NULL) bench_fail("SET: %s", r->errstr);
+  if (rep == NULL)
+    bench_fail("SET: %s", r->errstr);
   freeReplyObject(rep);
   rep = redisCommand(r, "DEL bench:bare:lock");
   freeReplyObject(rep);
@@ -138,12 +144,15 @@ static void back_and_forth(int holding, dlock_t *l, redisContext *r,
   for (;;) {
     if (holding) {
       int over = bench_now_ns() >= end;
-      if (bench_write_all(peer_out, over ? "q" : "w", 1) < 0) break;
+      if (bench_write_all(peer_out, over ? "q" : "w", 1) < 0)
+        break;
       int rc = b ? bare_release(r, b, s, rng) : hold_and_release(l, r, s, rng);
-      if (rc < 0 || over) break;
+      if (rc < 0 || over)
+        break;
       holding = 0;
     } else {
-      if (bench_read_all(peer_in, &byte, 1) < 0 || byte == 'q') break;
+      if (bench_read_all(peer_in, &byte, 1) < 0 || byte == 'q')
+        break;
       int rc;
       if (b) {
         rc = bare_acquire(r, b, s);
@@ -157,7 +166,8 @@ static void back_and_forth(int holding, dlock_t *l, redisContext *r,
       if (rc < 0) {
         s->errors++;
         /* Let the other side stop too instead of waiting for a 'w'. */
-        if (bench_write_all(peer_out, "q", 1) < 0) break;
+        if (bench_write_all(peer_out, "q", 1) < 0)
+          break;
         break;
       }
       holding = 1;
@@ -182,15 +192,18 @@ static void run_side(int first, int peer_in, int peer_out, int up, int down) {
   memset(&s, 0, sizeof s);
   dlock_options_init(&o);
   o.url = url;
-  if ((rc = dlock_client_open(&o, &c)) < 0) bench_die("client_open", rc);
+  if ((rc = dlock_client_open(&o, &c)) < 0)
+    bench_die("client_open", rc);
   rc = fair ? dlock_get_fair(c, name, &l) : dlock_get(c, name, &l);
-  if (rc < 0) bench_die("get", rc);
+  if (rc < 0)
+    bench_die("get", rc);
   redisContext *r = bench_connect(url);
   bare_t b = {bench_connect(url), first ? 1 : 0};
   struct timeval tv = {30, 0};
   redisSetTimeout(b.sub, tv);
   freeReplyObject(redisCommand(b.sub, "SUBSCRIBE bench:bare:%d", 1 - b.other));
-  if (first && (rc = dlock_lock(l, DLOCK_WATCHDOG)) < 0) bench_die("lock", rc);
+  if (first && (rc = dlock_lock(l, DLOCK_WATCHDOG)) < 0)
+    bench_die("lock", rc);
   if (bench_write_all(up, "r", 1) < 0 || bench_read_all(down, &byte, 1) < 0)
     exit(1);
   uint64_t end = bench_now_ns() + (uint64_t)(seconds * 1e9);
@@ -198,12 +211,11 @@ static void run_side(int first, int peer_in, int peer_out, int up, int down) {
   end = bench_now_ns() + (uint64_t)(seconds * 0.5e9);
   if (s.errors == 0)
     back_and_forth(first, NULL, r, &b, peer_in, peer_out, end, &s, &rng);
-  int bad = bench_write_all(up, &s.errors, sizeof s.errors) < 0 ||
-            send_samples(up, &s.released) < 0 ||
-            send_samples(up, &s.acquired) < 0 ||
-            send_samples(up, &s.ping) < 0 ||
-            send_samples(up, &s.bare_released) < 0 ||
-            send_samples(up, &s.bare_acquired) < 0;
+  int bad =
+      bench_write_all(up, &s.errors, sizeof s.errors) < 0 ||
+      send_samples(up, &s.released) < 0 || send_samples(up, &s.acquired) < 0 ||
+      send_samples(up, &s.ping) < 0 || send_samples(up, &s.bare_released) < 0 ||
+      send_samples(up, &s.bare_acquired) < 0;
   redisFree(r);
   redisFree(b.sub);
   dlock_free(l);
@@ -220,15 +232,23 @@ static void usage(void) {
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--fair") == 0) fair = 1;
-    else if (v == NULL) usage();
-    else if (strcmp(a, "--url") == 0) url = v, i++;
-    else if (strcmp(a, "--seconds") == 0) seconds = atof(v), i++;
-    else if (strcmp(a, "--name") == 0) name = v, i++;
-    else if (strcmp(a, "--dist") == 0) dist = v, i++;
-    else usage();
+    if (strcmp(a, "--fair") == 0)
+      fair = 1;
+    else if (v == NULL)
+      usage();
+    else if (strcmp(a, "--url") == 0)
+      url = v, i++;
+    else if (strcmp(a, "--seconds") == 0)
+      seconds = atof(v), i++;
+    else if (strcmp(a, "--name") == 0)
+      name = v, i++;
+    else if (strcmp(a, "--dist") == 0)
+      dist = v, i++;
+    else
+      usage();
   }
-  if (!(seconds > 0)) usage();
+  if (!(seconds > 0))
+    usage();
   signal(SIGPIPE, SIG_IGN);
   /* ab: A to B, ba: B to A; up/down: each side to and from the parent. */
   int ab[2], ba[2], up[2][2], down[2][2];
@@ -238,15 +258,16 @@ int main(int argc, char **argv) {
     bench_fail("pipe failed");
   for (int k = 0; k < 2; k++) {
     fflush(NULL);
-    if ((pid[k] = fork()) < 0) bench_fail("fork failed");
+    if ((pid[k] = fork()) < 0)
+      bench_fail("fork failed");
     if (pid[k] == 0) {
       /* Keep only this side's ends open, so that a side that dies is seen
        * as end-of-file by the other and by the parent, not waited for. */
-      int keep[4] = {k == 0 ? ba[0] : ab[0], k == 0 ? ab[1] : ba[1],
-                     up[k][1], down[k][0]};
-      int all[12] = {ab[0],       ab[1],       ba[0],      ba[1],
-                     up[0][0],    up[0][1],    up[1][0],   up[1][1],
-                     down[0][0],  down[0][1],  down[1][0], down[1][1]};
+      int keep[4] = {k == 0 ? ba[0] : ab[0], k == 0 ? ab[1] : ba[1], up[k][1],
+                     down[k][0]};
+      int all[12] = {ab[0],      ab[1],      ba[0],      ba[1],
+                     up[0][0],   up[0][1],   up[1][0],   up[1][1],
+                     down[0][0], down[0][1], down[1][0], down[1][1]};
       for (int i = 0; i < 12; i++)
         if (all[i] != keep[0] && all[i] != keep[1] && all[i] != keep[2] &&
             all[i] != keep[3])
@@ -258,15 +279,18 @@ int main(int argc, char **argv) {
   close(ab[1]);
   close(ba[0]);
   close(ba[1]);
-  for (int k = 0; k < 2; k++) close(up[k][1]), close(down[k][0]);
+  for (int k = 0; k < 2; k++)
+    close(up[k][1]), close(down[k][0]);
   int failed = 0;
   char byte;
   /* B must be ready before A starts: A's first 'w' would otherwise wait in
    * the pipe while B is still connecting, and count in the first hand-off. */
   for (int k = 0; k < 2; k++)
-    if (bench_read_all(up[k][0], &byte, 1) < 0) failed = 1;
+    if (bench_read_all(up[k][0], &byte, 1) < 0)
+      failed = 1;
   for (int k = 0; k < 2; k++)
-    if (bench_write_all(down[k][1], "g", 1) < 0) failed = 1;
+    if (bench_write_all(down[k][1], "g", 1) < 0)
+      failed = 1;
   side_t s[2];
   memset(s, 0, sizeof s);
   for (int k = 0; k < 2; k++)
@@ -294,8 +318,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < from->bare_released.n && i < to->bare_acquired.n;
          i++)
       if (to->bare_acquired.v[i] > from->bare_released.v[i])
-        bench_samples_add(&bare, to->bare_acquired.v[i] -
-                                     from->bare_released.v[i]);
+        bench_samples_add(&bare,
+                          to->bare_acquired.v[i] - from->bare_released.v[i]);
     for (size_t i = 0; i < from->ping.n; i++)
       bench_samples_add(&ping, from->ping.v[i]);
   }

@@ -30,7 +30,8 @@ static void usage(void) {
 
 static double rate(const bench_samples_t *s) {
   uint64_t total = 0;
-  for (size_t i = 0; i < s->n; i++) total += s->v[i];
+  for (size_t i = 0; i < s->n; i++)
+    total += s->v[i];
   return total ? (double)s->n * 1e9 / (double)total : 0;
 }
 
@@ -40,14 +41,21 @@ int main(int argc, char **argv) {
   double seconds = 2.0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (v == NULL) usage();
-    else if (strcmp(a, "--url") == 0) url = v, i++;
-    else if (strcmp(a, "--raw") == 0) raw = strdup(v), i++;
-    else if (strcmp(a, "--seconds") == 0) seconds = atof(v), i++;
-    else if (strcmp(a, "--name") == 0) name = v, i++;
-    else usage();
+    if (v == NULL)
+      usage();
+    else if (strcmp(a, "--url") == 0)
+      url = v, i++;
+    else if (strcmp(a, "--raw") == 0)
+      raw = strdup(v), i++;
+    else if (strcmp(a, "--seconds") == 0)
+      seconds = atof(v), i++;
+    else if (strcmp(a, "--name") == 0)
+      name = v, i++;
+    else
+      usage();
   }
-  if (raw == NULL || !(seconds > 0)) usage();
+  if (raw == NULL || !(seconds > 0))
+    usage();
   const char *words[MAX_WORDS];
   int nwords = 0;
   for (char *p = strtok(raw, " "); p != NULL && nwords < MAX_WORDS;
@@ -60,8 +68,10 @@ int main(int argc, char **argv) {
   int rc;
   dlock_options_init(&o);
   o.url = url;
-  if ((rc = dlock_client_open(&o, &c)) < 0) bench_die("client_open", rc);
-  if ((rc = dlock_get(c, name, &l)) < 0) bench_die("get", rc);
+  if ((rc = dlock_client_open(&o, &c)) < 0)
+    bench_die("client_open", rc);
+  if ((rc = dlock_get(c, name, &l)) < 0)
+    bench_die("get", rc);
   redisContext *r = bench_connect(url);
   bench_samples_t lib = {0, 0, 0}, bare = {0, 0, 0};
   uint64_t errors = 0, end = bench_now_ns() + (uint64_t)(seconds * 1e9);

@@ -103,10 +103,13 @@ static void *loop_thread(void *arg) {
   for (uint64_t now = bench_now_ns(); now < end_ns;) {
     /* A bounded wait rather than dlock_lock: a lock that is never released
      * must show up as an error, not as a run that never ends. */
-    if (acquire(w, 30000) < 0) break;
+    if (acquire(w, 30000) < 0)
+      break;
     uint64_t got = bench_now_ns();
-    if (work) critical_section(w->redis);
-    if (release(w) < 0) break;
+    if (work)
+      critical_section(w->redis);
+    if (release(w) < 0)
+      break;
     uint64_t done = bench_now_ns();
     bench_samples_add(&w->wait, got - now);
     bench_samples_add(&w->pair, done - now);
@@ -127,10 +130,12 @@ static void *herd_thread(void *arg) {
     w->errors++;
     return NULL;
   }
-  if (acquire(w, (int64_t)(herd_timeout * 1000)) < 0) return NULL;
+  if (acquire(w, (int64_t)(herd_timeout * 1000)) < 0)
+    return NULL;
   uint64_t got = bench_now_ns();
   critical_section(w->redis);
-  if (release(w) == 0) w->acq = w->win = 1;
+  if (release(w) == 0)
+    w->acq = w->win = 1;
   w->done_ns = bench_now_ns();
   bench_samples_add(&w->wait, got - start);
   bench_samples_add(&w->pair, w->done_ns - start);
@@ -146,10 +151,12 @@ static void run_child(int proc, int in, int out) {
   worker_t *w = calloc((size_t)nthreads, sizeof *w);
   char name[256], go;
   int rc;
-  if (w == NULL) exit(1);
+  if (w == NULL)
+    exit(1);
   dlock_options_init(&o);
   o.url = url;
-  if ((rc = dlock_client_open(&o, &client)) < 0) bench_die("client_open", rc);
+  if ((rc = dlock_client_open(&o, &client)) < 0)
+    bench_die("client_open", rc);
   if (!distinct && (rc = open_lock(client, prefix, &shared)) < 0)
     bench_die("get", rc);
   pthread_barrier_init(&start_barrier, NULL, (unsigned)nthreads + 1);
@@ -158,9 +165,11 @@ static void run_child(int proc, int in, int out) {
     w[i].up = out;
     if (distinct) {
       snprintf(name, sizeof name, "%s:%d:%d", prefix, proc, i);
-      if ((rc = open_lock(client, name, &w[i].lock)) < 0) bench_die("get", rc);
+      if ((rc = open_lock(client, name, &w[i].lock)) < 0)
+        bench_die("get", rc);
     }
-    if (work || herd) w[i].redis = bench_connect(url);
+    if (work || herd)
+      w[i].redis = bench_connect(url);
     if (pthread_create(&w[i].tid, NULL, herd ? herd_thread : loop_thread,
                        &w[i]) != 0)
       bench_fail("pthread_create failed");
@@ -178,7 +187,8 @@ static void run_child(int proc, int in, int out) {
     h.errors += w[i].errors;
     h.npair += w[i].pair.n;
     h.nwait += w[i].wait.n;
-    if (w[i].done_ns > h.done_ns) h.done_ns = w[i].done_ns;
+    if (w[i].done_ns > h.done_ns)
+      h.done_ns = w[i].done_ns;
   }
   int sent = bench_write_all(out, &h, sizeof h);
   for (int i = 0; i < nthreads && sent == 0; i++)
@@ -190,8 +200,10 @@ static void run_child(int proc, int in, int out) {
   for (int i = 0; i < nthreads; i++) {
     free(w[i].pair.v);
     free(w[i].wait.v);
-    if (distinct) dlock_free(w[i].lock);
-    if (w[i].redis) redisFree(w[i].redis);
+    if (distinct)
+      dlock_free(w[i].lock);
+    if (w[i].redis)
+      redisFree(w[i].redis);
   }
   dlock_free(shared);
   dlock_client_close(client);
@@ -208,10 +220,14 @@ static int probe(void) {
   int rc;
   dlock_options_init(&o);
   o.url = url;
-  if ((rc = dlock_client_open(&o, &client)) < 0) bench_die("client_open", rc);
-  if ((rc = dlock_get(client, prefix, &l)) < 0) bench_die("get", rc);
-  if ((rc = dlock_lock(l, lease_ms)) < 0) bench_die("lock", rc);
-  if ((rc = dlock_unlock(l)) < 0) bench_die("unlock", rc);
+  if ((rc = dlock_client_open(&o, &client)) < 0)
+    bench_die("client_open", rc);
+  if ((rc = dlock_get(client, prefix, &l)) < 0)
+    bench_die("get", rc);
+  if ((rc = dlock_lock(l, lease_ms)) < 0)
+    bench_die("lock", rc);
+  if ((rc = dlock_unlock(l)) < 0)
+    bench_die("unlock", rc);
   dlock_free(l);
   dlock_client_close(client);
   printf("probe=ok\n");
@@ -229,39 +245,58 @@ static void usage(void) {
 
 static void write_dist(const bench_samples_t *s, const char *suffix) {
   char path[4096];
-  if (dist == NULL) return;
+  if (dist == NULL)
+    return;
   snprintf(path, sizeof path, "%s.%s", dist, suffix);
   bench_write_dist(s, path);
 }
 
 int main(int argc, char **argv) {
   int do_probe = 0;
-  if (getenv("DLOCK_URL")) url = getenv("DLOCK_URL");
+  if (getenv("DLOCK_URL"))
+    url = getenv("DLOCK_URL");
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(a, "--distinct") == 0) distinct = 1;
-    else if (strcmp(a, "--work") == 0) work = 1;
-    else if (strcmp(a, "--fair") == 0) fair = 1;
-    else if (strcmp(a, "--probe") == 0) do_probe = 1;
-    else if (v == NULL) usage();
-    else if (strcmp(a, "--url") == 0) url = v, i++;
+    if (strcmp(a, "--distinct") == 0)
+      distinct = 1;
+    else if (strcmp(a, "--work") == 0)
+      work = 1;
+    else if (strcmp(a, "--fair") == 0)
+      fair = 1;
+    else if (strcmp(a, "--probe") == 0)
+      do_probe = 1;
+    else if (v == NULL)
+      usage();
+    else if (strcmp(a, "--url") == 0)
+      url = v, i++;
     else if (strcmp(a, "--mode") == 0) {
-      if (strcmp(v, "herd") == 0) herd = 1;
-      else if (strcmp(v, "loop") != 0) usage();
+      if (strcmp(v, "herd") == 0)
+        herd = 1;
+      else if (strcmp(v, "loop") != 0)
+        usage();
       i++;
-    } else if (strcmp(a, "--procs") == 0) nprocs = atoi(v), i++;
-    else if (strcmp(a, "--threads") == 0) nthreads = atoi(v), i++;
-    else if (strcmp(a, "--seconds") == 0) seconds = atof(v), i++;
-    else if (strcmp(a, "--timeout") == 0) herd_timeout = atof(v), i++;
-    else if (strcmp(a, "--lease") == 0) lease_ms = atoll(v), i++;
-    else if (strcmp(a, "--name") == 0) prefix = v, i++;
-    else if (strcmp(a, "--dist") == 0) dist = v, i++;
-    else usage();
+    } else if (strcmp(a, "--procs") == 0)
+      nprocs = atoi(v), i++;
+    else if (strcmp(a, "--threads") == 0)
+      nthreads = atoi(v), i++;
+    else if (strcmp(a, "--seconds") == 0)
+      seconds = atof(v), i++;
+    else if (strcmp(a, "--timeout") == 0)
+      herd_timeout = atof(v), i++;
+    else if (strcmp(a, "--lease") == 0)
+      lease_ms = atoll(v), i++;
+    else if (strcmp(a, "--name") == 0)
+      prefix = v, i++;
+    else if (strcmp(a, "--dist") == 0)
+      dist = v, i++;
+    else
+      usage();
   }
   if (nprocs < 1 || nprocs > 64 || nthreads < 1 || nthreads > 1024 ||
       !(seconds > 0) || !(herd_timeout > 0) || (herd && distinct))
     usage();
-  if (do_probe) return probe();
+  if (do_probe)
+    return probe();
 
   redisContext *r = bench_connect(url);
   freeReplyObject(redisCommand(r, "SET " COUNTER_KEY " 0"));
@@ -273,9 +308,12 @@ int main(int argc, char **argv) {
     int rc;
     dlock_options_init(&o);
     o.url = url;
-    if ((rc = dlock_client_open(&o, &holder)) < 0) bench_die("client_open", rc);
-    if ((rc = open_lock(holder, prefix, &held)) < 0) bench_die("get", rc);
-    if ((rc = dlock_lock(held, lease_ms)) < 0) bench_die("lock", rc);
+    if ((rc = dlock_client_open(&o, &holder)) < 0)
+      bench_die("client_open", rc);
+    if ((rc = open_lock(holder, prefix, &held)) < 0)
+      bench_die("get", rc);
+    if ((rc = dlock_lock(held, lease_ms)) < 0)
+      bench_die("lock", rc);
   }
   /* A child that dies must not kill the parent with SIGPIPE on its go pipe;
    * the missing results are reported instead. */
@@ -283,7 +321,8 @@ int main(int argc, char **argv) {
   pid_t *pids = calloc((size_t)nprocs, sizeof *pids);
   int *to_child = calloc((size_t)nprocs, sizeof(int));
   int *from_child = calloc((size_t)nprocs, sizeof(int));
-  if (!pids || !to_child || !from_child) return 1;
+  if (!pids || !to_child || !from_child)
+    return 1;
   for (int p = 0; p < nprocs; p++) {
     int down[2], up[2];
     fflush(NULL);
@@ -292,7 +331,8 @@ int main(int argc, char **argv) {
     if (pids[p] == 0) {
       close(down[1]);
       close(up[0]);
-      for (int q = 0; q < p; q++) close(to_child[q]), close(from_child[q]);
+      for (int q = 0; q < p; q++)
+        close(to_child[q]), close(from_child[q]);
       /* The child never returns to this loop; it keeps none of the
        * parent's bookkeeping, nor its connections. */
       free(pids);
@@ -308,29 +348,34 @@ int main(int argc, char **argv) {
   int failed = 0;
   char byte;
   for (int p = 0; p < nprocs; p++)
-    if (bench_read_all(from_child[p], &byte, 1) < 0) failed = 1;
+    if (bench_read_all(from_child[p], &byte, 1) < 0)
+      failed = 1;
   bench_cmdstats_t before, after;
   bench_cmdstats(r, &before);
   uint64_t t0 = bench_now_ns();
   for (int p = 0; p < nprocs; p++)
-    if (bench_write_all(to_child[p], "g", 1) < 0) failed = 1;
+    if (bench_write_all(to_child[p], "g", 1) < 0)
+      failed = 1;
   if (herd) {
     /* Every worker says when it starts waiting; a short pause then lets
      * the last ones make their first attempt and go to sleep. */
     for (int p = 0; p < nprocs; p++)
       for (int i = 0; i < nthreads; i++)
-        if (bench_read_all(from_child[p], &byte, 1) < 0) failed = 1;
+        if (bench_read_all(from_child[p], &byte, 1) < 0)
+          failed = 1;
     bench_sleep_us(200000);
     bench_cmdstats(r, &before);
     t0 = bench_now_ns();
     int rc = dlock_unlock(held);
-    if (rc < 0) bench_die("unlock", rc);
+    if (rc < 0)
+      bench_die("unlock", rc);
   }
 
   uint64_t acq = 0, win = 0, errors = 0, done = 0;
   uint64_t *counts = calloc((size_t)nprocs * (size_t)nthreads, sizeof *counts);
   bench_samples_t pair = {0, 0, 0}, wait = {0, 0, 0};
-  if (counts == NULL) return 1;
+  if (counts == NULL)
+    return 1;
   for (int p = 0; p < nprocs; p++) {
     child_header_t h;
     if (bench_read_all(from_child[p], &h, sizeof h) < 0 ||
@@ -350,7 +395,8 @@ int main(int argc, char **argv) {
     acq += h.acq;
     win += h.win;
     errors += h.errors;
-    if (h.done_ns > done) done = h.done_ns;
+    if (h.done_ns > done)
+      done = h.done_ns;
   }
   uint64_t end = bench_now_ns();
   bench_cmdstats(r, &after);
@@ -374,8 +420,10 @@ int main(int argc, char **argv) {
   write_dist(&wait, "wait");
   uint64_t min = UINT64_MAX, max = 0;
   for (size_t i = 0; i < (size_t)nprocs * (size_t)nthreads; i++) {
-    if (counts[i] < min) min = counts[i];
-    if (counts[i] > max) max = counts[i];
+    if (counts[i] < min)
+      min = counts[i];
+    if (counts[i] > max)
+      max = counts[i];
   }
   /* The rate counts what was done within the window (a lock call still
    * waiting when it closes is finished, but not counted); the herd's time
@@ -386,21 +434,23 @@ int main(int argc, char **argv) {
   if (work || herd) {
     counter = (uint64_t)c == acq ? "ok" : "bad";
     if ((uint64_t)c != acq)
-      fprintf(stderr, "bench_lock: counter is %lld after %" PRIu64
-              " acquisitions: holders overlapped\n", c, acq);
+      fprintf(stderr,
+              "bench_lock: counter is %lld after %" PRIu64
+              " acquisitions: holders overlapped\n",
+              c, acq);
   }
   /* What the clients sent: the commands only a client can send, plus the
    * GET and SET of every critical section. */
   uint64_t own = (work || herd) ? 2 * acq : 0;
-  printf("acq=%" PRIu64 " win=%" PRIu64 " seconds=%.3f rate=%.1f pair_p50=%.1f pair_p99=%.1f "
-         "wait_p50=%.1f wait_p99=%.1f min=%" PRIu64 " max=%" PRIu64
-         " cmds=%" PRIu64 " cmds_all=%" PRIu64 " counter=%s errors=%" PRIu64
-         "\n",
-         acq, win, secs, secs > 0 ? (double)win / secs : 0,
-         bench_quantile(&pair, 0.5), bench_quantile(&pair, 0.99),
-         bench_quantile(&wait, 0.5), bench_quantile(&wait, 0.99), min, max,
-         after.wire - before.wire + own, after.all - before.all, counter,
-         errors);
+  printf(
+      "acq=%" PRIu64 " win=%" PRIu64
+      " seconds=%.3f rate=%.1f pair_p50=%.1f pair_p99=%.1f "
+      "wait_p50=%.1f wait_p99=%.1f min=%" PRIu64 " max=%" PRIu64
+      " cmds=%" PRIu64 " cmds_all=%" PRIu64 " counter=%s errors=%" PRIu64 "\n",
+      acq, win, secs, secs > 0 ? (double)win / secs : 0,
+      bench_quantile(&pair, 0.5), bench_quantile(&pair, 0.99),
+      bench_quantile(&wait, 0.5), bench_quantile(&wait, 0.99), min, max,
+      after.wire - before.wire + own, after.all - before.all, counter, errors);
   dlock_free(held);
   dlock_client_close(holder);
   redisFree(r);

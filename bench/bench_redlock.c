@@ -34,7 +34,8 @@ static void usage(void) {
 static int pair(dlock_t *l, bench_samples_t *s, uint64_t *errors) {
   uint64_t t = bench_now_ns();
   int rc = dlock_trylock(l, 10000, DLOCK_WATCHDOG);
-  if (rc == 0) rc = dlock_unlock(l);
+  if (rc == 0)
+    rc = dlock_unlock(l);
   if (rc < 0) {
     fprintf(stderr, "bench_redlock: %s (%s)\n", dlock_strerror(rc),
             dlock_last_error());
@@ -79,13 +80,19 @@ int main(int argc, char **argv) {
   double seconds = 2.0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (v == NULL) usage();
-    else if (strcmp(a, "--url") == 0 && n < MAX_NODES) urls[n++] = v, i++;
-    else if (strcmp(a, "--seconds") == 0) seconds = atof(v), i++;
-    else if (strcmp(a, "--dist") == 0) dist = v, i++;
-    else usage();
+    if (v == NULL)
+      usage();
+    else if (strcmp(a, "--url") == 0 && n < MAX_NODES)
+      urls[n++] = v, i++;
+    else if (strcmp(a, "--seconds") == 0)
+      seconds = atof(v), i++;
+    else if (strcmp(a, "--dist") == 0)
+      dist = v, i++;
+    else
+      usage();
   }
-  if (n < 1 || !(seconds > 0)) usage();
+  if (n < 1 || !(seconds > 0))
+    usage();
   dlock_client_t *c[MAX_NODES];
   dlock_t *h[MAX_NODES], *red, *single;
   int rc;
@@ -93,14 +100,18 @@ int main(int argc, char **argv) {
     dlock_options_t o;
     dlock_options_init(&o);
     o.url = urls[i];
-    if ((rc = dlock_client_open(&o, &c[i])) < 0) bench_die("client_open", rc);
-    if ((rc = dlock_get(c[i], "bench:red", &h[i])) < 0) bench_die("get", rc);
+    if ((rc = dlock_client_open(&o, &c[i])) < 0)
+      bench_die("client_open", rc);
+    if ((rc = dlock_get(c[i], "bench:red", &h[i])) < 0)
+      bench_die("get", rc);
   }
-  if ((rc = dlock_get_red(h, (size_t)n, &red)) < 0) bench_die("get_red", rc);
+  if ((rc = dlock_get_red(h, (size_t)n, &red)) < 0)
+    bench_die("get_red", rc);
   if ((rc = dlock_get(c[0], "bench:single", &single)) < 0)
     bench_die("get", rc);
   redisContext *bare[MAX_NODES];
-  for (int i = 0; i < n; i++) bare[i] = bench_connect(urls[i]);
+  for (int i = 0; i < n; i++)
+    bare[i] = bench_connect(urls[i]);
   bench_samples_t s1 = {0, 0, 0}, sn = {0, 0, 0}, b1 = {0, 0, 0},
                   bn = {0, 0, 0};
   uint64_t errors = 0;
@@ -129,7 +140,8 @@ int main(int argc, char **argv) {
          bench_quantile(&sn, 0.5), bench_quantile(&sn, 0.99),
          bench_quantile(&b1, 0.5), bench_quantile(&b1, 0.99),
          bench_quantile(&bn, 0.5), bench_quantile(&bn, 0.99), n, errors);
-  for (int i = 0; i < n; i++) redisFree(bare[i]);
+  for (int i = 0; i < n; i++)
+    redisFree(bare[i]);
   free(b1.v);
   free(bn.v);
   dlock_free(red);

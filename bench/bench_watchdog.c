@@ -47,7 +47,8 @@ static void *run_part(void *arg) {
     int rc;
     if (p->take) {
       snprintf(name, sizeof name, "bench:wd:%d", i);
-      if ((rc = dlock_get(p->c, name, &p->locks[i])) < 0) bench_die("get", rc);
+      if ((rc = dlock_get(p->c, name, &p->locks[i])) < 0)
+        bench_die("get", rc);
       rc = dlock_lock_as(p->locks[i], p->owner, DLOCK_WATCHDOG);
     } else {
       rc = dlock_unlock_as(p->locks[i], p->owner);
@@ -68,7 +69,8 @@ static uint64_t all_locks(dlock_client_t *c, dlock_t **locks, int take) {
   part_t parts[THREADS];
   uint64_t errors = 0;
   for (int t = 0; t < THREADS; t++) {
-    if (owners[t] == 0) owners[t] = dlock_owner_new();
+    if (owners[t] == 0)
+      owners[t] = dlock_owner_new();
     parts[t] = (part_t){0};
     parts[t].owner = owners[t];
     parts[t].c = c;
@@ -100,11 +102,16 @@ static void usage(void) {
 int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (v == NULL) usage();
-    else if (strcmp(a, "--url") == 0) url = v, i++;
-    else if (strcmp(a, "--locks") == 0) nlocks = atoi(v), i++;
-    else if (strcmp(a, "--rounds") == 0) nrounds = atoi(v), i++;
-    else usage();
+    if (v == NULL)
+      usage();
+    else if (strcmp(a, "--url") == 0)
+      url = v, i++;
+    else if (strcmp(a, "--locks") == 0)
+      nlocks = atoi(v), i++;
+    else if (strcmp(a, "--rounds") == 0)
+      nrounds = atoi(v), i++;
+    else
+      usage();
   }
   if (nlocks < THREADS || nlocks > 1000000 || nrounds < 1 || nrounds > 1000)
     usage();
@@ -115,12 +122,14 @@ int main(int argc, char **argv) {
   o.url = url;
   /* A round every 200 s: the client's own watchdog stays out of the way. */
   o.watchdog_timeout_ms = 600000;
-  if ((rc = dlock_client_open(&o, &c)) < 0) bench_die("client_open", rc);
+  if ((rc = dlock_client_open(&o, &c)) < 0)
+    bench_die("client_open", rc);
   dlock_t **locks = calloc((size_t)nlocks, sizeof *locks);
   uint64_t *ns = calloc((size_t)nrounds, sizeof *ns);
   uint64_t *wire = calloc((size_t)nrounds, sizeof *wire);
   uint64_t *all = calloc((size_t)nrounds, sizeof *all);
-  if (!locks || !ns || !wire || !all) bench_fail("out of memory");
+  if (!locks || !ns || !wire || !all)
+    bench_fail("out of memory");
   redisContext *r = bench_connect(url);
 
   uint64_t t = bench_now_ns();
@@ -137,7 +146,8 @@ int main(int argc, char **argv) {
     bench_cmdstats(r, &after);
     wire[k] = after.wire - before.wire;
     all[k] = after.all - before.all;
-    if (all[k] - wire[k] < 2 * (uint64_t)nlocks) renewed = 0;
+    if (all[k] - wire[k] < 2 * (uint64_t)nlocks)
+      renewed = 0;
   }
   /* Every lock must still be held by its owner after all those rounds. */
   errors += all_locks(c, locks, 0);

@@ -39,14 +39,18 @@ redisContext *bench_connect(const char *url) {
   redisContext *r;
   snprintf(buf, sizeof buf, "%s", url);
   if (strncmp(buf, "unix://", 7) == 0) {
-    if ((p = strstr(buf, "?db="))) *p = '\0', db = p + 4;
+    if ((p = strstr(buf, "?db=")))
+      *p = '\0', db = p + 4;
     r = redisConnectUnix(buf + 7);
   } else {
     host = strncmp(buf, "redis://", 8) == 0 ? buf + 8 : buf;
-    if ((p = strrchr(host, '@'))) *p = '\0', auth = host, host = p + 1;
-    if ((p = strchr(host, '/'))) *p = '\0', db = p + 1;
+    if ((p = strrchr(host, '@')))
+      *p = '\0', auth = host, host = p + 1;
+    if ((p = strchr(host, '/')))
+      *p = '\0', db = p + 1;
     int port = 6379;
-    if ((p = strrchr(host, ':'))) *p = '\0', port = atoi(p + 1);
+    if ((p = strrchr(host, ':')))
+      *p = '\0', port = atoi(p + 1);
     r = redisConnect(host, port);
   }
   if (r == NULL || r->err)
@@ -56,7 +60,8 @@ redisContext *bench_connect(const char *url) {
     freeReplyObject(*auth ? redisCommand(r, "AUTH %s %s", auth, p + 1)
                           : redisCommand(r, "AUTH %s", p + 1));
   }
-  if (db && *db) freeReplyObject(redisCommand(r, "SELECT %s", db));
+  if (db && *db)
+    freeReplyObject(redisCommand(r, "SELECT %s", db));
   return r;
 }
 
@@ -66,10 +71,14 @@ long long bench_number(redisContext *r, const char *fmt, ...) {
   redisReply *rep = redisvCommand(r, fmt, ap);
   va_end(ap);
   long long v = 0;
-  if (rep == NULL) bench_fail("%s: %s", fmt, r->errstr);
-  if (rep->type == REDIS_REPLY_INTEGER) v = rep->integer;
-  else if (rep->type == REDIS_REPLY_STRING) v = atoll(rep->str);
-  else if (rep->type == REDIS_REPLY_ERROR) bench_fail("%s: %s", fmt, rep->str);
+  if (rep == NULL)
+    bench_fail("%s: %s", fmt, r->errstr);
+  if (rep->type == REDIS_REPLY_INTEGER)
+    v = rep->integer;
+  else if (rep->type == REDIS_REPLY_STRING)
+    v = atoll(rep->str);
+  else if (rep->type == REDIS_REPLY_ERROR)
+    bench_fail("%s: %s", fmt, rep->str);
   freeReplyObject(rep);
   return v;
 }
@@ -89,7 +98,8 @@ static int wire_only(const char *name, size_t len) {
       "ssubscribe", "sunsubscribe", "ping",        "auth",       "select",
       "hello",      "quit",         "reset"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (strlen(names[i]) == len && memcmp(names[i], name, len) == 0) return 1;
+    if (strlen(names[i]) == len && memcmp(names[i], name, len) == 0)
+      return 1;
   /* Container commands are reported per subcommand: "client|setname". */
   return (len > 7 && memcmp(name, "client|", 7) == 0) ||
          (len > 7 && memcmp(name, "script|", 7) == 0);
@@ -110,9 +120,12 @@ void bench_cmdstats(redisContext *r, bench_cmdstats_t *out) {
         size_t len = (size_t)(colon - name);
         uint64_t n = strtoull(calls + 6, NULL, 10);
         int is_info = len == 4 && memcmp(name, "info", 4) == 0;
-        if (!is_info) out->all += n;
-        if (wire_only(name, len)) out->wire += n;
-        if (len >= 4 && memcmp(name, "eval", 4) == 0) out->evals += n;
+        if (!is_info)
+          out->all += n;
+        if (wire_only(name, len))
+          out->wire += n;
+        if (len >= 4 && memcmp(name, "eval", 4) == 0)
+          out->evals += n;
       }
     }
     line = next ? next + 1 : NULL;
@@ -124,7 +137,8 @@ void bench_samples_add(bench_samples_t *s, uint64_t ns) {
   if (s->n == s->cap) {
     size_t cap = s->cap ? s->cap * 2 : 4096;
     uint64_t *v = realloc(s->v, cap * sizeof *v);
-    if (v == NULL) bench_fail("out of memory");
+    if (v == NULL)
+      bench_fail("out of memory");
     s->v = v;
     s->cap = cap;
   }
@@ -137,19 +151,23 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 void bench_samples_sort(bench_samples_t *s) {
-  if (s->n > 1) qsort(s->v, s->n, sizeof *s->v, cmp_u64);
+  if (s->n > 1)
+    qsort(s->v, s->n, sizeof *s->v, cmp_u64);
 }
 
 double bench_quantile(const bench_samples_t *s, double q) {
-  if (s->n == 0) return 0;
+  if (s->n == 0)
+    return 0;
   size_t i = (size_t)((double)(s->n - 1) * q + 0.5);
   return (double)s->v[i < s->n ? i : s->n - 1] / 1e3;
 }
 
 void bench_write_dist(const bench_samples_t *s, const char *path) {
-  if (path == NULL || s->n == 0) return;
+  if (path == NULL || s->n == 0)
+    return;
   FILE *f = fopen(path, "w");
-  if (f == NULL) bench_fail("%s: %s", path, strerror(errno));
+  if (f == NULL)
+    bench_fail("%s: %s", path, strerror(errno));
   for (int i = 0; i <= 200; i++)
     fprintf(f, "%.3f %.1f\n", i / 200.0, bench_quantile(s, i / 200.0));
   fclose(f);
@@ -159,8 +177,10 @@ int bench_write_all(int fd, const void *buf, size_t len) {
   const char *p = buf;
   while (len > 0) {
     ssize_t n = write(fd, p, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
     p += n;
     len -= (size_t)n;
   }
@@ -171,8 +191,10 @@ int bench_read_all(int fd, void *buf, size_t len) {
   char *p = buf;
   while (len > 0) {
     ssize_t n = read(fd, p, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return -1;
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
     p += n;
     len -= (size_t)n;
   }

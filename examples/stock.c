@@ -33,14 +33,18 @@ static redisContext *connect_url(const char *u) {
   redisContext *r;
   snprintf(buf, sizeof buf, "%s", u);
   if (strncmp(buf, "unix://", 7) == 0) {
-    if ((p = strstr(buf, "?db="))) *p = '\0', db = p + 4;
+    if ((p = strstr(buf, "?db=")))
+      *p = '\0', db = p + 4;
     r = redisConnectUnix(buf + 7);
   } else {
     host = strncmp(buf, "redis://", 8) == 0 ? buf + 8 : buf;
-    if ((p = strrchr(host, '@'))) *p = '\0', auth = host, host = p + 1;
-    if ((p = strchr(host, '/'))) *p = '\0', db = p + 1;
+    if ((p = strrchr(host, '@')))
+      *p = '\0', auth = host, host = p + 1;
+    if ((p = strchr(host, '/')))
+      *p = '\0', db = p + 1;
     int port = 6379;
-    if ((p = strrchr(host, ':'))) *p = '\0', port = atoi(p + 1);
+    if ((p = strrchr(host, ':')))
+      *p = '\0', port = atoi(p + 1);
     r = redisConnect(host, port);
   }
   if (r == NULL || r->err) {
@@ -53,7 +57,8 @@ static redisContext *connect_url(const char *u) {
     freeReplyObject(*auth ? redisCommand(r, "AUTH %s %s", auth, p + 1)
                           : redisCommand(r, "AUTH %s", p + 1));
   }
-  if (db && *db) freeReplyObject(redisCommand(r, "SELECT %s", db));
+  if (db && *db)
+    freeReplyObject(redisCommand(r, "SELECT %s", db));
   return r;
 }
 
@@ -92,7 +97,8 @@ static void *worker(void *arg) {
     } else {
       outcome = "refused";
     }
-    if (lock && (rc = dlock_unlock(lock)) < 0) fail("unlock", rc);
+    if (lock && (rc = dlock_unlock(lock)) < 0)
+      fail("unlock", rc);
   }
   freeReplyObject(redisCommand(r, "INCR MoonCake:%s", outcome));
   redisFree(r);
@@ -103,7 +109,8 @@ int main(int argc, char **argv) {
   int use_lock = 1, nthreads = 25, rc;
   dlock_client_t *client = NULL;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--no-lock") == 0) use_lock = 0;
+    if (strcmp(argv[i], "--no-lock") == 0)
+      use_lock = 0;
     else if ((nthreads = atoi(argv[i])) < 1 || nthreads > 1000) {
       fprintf(stderr, "usage: stock [--no-lock] [threads 1..1000]\n");
       return 2;
@@ -124,8 +131,10 @@ int main(int argc, char **argv) {
   pthread_t t[1000];
   pthread_barrier_init(&start, NULL, (unsigned)nthreads);
   for (int i = 0; i < nthreads; i++)
-    if (pthread_create(&t[i], NULL, worker, NULL) != 0) abort();
-  for (int i = 0; i < nthreads; i++) pthread_join(t[i], NULL);
+    if (pthread_create(&t[i], NULL, worker, NULL) != 0)
+      abort();
+  for (int i = 0; i < nthreads; i++)
+    pthread_join(t[i], NULL);
   pthread_barrier_destroy(&start);
   dlock_free(lock);
   dlock_client_close(client);

@@ -43,17 +43,17 @@ extern "C" {
  * Error codes. One table generates the enum, dlock_strerror() and
  * dlock_err_name(), so the three never disagree.
  */
-#define DLOCK_ERRNO_MAP(X)                                                      \
-  X(EINVAL, -1, "invalid argument")                                           \
-  X(ENOMEM, -2, "out of memory")                                              \
-  X(EIO, -3, "connection to Redis failed or timed out")                       \
-  X(ETIMEDOUT, -4, "lock not acquired within the wait time")                  \
-  X(ENOTHELD, -5, "lock not held by this owner")                              \
-  X(ELOST, -6, "lock was lost while held (expired or deleted)")               \
-  X(ESERVER, -7, "Redis answered with an error")                              \
-  X(EAUTH, -8, "authentication or permission denied by Redis")                \
-  X(ECANCELED, -9, "operation canceled: the client is shutting down")         \
-  X(EPROTO, -10, "unexpected reply: the server does not speak Redis")         \
+#define DLOCK_ERRNO_MAP(X)                                                     \
+  X(EINVAL, -1, "invalid argument")                                            \
+  X(ENOMEM, -2, "out of memory")                                               \
+  X(EIO, -3, "connection to Redis failed or timed out")                        \
+  X(ETIMEDOUT, -4, "lock not acquired within the wait time")                   \
+  X(ENOTHELD, -5, "lock not held by this owner")                               \
+  X(ELOST, -6, "lock was lost while held (expired or deleted)")                \
+  X(ESERVER, -7, "Redis answered with an error")                               \
+  X(EAUTH, -8, "authentication or permission denied by Redis")                 \
+  X(ECANCELED, -9, "operation canceled: the client is shutting down")          \
+  X(EPROTO, -10, "unexpected reply: the server does not speak Redis")          \
   X(ENOQUORUM, -11, "no majority of Redis nodes could be reached")
 
 typedef enum dlock_err {
@@ -278,8 +278,7 @@ DLOCK_EXPORT int dlock_get_multi(dlock_t *const *locks, size_t n,
  * long as those write-backs succeed and nodes keep their counters. The
  * handles must outlive the RedLock and are not freed with it.
  */
-DLOCK_EXPORT int dlock_get_red(dlock_t *const *locks, size_t n,
-                               dlock_t **out);
+DLOCK_EXPORT int dlock_get_red(dlock_t *const *locks, size_t n, dlock_t **out);
 
 /* The kind of a handle. */
 DLOCK_EXPORT dlock_kind_t dlock_kind(const dlock_t *l);
@@ -379,10 +378,10 @@ typedef struct dlock_waiter {
 } dlock_waiter_t;
 
 typedef struct dlock_info {
-  int locked;               /* 1 held, 0 free */
-  int64_t ttl_ms;           /* as dlock_ttl() */
-  uint64_t token;           /* last fencing token issued (0: never) */
-  char *mode;               /* read-write lock "read"/"write"; else NULL */
+  int locked;     /* 1 held, 0 free */
+  int64_t ttl_ms; /* as dlock_ttl() */
+  uint64_t token; /* last fencing token issued (0: never) */
+  char *mode;     /* read-write lock "read"/"write"; else NULL */
   size_t nholders;
   dlock_holder_t *holders;
   size_t nwaiters; /* fair-lock queue, head first */

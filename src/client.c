@@ -43,10 +43,11 @@ static int make_uuid(char out[37]) {
   }
   b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);
   b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);
-  snprintf(out, 37,
-           "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-           b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10],
-           b[11], b[12], b[13], b[14], b[15]);
+  snprintf(
+      out, 37,
+      "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+      b[12], b[13], b[14], b[15]);
   return 0;
 }
 
@@ -61,8 +62,7 @@ static int check_options(const dlock_options_t *o) {
   if (o->fair_wait_timeout_ms <= 0)
     return dlock__fail(DLOCK_EINVAL, "fair_wait_timeout_ms must be > 0");
   if (o->client_id != NULL &&
-      (o->client_id[0] == '\0' ||
-       strlen(o->client_id) > DLOCK__CLIENT_ID_MAX))
+      (o->client_id[0] == '\0' || strlen(o->client_id) > DLOCK__CLIENT_ID_MAX))
     return dlock__fail(DLOCK_EINVAL, "client_id must be 1..%d bytes",
                        DLOCK__CLIENT_ID_MAX);
   return 0;

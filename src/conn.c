@@ -37,15 +37,15 @@ typedef struct dlock__request request;
 struct dlock__conn {
   pthread_mutex_t mu;
   dlock__conn_cfg cfg;
-  redisContext *ctx;      /* NULL while disconnected */
-  request *head, *tail;   /* sent, awaiting replies, oldest first */
-  int driving;            /* a thread is reading replies */
-  int64_t retry_at_us;    /* no reconnect before this */
+  redisContext *ctx;    /* NULL while disconnected */
+  request *head, *tail; /* sent, awaiting replies, oldest first */
+  int driving;          /* a thread is reading replies */
+  int64_t retry_at_us;  /* no reconnect before this */
   int64_t backoff_us;
-  int last_code;          /* why the last connection failed */
-  int broken_code;        /* set by break_locked for the driver to report */
-  int timed_out;          /* the failure being handled is a timeout */
-  int64_t last_reply_us;  /* when the last reply came */
+  int last_code;         /* why the last connection failed */
+  int broken_code;       /* set by break_locked for the driver to report */
+  int timed_out;         /* the failure being handled is a timeout */
+  int64_t last_reply_us; /* when the last reply came */
   char last_err[256];
 };
 
@@ -84,9 +84,8 @@ static struct timeval timeval_of_ms(int64_t ms) {
 static int fail_ctx(redisContext *ctx, const char *where, const char *addr,
                     int64_t timeout_ms) {
   if (ctx->err == REDIS_ERR_PROTOCOL)
-    return dlock__fail(DLOCK_EPROTO,
-                       "%s %s: not a Redis server? (%s)", where, addr,
-                       ctx->errstr);
+    return dlock__fail(DLOCK_EPROTO, "%s %s: not a Redis server? (%s)", where,
+                       addr, ctx->errstr);
   if (ctx->err == REDIS_ERR_IO &&
       (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT))
     return dlock__fail(DLOCK_EIO, "%s %s: no answer within %lld ms", where,
@@ -116,8 +115,7 @@ static int handshake(redisContext *ctx, const char *addr, int64_t timeout_ms,
     /* Some servers say "ERR" to AUTH when no password is configured; to the
      * user that is still a refused password. */
     if (strcmp(argv[0], "AUTH") == 0)
-      rc = dlock__fail(DLOCK_EAUTH, "AUTH refused by %s: %.200s", addr,
-                       r->str);
+      rc = dlock__fail(DLOCK_EAUTH, "AUTH refused by %s: %.200s", addr, r->str);
   } else if (expect != NULL &&
              (r->type != REDIS_REPLY_STATUS || strcmp(r->str, expect) != 0)) {
     rc = dlock__fail(DLOCK_EPROTO, "%s %s: unexpected reply, not Redis?",
@@ -143,8 +141,9 @@ int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
   char addr[160];
   dlock__endpoint_describe(ep, addr, sizeof(addr));
   struct timeval tv = timeval_of_ms(connect_timeout_ms);
-  redisContext *ctx = ep->path ? redisConnectUnixWithTimeout(ep->path, tv)
-                               : redisConnectWithTimeout(ep->host, ep->port, tv);
+  redisContext *ctx = ep->path
+                          ? redisConnectUnixWithTimeout(ep->path, tv)
+                          : redisConnectWithTimeout(ep->host, ep->port, tv);
   if (ctx == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory connecting to %s", addr);
   int rc = 0;
@@ -293,15 +292,12 @@ static int connect_locked(dlock__conn *c, int64_t deadline_us) {
   int64_t left_ms = (deadline_us - now) / 1000;
   if (left_ms < 1)
     left_ms = 1;
-  int64_t budget_ms = left_ms < c->cfg.connect_timeout_ms
-                          ? left_ms
-                          : c->cfg.connect_timeout_ms;
-  int64_t handshake_ms = left_ms < c->cfg.command_timeout_ms
-                             ? left_ms
-                             : c->cfg.command_timeout_ms;
+  int64_t budget_ms =
+      left_ms < c->cfg.connect_timeout_ms ? left_ms : c->cfg.connect_timeout_ms;
+  int64_t handshake_ms =
+      left_ms < c->cfg.command_timeout_ms ? left_ms : c->cfg.command_timeout_ms;
   redisContext *ctx;
-  int rc = dlock__connect(c->cfg.ep, budget_ms, handshake_ms,
-                          &ctx);
+  int rc = dlock__connect(c->cfg.ep, budget_ms, handshake_ms, &ctx);
   if (rc == 0)
     rc = dlock__set_nonblocking(ctx) == 0 ? 0 : (redisFree(ctx), DLOCK_EIO);
   if (rc != 0) {
@@ -327,8 +323,8 @@ int64_t dlock__conn_retry_at(dlock__conn *c) {
 int dlock__conn_open(dlock__conn *c) {
   pthread_mutex_lock(&c->mu);
   c->retry_at_us = 0;
-  int rc = connect_locked(c, dlock__now_us() +
-                                 c->cfg.connect_timeout_ms * 1000);
+  int rc =
+      connect_locked(c, dlock__now_us() + c->cfg.connect_timeout_ms * 1000);
   pthread_mutex_unlock(&c->mu);
   return rc;
 }
@@ -439,7 +435,8 @@ static void drive_locked(dlock__conn *c, caller *me) {
      * arrived are still read: a caller that waited for another server
      * first (a RedLock) must not lose answers that came in time. */
     struct pollfd p = {.fd = c->ctx->fd,
-                       .events = (short)(POLLIN | (has_output(c) ? POLLOUT : 0))};
+                       .events =
+                           (short)(POLLIN | (has_output(c) ? POLLOUT : 0))};
     pthread_mutex_unlock(&c->mu);
     int n = poll(&p, 1, dlock__ms_until(wake));
     int poll_errno = errno;
@@ -528,16 +525,17 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
   memset(p, 0, sizeof(*p));
   p->conn = c;
   p->n = n;
-  p->reqs = n <= DLOCK__PENDING_LOCAL ? p->local : dlock__calloc(n, sizeof(request));
+  p->reqs =
+      n <= DLOCK__PENDING_LOCAL ? p->local : dlock__calloc(n, sizeof(request));
   if (p->reqs == NULL) {
     p->rc = dlock__fail(DLOCK_ENOMEM, "out of memory for %zu requests", n);
     return p->rc;
   }
   caller *me = &p->me;
   me->remaining = n;
-  me->deadline_us = deadline_us ? deadline_us
-                                : dlock__now_us() +
-                                      c->cfg.command_timeout_ms * 1000;
+  me->deadline_us = deadline_us
+                        ? deadline_us
+                        : dlock__now_us() + c->cfg.command_timeout_ms * 1000;
   init_monotonic_cond(&me->cv);
 
   pthread_mutex_lock(&c->mu);

@@ -66,8 +66,8 @@ static int is_auth_error(const char *text, size_t len) {
   for (size_t i = 0; i + sizeof(script_acl) - 1 <= len; i++)
     if (memcmp(text + i, script_acl, sizeof(script_acl) - 1) == 0)
       return 1;
-  static const char *const prefixes[] = {"NOAUTH", "WRONGPASS", "NOPERM",
-                                         "ERR invalid password",
+  static const char *const prefixes[] = {"NOAUTH",   "WRONGPASS",
+                                         "NOPERM",   "ERR invalid password",
                                          "ERR AUTH", "ERR Client sent AUTH"};
   for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
     size_t n = strlen(prefixes[i]);
@@ -97,7 +97,7 @@ static int is_transient_error(const char *text, size_t len) {
 }
 
 int dlock__fail_reply_in(const char *text, size_t len, const char *script) {
-  int code = is_auth_error(text, len)       ? DLOCK_EAUTH
+  int code = is_auth_error(text, len)        ? DLOCK_EAUTH
              : is_transient_error(text, len) ? DLOCK_EIO
                                              : DLOCK_ESERVER;
   int shown = len > DETAIL_MAX - 80 ? DETAIL_MAX - 80 : (int)len;

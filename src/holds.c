@@ -46,8 +46,7 @@ dlock__hold *dlock__holds_find(const dlock__holds *h, const char *name,
   uint64_t hash = hash_of(name, len, owner, kind);
   for (dlock__hold *e = h->buckets[hash & (h->nbuckets - 1)]; e; e = e->next)
     if (e->hash == hash && e->owner == owner && e->kind == kind &&
-        e->name_len == len &&
-        memcmp(e->name, name, len) == 0)
+        e->name_len == len && memcmp(e->name, name, len) == 0)
       return e;
   return NULL;
 }

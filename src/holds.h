@@ -17,16 +17,16 @@ typedef struct dlock__hold {
   char *name; /* lock name, NUL-terminated copy */
   size_t name_len;
   uint64_t owner;
-  int kind;          /* the dlock_kind_t of the handle that took it */
-  int count;         /* hold count as last reported by Redis */
-  uint64_t token;    /* fencing token of this hold */
-  int64_t lease_ms;  /* lease sent with the acquisition */
-  int watchdog;      /* renewed in the background */
-  int lost;          /* found gone; 'count' unlocks left to report it */
-  int abandoned;     /* its last unlock failed: finish it before reuse */
-  int releasing;     /* an unlock is in flight: "not renewed" is expected */
+  int kind;             /* the dlock_kind_t of the handle that took it */
+  int count;            /* hold count as last reported by Redis */
+  uint64_t token;       /* fencing token of this hold */
+  int64_t lease_ms;     /* lease sent with the acquisition */
+  int watchdog;         /* renewed in the background */
+  int lost;             /* found gone; 'count' unlocks left to report it */
+  int abandoned;        /* its last unlock failed: finish it before reuse */
+  int releasing;        /* an unlock is in flight: "not renewed" is expected */
   int64_t confirmed_us; /* when Redis last confirmed it (send time) */
-  uint64_t seq;      /* tells a re-acquired hold from the one it replaced */
+  uint64_t seq;         /* tells a re-acquired hold from the one it replaced */
 } dlock__hold;
 
 typedef struct dlock__holds {

@@ -3,8 +3,8 @@
  * "dlock status" and for people debugging a stuck lock. It reads Redisson's
  * layout, so it works on locks taken by Java services too.
  */
-#include "lock.h"
 #include "alloc.h"
+#include "lock.h"
 
 #include "error.h"
 #include "reply.h"

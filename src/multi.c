@@ -2,8 +2,8 @@
  * Composite locks over several handles: the MultiLock (all of them) and
  * the RedLock (a majority of independent nodes).
  */
-#include "lock.h"
 #include "alloc.h"
+#include "lock.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -32,8 +32,7 @@ static int composite_new(dlock_t *const *locks, size_t n,
     return dlock__fail(DLOCK_ENOMEM, "out of memory creating a composite");
   pthread_mutex_init(&l->cmu, NULL);
   l->subs = dlock__calloc(n, sizeof(*l->subs));
-  l->name =
-      dlock__strdup(kind->id == DLOCK_RED ? "(redlock)" : "(multilock)");
+  l->name = dlock__strdup(kind->id == DLOCK_RED ? "(redlock)" : "(multilock)");
   if (l->subs == NULL || l->name == NULL) {
     if (l->subs == NULL)
       pthread_mutex_destroy(&l->cmu);
@@ -146,8 +145,7 @@ static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
       rc = dlock__fail_text(err, detail);
       break;
     }
-    rc = dlock_trylock_as(l->subs[busy], owner, ms_left(deadline_us),
-                          lease_ms);
+    rc = dlock_trylock_as(l->subs[busy], owner, ms_left(deadline_us), lease_ms);
     if (rc != 0)
       break;
     held[busy] = 1;
@@ -174,9 +172,8 @@ static int multi_release(dlock_t *l, uint64_t owner) {
   if (other != 0)
     return other;
   if (lost > 0)
-    return dlock__fail(DLOCK_ELOST,
-                       "%d of the %zu locks were lost while held", lost,
-                       l->nsubs);
+    return dlock__fail(DLOCK_ELOST, "%d of the %zu locks were lost while held",
+                       lost, l->nsubs);
   if ((size_t)notheld == l->nsubs)
     return dlock__fail(DLOCK_ENOTHELD, "none of the %zu locks is held",
                        l->nsubs);
@@ -205,8 +202,7 @@ static int cmp_desc(const void *a, const void *b) {
  * part (the answers sorted from most to least, taken at n/2+1). An
  * unreachable RedLock node counts as "no".
  */
-static int composite_query(dlock_t *l, uint64_t owner, int what,
-                           int64_t *out) {
+static int composite_query(dlock_t *l, uint64_t owner, int what, int64_t *out) {
   int64_t *v = dlock__calloc(l->nsubs, sizeof(*v));
   if (v == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory querying locks");
@@ -415,8 +411,8 @@ static void red_release_all(dlock_t *l, uint64_t owner,
     if (state[i] == 1) {
       dlock_t *sub = l->subs[i];
       redisReply *reply;
-      state[i] = dlock__eval_wait(sub->c->conn, &args[i].call, &pend[i],
-                                  &reply, 0);
+      state[i] =
+          dlock__eval_wait(sub->c->conn, &args[i].call, &pend[i], &reply, 0);
       if (state[i] == 0) {
         state[i] = dlock__finish_release(sub, owner, reply, &rel[i]);
       } else {

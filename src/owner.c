@@ -4,8 +4,8 @@
  * is never reused by a later thread (a reused gettid() could let a new
  * thread inherit a dead thread's lock).
  */
-#include "dlock.h"
 #include "alloc.h"
+#include "dlock.h"
 
 #include <stdatomic.h>
 

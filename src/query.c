@@ -3,8 +3,8 @@
  * for how long; and the forced release. Composite kinds answer through
  * their own query function.
  */
-#include "lock.h"
 #include "alloc.h"
+#include "lock.h"
 
 #include "error.h"
 #include "reply.h"

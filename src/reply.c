@@ -17,14 +17,12 @@ int dlock__decode_integer(const redisReply *r, int64_t *out) {
   return 0;
 }
 
-int dlock__decode_number(const redisReply *r, int64_t nil_value,
-                         int64_t *out) {
+int dlock__decode_number(const redisReply *r, int64_t nil_value, int64_t *out) {
   if (r != NULL && r->type == REDIS_REPLY_NIL) {
     *out = nil_value;
     return 0;
   }
-  if (r != NULL && r->type == REDIS_REPLY_STRING && r->len > 0 &&
-      r->len < 21) {
+  if (r != NULL && r->type == REDIS_REPLY_STRING && r->len > 0 && r->len < 21) {
     char buf[24], *end;
     memcpy(buf, r->str, r->len);
     buf[r->len] = '\0';

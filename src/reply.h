@@ -11,12 +11,12 @@
 #include <stdint.h>
 
 typedef struct dlock__acquired {
-  int held;        /* 1: the owner holds the lock now */
-  int gone;        /* 1: the hold the client believed in no longer exists */
-  uint64_t token;  /* when held: the fencing token */
-  int64_t count;   /* when held: the owner's hold count */
-  int64_t ttl_ms;  /* when not held: the holder's remaining lease (-1: none,
-                      -2: the key vanished meanwhile) */
+  int held;       /* 1: the owner holds the lock now */
+  int gone;       /* 1: the hold the client believed in no longer exists */
+  uint64_t token; /* when held: the fencing token */
+  int64_t count;  /* when held: the owner's hold count */
+  int64_t ttl_ms; /* when not held: the holder's remaining lease (-1: none,
+                     -2: the key vanished meanwhile) */
 } dlock__acquired;
 
 /* Decodes {1, token, count}, {0, pttl} or {2, 0} (gone). 0 or
@@ -27,7 +27,6 @@ int dlock__decode_acquire(const redisReply *r, dlock__acquired *out);
 int dlock__decode_integer(const redisReply *r, int64_t *out);
 
 /* Decodes an integer, a numeric string (HGET) or nil (as 'nil_value'). */
-int dlock__decode_number(const redisReply *r, int64_t nil_value,
-                         int64_t *out);
+int dlock__decode_number(const redisReply *r, int64_t nil_value, int64_t *out);
 
 #endif

@@ -7,8 +7,8 @@
  * redisson_rwlock:{name}: "0" lets one waiter try, "1" (the write lock
  * released) lets all of them.
  */
-#include "lock.h"
 #include "alloc.h"
+#include "lock.h"
 
 #include "error.h"
 
@@ -26,8 +26,7 @@ static size_t write_field(dlock_t *l, uint64_t owner,
 
 /* "{name}:<owner field>:rwlock_timeout", the prefix of one owner's read
  * hold timeout keys. */
-static int timeout_prefix(dlock_t *l, uint64_t owner, char **out,
-                          size_t *len) {
+static int timeout_prefix(dlock_t *l, uint64_t owner, char **out, size_t *len) {
   char suffix[DLOCK__FIELD_MAX + 16];
   size_t n = dlock__field_plain(l, owner, suffix);
   memcpy(suffix + n, ":rwlock_timeout", 16);
@@ -57,9 +56,8 @@ static int read_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
            dlock__believed_count(l, owner));
   const char *argv[] = {l->name, prefix, l->token_key, lease,
                         field,   wfield, believed};
-  const size_t lens[] = {l->len,        prefix_len, l->token_key_len,
-                         strlen(lease), field_len,  wfield_len,
-                         strlen(believed)};
+  const size_t lens[] = {l->len,    prefix_len, l->token_key_len, strlen(lease),
+                         field_len, wfield_len, strlen(believed)};
   dlock__eval call = {&dlock__script_read_acquire, 3, 4, argv, lens};
   rc = dlock__run_acquire(l, owner, lease_ms, &call, ttl_ms);
   dlock__free(prefix);
@@ -83,11 +81,11 @@ static int read_release(dlock_t *l, uint64_t owner) {
   all[--all_len] = '\0'; /* "{name}:" without its colon */
   char field[DLOCK__FIELD_MAX];
   size_t field_len = dlock__field_plain(l, owner, field);
-  const char *argv[] = {l->name, l->channel, prefix, all,
-                        r.latch, "0",        field,  r.latch_ttl, r.count};
-  const size_t lens[] = {l->len,      l->channel_len, prefix_len, all_len,
-                         r.latch_len, 1,              field_len,
-                         strlen(r.latch_ttl), strlen(r.count)};
+  const char *argv[] = {l->name, l->channel, prefix,      all,    r.latch,
+                        "0",     field,      r.latch_ttl, r.count};
+  const size_t lens[] = {l->len,    l->channel_len,      prefix_len,
+                         all_len,   r.latch_len,         1,
+                         field_len, strlen(r.latch_ttl), strlen(r.count)};
   dlock__eval call = {&dlock__script_read_release, 5, 4, argv, lens};
   rc = dlock__release_run(l, owner, &r, &call);
   dlock__free(prefix);
@@ -121,9 +119,9 @@ static int write_release(dlock_t *l, uint64_t owner) {
   size_t wfield_len = write_field(l, owner, wfield);
   const char *argv[] = {l->name, l->channel, r.latch,     "1",
                         r.lease, wfield,     r.latch_ttl, r.count};
-  const size_t lens[] = {l->len,          l->channel_len, r.latch_len,
-                         1,               strlen(r.lease), wfield_len,
-                         strlen(r.latch_ttl), strlen(r.count)};
+  const size_t lens[] = {
+      l->len,          l->channel_len, r.latch_len,         1,
+      strlen(r.lease), wfield_len,     strlen(r.latch_ttl), strlen(r.count)};
   dlock__eval call = {&dlock__script_write_release, 3, 5, argv, lens};
   return dlock__release_run(l, owner, &r, &call);
 }

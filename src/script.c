@@ -1,8 +1,8 @@
 /*
  * Running the embedded scripts with EVALSHA, falling back to EVAL.
  */
-#include "scripts.h"
 #include "alloc.h"
+#include "scripts.h"
 
 #include "error.h"
 
@@ -16,7 +16,8 @@ static int format_eval(const dlock__eval *e, int with_body, char **cmd,
   int argc = 3 + e->nkeys + e->nargs;
   const char *local_argv[16];
   size_t local_lens[16];
-  const char **argv = argc <= 16 ? local_argv : dlock__malloc(argc * sizeof(*argv));
+  const char **argv =
+      argc <= 16 ? local_argv : dlock__malloc(argc * sizeof(*argv));
   size_t *lens = argc <= 16 ? local_lens : dlock__malloc(argc * sizeof(*lens));
   char nkeys[16];
   int rc = 0;

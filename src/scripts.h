@@ -1,6 +1,6 @@
 /*
- * The Lua scripts (the files in src/lua, embedded at build time with their SHA-1)
- * and how they are run: EVALSHA first, and EVAL with the body when Redis
+ * The Lua scripts (the files in src/lua, embedded at build time with their
+ * SHA-1) and how they are run: EVALSHA first, and EVAL with the body when Redis
  * answers NOSCRIPT (after SCRIPT FLUSH, a restart or a failover), which also
  * loads it for next time. Names and owner ids only ever travel as KEYS and
  * ARGV, never inside script text.

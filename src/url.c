@@ -41,7 +41,8 @@ static char *decode(const char *s, size_t len, int *nomem) {
       dlock__free(out);
       return NULL;
     }
-    int a = hexval((unsigned char)s[i + 1]), b = hexval((unsigned char)s[i + 2]);
+    int a = hexval((unsigned char)s[i + 1]),
+        b = hexval((unsigned char)s[i + 2]);
     if (a < 0 || b < 0 || (a == 0 && b == 0)) {
       dlock__free(out);
       return NULL;
@@ -95,8 +96,7 @@ static int parse_userinfo(const char **rest, const char *end,
     out->pass = decode(colon + 1, (size_t)(at - colon - 1), &nomem);
     if (out->pass == NULL)
       return nomem ? dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL")
-                   : dlock__fail(DLOCK_EINVAL,
-                                 "bad %%-escape in URL password");
+                   : dlock__fail(DLOCK_EINVAL, "bad %%-escape in URL password");
   }
   *rest = at + 1;
   return 0;

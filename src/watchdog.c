@@ -5,8 +5,8 @@
 #include "alloc.h"
 
 #include "error.h"
-#include "monotime.h"
 #include "lock.h"
+#include "monotime.h"
 #include "scripts.h"
 
 #include <stdio.h>
@@ -129,8 +129,7 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory renewing locks");
     goto out;
   }
-  snprintf(lease, sizeof(lease), "%lld",
-           (long long)c->opt.watchdog_timeout_ms);
+  snprintf(lease, sizeof(lease), "%lld", (long long)c->opt.watchdog_timeout_ms);
   /* Hash-field holds first, then read holds, each group in batches. */
   size_t m = 0;
   for (int pass = 0; pass < 2; pass++)
@@ -285,8 +284,8 @@ static void *watchdog_main(void *arg) {
     pthread_mutex_unlock(&wd->mu);
     int rc = renew_round(wd->c);
     pthread_mutex_lock(&wd->mu);
-    next_us = dlock__now_us() +
-              (rc == 0 ? period_us : period_us / RETRY_DIVISOR);
+    next_us =
+        dlock__now_us() + (rc == 0 ? period_us : period_us / RETRY_DIVISOR);
   }
   pthread_mutex_unlock(&wd->mu);
   return NULL;

@@ -115,10 +115,12 @@ static inline size_t lu_keyname(char *buf, size_t n, const char *prefix,
   memcpy(buf, prefix, p);
   i = p;
   buf[i++] = ':';
-  if (braces) buf[i++] = '{';
+  if (braces)
+    buf[i++] = '{';
   memcpy(buf + i, name, len);
   i += len;
-  if (braces) buf[i++] = '}';
+  if (braces)
+    buf[i++] = '}';
   buf[i] = '\0';
   return i;
 }
@@ -216,7 +218,8 @@ static inline int64_t lu_wait_gone(rp_server_t *s, const char *k,
                                    int64_t limit_ms) {
   int64_t t0 = lu_now_ms();
   while (lu_now_ms() - t0 < limit_ms) {
-    if (lu_exists(s, k) == 0) return lu_now_ms() - t0;
+    if (lu_exists(s, k) == 0)
+      return lu_now_ms() - t0;
     lu_sleep_ms(10);
   }
   return -1;
@@ -256,7 +259,8 @@ static inline redisContext *lu_connect(const rp_server_t *s) {
                         : redisConnectWithTimeout("127.0.0.1", rp_port(s), tv);
   if (r == NULL || r->err) {
     fprintf(stderr, "raw connect failed: %s\n", r ? r->errstr : "oom");
-    if (r) redisFree(r);
+    if (r)
+      redisFree(r);
     return NULL;
   }
   redisSetTimeout(r, tv);
@@ -289,13 +293,15 @@ static inline int lu_sub_wait(redisContext *r, int64_t timeout_ms, char *msg,
   tv.tv_usec = (suseconds_t)((timeout_ms % 1000) * 1000);
   redisSetTimeout(r, tv);
   void *v = NULL;
-  if (redisGetReply(r, &v) != REDIS_OK || v == NULL) return 0;
+  if (redisGetReply(r, &v) != REDIS_OK || v == NULL)
+    return 0;
   redisReply *rep = v;
   int ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 3 &&
            rep->element[0]->type == REDIS_REPLY_STRING &&
            strcmp(rep->element[0]->str, "message") == 0;
   if (ok) {
-    snprintf(msg, msgn, "%.*s", (int)rep->element[2]->len, rep->element[2]->str);
+    snprintf(msg, msgn, "%.*s", (int)rep->element[2]->len,
+             rep->element[2]->str);
     if (chan)
       snprintf(chan, chann, "%.*s", (int)rep->element[1]->len,
                rep->element[1]->str);

@@ -226,7 +226,8 @@ static void assert_only_bookkeeping_keys(rp_server_t *s) {
     int ok = (kl == 8 && memcmp(k, "sentinel", 8) == 0) ||
              strncmp(k, "redisson_lock_token:", 20) == 0 ||
              strncmp(k, "redisson_unlock_latch:", 22) == 0;
-    if (!ok) fprintf(stderr, "unexpected key left: %.*s\n", (int)kl, k);
+    if (!ok)
+      fprintf(stderr, "unexpected key left: %.*s\n", (int)kl, k);
     ASSERT(ok);
   }
   freeReplyObject(r);
@@ -250,7 +251,8 @@ TEST(bad_binary_names) {
   static const char n3[] = "\0{tag}\0";
   check_name_roundtrip(s, c, c2, n3, sizeof(n3) - 1);
   char all[256];
-  for (int i = 0; i < 256; i++) all[i] = (char)i;
+  for (int i = 0; i < 256; i++)
+    all[i] = (char)i;
   check_name_roundtrip(s, c, c2, all, sizeof(all));
   /* Two names differing only after a NUL are two locks. */
   dlock_t *a = NULL, *b = NULL;
@@ -348,9 +350,9 @@ TEST(bad_urls) {
 
 TEST(bad_url_password_not_in_detail) {
   dlock_client_t *c = NULL;
-  ASSERT_DLOCK_ERR(open_url("redis://u:hunter2@127.0.0.1:notaport", 500, 500,
-                            &c),
-                   DLOCK_EINVAL);
+  ASSERT_DLOCK_ERR(
+      open_url("redis://u:hunter2@127.0.0.1:notaport", 500, 500, &c),
+      DLOCK_EINVAL);
   ASSERT_NULL(strstr(dlock_last_error(), "hunter2"));
 }
 
@@ -411,9 +413,11 @@ static void *fake_run(void *p) {
   fake_t *f = p;
   while (!atomic_load(&f->stop)) {
     struct pollfd pfd = {f->fd, POLLIN, 0};
-    if (poll(&pfd, 1, 50) <= 0) continue;
+    if (poll(&pfd, 1, 50) <= 0)
+      continue;
     int cfd = accept(f->fd, NULL, NULL);
-    if (cfd < 0) continue;
+    if (cfd < 0)
+      continue;
     atomic_fetch_add(&f->accepted, 1);
     if (f->mode == FAKE_HTTP) {
       static const char resp[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
@@ -431,11 +435,15 @@ static void *fake_run(void *p) {
       static const char junk[] = "\x01\x02\x7fgarbage that is not RESP\r\n";
       if (write(cfd, junk, sizeof(junk) - 1) < 0) {
       }
-      if (f->nconns < 64) f->conns[f->nconns++] = cfd;
-      else close(cfd);
+      if (f->nconns < 64)
+        f->conns[f->nconns++] = cfd;
+      else
+        close(cfd);
     } else {
-      if (f->nconns < 64) f->conns[f->nconns++] = cfd;
-      else close(cfd);
+      if (f->nconns < 64)
+        f->conns[f->nconns++] = cfd;
+      else
+        close(cfd);
     }
   }
   return NULL;
@@ -463,7 +471,8 @@ static void fake_start(fake_t *f, enum fake_mode mode) {
 static void fake_stop(fake_t *f) {
   atomic_store(&f->stop, 1);
   pthread_join(f->thread, NULL);
-  for (int i = 0; i < f->nconns; i++) close(f->conns[i]);
+  for (int i = 0; i < f->nconns; i++)
+    close(f->conns[i]);
   close(f->fd);
 }
 
@@ -479,7 +488,8 @@ static void check_not_redis(enum fake_mode mode, const char *what) {
   printf("%s: %s \"%s\" in %" PRId64 " ms\n", what, dlock_err_name(rc),
          dlock_last_error(), took);
   ASSERT(rc == DLOCK_EPROTO || rc == DLOCK_EIO);
-  if (mode == FAKE_GARBAGE) ASSERT_DLOCK_ERR(rc, DLOCK_EPROTO);
+  if (mode == FAKE_GARBAGE)
+    ASSERT_DLOCK_ERR(rc, DLOCK_EPROTO);
   assert_detail();
   ASSERT_NULL(c);
   ASSERT_GE(atomic_load(&f.accepted), 1);
@@ -664,7 +674,8 @@ TEST(bad_database_out_of_range) {
 
 static int replica_link_up(rp_server_t *r) {
   redisReply *rep = rp_cmd(r, "INFO replication");
-  if (rep == NULL) return 0;
+  if (rep == NULL)
+    return 0;
   int up = rep->type == REDIS_REPLY_STRING &&
            strstr(rep->str, "master_link_status:up") != NULL;
   freeReplyObject(rep);
@@ -678,7 +689,8 @@ TEST(bad_readonly_replica) {
   lu_ok(rp_cmd(m, "CONFIG SET repl-diskless-sync-delay 0"));
   lu_ok(rp_cmd(r, "REPLICAOF 127.0.0.1 %d", rp_port(m)));
   int64_t t0 = lu_now_ms();
-  while (!replica_link_up(r) && lu_now_ms() - t0 < 10000) lu_sleep_ms(50);
+  while (!replica_link_up(r) && lu_now_ms() - t0 < 10000)
+    lu_sleep_ms(50);
   ASSERT(replica_link_up(r));
 
   dlock_client_t *c = lu_client(r);

@@ -143,9 +143,11 @@ TEST(basic_reentrant_watchdog) {
   rp_server_t *s = lu_server(0);
   dlock_client_t *c = lu_client(s);
   dlock_t *l = lu_get(c, "basic:reentwd");
-  for (int i = 0; i < 5; i++) ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  for (int i = 0; i < 5; i++)
+    ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
   ASSERT_EQ(dlock_hold_count(l), 5);
-  for (int i = 0; i < 4; i++) ASSERT_DLOCK_OK(dlock_unlock(l));
+  for (int i = 0; i < 4; i++)
+    ASSERT_DLOCK_OK(dlock_unlock(l));
   ASSERT_EQ(dlock_hold_count(l), 1);
   /* Still renewed with one hold left: alive past two watchdog timeouts. */
   lu_sleep_ms(1300);
@@ -788,8 +790,8 @@ TEST(basic_dlock_holder_excludes_redisson) {
   ASSERT_DLOCK_OK(dlock_lock(l, 30000));
 
   /* Redisson's acquire answers the PTTL while dlock holds it. */
-  redisReply *r = rp_cmd(s, "EVAL %s 1 %s 30000 javauuid:1", REDISSON_ACQUIRE,
-                         name);
+  redisReply *r =
+      rp_cmd(s, "EVAL %s 1 %s 30000 javauuid:1", REDISSON_ACQUIRE, name);
   ASSERT_NOT_NULL(r);
   ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
   ASSERT_GT(r->integer, 20000);

@@ -22,11 +22,13 @@
 /* One read-modify-write of 'key' on a raw connection; 0 or -1. */
 static int rmw_increment(redisContext *r, const char *key) {
   redisReply *g = redisCommand(r, "GET %s", key);
-  if (g == NULL) return -1;
+  if (g == NULL)
+    return -1;
   long long v = g->type == REDIS_REPLY_STRING ? strtoll(g->str, NULL, 10) : 0;
   freeReplyObject(g);
   redisReply *s = redisCommand(r, "SET %s %lld", key, v + 1);
-  if (s == NULL) return -1;
+  if (s == NULL)
+    return -1;
   int ok = s->type == REDIS_REPLY_STATUS;
   freeReplyObject(s);
   return ok ? 0 : -1;
@@ -57,10 +59,12 @@ static void *excl_worker(void *p) {
   excl_shared_t *sh = p;
   redisContext *r = lu_connect(sh->srv);
   dlock_t *l = sh->shared_handle;
-  if (l == NULL && dlock_get(sh->client, sh->name, &l) != 0) l = NULL;
+  if (l == NULL && dlock_get(sh->client, sh->name, &l) != 0)
+    l = NULL;
   if (r == NULL || l == NULL) {
     atomic_fetch_add(&sh->errors, 1);
-    if (r) redisFree(r);
+    if (r)
+      redisFree(r);
     return NULL;
   }
   for (int i = 0; i < sh->iterations; i++) {
@@ -81,7 +85,8 @@ static void *excl_worker(void *p) {
     if (tok <= atomic_load(&g_last_token))
       atomic_fetch_add(&sh->token_violations, 1);
     atomic_store(&g_last_token, tok);
-    if (rmw_increment(r, sh->counter) != 0) atomic_fetch_add(&sh->errors, 1);
+    if (rmw_increment(r, sh->counter) != 0)
+      atomic_fetch_add(&sh->errors, 1);
     atomic_fetch_sub(&g_inside, 1);
     rc = dlock_unlock(l);
     if (rc != 0) {
@@ -91,7 +96,8 @@ static void *excl_worker(void *p) {
       break;
     }
   }
-  if (l != sh->shared_handle) dlock_free(l);
+  if (l != sh->shared_handle)
+    dlock_free(l);
   redisFree(r);
   return NULL;
 }
@@ -107,7 +113,8 @@ static void run_thread_exclusion(int unix_socket, int share_handle) {
   sh.name = "excl:threads";
   sh.counter = "excl:counter";
   sh.iterations = ITER;
-  if (share_handle) sh.shared_handle = lu_get(c, sh.name);
+  if (share_handle)
+    sh.shared_handle = lu_get(c, sh.name);
   atomic_init(&sh.violations, 0);
   atomic_init(&sh.errors, 0);
   atomic_init(&sh.first_rc, 0);
@@ -116,7 +123,8 @@ static void run_thread_exclusion(int unix_socket, int share_handle) {
   pthread_t t[THREADS];
   for (int i = 0; i < THREADS; i++)
     ASSERT_EQ(pthread_create(&t[i], NULL, excl_worker, &sh), 0);
-  for (int i = 0; i < THREADS; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < THREADS; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
   printf("%d threads x %d iterations: %" PRId64 " ms\n", THREADS, ITER,
          lu_now_ms() - t0);
   if (atomic_load(&sh.first_rc) != 0)
@@ -155,7 +163,8 @@ TEST(excl_threads_two_clients) {
   pthread_t t[THREADS];
   for (int i = 0; i < THREADS; i++)
     ASSERT_EQ(pthread_create(&t[i], NULL, excl_worker, &sh[i % 2]), 0);
-  for (int i = 0; i < THREADS; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < THREADS; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
   for (int k = 0; k < 2; k++) {
     ASSERT_EQ(atomic_load(&sh[k].first_rc), 0);
     ASSERT_EQ(atomic_load(&sh[k].errors), 0);
@@ -177,11 +186,14 @@ static int child_increments(const rp_server_t *s, const char *name,
   dlock_options_t o;
   lu_options(&o, s);
   dlock_client_t *c = NULL;
-  if (dlock_client_open(&o, &c) != 0) return 10;
+  if (dlock_client_open(&o, &c) != 0)
+    return 10;
   dlock_t *l = NULL;
-  if (dlock_get(c, name, &l) != 0) return 11;
+  if (dlock_get(c, name, &l) != 0)
+    return 11;
   redisContext *r = lu_connect(s);
-  if (r == NULL) return 12;
+  if (r == NULL)
+    return 12;
   int code = 0;
   for (int i = 0; i < iter && code == 0; i++) {
     int rc = dlock_lock(l, i % 2 ? DLOCK_WATCHDOG : 10000);
@@ -191,11 +203,14 @@ static int child_increments(const rp_server_t *s, const char *name,
       code = 13;
       break;
     }
-    if (rmw_increment(r, counter) != 0) code = 14;
+    if (rmw_increment(r, counter) != 0)
+      code = 14;
     redisReply *pr = redisCommand(r, "RPUSH %s:tokens %llu", counter,
                                   (unsigned long long)dlock_token(l));
-    if (pr == NULL || pr->type != REDIS_REPLY_INTEGER) code = 16;
-    if (pr) freeReplyObject(pr);
+    if (pr == NULL || pr->type != REDIS_REPLY_INTEGER)
+      code = 16;
+    if (pr)
+      freeReplyObject(pr);
     rc = dlock_unlock(l);
     if (rc != 0) {
       fprintf(stderr, "child unlock: %s %s\n", dlock_err_name(rc),
@@ -217,7 +232,8 @@ TEST(excl_processes) {
   for (int i = 0; i < PROCS; i++) {
     pid_t p = fork();
     ASSERT_GE(p, 0);
-    if (p == 0) _exit(child_increments(s, "excl:procs", "excl:pcounter", ITER));
+    if (p == 0)
+      _exit(child_increments(s, "excl:procs", "excl:pcounter", ITER));
     pids[i] = p;
   }
   int64_t t0 = lu_now_ms();
@@ -250,7 +266,8 @@ TEST(excl_processes_and_threads) {
   for (int i = 0; i < PROCS; i++) {
     pid_t p = fork();
     ASSERT_GE(p, 0);
-    if (p == 0) _exit(child_increments(s, "excl:mixed", "excl:mcounter", ITER));
+    if (p == 0)
+      _exit(child_increments(s, "excl:mixed", "excl:mcounter", ITER));
     pids[i] = p;
   }
   dlock_client_t *c = lu_client(s);
@@ -264,7 +281,8 @@ TEST(excl_processes_and_threads) {
   pthread_t t[THREADS];
   for (int i = 0; i < THREADS; i++)
     ASSERT_EQ(pthread_create(&t[i], NULL, excl_worker, &sh), 0);
-  for (int i = 0; i < THREADS; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < THREADS; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
   for (int i = 0; i < PROCS; i++) {
     int st = 0;
     ASSERT_EQ(waitpid(pids[i], &st, 0), pids[i]);
@@ -291,7 +309,8 @@ static void *wake_waiter(void *p) {
   wake_arg_t *a = p;
   a->rc = dlock_lock(a->l, 30000);
   a->acquired_ms = lu_now_ms_f();
-  if (a->rc == 0) dlock_unlock(a->l);
+  if (a->rc == 0)
+    dlock_unlock(a->l);
   return NULL;
 }
 
@@ -368,18 +387,24 @@ TEST(excl_wake_latency_across_processes) {
     if (dlock_client_open(&o, &c) != 0 || dlock_get(c, "excl:wakep", &l) != 0)
       _exit(20);
     for (int i = 0; i < ROUNDS; i++) {
-      if (dlock_lock(l, 30000) != 0) _exit(21);
+      if (dlock_lock(l, 30000) != 0)
+        _exit(21);
       char go = 0;
       double t0 = 0;
-      if (write(to_parent[1], &t0, sizeof(t0)) != sizeof(t0)) _exit(22);
+      if (write(to_parent[1], &t0, sizeof(t0)) != sizeof(t0))
+        _exit(22);
       /* The parent starts waiting, then says so. */
-      if (read(to_child[0], &go, 1) != 1) _exit(23);
+      if (read(to_child[0], &go, 1) != 1)
+        _exit(23);
       lu_sleep_ms(150);
       t0 = lu_now_ms_f();
-      if (dlock_unlock(l) != 0) _exit(24);
-      if (write(to_parent[1], &t0, sizeof(t0)) != sizeof(t0)) _exit(25);
+      if (dlock_unlock(l) != 0)
+        _exit(24);
+      if (write(to_parent[1], &t0, sizeof(t0)) != sizeof(t0))
+        _exit(25);
       /* Wait until the parent got it and let it go again. */
-      if (read(to_child[0], &go, 1) != 1) _exit(26);
+      if (read(to_child[0], &go, 1) != 1)
+        _exit(26);
     }
     dlock_free(l);
     dlock_client_close(c);
@@ -432,8 +457,10 @@ typedef struct chain_arg {
 static void *chain_waiter(void *p) {
   chain_arg_t *a = p;
   a->rc = dlock_trylock(a->l, 10000, 30000);
-  if (a->rc != 0) return NULL;
-  if (atomic_fetch_add(a->inside, 1) != 0) atomic_fetch_add(a->bad, 1);
+  if (a->rc != 0)
+    return NULL;
+  if (atomic_fetch_add(a->inside, 1) != 0)
+    atomic_fetch_add(a->bad, 1);
   lu_sleep_ms(20);
   atomic_fetch_sub(a->inside, 1);
   a->rc = dlock_unlock(a->l);
@@ -461,10 +488,12 @@ TEST(excl_many_waiters_all_served) {
   lu_sleep_ms(200);
   int64_t t0 = lu_now_ms();
   ASSERT_DLOCK_OK(dlock_unlock(l));
-  for (int i = 0; i < N; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < N; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
   int64_t took = lu_now_ms() - t0;
   printf("%d waiters served in %" PRId64 " ms (20 ms each inside)\n", N, took);
-  for (int i = 0; i < N; i++) ASSERT_EQ(a[i].rc, 0);
+  for (int i = 0; i < N; i++)
+    ASSERT_EQ(a[i].rc, 0);
   ASSERT_EQ(atomic_load(&bad), 0);
   /* 10 x 20 ms of work; hand-offs are prompt, not lease-bound (30 s). */
   ASSERT_LT(took, 5000);
@@ -530,9 +559,11 @@ typedef struct hold_arg {
 static void *hold_waiter(void *p) {
   hold_arg_t *a = p;
   a->rc = dlock_trylock(a->l, a->wait_ms, 30000);
-  if (a->rc != 0) return NULL;
+  if (a->rc != 0)
+    return NULL;
   atomic_fetch_add(a->acquired, 1);
-  while (!atomic_load(a->release)) lu_sleep_ms(5);
+  while (!atomic_load(a->release))
+    lu_sleep_ms(5);
   a->rc = dlock_unlock(a->l);
   return NULL;
 }
@@ -547,8 +578,7 @@ TEST(excl_waiter_does_not_poll) {
   lu_ok(rp_cmd(s, "PEXPIRE excl:nopoll 30000"));
   int64_t before = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval");
   ASSERT_DLOCK_ERR(dlock_trylock(l, 1500, 10000), DLOCK_ETIMEDOUT);
-  int64_t tries =
-      lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval") - before;
+  int64_t tries = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval") - before;
   printf("acquire scripts run during a 1.5 s wait: %" PRId64 "\n", tries);
   /* First try, one after subscribing, one at the deadline; a script
    * reload may add one. A 100 ms poll would be 15. */
@@ -586,8 +616,10 @@ TEST(excl_unlock_wakes_one_waiter_per_process) {
   /* The unlock itself and one acquire; a little slack, far below 1 + N. */
   ASSERT_LE(scripts, 4);
   atomic_store(&release, 1);
-  for (int i = 0; i < N; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
-  for (int i = 0; i < N; i++) ASSERT_EQ(a[i].rc, 0);
+  for (int i = 0; i < N; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < N; i++)
+    ASSERT_EQ(a[i].rc, 0);
   ASSERT_EQ(atomic_load(&acquired), N);
   dlock_free(l);
   dlock_client_close(c);
@@ -623,8 +655,10 @@ TEST(excl_subscriptions_shared_and_dropped) {
   /* Redisson-style release. */
   lu_ok(rp_cmd(s, "DEL excl:subs"));
   freeReplyObject(rp_cmd(s, "PUBLISH %s 0", ch));
-  for (int i = 0; i < N; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
-  for (int i = 0; i < N; i++) ASSERT_EQ(a[i].rc, 0);
+  for (int i = 0; i < N; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < N; i++)
+    ASSERT_EQ(a[i].rc, 0);
   int64_t t0 = lu_now_ms();
   while (lu_numsub(s, ch, chn) != 0 && lu_now_ms() - t0 < 2000)
     lu_sleep_ms(10);
@@ -665,13 +699,18 @@ static void *churn_thread(void *p) {
   }
   for (int i = 0; i < 150; i++) {
     int rc = dlock_lock(l, (i % 4 == 3) ? 5000 : DLOCK_WATCHDOG);
-    if (rc == 0 && i % 5 == 0) rc = dlock_lock(l, DLOCK_WATCHDOG);
-    if (rc == 0 && i % 5 == 0) rc = dlock_unlock(l);
+    if (rc == 0 && i % 5 == 0)
+      rc = dlock_lock(l, DLOCK_WATCHDOG);
+    if (rc == 0 && i % 5 == 0)
+      rc = dlock_unlock(l);
     /* Some holds last across a renewal round (every 200 ms). */
-    if (rc == 0 && i % 50 == 0) lu_sleep_ms(250);
-    if (rc == 0) rc = dlock_unlock(l);
+    if (rc == 0 && i % 50 == 0)
+      lu_sleep_ms(250);
+    if (rc == 0)
+      rc = dlock_unlock(l);
     if (rc != 0) {
-      if (a->errors++ == 0) a->first_rc = rc;
+      if (a->errors++ == 0)
+        a->first_rc = rc;
     }
   }
   dlock_free(l);
@@ -697,7 +736,8 @@ TEST(excl_churn_no_spurious_loss) {
     a[i] = (churn_arg_t){c, i, 0, 0};
     ASSERT_EQ(pthread_create(&t[i], NULL, churn_thread, &a[i]), 0);
   }
-  for (int i = 0; i < N; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < N; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
   for (int i = 0; i < N; i++) {
     if (a[i].errors)
       printf("thread %d: %d errors, first %s\n", i, a[i].errors,

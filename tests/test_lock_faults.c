@@ -36,7 +36,8 @@ static dlock_client_t *fast_client(rp_server_t *s, lu_lost_t *rec) {
 static int64_t wait_working(dlock_t *l, int64_t limit_ms) {
   int64_t t0 = lu_now_ms();
   while (lu_now_ms() - t0 < limit_ms) {
-    if (dlock_is_locked(l) >= 0) return lu_now_ms() - t0;
+    if (dlock_is_locked(l) >= 0)
+      return lu_now_ms() - t0;
     lu_sleep_ms(50);
   }
   return -1;
@@ -50,7 +51,7 @@ static int64_t wait_working(dlock_t *l, int64_t limit_ms) {
     int64_t t0_ = lu_now_ms();                                                 \
     int64_t rc_ = (int64_t)(expr);                                             \
     int64_t took_ = lu_now_ms() - t0_;                                         \
-    printf("%s -> %s (%s) in %" PRId64 " ms\n", #expr,                        \
+    printf("%s -> %s (%s) in %" PRId64 " ms\n", #expr,                         \
            dlock_err_name((int)rc_), dlock_last_error(), took_);               \
     ASSERT_EQ(rc_, code);                                                      \
     ASSERT_LT(took_, limit_ms);                                                \
@@ -139,7 +140,8 @@ TEST(fault_paused_waiter_recovers) {
          dlock_err_name(a.rc), a.done_ms - t0);
   /* dlock_lock may report the outage (EIO) or ride it out and acquire. */
   ASSERT(a.rc == 0 || a.rc == DLOCK_EIO);
-  if (a.rc == 0) ASSERT_EQ(a.held, 1);
+  if (a.rc == 0)
+    ASSERT_EQ(a.held, 1);
   ASSERT_LT(a.done_ms - t0, 8000);
   dlock_free(l);
   dlock_client_close(c);
@@ -211,8 +213,8 @@ TEST(fault_restart_while_waiting) {
   ASSERT_EQ(rp_restart(s), 0);
   int64_t t0 = lu_now_ms();
   ASSERT_EQ(pthread_join(t, NULL), 0);
-  printf("waiter: %s %" PRId64 " ms after the restart\n",
-         dlock_err_name(a.rc), a.done_ms - t0);
+  printf("waiter: %s %" PRId64 " ms after the restart\n", dlock_err_name(a.rc),
+         a.done_ms - t0);
   ASSERT_EQ(a.rc, 0);
   ASSERT_EQ(a.held, 1);
   ASSERT_LT(a.done_ms - t0, 5000);
@@ -375,7 +377,8 @@ TEST(fault_oom_reports_eserver) {
 
 /* ---- idempotent unlock ------------------------------------------------- */
 
-static int64_t count_latches(rp_server_t *s, const char *name, int64_t *min_ttl) {
+static int64_t count_latches(rp_server_t *s, const char *name,
+                             int64_t *min_ttl) {
   char pat[256];
   snprintf(pat, sizeof(pat), "redisson_unlock_latch:{%s}:*", name);
   redisReply *r = rp_cmd(s, "KEYS %s", pat);
@@ -385,7 +388,8 @@ static int64_t count_latches(rp_server_t *s, const char *name, int64_t *min_ttl)
   *min_ttl = INT64_MAX;
   for (size_t i = 0; i < r->elements; i++) {
     int64_t p = lu_pttl(s, r->element[i]->str);
-    if (p < *min_ttl) *min_ttl = p;
+    if (p < *min_ttl)
+      *min_ttl = p;
   }
   freeReplyObject(r);
   return n;

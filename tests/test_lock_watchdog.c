@@ -143,9 +143,12 @@ TEST(wd_holder_killed) {
     dlock_t *l = NULL;
     if (dlock_client_open(&o, &c) != 0 || dlock_get(c, "wd:killed", &l) != 0)
       _exit(20);
-    if (dlock_lock(l, DLOCK_WATCHDOG) != 0) _exit(21);
-    if (write(ready[1], "1", 1) != 1) _exit(22);
-    for (;;) pause();
+    if (dlock_lock(l, DLOCK_WATCHDOG) != 0)
+      _exit(21);
+    if (write(ready[1], "1", 1) != 1)
+      _exit(22);
+    for (;;)
+      pause();
   }
   close(ready[1]);
   char b;
@@ -314,7 +317,8 @@ TEST(wd_lost_callback_may_call_dlock) {
     pthread_mutex_lock(&r.mu);
     done = r.done;
     pthread_mutex_unlock(&r.mu);
-    if (done) break;
+    if (done)
+      break;
     lu_sleep_ms(10);
   }
   if (!done)
@@ -389,15 +393,20 @@ TEST(wd_paused_holder_loses_lock) {
     dlock_t *l = NULL;
     if (dlock_client_open(&o, &c) != 0 || dlock_get(c, "wd:paused", &l) != 0)
       _exit(20);
-    if (dlock_lock(l, DLOCK_WATCHDOG) != 0) _exit(21);
+    if (dlock_lock(l, DLOCK_WATCHDOG) != 0)
+      _exit(21);
     uint64_t tok = dlock_token(l);
-    if (write(up[1], &tok, sizeof(tok)) != sizeof(tok)) _exit(22);
+    if (write(up[1], &tok, sizeof(tok)) != sizeof(tok))
+      _exit(22);
     char go;
-    if (read(down[0], &go, 1) != 1) _exit(23);
+    if (read(down[0], &go, 1) != 1)
+      _exit(23);
     /* Resumed: the watchdog's next renewal finds the lock gone. */
-    if (lu_lost_wait(&rec, 3000) != 1) _exit(24);
+    if (lu_lost_wait(&rec, 3000) != 1)
+      _exit(24);
     int rc = dlock_unlock(l);
-    if (rc != DLOCK_ELOST) _exit(25);
+    if (rc != DLOCK_ELOST)
+      _exit(25);
     dlock_free(l);
     dlock_client_close(c);
     _exit(0);

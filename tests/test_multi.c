@@ -48,9 +48,12 @@ static void mfix_init(mfix_t *f, int three, const char *prefix) {
 
 static void mfix_free(mfix_t *f) {
   dlock_free(f->m);
-  for (int i = 0; i < N; i++) dlock_free(f->h[i]);
-  for (int i = 0; i < f->nsrv; i++) dlock_client_close(f->c[i]);
-  for (int i = 0; i < f->nsrv; i++) rp_free(f->s[i]);
+  for (int i = 0; i < N; i++)
+    dlock_free(f->h[i]);
+  for (int i = 0; i < f->nsrv; i++)
+    dlock_client_close(f->c[i]);
+  for (int i = 0; i < f->nsrv; i++)
+    rp_free(f->s[i]);
 }
 
 static dlock_client_t *client_of(mfix_t *f, int i) {
@@ -60,7 +63,8 @@ static dlock_client_t *client_of(mfix_t *f, int i) {
 /* How many of the names exist on their servers. */
 static int held_count(mfix_t *f) {
   int n = 0;
-  for (int i = 0; i < N; i++) n += (int)lu_exists(srv_of(f, i), f->names[i]);
+  for (int i = 0; i < N; i++)
+    n += (int)lu_exists(srv_of(f, i), f->names[i]);
   return n;
 }
 
@@ -84,13 +88,16 @@ static void *releaser_main(void *p) {
   releaser_t *r = p;
   lu_sleep_ms(r->after_ms);
   redisContext *c = lu_connect(r->s);
-  if (c == NULL) return NULL;
+  if (c == NULL)
+    return NULL;
   char ch[256];
   lu_channel(ch, sizeof(ch), r->name, strlen(r->name));
   redisReply *x = redisCommand(c, "DEL %s", r->name);
-  if (x) freeReplyObject(x);
+  if (x)
+    freeReplyObject(x);
   x = redisCommand(c, "PUBLISH %s 0", ch);
-  if (x) freeReplyObject(x);
+  if (x)
+    freeReplyObject(x);
   redisFree(c);
   return NULL;
 }
@@ -116,7 +123,8 @@ static void run_all_or_nothing(int three) {
   ASSERT_EQ(lu_exists(srv_of(&f, 2), f.names[2]), 0);
   ASSERT_EQ(lu_hget_num(srv_of(&f, 1), f.names[1], "foreign:1"), 1);
   ASSERT_EQ(lu_hlen(srv_of(&f, 1), f.names[1]), 1);
-  for (int i = 0; i < N; i++) ASSERT_EQ(dlock_is_held(f.h[i]), 0);
+  for (int i = 0; i < N; i++)
+    ASSERT_EQ(dlock_is_held(f.h[i]), 0);
   ASSERT_EQ(dlock_is_held(f.m), 0);
   ASSERT_DLOCK_ERR(dlock_unlock(f.m), DLOCK_ENOTHELD);
 
@@ -133,7 +141,8 @@ static void run_all_or_nothing(int three) {
   ASSERT_GE(took, 250);
   ASSERT_LT(took, 3000);
   ASSERT_EQ(held_count(&f), N);
-  for (int i = 0; i < N; i++) ASSERT_EQ(raw_count(&f, i, dlock_self()), 1);
+  for (int i = 0; i < N; i++)
+    ASSERT_EQ(raw_count(&f, i, dlock_self()), 1);
   ASSERT_DLOCK_OK(dlock_unlock(f.m));
   ASSERT_EQ(held_count(&f), 0);
   mfix_free(&f);
@@ -165,7 +174,8 @@ static void run_take_all(int three) {
   /* Another owner is refused, and takes nothing. */
   uint64_t other = dlock_owner_new();
   ASSERT_DLOCK_ERR(dlock_trylock_as(f.m, other, 0, 5000), DLOCK_ETIMEDOUT);
-  for (int i = 0; i < N; i++) ASSERT_EQ(raw_count(&f, i, other), -1);
+  for (int i = 0; i < N; i++)
+    ASSERT_EQ(raw_count(&f, i, other), -1);
   ASSERT_DLOCK_OK(dlock_unlock(f.m));
   ASSERT_EQ(held_count(&f), 0);
   ASSERT_EQ(dlock_is_held(f.m), 0);
@@ -197,11 +207,14 @@ static void *order_main(void *p) {
   order_arg_t *a = p;
   for (int i = 0; i < a->iter; i++) {
     a->rc = dlock_lock(a->m, 5000);
-    if (a->rc) return NULL;
-    if (atomic_fetch_add(a->inside, 1) != 0) atomic_fetch_add(a->overlaps, 1);
+    if (a->rc)
+      return NULL;
+    if (atomic_fetch_add(a->inside, 1) != 0)
+      atomic_fetch_add(a->overlaps, 1);
     atomic_fetch_sub(a->inside, 1);
     a->rc = dlock_unlock(a->m);
-    if (a->rc) return NULL;
+    if (a->rc)
+      return NULL;
     a->done++;
   }
   return NULL;
@@ -264,7 +277,8 @@ TEST(rotating_triples_no_deadlock) {
     a[k] = (order_arg_t){m[k], ITER, &inside, &overlaps, 0, 0};
     ASSERT_EQ(pthread_create(&t[k], NULL, order_main, &a[k]), 0);
   }
-  for (int k = 0; k < 3; k++) ASSERT_EQ(pthread_join(t[k], NULL), 0);
+  for (int k = 0; k < 3; k++)
+    ASSERT_EQ(pthread_join(t[k], NULL), 0);
   printf("3 x %d rotating triples: %" PRId64 " ms\n", (int)ITER,
          lu_now_ms() - t0);
   for (int k = 0; k < 3; k++) {
@@ -273,7 +287,8 @@ TEST(rotating_triples_no_deadlock) {
   }
   ASSERT_EQ(atomic_load(&overlaps), 0);
   ASSERT_EQ(held_count(&f), 0);
-  for (int k = 0; k < 3; k++) dlock_free(m[k]);
+  for (int k = 0; k < 3; k++)
+    dlock_free(m[k]);
   mfix_free(&f);
 }
 
@@ -291,7 +306,8 @@ static void run_reentrancy(int three) {
   }
   ASSERT_DLOCK_OK(dlock_unlock(f.m));
   ASSERT_EQ(held_count(&f), N);
-  for (int i = 0; i < N; i++) ASSERT_EQ(raw_count(&f, i, me), 1);
+  for (int i = 0; i < N; i++)
+    ASSERT_EQ(raw_count(&f, i, me), 1);
   ASSERT_DLOCK_OK(dlock_unlock(f.m));
   ASSERT_EQ(held_count(&f), 0);
   ASSERT_DLOCK_ERR(dlock_unlock(f.m), DLOCK_ENOTHELD);

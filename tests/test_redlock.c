@@ -50,7 +50,8 @@ static void rfix_clients(rfix_t *f, rp_server_t *const *servers,
 static void rfix_init(rfix_t *f, const char *name, int64_t cmd_timeout_ms) {
   memset(f, 0, sizeof(*f));
   f->name = name;
-  for (int i = 0; i < NODES; i++) f->s[i] = lu_server(i % 2);
+  for (int i = 0; i < NODES; i++)
+    f->s[i] = lu_server(i % 2);
   rfix_clients(f, f->s, cmd_timeout_ms);
 }
 
@@ -68,7 +69,8 @@ static void rfix_close_clients(rfix_t *f) {
 static void rfix_free(rfix_t *f) {
   rfix_close_clients(f);
   for (int i = 0; i < NODES; i++) {
-    if (f->down[i] == 2) rp_resume(f->s[i]);
+    if (f->down[i] == 2)
+      rp_resume(f->s[i]);
     rp_free(f->s[i]);
   }
 }
@@ -92,7 +94,8 @@ static void node_resume(rfix_t *f, int i) {
 static int nodes_holding(rfix_t *f) {
   int n = 0;
   for (int i = 0; i < NODES; i++)
-    if (!f->down[i]) n += (int)lu_exists(f->s[i], f->name);
+    if (!f->down[i])
+      n += (int)lu_exists(f->s[i], f->name);
   return n;
 }
 
@@ -152,12 +155,14 @@ TEST(acquire_on_all_release_on_all) {
   /* Another owner is refused and leaves nothing. */
   uint64_t other = dlock_owner_new();
   ASSERT_NE(dlock_trylock_as(f.red, other, 0, 10000), 0);
-  for (int i = 0; i < NODES; i++) ASSERT_EQ(lu_hlen(f.s[i], f.name), 1);
+  for (int i = 0; i < NODES; i++)
+    ASSERT_EQ(lu_hlen(f.s[i], f.name), 1);
 
   ASSERT_DLOCK_OK(dlock_unlock(f.red));
   printf("%d nodes hold it right after the unlock\n", nodes_holding(&f));
   ASSERT_EQ(wait_holding(&f, 0, 1000), 0);
-  for (int i = 0; i < NODES; i++) ASSERT_EQ(keys_left(f.s[i]), 0);
+  for (int i = 0; i < NODES; i++)
+    ASSERT_EQ(keys_left(f.s[i]), 0);
   ASSERT_EQ(dlock_is_held(f.red), 0);
   ASSERT_DLOCK_ERR(dlock_unlock(f.red), DLOCK_ENOTHELD);
   rfix_free(&f);
@@ -390,7 +395,8 @@ TEST(fencing_tokens_increase) {
   /* Counters diverge: node 2 jumps ahead by 100. */
   lu_ok(rp_cmd(f.s[2], "INCRBY %s 100", tk));
   printf("node counters:");
-  for (int i = 0; i < NODES; i++) printf(" %" PRId64, node_token(&f, i));
+  for (int i = 0; i < NODES; i++)
+    printf(" %" PRId64, node_token(&f, i));
   printf("\n");
   ASSERT_DLOCK_OK(dlock_lock_as(f.red, a, 10000));
   uint64_t t = dlock_token_as(f.red, a);
@@ -399,7 +405,8 @@ TEST(fencing_tokens_increase) {
   ASSERT_GT(t, prev + 100); /* the largest of the nodes' tokens */
   /* Written back: every node that granted it has a counter >= t. */
   int at_least = 0;
-  for (int i = 0; i < NODES; i++) at_least += node_token(&f, i) >= (int64_t)t;
+  for (int i = 0; i < NODES; i++)
+    at_least += node_token(&f, i) >= (int64_t)t;
   printf("nodes with counter >= token: %d\n", at_least);
   ASSERT_GE(at_least, NODES / 2 + 1);
   ASSERT_DLOCK_OK(dlock_unlock_as(f.red, a));
@@ -423,7 +430,8 @@ TEST(fencing_tokens_increase) {
   rfix_free(&f);
 }
 
-/* ---- exclusion ------------------------------------------------------------ */
+/* ---- exclusion ------------------------------------------------------------
+ */
 
 typedef struct rx_arg {
   dlock_t *red;
@@ -445,20 +453,26 @@ static void *rx_main(void *p) {
   }
   for (int i = 0; i < a->iter; i++) {
     a->rc = dlock_lock(a->red, 10000);
-    if (a->rc) break;
-    if (atomic_fetch_add(a->inside, 1) != 0) atomic_fetch_add(a->overlaps, 1);
+    if (a->rc)
+      break;
+    if (atomic_fetch_add(a->inside, 1) != 0)
+      atomic_fetch_add(a->overlaps, 1);
     uint64_t tok = dlock_token(a->red);
-    if (tok <= atomic_load(a->last_token)) atomic_fetch_add(a->token_bad, 1);
+    if (tok <= atomic_load(a->last_token))
+      atomic_fetch_add(a->token_bad, 1);
     atomic_store(a->last_token, tok);
     redisReply *g = redisCommand(r, "GET red:counter");
-    long long v = g && g->type == REDIS_REPLY_STRING ? strtoll(g->str, NULL, 10)
-                                                     : 0;
-    if (g) freeReplyObject(g);
+    long long v =
+        g && g->type == REDIS_REPLY_STRING ? strtoll(g->str, NULL, 10) : 0;
+    if (g)
+      freeReplyObject(g);
     redisReply *s = redisCommand(r, "SET red:counter %lld", v + 1);
-    if (s) freeReplyObject(s);
+    if (s)
+      freeReplyObject(s);
     atomic_fetch_sub(a->inside, 1);
     a->rc = dlock_unlock(a->red);
-    if (a->rc) break;
+    if (a->rc)
+      break;
     a->done++;
   }
   redisFree(r);
@@ -489,7 +503,8 @@ TEST(exclusion_two_client_sets) {
   int64_t t0 = lu_now_ms();
   for (int i = 0; i < 3; i++)
     ASSERT_EQ(pthread_create(&t[i], NULL, rx_main, &a[i]), 0);
-  for (int i = 0; i < 3; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < 3; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
   printf("3 contenders x %d: %" PRId64 " ms\n", (int)ITER, lu_now_ms() - t0);
   for (int i = 0; i < 3; i++) {
     ASSERT_DLOCK_OK(a[i].rc);
@@ -503,7 +518,8 @@ TEST(exclusion_two_client_sets) {
   rfix_free(&f1);
 }
 
-/* ---- watchdog ------------------------------------------------------------- */
+/* ---- watchdog -------------------------------------------------------------
+ */
 
 TEST(watchdog_renews_on_all_nodes) {
   rfix_t f;
@@ -522,7 +538,8 @@ TEST(watchdog_renews_on_all_nodes) {
   ASSERT_EQ(wait_holding(&f, 0, 1000), 0);
   lu_sleep_ms(700);
   ASSERT_EQ(nodes_holding(&f), 0);
-  for (int i = 0; i < NODES; i++) ASSERT_EQ(lu_lost_count(&f.lost[i]), 0);
+  for (int i = 0; i < NODES; i++)
+    ASSERT_EQ(lu_lost_count(&f.lost[i]), 0);
   rfix_free(&f);
 }
 
@@ -549,7 +566,8 @@ TEST(watchdog_majority_lost_reported) {
   node_kill(&f, 4);
   lu_sleep_ms(1500); /* more than two leases */
   int lost = 0;
-  for (int i = 0; i < NODES; i++) lost += lu_lost_count(&f.lost[i]);
+  for (int i = 0; i < NODES; i++)
+    lost += lu_lost_count(&f.lost[i]);
   printf("lost callbacks: %d\n", lost);
   int64_t t0 = lu_now_ms();
   ASSERT_DLOCK_ERR(dlock_unlock(f.red), DLOCK_ELOST);

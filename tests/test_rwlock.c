@@ -48,8 +48,7 @@ static const char *wfield(char *buf, size_t n, dlock_client_t *c,
 
 /* "{N}:<client-id>:<owner>:rwlock_timeout:<n>" ("N:..." when N has '{'). */
 static const char *rw_timeout_key(char *buf, size_t n, const char *name,
-                                  dlock_client_t *c, uint64_t owner,
-                                  int hold) {
+                                  dlock_client_t *c, uint64_t owner, int hold) {
   if (strchr(name, '{'))
     snprintf(buf, n, "%s:%s:%" PRIu64 ":rwlock_timeout:%d", name,
              dlock_client_id(c), owner, hold);
@@ -114,7 +113,8 @@ static void *taker_main(void *p) {
               ? dlock_lock(t->l, t->lease_ms)
               : dlock_trylock(t->l, t->wait_ms, t->lease_ms);
   t->acquired_ms = lu_now_ms();
-  if (t->rc == 0 && t->unlock) t->rc = dlock_unlock(t->l);
+  if (t->rc == 0 && t->unlock)
+    t->rc = dlock_unlock(t->l);
   return NULL;
 }
 
@@ -130,7 +130,8 @@ static void taker_init(taker_t *t, dlock_t *l, int64_t wait_ms,
 
 static uint64_t taker_owner(taker_t *t) {
   uint64_t o;
-  while ((o = atomic_load(&t->owner)) == 0) lu_sleep_ms(1);
+  while ((o = atomic_load(&t->owner)) == 0)
+    lu_sleep_ms(1);
   return o;
 }
 
@@ -411,8 +412,8 @@ static void run_read_leases(int64_t first, int64_t second, int same_owner) {
   ASSERT_DLOCK_OK(dlock_lock_as(a.r, o1, first));
   ASSERT_DLOCK_OK(dlock_lock_as(a.r, o2, second));
   int64_t p1 = lu_pttl(s, k1), p2 = lu_pttl(s, k2), ph = lu_pttl(s, name);
-  printf("pttl: hold 1 %" PRId64 ", hold 2 %" PRId64 ", hash %" PRId64 "\n",
-         p1, p2, ph);
+  printf("pttl: hold 1 %" PRId64 ", hold 2 %" PRId64 ", hash %" PRId64 "\n", p1,
+         p2, ph);
   ASSERT_GT(p1, first - 500);
   ASSERT_LE(p1, first);
   ASSERT_GT(p2, second - 500);
@@ -511,21 +512,21 @@ TEST(write_release_wakes_all_readers) {
   printf("subscribers on %s: %" PRId64 "\n", ch, lu_numsub(s, ch, strlen(ch)));
   ASSERT_GE(lu_numsub(s, ch, strlen(ch)), 2);
   lu_sleep_ms(150);
-  for (int i = 0; i < R; i++) ASSERT_EQ(dlock_is_held_as(t[i].l,
-                                                          taker_owner(&t[i])),
-                                        0);
+  for (int i = 0; i < R; i++)
+    ASSERT_EQ(dlock_is_held_as(t[i].l, taker_owner(&t[i])), 0);
   redisContext *sub = lu_subscribe(s, ch, strlen(ch));
 
   int64_t t_rel = lu_now_ms();
   ASSERT_DLOCK_OK(dlock_unlock(a.w));
-  for (int i = 0; i < R; i++) ASSERT_EQ(pthread_join(th[i], NULL), 0);
+  for (int i = 0; i < R; i++)
+    ASSERT_EQ(pthread_join(th[i], NULL), 0);
   int64_t worst = 0;
   for (int i = 0; i < R; i++) {
     ASSERT_DLOCK_OK(t[i].rc);
     int64_t d = t[i].acquired_ms - t_rel;
-    printf("reader %d acquired %" PRId64 " ms after the write release\n", i,
-           d);
-    if (d > worst) worst = d;
+    printf("reader %d acquired %" PRId64 " ms after the write release\n", i, d);
+    if (d > worst)
+      worst = d;
   }
   /* Without the "wake all" message they would sleep out the writer's
    * 10 s lease. */
@@ -538,9 +539,9 @@ TEST(write_release_wakes_all_readers) {
   assert_mode(s, name, "read");
   ASSERT_EQ(lu_hlen(s, name), 1 + R);
   for (int i = 0; i < R; i++)
-    ASSERT_EQ(lu_hget_num(s, name,
-                          lu_field(f, sizeof(f), i == 2 ? c2 : c1,
-                                   taker_owner(&t[i]))),
+    ASSERT_EQ(lu_hget_num(
+                  s, name,
+                  lu_field(f, sizeof(f), i == 2 ? c2 : c1, taker_owner(&t[i]))),
               1);
   /* The last reader out announces "0". */
   sub = lu_subscribe(s, ch, strlen(ch));
@@ -607,7 +608,8 @@ static void *mix_main(void *p) {
   for (int i = 0; i < m->iter; i++) {
     dlock_t *l = m->writer ? m->h.w : m->h.r;
     m->rc = dlock_lock(l, 10000);
-    if (m->rc) return NULL;
+    if (m->rc)
+      return NULL;
     if (m->writer) {
       if (atomic_fetch_add(m->writers, 1) != 0 || atomic_load(m->readers))
         atomic_fetch_add(m->bad, 1);
@@ -615,12 +617,14 @@ static void *mix_main(void *p) {
       atomic_fetch_sub(m->writers, 1);
     } else {
       atomic_fetch_add(m->readers, 1);
-      if (atomic_load(m->writers)) atomic_fetch_add(m->bad, 1);
+      if (atomic_load(m->writers))
+        atomic_fetch_add(m->bad, 1);
       lu_sleep_ms(1);
       atomic_fetch_sub(m->readers, 1);
     }
     m->rc = dlock_unlock(l);
-    if (m->rc) return NULL;
+    if (m->rc)
+      return NULL;
   }
   return NULL;
 }
@@ -639,14 +643,15 @@ TEST(mixed_readers_writers_exclusion) {
   pthread_t th[T];
   int64_t t0 = lu_now_ms();
   for (int i = 0; i < T; i++) {
-    m[i] = (mix_arg_t){i % 2 ? a : b, i < 2, ITER, &readers, &writers, &bad,
-                       0};
+    m[i] = (mix_arg_t){i % 2 ? a : b, i < 2, ITER, &readers, &writers, &bad, 0};
     ASSERT_EQ(pthread_create(&th[i], NULL, mix_main, &m[i]), 0);
   }
-  for (int i = 0; i < T; i++) ASSERT_EQ(pthread_join(th[i], NULL), 0);
+  for (int i = 0; i < T; i++)
+    ASSERT_EQ(pthread_join(th[i], NULL), 0);
   printf("%d threads x %d: %" PRId64 " ms\n", (int)T, (int)ITER,
          lu_now_ms() - t0);
-  for (int i = 0; i < T; i++) ASSERT_DLOCK_OK(m[i].rc);
+  for (int i = 0; i < T; i++)
+    ASSERT_DLOCK_OK(m[i].rc);
   ASSERT_EQ(atomic_load(&bad), 0);
   ASSERT_EQ(lu_exists(s, name), 0);
   ASSERT_EQ(keys_left(s), 0);

@@ -69,7 +69,8 @@ static void spin_waiter_init(spin_waiter_t *w, dlock_t *l, int64_t wait_ms) {
   atomic_init(&w->started, 0);
 }
 
-/* ---- exclusion ------------------------------------------------------------ */
+/* ---- exclusion ------------------------------------------------------------
+ */
 
 typedef struct excl_arg {
   dlock_t *l;
@@ -89,20 +90,26 @@ static void *excl_main(void *p) {
   }
   for (int i = 0; i < a->iter; i++) {
     a->rc = i % 2 ? dlock_lock(a->l, 10000) : dlock_lock(a->l, DLOCK_WATCHDOG);
-    if (a->rc) break;
-    if (atomic_fetch_add(a->inside, 1) != 0) atomic_fetch_add(a->overlaps, 1);
+    if (a->rc)
+      break;
+    if (atomic_fetch_add(a->inside, 1) != 0)
+      atomic_fetch_add(a->overlaps, 1);
     uint64_t tok = dlock_token(a->l);
-    if (tok <= atomic_load(a->last_token)) atomic_fetch_add(a->token_bad, 1);
+    if (tok <= atomic_load(a->last_token))
+      atomic_fetch_add(a->token_bad, 1);
     atomic_store(a->last_token, tok);
     redisReply *g = redisCommand(r, "GET spin:counter");
-    long long v = g && g->type == REDIS_REPLY_STRING ? strtoll(g->str, NULL, 10)
-                                                     : 0;
-    if (g) freeReplyObject(g);
+    long long v =
+        g && g->type == REDIS_REPLY_STRING ? strtoll(g->str, NULL, 10) : 0;
+    if (g)
+      freeReplyObject(g);
     redisReply *x = redisCommand(r, "SET spin:counter %lld", v + 1);
-    if (x) freeReplyObject(x);
+    if (x)
+      freeReplyObject(x);
     atomic_fetch_sub(a->inside, 1);
     a->rc = dlock_unlock(a->l);
-    if (a->rc) break;
+    if (a->rc)
+      break;
   }
   redisFree(r);
   return NULL;
@@ -123,14 +130,16 @@ TEST(exclusion_threads) {
   pthread_t t[T];
   int64_t t0 = lu_now_ms();
   for (int i = 0; i < T; i++) {
-    a[i] = (excl_arg_t){i % 2 ? l1 : l2, s,          ITER, &inside,
+    a[i] = (excl_arg_t){i % 2 ? l1 : l2, s,          ITER,  &inside,
                         &overlaps,       &token_bad, &last, 0};
     ASSERT_EQ(pthread_create(&t[i], NULL, excl_main, &a[i]), 0);
   }
-  for (int i = 0; i < T; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < T; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
   printf("%d threads x %d: %" PRId64 " ms\n", (int)T, (int)ITER,
          lu_now_ms() - t0);
-  for (int i = 0; i < T; i++) ASSERT_DLOCK_OK(a[i].rc);
+  for (int i = 0; i < T; i++)
+    ASSERT_DLOCK_OK(a[i].rc);
   ASSERT_EQ(atomic_load(&overlaps), 0);
   ASSERT_EQ(atomic_load(&token_bad), 0);
   ASSERT_EQ(lu_get_num_n(s, "spin:counter", 12), T * ITER);
@@ -142,7 +151,8 @@ TEST(exclusion_threads) {
   rp_free(s);
 }
 
-/* ---- waiting without pub/sub ---------------------------------------------- */
+/* ---- waiting without pub/sub ----------------------------------------------
+ */
 
 TEST(waiter_without_pubsub) {
   const char *name = "spin:nopubsub";
@@ -198,7 +208,8 @@ TEST(back_off_bounds_attempts) {
   w.lease_ms = 5000;
   pthread_t t;
   ASSERT_EQ(pthread_create(&t, NULL, spin_waiter_main, &w), 0);
-  while (!atomic_load(&w.started)) lu_sleep_ms(1);
+  while (!atomic_load(&w.started))
+    lu_sleep_ms(1);
   lu_sleep_ms(500);
   int64_t t_rel = lu_now_ms();
   ASSERT_DLOCK_OK(dlock_unlock_as(l, holder));
@@ -346,7 +357,8 @@ TEST(interop_with_reentrant) {
   rp_free(s);
 }
 
-/* ---- watchdog ------------------------------------------------------------- */
+/* ---- watchdog -------------------------------------------------------------
+ */
 
 TEST(watchdog) {
   rp_server_t *s = lu_server(0);

@@ -52,8 +52,8 @@ TEST(err_codes_distinct) {
 }
 
 TEST(err_unknown_codes) {
-  static const int unknown[] = {-12, -13, -100, -1000, 1, 2, 42, INT_MIN,
-                                INT_MAX, -(INT_MAX)};
+  static const int unknown[] = {-12, -13, -100,    -1000,   1,
+                                2,   42,  INT_MIN, INT_MAX, -(INT_MAX)};
   for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
     const char *s = dlock_strerror(unknown[i]);
     ASSERT_NOT_NULL(s);
@@ -81,7 +81,8 @@ TEST(err_options_defaults) {
   /* Garbage first, so every field must really be written. */
   memset(&o, 0xA5, sizeof(o));
   dlock_options_init(&o);
-  if (o.url != NULL) ASSERT_STR_EQ(o.url, "redis://127.0.0.1:6379");
+  if (o.url != NULL)
+    ASSERT_STR_EQ(o.url, "redis://127.0.0.1:6379");
   ASSERT_EQ(o.connect_timeout_ms, 2000);
   ASSERT_EQ(o.command_timeout_ms, 3000);
   ASSERT_EQ(o.watchdog_timeout_ms, 30000);
@@ -118,7 +119,8 @@ TEST(err_self_stable_in_thread) {
   uint64_t a = dlock_self();
   uint64_t b = dlock_self();
   ASSERT_EQ(a, b);
-  for (int i = 0; i < 1000; i++) ASSERT_EQ(dlock_self(), a);
+  for (int i = 0; i < 1000; i++)
+    ASSERT_EQ(dlock_self(), a);
 }
 
 TEST(err_self_distinct_across_threads) {
@@ -128,12 +130,14 @@ TEST(err_self_distinct_across_threads) {
   memset(r, 0, sizeof(r));
   for (int i = 0; i < N; i++)
     ASSERT_EQ(pthread_create(&t[i], NULL, self_thread, &r[i]), 0);
-  for (int i = 0; i < N; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < N; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
   uint64_t me = dlock_self();
   for (int i = 0; i < N; i++) {
     ASSERT_EQ(r[i].a, r[i].b);
     ASSERT_NE(r[i].a, me);
-    for (int j = i + 1; j < N; j++) ASSERT_NE(r[i].a, r[j].a);
+    for (int j = i + 1; j < N; j++)
+      ASSERT_NE(r[i].a, r[j].a);
   }
 }
 
@@ -148,7 +152,8 @@ TEST(err_self_never_reused_after_exit) {
     ASSERT_EQ(pthread_create(&t, NULL, self_thread, &r), 0);
     ASSERT_EQ(pthread_join(t, NULL), 0);
     seen[i] = r.a;
-    for (int j = 0; j < i; j++) ASSERT_NE(seen[i], seen[j]);
+    for (int j = 0; j < i; j++)
+      ASSERT_NE(seen[i], seen[j]);
   }
 }
 
@@ -159,7 +164,8 @@ static uint64_t owner_selfs[OWN_THREADS];
 static void *owner_thread(void *arg) {
   int k = (int)(intptr_t)arg;
   owner_selfs[k] = dlock_self();
-  for (int i = 0; i < OWN_PER; i++) owners[k][i] = dlock_owner_new();
+  for (int i = 0; i < OWN_PER; i++)
+    owners[k][i] = dlock_owner_new();
   return NULL;
 }
 
@@ -173,16 +179,19 @@ TEST(err_owner_new_unique) {
   for (int i = 0; i < OWN_THREADS; i++)
     ASSERT_EQ(pthread_create(&t[i], NULL, owner_thread, (void *)(intptr_t)i),
               0);
-  for (int i = 0; i < OWN_THREADS; i++) ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  for (int i = 0; i < OWN_THREADS; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
   size_t n = (size_t)OWN_THREADS * OWN_PER;
   uint64_t *all = malloc((n + OWN_THREADS + 1) * sizeof(uint64_t));
   ASSERT_NOT_NULL(all);
   memcpy(all, owners, n * sizeof(uint64_t));
   /* Owners drawn by dlock_owner_new never collide with thread owners. */
-  for (int i = 0; i < OWN_THREADS; i++) all[n++] = owner_selfs[i];
+  for (int i = 0; i < OWN_THREADS; i++)
+    all[n++] = owner_selfs[i];
   all[n++] = dlock_self();
   qsort(all, n, sizeof(uint64_t), cmp_u64);
-  for (size_t i = 1; i < n; i++) ASSERT_NE(all[i], all[i - 1]);
+  for (size_t i = 1; i < n; i++)
+    ASSERT_NE(all[i], all[i - 1]);
   free(all);
   /* And a new owner drawn later is not the current thread's either. */
   ASSERT_NE(dlock_owner_new(), dlock_self());

@@ -13,7 +13,8 @@
 
 static void parse_ok(const char *url, dlock__endpoint *e) {
   int rc = dlock__url_parse(url, e);
-  if (rc != 0) fprintf(stderr, "url %s: %s\n", url, dlock_last_error());
+  if (rc != 0)
+    fprintf(stderr, "url %s: %s\n", url, dlock_last_error());
   ASSERT_EQ(rc, 0);
 }
 
@@ -152,7 +153,8 @@ TEST(url_invalid) {
       "unix:///tmp/x.sock?db=",
       "rediss://host",
   };
-  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) parse_bad(bad[i]);
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+    parse_bad(bad[i]);
   parse_bad(NULL);
 }
 
