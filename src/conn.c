@@ -24,6 +24,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+/* How many wake-ups a thread may owe when it releases the mutex; more are
+ * made at once, under the mutex. */
+#define WAKES_MAX 64
 
 /* Reconnection back-off: the first retry is immediate (a restarted server
  * is usually back already), later ones wait longer, so that callers fail
@@ -33,30 +43,215 @@
 
 typedef struct dlock__caller caller;
 typedef struct dlock__request request;
+typedef struct dlock__wake_slot dlock__wake_slot;
 
 struct dlock__conn {
   pthread_mutex_t mu;
   dlock__conn_cfg cfg;
-  redisContext *ctx;    /* NULL while disconnected */
-  request *head, *tail; /* sent, awaiting replies, oldest first */
-  int driving;          /* a thread is reading replies */
-  int64_t retry_at_us;  /* no reconnect before this */
+  redisContext *ctx;     /* NULL while disconnected */
+  request *head, *tail;  /* sent, awaiting replies, oldest first */
+  int driving;           /* a thread is reading replies */
+  int writing;           /* a thread is writing 'wbuf' (write_out_locked) */
+  sds wbuf;              /* output taken from ctx->obuf, to go out first */
+  redisContext *sending; /* the context a send() is under way on, if any */
+  redisContext *zombie;  /* failed during that send; the writer frees it */
+  int64_t retry_at_us;   /* no reconnect before this */
   int64_t backoff_us;
   int last_code;         /* why the last connection failed */
   int broken_code;       /* set by break_locked for the driver to report */
   int timed_out;         /* the failure being handled is a timeout */
   int64_t last_reply_us; /* when the last reply came */
   char last_err[256];
+#ifdef __linux__
+  /* Callers told under 'mu' why they are woken, still to be woken by
+   * whoever releases 'mu' next (conn_unlock). */
+  _Atomic uint32_t *wakes[WAKES_MAX];
+  size_t nwakes;
+  /* The callers' futex words (see below), guarded by their own mutex since
+   * an answered caller gives its slot back without taking 'mu'. */
+  pthread_mutex_t slots_mu;
+  dlock__wake_slot *free_slots;
+  dlock__wake_slot *all_slots;
+#endif
 };
 
-static int init_monotonic_cond(pthread_cond_t *cv) {
+/* ---- waking callers ----------------------------------------------------- */
+
+/* Why a parked caller was woken. */
+enum { WAKE_NONE = 0, WAKE_DRIVE = 1, WAKE_DONE = 2 };
+
+#ifdef __linux__
+/*
+ * On Linux a caller sleeps on a futex word rather than on a condition
+ * variable tied to 'mu'. A condition variable would make every woken caller
+ * take 'mu' again on its way out, and since the driver wakes callers while
+ * it holds 'mu', each of them would first block on the mutex and be woken a
+ * second time. Here the word is set under 'mu' (with the replies published
+ * before it), the futex is woken only once 'mu' is released, and a caller
+ * whose replies are all in returns without taking 'mu' at all.
+ *
+ * The wake-up may therefore come after its caller has returned (it timed
+ * out and found its replies under 'mu'). So the word is not in the
+ * caller's stack frame but in a slot the connection owns until
+ * dlock__conn_free: a late wake-up reaches either a free slot or one that
+ * another caller took since, and every sleeper checks its own word again
+ * after waking, so a stray wake-up costs one extra look and nothing more.
+ */
+struct dlock__wake_slot {
+  _Atomic uint32_t word;
+  struct dlock__wake_slot *next_free; /* in the connection's free list */
+  struct dlock__wake_slot *next_all;  /* every slot, to free them at the end */
+};
+
+static void futex_wake_one(_Atomic uint32_t *word) {
+  syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+/* Gives the caller a slot: a free one, or a new one when all are taken
+ * (there are never more than the most callers ever in flight at once). */
+static int caller_init(dlock__conn *c, caller *me) {
+  pthread_mutex_lock(&c->slots_mu);
+  dlock__wake_slot *s = c->free_slots;
+  if (s != NULL) {
+    c->free_slots = s->next_free;
+  } else {
+    s = dlock__calloc(1, sizeof(*s));
+    if (s != NULL) {
+      s->next_all = c->all_slots;
+      c->all_slots = s;
+    }
+  }
+  pthread_mutex_unlock(&c->slots_mu);
+  if (s == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory for a waiting caller");
+  atomic_store_explicit(&s->word, WAKE_NONE, memory_order_relaxed);
+  me->slot = s;
+  return 0;
+}
+
+static void caller_destroy(dlock__conn *c, caller *me) {
+  pthread_mutex_lock(&c->slots_mu);
+  me->slot->next_free = c->free_slots;
+  c->free_slots = me->slot;
+  pthread_mutex_unlock(&c->slots_mu);
+  me->slot = NULL;
+}
+
+static void free_slots(dlock__conn *c) {
+  for (dlock__wake_slot *s = c->all_slots; s != NULL;) {
+    dlock__wake_slot *next = s->next_all;
+    dlock__free(s);
+    s = next;
+  }
+  c->all_slots = c->free_slots = NULL;
+}
+
+/* Tells 'who' why it is woken; the wake-up itself waits for conn_unlock. */
+static void notify_locked(dlock__conn *c, caller *who, uint32_t why) {
+  _Atomic uint32_t *word = &who->slot->word;
+  atomic_store_explicit(word, why, memory_order_release);
+  if (c->nwakes < WAKES_MAX)
+    c->wakes[c->nwakes++] = word;
+  else
+    futex_wake_one(word);
+}
+
+/* Wake-ups taken over from the connection, to be made outside 'mu'. */
+typedef struct wake_batch {
+  _Atomic uint32_t *words[WAKES_MAX];
+  size_t n;
+} wake_batch;
+
+static void take_wakes_locked(dlock__conn *c, wake_batch *b) {
+  b->n = c->nwakes;
+  if (b->n > 0)
+    memcpy(b->words, c->wakes, b->n * sizeof(b->words[0]));
+  c->nwakes = 0;
+}
+
+static void make_wakes(wake_batch *b) {
+  for (size_t i = 0; i < b->n; i++)
+    futex_wake_one(b->words[i]);
+}
+
+/* Releases 'mu', then wakes the callers notified under it. */
+static void conn_unlock(dlock__conn *c) {
+  wake_batch b;
+  take_wakes_locked(c, &b);
+  pthread_mutex_unlock(&c->mu);
+  make_wakes(&b);
+}
+
+/*
+ * Sleeps until notified or until the caller's deadline. Called with 'mu'
+ * held and another thread driving. Returns 1 when the caller's requests are
+ * all answered (or failed), with 'mu' released; 0 with 'mu' held again.
+ */
+static int park(dlock__conn *c, caller *me) {
+  _Atomic uint32_t *word = &me->slot->word;
+  atomic_store_explicit(word, WAKE_NONE, memory_order_relaxed);
+  conn_unlock(c);
+  struct timespec ts = dlock__timespec_at(me->deadline_us);
+  uint32_t why;
+  while ((why = atomic_load_explicit(word, memory_order_acquire)) ==
+         WAKE_NONE) {
+    /* FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time. */
+    if (syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_BITSET_PRIVATE,
+                WAKE_NONE, &ts, NULL, FUTEX_BITSET_MATCH_ANY) != 0 &&
+        errno == ETIMEDOUT)
+      break;
+  }
+  if (why == WAKE_DONE)
+    return 1;
+  pthread_mutex_lock(&c->mu);
+  return 0;
+}
+#else
+/* Elsewhere a condition variable on 'mu' per caller. */
+static int caller_init(dlock__conn *c, caller *me) {
+  (void)c;
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  int rc = pthread_cond_init(cv, &attr);
+  int rc = pthread_cond_init(&me->cv, &attr);
   pthread_condattr_destroy(&attr);
-  return rc;
+  if (rc != 0)
+    return dlock__fail(DLOCK_ENOMEM, "pthread_cond_init failed");
+  return 0;
 }
+
+static void caller_destroy(dlock__conn *c, caller *me) {
+  (void)c;
+  pthread_cond_destroy(&me->cv);
+}
+
+static void free_slots(dlock__conn *c) { (void)c; }
+
+static void notify_locked(dlock__conn *c, caller *who, uint32_t why) {
+  (void)c;
+  (void)why;
+  pthread_cond_signal(&who->cv);
+}
+
+typedef struct wake_batch {
+  int unused;
+} wake_batch;
+
+static void take_wakes_locked(dlock__conn *c, wake_batch *b) {
+  (void)c;
+  (void)b;
+}
+
+static void make_wakes(wake_batch *b) { (void)b; }
+
+static void conn_unlock(dlock__conn *c) { pthread_mutex_unlock(&c->mu); }
+
+static int park(dlock__conn *c, caller *me) {
+  struct timespec ts = dlock__timespec_at(me->deadline_us);
+  pthread_cond_timedwait(&me->cv, &c->mu, &ts);
+  return 0;
+}
+#endif
 
 int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out) {
   dlock__conn *c = dlock__calloc(1, sizeof(*c));
@@ -65,6 +260,18 @@ int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out) {
   if (pthread_mutex_init(&c->mu, NULL) != 0) {
     dlock__free(c);
     return dlock__fail(DLOCK_ENOMEM, "pthread_mutex_init failed");
+  }
+#ifdef __linux__
+  if (pthread_mutex_init(&c->slots_mu, NULL) != 0) {
+    pthread_mutex_destroy(&c->mu);
+    dlock__free(c);
+    return dlock__fail(DLOCK_ENOMEM, "pthread_mutex_init failed");
+  }
+#endif
+  c->wbuf = sdsempty();
+  if (c->wbuf == NULL) {
+    dlock__conn_free(c);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory creating a connection");
   }
   c->cfg = *cfg;
   *out = c;
@@ -226,15 +433,28 @@ static void fail_all_locked(dlock__conn *c, int code, const char *why) {
     } else {
       r->err = code;
       if (--r->who->remaining == 0)
-        pthread_cond_signal(&r->who->cv);
+        notify_locked(c, r->who, WAKE_DONE);
     }
     r = next;
   }
   c->head = c->tail = NULL;
   if (c->ctx != NULL) {
-    redisFree(c->ctx);
+    if (c->ctx == c->sending) {
+      /* A thread is sending on this socket outside 'mu': closing it now
+       * could let the descriptor be reused under that send. It is only
+       * shut down, and the writer frees it when it is back. */
+      shutdown(c->ctx->fd, SHUT_RDWR);
+      c->zombie = c->ctx;
+    } else {
+      redisFree(c->ctx);
+    }
+    /* What the socket did not take goes with it; while a send is under way
+     * 'wbuf' is the writer's, and it drops it when it sees the change. */
+    if (!c->writing)
+      sdsclear(c->wbuf);
     c->ctx = NULL;
   }
+
   /* A server that went silent (paused, overloaded) is given a moment
    * before the next connect, which would otherwise block a caller for the
    * whole handshake; one that closed the connection is usually back at
@@ -269,7 +489,7 @@ static void break_locked(dlock__conn *c, int code, const char *why) {
 static int idle_connection_is_dead(dlock__conn *c) {
   /* A connection that answered within the last millisecond is alive; the
    * check costs a system call, which a busy caller should not pay. */
-  if (c->head != NULL || c->driving ||
+  if (c->head != NULL || c->driving || c->writing ||
       dlock__now_us() - c->last_reply_us < 1000)
     return 0;
   struct pollfd p = {.fd = c->ctx->fd, .events = POLLIN};
@@ -316,7 +536,7 @@ static int connect_locked(dlock__conn *c, int64_t deadline_us) {
 int64_t dlock__conn_retry_at(dlock__conn *c) {
   pthread_mutex_lock(&c->mu);
   int64_t at = c->ctx != NULL ? 0 : c->retry_at_us;
-  pthread_mutex_unlock(&c->mu);
+  conn_unlock(c);
   return at;
 }
 
@@ -325,29 +545,95 @@ int dlock__conn_open(dlock__conn *c) {
   c->retry_at_us = 0;
   int rc =
       connect_locked(c, dlock__now_us() + c->cfg.connect_timeout_ms * 1000);
-  pthread_mutex_unlock(&c->mu);
+  conn_unlock(c);
   return rc;
 }
 
 /* ---- sending and receiving ---------------------------------------------- */
 
-/* Writes what the socket takes without blocking. */
-static int flush_locked(dlock__conn *c) {
-  int done = 0;
-  while (!done) {
-    if (dlock__flush_output(c->ctx, &done) != 0)
-      return -1;
-    if (!done) {
-      struct pollfd p = {.fd = c->ctx->fd, .events = POLLOUT};
-      if (poll(&p, 1, 0) <= 0)
-        break; /* the driver finishes the write when the socket drains */
+/*
+ * Writes the pending output without blocking (group commit). Called with
+ * 'mu' held, a connection and nobody writing; returns with 'mu' held. The
+ * send() runs outside 'mu', so that other threads append their commands
+ * meanwhile instead of blocking on the mutex; they leave the writing to
+ * this thread, which sends whatever accumulated once its send() returns,
+ * until nothing is left. Commands issued together thus reach the server in
+ * one segment, which it reads and answers in one go, while a lone caller
+ * still costs exactly one send(). Output the socket does not take (it is
+ * full) stays in 'wbuf' for the driver, which writes it when the socket
+ * drains.
+ */
+static void write_out_locked(dlock__conn *c) {
+  redisContext *ctx = c->ctx;
+  int err = 0;
+  c->writing = 1;
+  for (;;) {
+    if (sdslen(c->wbuf) == 0) {
+      /* Take the output whole, leaving hiredis an empty buffer (the one
+       * just written) to append to. */
+      sds empty = c->wbuf;
+      c->wbuf = ctx->obuf;
+      ctx->obuf = empty;
     }
+    sds buf = c->wbuf;
+    size_t len = sdslen(buf);
+    if (len == 0)
+      break;
+    int fd = ctx->fd;
+    /* Callers to wake are woken after the send: woken first, they would
+     * take the CPU from it and the server would wait for the commands. */
+    wake_batch wakes;
+    take_wakes_locked(c, &wakes);
+    c->sending = ctx;
+    pthread_mutex_unlock(&c->mu);
+    /* MSG_NOSIGNAL: a server that went away must give us EPIPE, not kill
+     * the program with SIGPIPE. */
+    ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    int send_errno = errno;
+    make_wakes(&wakes);
+    pthread_mutex_lock(&c->mu);
+    c->sending = NULL;
+    if (c->ctx != ctx) {
+      /* The connection failed meanwhile and its requests with it. Threads
+       * that left their commands to this writer may have queued them on a
+       * new connection since: those are written now. */
+      sdsclear(c->wbuf);
+      if (c->zombie != NULL) {
+        redisFree(c->zombie);
+        c->zombie = NULL;
+      }
+      ctx = c->ctx;
+      if (ctx == NULL)
+        break;
+      continue;
+    }
+    if (n < 0) {
+      if (send_errno == EINTR)
+        continue;
+      if (send_errno != EAGAIN && send_errno != EWOULDBLOCK)
+        err = send_errno;
+      break;
+    }
+    sdsrange(c->wbuf, n, -1);
+    if ((size_t)n < len)
+      break; /* the socket is full */
   }
-  return 0;
+  c->writing = 0;
+  if (c->zombie != NULL) {
+    redisFree(c->zombie);
+    c->zombie = NULL;
+  }
+  if (err != 0) {
+    char why[200];
+    snprintf(why, sizeof(why), "write: %s", strerror(err));
+    break_locked(c, DLOCK_EIO, why);
+  }
 }
 
+/* Output that nobody is writing (the socket was full). */
 static int has_output(const dlock__conn *c) {
-  return c->ctx != NULL && c->ctx->obuf != NULL && sdslen(c->ctx->obuf) > 0;
+  return c->ctx != NULL && !c->writing &&
+         (sdslen(c->wbuf) > 0 || sdslen(c->ctx->obuf) > 0);
 }
 
 /* Hands every complete reply in the read buffer to its request. */
@@ -377,7 +663,7 @@ static int dispatch_replies_locked(dlock__conn *c, caller *me) {
     }
     r->reply = reply;
     if (--r->who->remaining == 0 && r->who != me)
-      pthread_cond_signal(&r->who->cv);
+      notify_locked(c, r->who, WAKE_DONE);
   }
 }
 
@@ -437,7 +723,7 @@ static void drive_locked(dlock__conn *c, caller *me) {
     struct pollfd p = {.fd = c->ctx->fd,
                        .events =
                            (short)(POLLIN | (has_output(c) ? POLLOUT : 0))};
-    pthread_mutex_unlock(&c->mu);
+    conn_unlock(c);
     int n = poll(&p, 1, dlock__ms_until(wake));
     int poll_errno = errno;
     pthread_mutex_lock(&c->mu);
@@ -463,10 +749,11 @@ static void drive_locked(dlock__conn *c, caller *me) {
     }
     if (n <= 0)
       continue;
-    if ((p.revents & POLLOUT) && flush_locked(c) != 0) {
-      snprintf(why, sizeof(why), "write: %s", c->ctx->errstr);
-      fail_all_locked(c, DLOCK_EIO, why);
-      break;
+    if ((p.revents & POLLOUT) && has_output(c)) {
+      /* A write error shuts the socket down and the read below fails. */
+      write_out_locked(c);
+      if (c->ctx == NULL)
+        break;
     }
     if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
       if (redisBufferRead(c->ctx) != REDIS_OK) {
@@ -489,7 +776,7 @@ static void drive_locked(dlock__conn *c, caller *me) {
    * itself when it comes to wait. */
   for (request *r = c->head; r != NULL; r = r->next) {
     if (r->who != NULL && r->who->waiting) {
-      pthread_cond_signal(&r->who->cv);
+      notify_locked(c, r->who, WAKE_DRIVE);
       break;
     }
   }
@@ -536,18 +823,22 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
   me->deadline_us = deadline_us
                         ? deadline_us
                         : dlock__now_us() + c->cfg.command_timeout_ms * 1000;
-  init_monotonic_cond(&me->cv);
+  p->rc = caller_init(c, me);
+  if (p->rc != 0) {
+    if (p->reqs != p->local)
+      dlock__free(p->reqs);
+    p->reqs = NULL;
+    return p->rc;
+  }
 
   pthread_mutex_lock(&c->mu);
   int rc = connect_locked(c, me->deadline_us);
   if (rc == 0)
     rc = enqueue_locked(c, n, cmds, lens, p->reqs, me);
-  if (rc == 0 && flush_locked(c) != 0) {
-    char why[200];
-    snprintf(why, sizeof(why), "write: %s", c->ctx->errstr);
-    break_locked(c, DLOCK_EIO, why);
-  }
-  pthread_mutex_unlock(&c->mu);
+  /* A thread already writing sends these commands too. */
+  if (rc == 0 && !c->writing)
+    write_out_locked(c);
+  conn_unlock(c);
   p->rc = rc;
   return rc;
 }
@@ -559,18 +850,31 @@ int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
     return rc;
   pthread_mutex_lock(&c->mu);
   p->me.waiting = 1;
+  int answered = 0; /* the replies came while parked; 'mu' is released */
   while (rc == 0 && p->me.remaining > 0) {
     if (!c->driving) {
       drive_locked(c, &p->me);
       continue;
     }
     /* Someone else reads; past our own deadline we stop waiting for it. */
-    struct timespec ts = dlock__timespec_at(p->me.deadline_us);
-    if (pthread_cond_timedwait(&p->me.cv, &c->mu, &ts) == ETIMEDOUT &&
-        p->me.remaining > 0 && dlock__now_us() >= p->me.deadline_us) {
+    if (park(c, &p->me)) {
+      answered = 1;
+      break;
+    }
+    if (p->me.remaining > 0 && dlock__now_us() >= p->me.deadline_us) {
       if (give_up_requests_locked(c, &p->me) != 0)
         break_locked(c, DLOCK_ENOMEM, "out of memory giving up a call");
     }
+  }
+  if (answered) {
+    /* The usual case needs nothing more from the connection; a failure
+     * takes 'mu' again for its explanation. */
+    for (size_t i = 0; i < p->n && rc == 0; i++)
+      rc = p->reqs[i].err;
+    if (rc == 0)
+      goto collect;
+    rc = 0;
+    pthread_mutex_lock(&c->mu);
   }
   p->me.waiting = 0;
   if (rc == 0) {
@@ -581,8 +885,9 @@ int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
     else if (rc != 0)
       dlock__fail_text(rc, c->last_err);
   }
-  pthread_mutex_unlock(&c->mu);
-  pthread_cond_destroy(&p->me.cv);
+  conn_unlock(c);
+collect:
+  caller_destroy(c, &p->me);
   for (size_t i = 0; i < p->n; i++) {
     if (rc == 0) {
       replies[i] = p->reqs[i].reply;
@@ -613,7 +918,7 @@ void dlock__conn_cancel(dlock__conn *c) {
    * still talk to Redis. */
   if (c->ctx != NULL)
     break_locked(c, DLOCK_ECANCELED, "client is shutting down");
-  pthread_mutex_unlock(&c->mu);
+  conn_unlock(c);
 }
 
 void dlock__conn_free(dlock__conn *c) {
@@ -628,6 +933,11 @@ void dlock__conn_free(dlock__conn *c) {
   }
   if (c->ctx != NULL)
     redisFree(c->ctx);
+  sdsfree(c->wbuf);
+  free_slots(c);
+#ifdef __linux__
+  pthread_mutex_destroy(&c->slots_mu);
+#endif
   pthread_mutex_destroy(&c->mu);
   dlock__free(c);
 }

@@ -56,7 +56,14 @@ int dlock__conn_call(dlock__conn *c, size_t n, char *const *cmds,
  * the caller's stack; the fields are the connection's business.
  */
 typedef struct dlock__caller {
+#ifdef __linux__
+  /* The futex word saying why the caller was woken (conn.c), so that a
+   * caller whose replies are in returns without taking the connection's
+   * mutex. Owned by the connection, not by this frame. */
+  struct dlock__wake_slot *slot;
+#else
   pthread_cond_t cv;
+#endif
   size_t remaining; /* requests still without an answer */
   int64_t deadline_us;
   int waiting; /* in dlock__conn_wait, able to take over reading */
