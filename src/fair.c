@@ -46,7 +46,7 @@ static int make_keys(dlock_t *l, fair_keys *k) {
 }
 
 static int fair_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                            int queue, int64_t *ttl_ms) {
+                            int queue, dlock__busy *busy) {
   dlock_client_t *c = l->c;
   fair_keys k;
   int rc = make_keys(l, &k);
@@ -74,7 +74,7 @@ static int fair_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
                          strlen(believed),
                          1};
   dlock__eval call = {&dlock__script_fair_acquire, 6, 5, argv, lens};
-  rc = dlock__run_acquire(l, owner, lease_ms, &call, ttl_ms);
+  rc = dlock__run_acquire(l, owner, lease_ms, &call, busy);
   free_keys(&k);
   return rc;
 }
@@ -84,11 +84,11 @@ static int fair_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
  * owner takes the lock up itself, which restores the full lease; else the
  * hand-over needs no round trip at all. */
 static int fair_granted(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                        uint64_t token, int64_t since_us, int64_t *ttl_ms) {
+                        uint64_t token, int64_t since_us, dlock__busy *busy) {
   int64_t lease =
       lease_ms == DLOCK_WATCHDOG ? l->c->opt.watchdog_timeout_ms : lease_ms;
   if (l->c->opt.fair_wait_timeout_ms < lease)
-    return fair_try_acquire(l, owner, lease_ms, 1, ttl_ms);
+    return fair_try_acquire(l, owner, lease_ms, 1, busy);
   return dlock__record_grant(l, owner, lease_ms, token, since_us);
 }
 

@@ -313,9 +313,9 @@ static int join_channel_if_active(dlock_t *l, uint64_t owner, dlock__waiter *w,
  * at its deadline, as a last attempt would); any other gives it back. */
 static int take_late_grant(dlock_t *l, uint64_t owner, int64_t lease_ms,
                            uint64_t token, int64_t since_us, int why) {
-  int64_t ttl_ms;
+  dlock__busy busy = {-1, 0};
   if (l->kind->granted == NULL ||
-      l->kind->granted(l, owner, lease_ms, token, since_us, &ttl_ms) != 0)
+      l->kind->granted(l, owner, lease_ms, token, since_us, &busy) != 0)
     return why;
   if (why == DLOCK_ETIMEDOUT)
     return 0;
@@ -324,20 +324,31 @@ static int take_late_grant(dlock_t *l, uint64_t owner, int64_t lease_ms,
 }
 
 /*
+ * The token of the hand-over that woke 'w', or 0 when there is none or it
+ * is stale: a message sent before the waiter's latest attempt (see
+ * dlock__busy.counter) may only now arrive, and the hold it announced was
+ * taken up by an attempt or given back already, in this wait or an
+ * earlier one of the same owner.
+ */
+static uint64_t fresh_grant(const dlock__waiter *w, const dlock__busy *busy) {
+  return w->grant > busy->counter ? w->grant : 0;
+}
+
+/*
  * Sleeps until the holder's unlock message or its lease end, whichever is
  * first, bounded by the caller's deadline; then tries again, until the lock
  * is taken or the deadline passes. 'joined' is the channel's waiter record
  * when it was joined before the first attempt, or NULL: it is then joined and
  * tried once more, so that an unlock between the first attempt and the
- * subscription is not missed. 'ttl_ms' is what the first attempt said, or
- * NOT_TRIED when there was none (the waiter queued behind its client's others),
- * and 'tried_us' when it was sent: a lock handed over to the waiter (see
- * fair_release.lua) has had its lease running since some time after the
- * last attempt.
+ * subscription is not missed. 'busy' is what the first attempt said (its
+ * ttl_ms NOT_TRIED when there was none: the waiter queued behind its
+ * client's others), and 'tried_us' when it was sent: a lock handed over to
+ * the waiter (see fair_release.lua) has had its lease running since some
+ * time after the last attempt.
  */
 static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                             int64_t lease_ms, int64_t deadline_us,
-                            dlock__waiter *joined, int64_t ttl_ms,
+                            dlock__waiter *joined, dlock__busy busy,
                             int64_t tried_us) {
   dlock_client_t *c = l->c;
   int step = 0, rc = 0, tried = joined != NULL, woken = 0;
@@ -352,7 +363,7 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
       if (woken)
         pause_us(dlock__pubsub_contention_pause(c->ps, sub, jitter()));
       tried_us = dlock__now_us();
-      rc = l->kind->try_acquire(l, owner, lease_ms, 1, &ttl_ms);
+      rc = l->kind->try_acquire(l, owner, lease_ms, 1, &busy);
       if (woken && rc >= 0)
         dlock__pubsub_note_attempt(c->ps, sub, rc == 1);
       if (rc != 1)
@@ -360,25 +371,28 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     }
     tried = 0;
     int64_t now = dlock__now_us(), until = deadline_us;
-    if (ttl_ms == NOT_TRIED) {
+    if (busy.ttl_ms == NOT_TRIED) {
       /* Not tried yet: there is always one attempt, whatever the wait. */
       if (now + QUEUED_FIRST_WAIT_US < until)
         until = now + QUEUED_FIRST_WAIT_US;
     } else if (now >= deadline_us) {
       rc = timed_out(l, wait_ms);
       break;
-    } else if (ttl_ms >= 0 && now + ttl_ms * 1000 < until) {
-      until = now + ttl_ms * 1000;
+    } else if (busy.ttl_ms >= 0 && now + busy.ttl_ms * 1000 < until) {
+      until = now + busy.ttl_ms * 1000;
     }
     if (sub != NULL)
       rc = dlock__pubsub_wait(c->ps, sub, until);
     else
       rc = backoff_sleep(c, &step, until);
+    /* A stale hand-over only says that something changed: try again. */
+    if (rc == 2 && fresh_grant(sub, &busy) == 0)
+      rc = 1;
     /* Woken by an unlock message of the shared channel. */
     woken = rc == 1 && l->kind->no_barging;
     if (rc == 2 && l->kind->granted != NULL) {
       /* The release handed the lock over: it is held already. */
-      rc = l->kind->granted(l, owner, lease_ms, sub->grant, tried_us, &ttl_ms);
+      rc = l->kind->granted(l, owner, lease_ms, sub->grant, tried_us, &busy);
       if (rc != 1)
         break;
       tried = 1;
@@ -387,7 +401,7 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
   }
   if (sub != NULL) {
     dlock__pubsub_leave(c->ps, sub);
-    if (rc != 0 && sub->grant != 0)
+    if (rc != 0 && fresh_grant(sub, &busy) != 0)
       rc = take_late_grant(l, owner, lease_ms, sub->grant, tried_us, rc);
   }
   if (rc != 0 && l->kind->give_up != NULL)
@@ -423,20 +437,20 @@ int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
       return rc;
     sub = rc == 1 ? &w : NULL;
   }
-  int64_t ttl_ms = NOT_TRIED;
+  dlock__busy busy = {NOT_TRIED, 0};
   if (sub != NULL && others > 0 && l->kind->no_barging &&
       dlock__believed_count(l, owner) == 0)
     /* Others of this client wait already: queue behind them. */
-    return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub,
-                            ttl_ms, dlock__now_us());
+    return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub, busy,
+                            dlock__now_us());
   int64_t tried_us = dlock__now_us();
-  rc = l->kind->try_acquire(l, owner, lease_ms, wait_ms != 0, &ttl_ms);
+  rc = l->kind->try_acquire(l, owner, lease_ms, wait_ms != 0, &busy);
   if (rc == 1 && wait_ms != 0)
-    return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub,
-                            ttl_ms, tried_us);
+    return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub, busy,
+                            tried_us);
   if (sub != NULL) {
     dlock__pubsub_leave(l->c->ps, sub);
-    if (rc < 0 && sub->grant != 0)
+    if (rc < 0 && fresh_grant(sub, &busy) != 0)
       rc = take_late_grant(l, owner, lease_ms, sub->grant, tried_us, rc);
   }
   if (rc < 0 && wait_ms != 0 && l->kind->give_up != NULL)

@@ -95,7 +95,8 @@ int dlock__settle_before_acquire(dlock_t *l, uint64_t owner) {
 }
 
 int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                          redisReply *reply, int64_t sent_us, int64_t *ttl_ms) {
+                          redisReply *reply, int64_t sent_us,
+                          dlock__busy *busy) {
   dlock__acquired a;
   int rc = dlock__decode_acquire(reply, &a);
   freeReplyObject(reply);
@@ -108,7 +109,8 @@ int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
     return lost_error(l);
   }
   if (!a.held) {
-    *ttl_ms = a.ttl_ms;
+    busy->ttl_ms = a.ttl_ms;
+    busy->counter = a.counter;
     return 1;
   }
   if (record_hold(l, owner, &a, lease_ms, sent_us) != 0) {
@@ -134,13 +136,13 @@ int dlock__record_grant(dlock_t *l, uint64_t owner, int64_t lease_ms,
 }
 
 int dlock__run_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                       const dlock__eval *call, int64_t *ttl_ms) {
+                       const dlock__eval *call, dlock__busy *busy) {
   redisReply *reply;
   int64_t sent_us = dlock__now_us();
   int rc = dlock__eval_run(l->c->conn, 1, call, &reply, 0);
   if (rc != 0)
     return rc;
-  return dlock__finish_acquire(l, owner, lease_ms, reply, sent_us, ttl_ms);
+  return dlock__finish_acquire(l, owner, lease_ms, reply, sent_us, busy);
 }
 
 void dlock__release_end(dlock__release *r) {

@@ -37,6 +37,16 @@ void dlock__composite_free(dlock_t *l);
 
 enum dlock__wait_by { DLOCK__WAIT_PUBSUB, DLOCK__WAIT_BACKOFF };
 
+/* What an attempt that found the lock taken learned. */
+typedef struct dlock__busy {
+  int64_t ttl_ms; /* how long to sleep at most; -1 unknown */
+  /* The lock's fencing counter when the attempt ran (fair lock; 0 when
+   * unknown). A hand-over message with a token no higher than this was sent
+   * before the attempt, which took the lock up itself or found it given
+   * back: it is stale, and must not be taken for a new one. */
+  uint64_t counter;
+} dlock__busy;
+
 struct dlock__kind {
   dlock_kind_t id;
   int wait_by; /* enum dlock__wait_by */
@@ -47,17 +57,17 @@ struct dlock__kind {
   int no_barging;
   /*
    * One attempt: 0 when 'owner' holds the lock afterwards (the hold table is
-   * updated), 1 when another owner holds it ('*ttl_ms': how long to sleep at
-   * most, -1 unknown), or an error. 'queue' is 0 for a single try that
-   * must not leave a trace (a fair lock does not enqueue then).
+   * updated), 1 when another owner holds it ('*busy' says more), or an
+   * error. 'queue' is 0 for a single try that must not leave a trace (a
+   * fair lock does not enqueue then).
    */
   int (*try_acquire)(dlock_t *l, uint64_t owner, int64_t lease_ms, int queue,
-                     int64_t *ttl_ms);
+                     dlock__busy *busy);
   /* A release handed the lock to waiting 'owner' with 'token' (its lease
    * counted from 'since_us' at the latest): as try_acquire. May be NULL
    * when the kind never does that. */
   int (*granted)(dlock_t *l, uint64_t owner, int64_t lease_ms, uint64_t token,
-                 int64_t since_us, int64_t *ttl_ms);
+                 int64_t since_us, dlock__busy *busy);
   /* Called when a waiter stops waiting without the lock; may be NULL. */
   void (*give_up)(dlock_t *l, uint64_t owner);
   /* The channel a waiter of 'owner' listens on; NULL: l->channel. */
@@ -132,11 +142,12 @@ int dlock__has_hold(dlock_t *l, uint64_t owner);
 int64_t dlock__believed_count(dlock_t *l, uint64_t owner);
 
 /*
- * Runs one acquisition script (replying {1, token, count} or {0, ttl}) and,
- * on success, records the hold. Returns 0, 1 (taken; '*ttl_ms') or error.
+ * Runs one acquisition script (replying {1, token, count}, {0, ttl} or {0,
+ * ttl, counter}) and, on success, records the hold. Returns 0, 1 (taken;
+ * '*busy') or error.
  */
 int dlock__run_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                       const dlock__eval *call, int64_t *ttl_ms);
+                       const dlock__eval *call, dlock__busy *busy);
 
 /* A release in progress: what the hold table said, and the latch key. */
 typedef struct dlock__release {
@@ -213,7 +224,8 @@ int dlock__record_grant(dlock_t *l, uint64_t owner, int64_t lease_ms,
 /* The second half of dlock__run_acquire: decodes an acquisition reply
  * (taking it) and records the hold. */
 int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                          redisReply *reply, int64_t sent_us, int64_t *ttl_ms);
+                          redisReply *reply, int64_t sent_us,
+                          dlock__busy *busy);
 
 /* The second half of dlock__release_run: decodes a release reply (taking
  * it) and applies it, with what dlock__release_begin found in 'r'. */

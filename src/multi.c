@@ -350,7 +350,7 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
   }
   for (size_t i = 0; i < n; i++) {
     dlock_t *sub = l->subs[i];
-    int64_t ttl = -1;
+    dlock__busy busy = {-1, 0};
     int rc = state[i];
     if (rc != 0) {
       /* Settling the part's earlier hold failed; it was not asked. */
@@ -358,14 +358,14 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
       redisReply *reply;
       rc = dlock__eval_wait(sub->c->conn, &args[i].call, &pend[i], &reply, 0);
       if (rc == 0)
-        rc = dlock__finish_acquire(sub, owner, lease_ms, reply, sent_us, &ttl);
+        rc = dlock__finish_acquire(sub, owner, lease_ms, reply, sent_us, &busy);
     } else {
-      rc = sub->kind->try_acquire(sub, owner, lease_ms, 0, &ttl);
+      rc = sub->kind->try_acquire(sub, owner, lease_ms, 0, &busy);
     }
     state[i] = rc;
     answered += rc == 0 || rc == 1;
-    if (rc == 1 && ttl > *ttl_ms)
-      *ttl_ms = ttl;
+    if (rc == 1 && busy.ttl_ms > *ttl_ms)
+      *ttl_ms = busy.ttl_ms;
   }
   dlock__free(args);
   dlock__free(pend);

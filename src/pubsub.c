@@ -149,6 +149,12 @@ static void wake_one_locked(dlock__sub *s, uint64_t grant) {
       wake_locked(w);
       return;
     }
+  /* Everyone is awake already. A hand-over is still kept: it comes on its
+   * owner's own channel, where that owner is the one waiter, and a newer
+   * one replaces an older that the waiter has not taken (which may be
+   * stale: see dlock__busy). */
+  if (grant != 0 && s->head != NULL && s->head->grant < grant)
+    s->head->grant = grant;
 }
 
 /* The token of a "grant:<token>" message, or 0 for any other message. */

@@ -34,11 +34,11 @@ void dlock__reentrant_acquire_call(dlock_t *l, uint64_t owner, int64_t lease_ms,
 }
 
 static int reentrant_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                                 int queue, int64_t *ttl_ms) {
+                                 int queue, dlock__busy *busy) {
   (void)queue;
   dlock__call_args a;
   dlock__reentrant_acquire_call(l, owner, lease_ms, &a);
-  return dlock__run_acquire(l, owner, lease_ms, &a.call, ttl_ms);
+  return dlock__run_acquire(l, owner, lease_ms, &a.call, busy);
 }
 
 void dlock__reentrant_release_call(dlock_t *l, uint64_t owner,
@@ -78,8 +78,8 @@ static int reentrant_force_release(dlock_t *l) {
 /* A lock handed over inside the client (handover.c) is held already. */
 static int reentrant_granted(dlock_t *l, uint64_t owner, int64_t lease_ms,
                              uint64_t token, int64_t since_us,
-                             int64_t *ttl_ms) {
-  (void)ttl_ms;
+                             dlock__busy *busy) {
+  (void)busy;
   return dlock__record_grant(l, owner, lease_ms, token, since_us);
 }
 

@@ -52,8 +52,11 @@ int dlock__decode_acquire(const redisReply *r, dlock__acquired *out) {
     out->gone = 1;
     return 0;
   }
-  if (flag == 0 && r->elements == 2) {
+  if (flag == 0 &&
+      (r->elements == 2 || (r->elements == 3 && r->element[2]->integer >= 0))) {
     out->ttl_ms = r->element[1]->integer;
+    if (r->elements == 3)
+      out->counter = (uint64_t)r->element[2]->integer;
     return 0;
   }
   if (flag == 1 && r->elements == 3 && r->element[1]->integer >= 0 &&

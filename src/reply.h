@@ -11,16 +11,17 @@
 #include <stdint.h>
 
 typedef struct dlock__acquired {
-  int held;       /* 1: the owner holds the lock now */
-  int gone;       /* 1: the hold the client believed in no longer exists */
-  uint64_t token; /* when held: the fencing token */
-  int64_t count;  /* when held: the owner's hold count */
-  int64_t ttl_ms; /* when not held: the holder's remaining lease (-1: none,
-                     -2: the key vanished meanwhile) */
+  int held;         /* 1: the owner holds the lock now */
+  int gone;         /* 1: the hold the client believed in no longer exists */
+  uint64_t token;   /* when held: the fencing token */
+  int64_t count;    /* when held: the owner's hold count */
+  int64_t ttl_ms;   /* when not held: the holder's remaining lease (-1: none,
+                       -2: the key vanished meanwhile) */
+  uint64_t counter; /* when not held: the fencing counter, if sent (or 0) */
 } dlock__acquired;
 
-/* Decodes {1, token, count}, {0, pttl} or {2, 0} (gone). 0 or
- * DLOCK_EPROTO. */
+/* Decodes {1, token, count}, {0, pttl}, {0, pttl, counter} or {2, 0}
+ * (gone). 0 or DLOCK_EPROTO. */
 int dlock__decode_acquire(const redisReply *r, dlock__acquired *out);
 
 /* Decodes an integer reply. 0 or DLOCK_EPROTO. */

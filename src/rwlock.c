@@ -40,7 +40,7 @@ static void lease_text(dlock_t *l, int64_t lease_ms, char buf[24]) {
 }
 
 static int read_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                            int queue, int64_t *ttl_ms) {
+                            int queue, dlock__busy *busy) {
   (void)queue;
   char *prefix;
   size_t prefix_len;
@@ -59,7 +59,7 @@ static int read_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
   const size_t lens[] = {l->len,    prefix_len, l->token_key_len, strlen(lease),
                          field_len, wfield_len, strlen(believed)};
   dlock__eval call = {&dlock__script_read_acquire, 3, 4, argv, lens};
-  rc = dlock__run_acquire(l, owner, lease_ms, &call, ttl_ms);
+  rc = dlock__run_acquire(l, owner, lease_ms, &call, busy);
   dlock__free(prefix);
   return rc;
 }
@@ -94,7 +94,7 @@ static int read_release(dlock_t *l, uint64_t owner) {
 }
 
 static int write_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                             int queue, int64_t *ttl_ms) {
+                             int queue, dlock__busy *busy) {
   (void)queue;
   char wfield[DLOCK__FIELD_MAX], lease[24], believed[24];
   size_t wfield_len = write_field(l, owner, wfield);
@@ -105,7 +105,7 @@ static int write_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
   const size_t lens[] = {l->len, l->token_key_len, strlen(lease), wfield_len,
                          strlen(believed)};
   dlock__eval call = {&dlock__script_write_acquire, 2, 3, argv, lens};
-  return dlock__run_acquire(l, owner, lease_ms, &call, ttl_ms);
+  return dlock__run_acquire(l, owner, lease_ms, &call, busy);
 }
 
 static int write_release(dlock_t *l, uint64_t owner) {

@@ -645,6 +645,55 @@ TEST(missed_hand_over_message_is_claimed) {
   rp_free(s);
 }
 
+/* A hand-over message can reach the owner late, after an attempt of its
+ * own took the lock up, and then arrive while the same owner waits again.
+ * Such a message, here published by hand with a token no higher than the
+ * counter was when the waiter tried, must not make the waiter believe it
+ * holds the lock: it keeps waiting, and gets the lock with a new token
+ * only when the holder releases it. */
+TEST(stale_hand_over_message_is_ignored) {
+  const char *name = "fair:handover:stale";
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *a = fair_client(s, 0, NULL), *b = fair_client(s, 0, NULL);
+  dlock_t *la = fair_get(a, name), *lb = fair_get(b, name);
+  char qk[256], fa[256], fb[256], tok[256], ch[512];
+  queue_key(qk, sizeof(qk), name);
+  lu_token_key(tok, sizeof(tok), name, strlen(name));
+  ASSERT_DLOCK_OK(dlock_lock(la, 10000));
+  uint64_t t0 = dlock_token(la);
+  lu_field(fa, sizeof(fa), a, dlock_self());
+  fair_waiter_t w;
+  pthread_t t;
+  start_queued_waiter(s, lb, qk, 500, 0, &w, &t);
+  lu_field(fb, sizeof(fb), b, waiter_owner(&w));
+  owner_channel(ch, sizeof(ch), name, fb);
+  for (int i = 0; i < 300 && lu_numsub(s, ch, strlen(ch)) == 0; i++)
+    lu_sleep_ms(10);
+  ASSERT_EQ(lu_numsub(s, ch, strlen(ch)), 1);
+  lu_sleep_ms(50);
+
+  redisReply *r =
+      rp_cmd(s, "PUBLISH %s grant:%llu", ch, (unsigned long long)t0);
+  ASSERT_EQ(lu_reply_int(r), 1);
+  lu_sleep_ms(300);
+  ASSERT(!atomic_load(&w.held));
+  ASSERT_EQ(lu_hget_num(s, name, fa), 1);
+  ASSERT_EQ(lu_hget_num(s, name, fb), -1);
+  ASSERT_EQ(queue_pos(s, qk, fb), 0);
+
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  ASSERT_DLOCK_OK(w.rc);
+  ASSERT_EQ(w.token, t0 + 1);
+  ASSERT_EQ(lu_get_num_n(s, tok, strlen(tok)), (int64_t)t0 + 1);
+  ASSERT_EQ(lu_exists(s, name), 0);
+  dlock_free(la);
+  dlock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  rp_free(s);
+}
+
 /* With a wait allowance shorter than the lease, the lock is handed over
  * with the allowance only (an owner that never takes it up must not block
  * the others for a whole lease), and the waiter restores its full lease

@@ -8,8 +8,10 @@
 -- before it counts as gone (ms); ARGV[4]: the hold count the client
 -- believes the owner has; ARGV[5]: '1' to join the queue when the lock is
 -- taken, '0' not to.
--- Returns {1, token, count} when held, {0, ms to sleep at most}, or
--- {2, 0} when the hold the client believes in is gone.
+-- Returns {1, token, count} when held, {0, ms to sleep at most, fencing
+-- counter}, or {2, 0} when the hold the client believes in is gone. The
+-- counter lets the owner tell a hand-over message sent after this attempt
+-- (its token is higher) from one sent before it and only now delivered.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local wait = tonumber(ARGV[3])
@@ -74,7 +76,7 @@ if sleep < 0 or sleep > beat then
 end
 local queued = redis.call('zscore', KEYS[3], ARGV[2])
 if ARGV[5] == '0' and not queued then
-  return {0, sleep}
+  return {0, sleep, tonumber(redis.call('get', KEYS[4])) or 0}
 end
 if queued then
   if now + wait > tonumber(queued) then
@@ -90,4 +92,4 @@ end
 -- take up the lock is no more alive than a silent waiter.
 redis.call('hset', KEYS[6], ARGV[2], math.min(tonumber(ARGV[1]), wait))
 redis.call('pexpire', KEYS[6], wait)
-return {0, sleep}
+return {0, sleep, tonumber(redis.call('get', KEYS[4])) or 0}

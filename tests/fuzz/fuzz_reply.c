@@ -86,7 +86,9 @@ static void check_acquire(const redisReply *r) {
       r->type == REDIS_REPLY_ARRAY && r->elements >= 2 && all_integers(r);
   int held_ok = shape_ok && r->elements == 3 && r->element[0]->integer == 1 &&
                 r->element[1]->integer >= 0 && r->element[2]->integer > 0;
-  int free_ok = shape_ok && r->elements == 2 && r->element[0]->integer == 0;
+  int free_ok =
+      shape_ok && r->element[0]->integer == 0 &&
+      (r->elements == 2 || (r->elements == 3 && r->element[2]->integer >= 0));
   int gone_ok = shape_ok && r->elements == 2 && r->element[0]->integer == 2;
   if (!held_ok && !free_ok && !gone_ok) {
     check_failure(rc, "decode_acquire");
@@ -103,6 +105,9 @@ static void check_acquire(const redisReply *r) {
   } else {
     FUZZ_CHECK(a.held == 0, "held %d", a.held);
     FUZZ_CHECK(a.ttl_ms == r->element[1]->integer, "ttl");
+    FUZZ_CHECK(a.counter ==
+                   (r->elements == 3 ? (uint64_t)r->element[2]->integer : 0),
+               "counter");
   }
 }
 
