@@ -4,8 +4,12 @@
  * for it, the lock goes straight to the first of them in one script:
  * no unlock message, so no waiter of any client wakes to try and fail, and
  * the waiter needs no round trip to take the lock up. After a few
- * hand-overs in a row the lock is released as usual, so that the waiters
- * of other clients get their turn.
+ * hand-overs in a row the lock is released for every client when another
+ * client waits for it (the script asks Redis how many clients listen on
+ * the lock's channel), and this client's woken waiters then hold back
+ * their attempt a moment, so that a waiter of another client gets it:
+ * without that, the client that holds the lock would win nearly every
+ * race for it, as its waiters, never failing, never pause.
  *
  * The waiter is reserved first (dlock__pubsub_reserve), so that it stays
  * to be told, and is told the outcome whatever it is: the token of its new
@@ -25,20 +29,33 @@
  * commands per acquisition low without starving other clients. */
 #define HANDOVER_RUN_MAX 3
 
-/* Decodes {0, token} or {-1, 0}. */
-static int decode_handover(const redisReply *r, int64_t *left,
-                           uint64_t *token) {
+/* Decodes the script's reply: {0, token} (handed over), {-1, 0} (not
+ * held), {1, 0} or {2, 0} (released for everyone, because another client
+ * listens or without knowing). Sets the holds left and the outcome. */
+static int decode_handover(const redisReply *r, int64_t *left, uint64_t *token,
+                           int *outcome) {
   if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
       r->element[0]->type != REDIS_REPLY_INTEGER ||
       r->element[1]->type != REDIS_REPLY_INTEGER || r->element[1]->integer < 0)
     return dlock__fail(DLOCK_EPROTO, "unexpected reply to a lock hand-over");
-  *left = r->element[0]->integer;
+  long long what = r->element[0]->integer;
   *token = (uint64_t)r->element[1]->integer;
+  *left = what == -1 ? -1 : 0;
+  if (what == 0 && *token > 0)
+    *outcome = DLOCK__RESOLVE_HANDED;
+  else if (what == 1)
+    *outcome = DLOCK__RESOLVE_YIELDED;
+  else if (what == 2)
+    *outcome = DLOCK__RESOLVE_RELEASED;
+  else if (what == -1)
+    *outcome = DLOCK__RESOLVE_FAILED;
+  else
+    return dlock__fail(DLOCK_EPROTO, "unexpected reply to a lock hand-over");
   return 0;
 }
 
 static int run_handover(dlock_t *l, uint64_t owner, dlock__release *r,
-                        dlock__waiter *next) {
+                        dlock__waiter *next, int at_cap) {
   dlock_client_t *c = l->c;
   char from[DLOCK__FIELD_MAX], to[DLOCK__FIELD_MAX], lease[24];
   size_t from_len = dlock__field_plain(l, owner, from);
@@ -46,29 +63,40 @@ static int run_handover(dlock_t *l, uint64_t owner, dlock__release *r,
   snprintf(lease, sizeof(lease), "%" PRId64,
            next->lease_ms == DLOCK_WATCHDOG ? c->opt.watchdog_timeout_ms
                                             : next->lease_ms);
-  const char *argv[] = {l->name, l->token_key, r->latch,    from,
-                        to,      lease,        r->latch_ttl};
-  const size_t lens[] = {
-      l->len, l->token_key_len, r->latch_len,        from_len,
-      to_len, strlen(lease),    strlen(r->latch_ttl)};
-  dlock__eval call = {&dlock__script_handover, 3, 4, argv, lens};
+  const char *argv[] = {
+      l->name, l->token_key, r->latch,     l->channel,         from,
+      to,      lease,        r->latch_ttl, at_cap ? "1" : "0", "0"};
+  const size_t lens[] = {l->len,
+                         l->token_key_len,
+                         r->latch_len,
+                         l->channel_len,
+                         from_len,
+                         to_len,
+                         strlen(lease),
+                         strlen(r->latch_ttl),
+                         1,
+                         1};
+  dlock__eval call = {&dlock__script_handover, 4, 6, argv, lens};
   redisReply *reply;
   int rc = dlock__release_send(l, owner, r, &call, &reply);
   if (rc != 0) {
-    dlock__pubsub_resolve(c->ps, next, 0);
+    dlock__pubsub_resolve(c->ps, next, 0, DLOCK__RESOLVE_FAILED);
     return rc;
   }
   int64_t left = 0;
   uint64_t token = 0;
-  rc = r->lost ? 0 : decode_handover(reply, &left, &token);
+  int outcome = DLOCK__RESOLVE_FAILED;
+  rc = r->lost ? 0 : decode_handover(reply, &left, &token, &outcome);
   freeReplyObject(reply);
   if (rc != 0) {
     dlock__release_failed(l, owner);
-    dlock__pubsub_resolve(c->ps, next, 0);
+    dlock__pubsub_resolve(c->ps, next, 0, DLOCK__RESOLVE_FAILED);
     return rc;
   }
   rc = dlock__release_apply(l, owner, left, r);
-  dlock__pubsub_resolve(c->ps, next, left == 0 && !r->lost ? token : 0);
+  if (r->lost)
+    outcome = DLOCK__RESOLVE_FAILED;
+  dlock__pubsub_resolve(c->ps, next, token, outcome);
   return rc;
 }
 
@@ -77,7 +105,8 @@ int dlock__handover_release(dlock_t *l, uint64_t owner, dlock__release *r) {
    * no record of, goes the usual way, which knows how to report them. */
   if (r->lost || !r->known || r->abandoned || strcmp(r->count, "1") != 0)
     return 1;
+  int at_cap;
   dlock__waiter *next = dlock__pubsub_reserve(
-      l->c->ps, l->channel, l->channel_len, owner, HANDOVER_RUN_MAX);
-  return next != NULL ? run_handover(l, owner, r, next) : 1;
+      l->c->ps, l->channel, l->channel_len, owner, HANDOVER_RUN_MAX, &at_cap);
+  return next != NULL ? run_handover(l, owner, r, next, at_cap) : 1;
 }

@@ -44,10 +44,15 @@
 /* The widest pause before an attempt after an unlock message, when every
  * such attempt of this client fails (see dlock__pubsub_contention_pause):
  * a few round trips of a loaded server. */
-#define CONTENTION_PAUSE_MAX_US 600
+#define CONTENTION_PAUSE_MAX_US 300
 /* From this share of failed attempts after unlock messages (thousandths),
  * the lock counts as contended across clients. */
 #define CONTENDED_PERMILLE 100
+/* How long the waiters of a client that released a lock for every client
+ * (after handing it over inside the client several times in a row) hold
+ * back their next attempt: longer than the widest contention pause plus a
+ * round trip, so that another client's woken waiter gets there first. */
+#define YIELD_US (CONTENTION_PAUSE_MAX_US + 400)
 /* How often a reserved waiter looks again whether its reservation ended
  * (it is woken when it does; this only bounds a missed wake-up). */
 #define RESERVED_RECHECK_US 100000
@@ -64,6 +69,7 @@ struct dlock__sub {
    * in thousandths (a moving average over about the last eight). */
   int failed_permille;
   int handover_run;           /* hand-overs inside the client in a row */
+  int64_t yield_until_us;     /* see YIELD_US */
   dlock__waiter *head, *tail; /* ... in the order they joined */
   int state;                  /* enum sub_state */
   int resync;                 /* wake everyone once the subscription is back */
@@ -671,7 +677,10 @@ int64_t dlock__pubsub_contention_pause(dlock__pubsub *ps, dlock__waiter *w,
   int64_t window = w->sub->failed_permille >= CONTENDED_PERMILLE
                        ? CONTENTION_PAUSE_MAX_US
                        : 0;
+  int64_t yield = w->sub->yield_until_us - dlock__now_us();
   pthread_mutex_unlock(&ps->mu);
+  if (yield > 0)
+    return yield;
   return window > 0 ? (int64_t)(random % (uint64_t)(window + 1)) : 0;
 }
 
@@ -684,13 +693,15 @@ void dlock__pubsub_note_attempt(dlock__pubsub *ps, dlock__waiter *w,
 }
 
 dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
-                                     size_t len, uint64_t owner, int max_run) {
+                                     size_t len, uint64_t owner, int max_run,
+                                     int *at_cap) {
+  *at_cap = 0;
   if (atomic_load(&ps->nsubs) == 0)
     return NULL;
   pthread_mutex_lock(&ps->mu);
   dlock__sub *s = find_sub(ps, channel, len);
   dlock__waiter *chosen = NULL;
-  if (s != NULL && s->handover_run < max_run)
+  if (s != NULL)
     for (dlock__waiter *w = s->head; w != NULL; w = w->next)
       if (w->lease_ms != 0 && w->owner != owner && !w->permit && !w->reserved) {
         chosen = w;
@@ -698,7 +709,9 @@ dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
       }
   if (chosen != NULL) {
     chosen->reserved = 1;
-    s->handover_run++;
+    *at_cap = s->handover_run >= max_run;
+    if (!*at_cap)
+      s->handover_run++;
   } else if (s != NULL) {
     s->handover_run = 0;
   }
@@ -706,12 +719,28 @@ dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
   return chosen;
 }
 
-void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w,
-                           uint64_t token) {
+void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,
+                           int outcome) {
   pthread_mutex_lock(&ps->mu);
   w->reserved = 0;
-  w->grant = token;
-  wake_locked(w);
+  if (outcome == DLOCK__RESOLVE_HANDED) {
+    w->grant = token;
+    wake_locked(w);
+  } else {
+    w->sub->handover_run = 0;
+    if (outcome == DLOCK__RESOLVE_YIELDED)
+      w->sub->yield_until_us = dlock__now_us() + YIELD_US;
+    if (outcome == DLOCK__RESOLVE_FAILED) {
+      w->grant = 0;
+      wake_locked(w);
+    } else if (w->reading) {
+      /* Released for everyone: the unlock message wakes the waiter like
+       * any other; it only has to notice that it is no longer reserved. */
+      poke(ps->reader_pipe[1]);
+    } else {
+      pthread_cond_signal(&w->cv);
+    }
+  }
   pthread_mutex_unlock(&ps->mu);
 }
 

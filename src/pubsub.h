@@ -105,16 +105,28 @@ void dlock__pubsub_note_attempt(dlock__pubsub *ps, dlock__waiter *w,
  * For a releasing thread of this client: reserves the first waiter on
  * 'channel' that takes hand-overs (a lease_ms set), is not 'owner' and has
  * not been woken, so that it stays until dlock__pubsub_resolve. Returns
- * NULL when there is none, or when this is the 'max_run'-th reservation in
- * a row on the channel: then the lock is released for everyone, so that
- * other clients get their turn.
+ * NULL when there is none. '*at_cap' is set when the client has handed the
+ * lock over 'max_run' times in a row on the channel: the lock is then to
+ * be released for everyone if another client waits for it.
  */
 dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
-                                     size_t len, uint64_t owner, int max_run);
+                                     size_t len, uint64_t owner, int max_run,
+                                     int *at_cap);
 
-/* Ends a reservation: the waiter holds the lock with 'token', or, with 0,
- * is woken to try for itself. */
-void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token);
+/* How a reservation ended. */
+enum dlock__resolve {
+  DLOCK__RESOLVE_HANDED,   /* the waiter holds the lock with the token */
+  DLOCK__RESOLVE_FAILED,   /* the hand-over failed: it is woken to try */
+  DLOCK__RESOLVE_RELEASED, /* released for every client; the unlock
+                              message wakes the waiter like any other */
+  DLOCK__RESOLVE_YIELDED   /* ... because other clients wait: this
+                              client's waiters hold back their next
+                              attempt a moment (YIELD_US in pubsub.c) */
+};
+
+/* Ends a reservation with 'outcome' (and 'token' when handed over). */
+void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,
+                           int outcome);
 
 /* Leaves the channel; it is unsubscribed once nobody waits for a while. */
 void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w);

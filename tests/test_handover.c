@@ -187,6 +187,136 @@ TEST(handover_run_is_capped) {
   rp_free(s);
 }
 
+/* Five waiters queued behind the holder in one client, with no other
+ * client listening on the lock's channel; 'user' names an ACL user to
+ * connect as (NULL: the default user). Every waiter gets the lock in join
+ * order with consecutive tokens; returns the unlock messages published
+ * from the first release on. */
+static int64_t run_alone(const char *name, const char *user) {
+  enum { N = 5 };
+  rp_server_t *s = lu_server(0);
+  dlock_options_t o;
+  lu_options(&o, s);
+  char url[256];
+  if (user != NULL) {
+    lu_ok(
+        rp_cmd(s, "ACL SETUSER %s on >%s-pw ~* &* +@all -pubsub", user, user));
+    snprintf(url, sizeof(url), "redis://%s:%s-pw@127.0.0.1:%d", user, user,
+             rp_port(s));
+    o.url = url;
+  }
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, name);
+  char ch[256];
+  lu_channel(ch, sizeof(ch), name, strlen(name));
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  uint64_t t0 = dlock_token(l);
+  atomic_int seq;
+  atomic_init(&seq, 0);
+  waiter_t w[N];
+  pthread_t t[N];
+  memset(w, 0, sizeof(w));
+  for (int i = 0; i < N; i++) {
+    w[i].seq = &seq;
+    start_waiter(&w[i], l, 20000, 20, &t[i]);
+    lu_sleep_ms(30); /* join in order */
+  }
+  for (int i = 0; i < 300 && lu_numsub(s, ch, strlen(ch)) < 1; i++)
+    lu_sleep_ms(10);
+  ASSERT_EQ(lu_numsub(s, ch, strlen(ch)), 1);
+  lu_sleep_ms(200);
+  int64_t published = lu_cmd_calls(s, "publish");
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  for (int i = 0; i < N; i++) {
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
+    ASSERT_DLOCK_OK(w[i].rc);
+    ASSERT_EQ(w[i].order, i);
+    ASSERT_EQ(w[i].token, t0 + 1 + (uint64_t)i);
+  }
+  published = lu_cmd_calls(s, "publish") - published;
+  ASSERT_EQ(lu_exists(s, name), 0);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+  return published;
+}
+
+/* Alone on the lock's channel, the client does not release the lock for
+ * everyone at the run cap: nobody else would take it, and its own waiter
+ * would pay an unlock message and an attempt for it. Five hand-overs, and
+ * the last release, with nobody left, frees the lock: one message. */
+TEST(handover_alone_keeps_handing_over) {
+  ASSERT_EQ(run_alone("ho:alone", NULL), 1);
+}
+
+/* A user Redis does not let run PUBSUB: the script cannot tell whether
+ * another client listens, so at the run cap it releases the lock for
+ * everyone, as if one did (a second message), and the lock still goes to
+ * every waiter in order. */
+TEST(handover_without_pubsub_permission_releases_at_cap) {
+  ASSERT_EQ(run_alone("ho:alone:acl", "nopubsub"), 2);
+}
+
+/* With another client waiting, the release at the run cap is for every
+ * client (an unlock message, the lock free), and both clients' waiters
+ * get the lock, one at a time, with rising tokens. */
+TEST(handover_cap_releases_when_another_client_waits) {
+  enum { N = 4 };
+  const char *name = "ho:cap:other";
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *a = lu_client(s), *b = lu_client(s);
+  dlock_t *la = lu_get(a, name), *lb = lu_get(b, name);
+  char ch[256];
+  lu_channel(ch, sizeof(ch), name, strlen(name));
+  ASSERT_DLOCK_OK(dlock_lock(la, DLOCK_WATCHDOG));
+  uint64_t t0 = dlock_token(la);
+  atomic_int inside, overlaps, seq;
+  atomic_init(&inside, 0);
+  atomic_init(&overlaps, 0);
+  atomic_init(&seq, 0);
+  waiter_t w[N + 1];
+  pthread_t t[N + 1];
+  memset(w, 0, sizeof(w));
+  for (int i = 0; i <= N; i++) {
+    w[i].inside = &inside;
+    w[i].overlaps = &overlaps;
+    w[i].seq = &seq;
+    /* The last waiter is client b's. */
+    start_waiter(&w[i], i < N ? la : lb, 20000, 20, &t[i]);
+    lu_sleep_ms(30);
+  }
+  for (int i = 0; i < 300 && lu_numsub(s, ch, strlen(ch)) < 2; i++)
+    lu_sleep_ms(10);
+  ASSERT_EQ(lu_numsub(s, ch, strlen(ch)), 2);
+  lu_sleep_ms(200);
+  int64_t published = lu_cmd_calls(s, "publish");
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  uint64_t tokens[N + 1];
+  for (int i = 0; i <= N; i++) {
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
+    ASSERT_DLOCK_OK(w[i].rc);
+    tokens[w[i].order] = w[i].token;
+  }
+  printf("client b's waiter came %d of %d\n", w[N].order + 1, N + 1);
+  ASSERT_EQ(atomic_load(&overlaps), 0);
+  /* Three hand-overs in a row inside client a... */
+  for (int i = 0; i < 3; i++) {
+    ASSERT_EQ(w[i].order, i);
+    ASSERT_EQ(w[i].token, t0 + 1 + (uint64_t)i);
+  }
+  for (int i = 1; i <= N; i++)
+    ASSERT_GT(tokens[i], tokens[i - 1]);
+  /* ... then the lock is released for everyone (one message), and the
+   * last two releases find no waiter of their own client (two more). */
+  ASSERT_EQ(lu_cmd_calls(s, "publish") - published, 3);
+  ASSERT_EQ(lu_exists(s, name), 0);
+  dlock_free(la);
+  dlock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  rp_free(s);
+}
+
 /* A waiter that gave up is not handed anything: the release after it
  * frees the lock. */
 TEST(handover_skips_waiter_that_left) {

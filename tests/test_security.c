@@ -105,7 +105,13 @@ static const char *const acl_scripted[] = {
     "lrem",  "pexpire", "pttl", "publish", "rpush",   "set",
     "time",  "zadd",    "zrem", "zscore"};
 
+/* Commands a script may be refused without failing: it runs them with
+ * redis.pcall and does without the answer (docs/security.md says what is
+ * lost). The users below lack them, so the workloads run without them. */
+static const char *const acl_optional[] = {"pubsub"};
+
 #define NDIRECT (sizeof acl_direct / sizeof acl_direct[0])
+#define NOPTIONAL (sizeof acl_optional / sizeof acl_optional[0])
 #define NSCRIPTED (sizeof acl_scripted / sizeof acl_scripted[0])
 
 static int in_list(const char *const *list, size_t n, const char *cmd) {
@@ -440,6 +446,12 @@ TEST(acl_list_matches_the_scripts) {
       for (size_t i = 0; i < len; i++)
         cmd[i] = (char)tolower((unsigned char)open[1 + i]);
       cmd[len] = '\0';
+      if (in_list(acl_optional, NOPTIONAL, cmd)) {
+        if (strncmp(q, "redis.pcall(", 12) != 0)
+          TEST_FAIL("script %s runs optional \"%s\" without pcall", (*p)->name,
+                    cmd);
+        continue;
+      }
       if (!in_list(acl_scripted, NSCRIPTED, cmd))
         TEST_FAIL("script %s runs \"%s\", which is not in acl_scripted "
                   "(nor in docs/security.md)",

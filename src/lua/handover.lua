@@ -4,13 +4,42 @@
 -- unlock message is published: the lock is never free, so no waiter
 -- anywhere is woken for nothing. KEYS[3]: the latch that makes a retry
 -- answer like the first run; ARGV[4]: its lifetime in ms.
--- Returns {0, token} when handed over, or {-1, 0} when ARGV[1] holds none.
+--
+-- With ARGV[5] = '1' (the client has handed the lock over several times in
+-- a row), the lock is released for every client instead, with unlock
+-- message ARGV[6] on channel KEYS[4], when another client listens there:
+-- their waiters get their turn. Alone on the channel, the client keeps
+-- handing it over, since nobody else would take it.
+--
+-- Returns {0, token} when handed over, {-1, 0} when ARGV[1] holds none,
+-- {1, 0} when released for everyone because another client listens, or
+-- {2, 0} when released for everyone without knowing (the user may not run
+-- PUBSUB NUMSUB).
 local done = redis.call('get', KEYS[3])
-if done then
+if done == 'others' then
+  return {1, 0}
+elseif done == 'unknown' then
+  return {2, 0}
+elseif done then
   return {0, tonumber(done)}
 end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return {-1, 0}
+end
+if ARGV[5] == '1' then
+  -- pcall: a user without the PUBSUB command still releases, as before.
+  local numsub = redis.pcall('pubsub', 'numsub', KEYS[4])
+  local listening = nil
+  if type(numsub) == 'table' then
+    listening = tonumber(numsub[2])
+  end
+  if listening == nil or listening > 1 then
+    redis.call('set', KEYS[3], listening and 'others' or 'unknown', 'px',
+               ARGV[4])
+    redis.call('del', KEYS[1])
+    redis.call('publish', KEYS[4], ARGV[6])
+    return {listening and 1 or 2, 0}
+  end
 end
 local token = redis.call('incr', KEYS[2])
 redis.call('set', KEYS[3], token, 'px', ARGV[4])
