@@ -508,8 +508,11 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
   int fresh = !holds_any_part(l, owner);
   for (int attempt = 0;; attempt++) {
     int64_t start = dlock__now_us(), ttl_ms = -1;
+    /* Every part this owner had before, lost ones included: undoing the
+     * attempt must not take the record of a lost hold, whose loss the
+     * owner's unlock is still to report. */
     for (size_t i = 0; i < n; i++)
-      held[i] = dlock_token_as(l->subs[i], owner) != 0;
+      held[i] = dlock__has_hold(l->subs[i], owner);
     size_t answered = red_attempt(l, owner, lease_ms, state, &ttl_ms);
     if (answered == 0 && state[0] == DLOCK_ENOMEM) {
       rc = dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a RedLock");

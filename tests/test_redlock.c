@@ -185,6 +185,26 @@ TEST(reentrancy) {
   rfix_free(&f);
 }
 
+/* The owner's hold is gone from every node (deleted here; a lease that ran
+ * out while the owner was stopped, in the field). Reentrant attempts fail,
+ * the first of them finding the parts lost; the second must not undo those
+ * lost parts as if it had taken them itself, which would drop their records
+ * and let the owner's unlock answer DLOCK_ENOTHELD instead of reporting the
+ * loss. */
+TEST(failed_reentrant_attempts_keep_the_loss_for_unlock) {
+  rfix_t f;
+  rfix_init(&f, "red:re:lost", 500);
+  ASSERT_DLOCK_OK(dlock_lock(f.red, 10000));
+  for (int i = 0; i < NODES; i++)
+    ASSERT_EQ(lu_reply_int(rp_cmd(f.s[i], "DEL %s", f.name)), 1);
+  ASSERT_NE(dlock_trylock(f.red, 0, 10000), 0);
+  ASSERT_NE(dlock_trylock(f.red, 0, 10000), 0);
+  ASSERT_DLOCK_ERR(dlock_unlock(f.red), DLOCK_ELOST);
+  ASSERT_DLOCK_ERR(dlock_unlock(f.red), DLOCK_ENOTHELD);
+  ASSERT_EQ(nodes_holding(&f), 0);
+  rfix_free(&f);
+}
+
 /* ---- nodes down ---------------------------------------------------------- */
 
 TEST(two_killed_still_acquires) {
