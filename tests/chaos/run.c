@@ -535,6 +535,9 @@ static int make_dir(nemesis *nm) {
   const chaos_config_t *c = nm->cfg;
   if (c->keep_dir != NULL) {
     snprintf(nm->dir, sizeof(nm->dir), "%s", c->keep_dir);
+    /* The histories of an earlier run kept there would be appended to and
+     * read back as part of this one: they go first. */
+    chaos__history_remove(nm->dir);
     if (mkdir(nm->dir, 0700) != 0 && errno != EEXIST)
       return -1;
     return 0;
