@@ -194,9 +194,7 @@ static void on_lost(void *data, const char *name, size_t len, uint64_t owner) {
 
 /*
  * Takes 'l' with a bounded wait, sometimes once more (reentrant), holds it
- * for a moment and releases every hold. An unlock that fails for want of
- * Redis is tried again, so that a hold is not left behind to be renewed for
- * ever; one that finds the lock gone ends the cycle.
+ * for a moment and releases every hold, one unlock each.
  */
 static void cycle(wthread_t *t, int kind, dlock_t *l, int may_reenter) {
   counters_t *cnt = t->cnt;
@@ -216,16 +214,19 @@ static void cycle(wthread_t *t, int kind, dlock_t *l, int may_reenter) {
       count_code(cnt, cnt->lock_err, kind, rc);
   }
   sleep_ms((int64_t)(next_rand(&t->rng) % 3));
+  /* One unlock per hold, whatever each returns: a failed unlock counts as
+   * done (the library finishes it with the owner's next call, and a last
+   * hold is no longer renewed meanwhile), and a lost lock reports
+   * DLOCK_ELOST to each of its unlocks. Trying a failed unlock again would
+   * release a hold the owner still has. */
   int clean = 1;
-  for (int tries = 0; held > 0 && tries < held + 3; tries++) {
+  for (; held > 0; held--) {
     rc = dlock_unlock(l);
-    if (rc == 0) {
-      held--;
+    if (rc == 0)
       continue;
-    }
     count_code(cnt, cnt->unlock_err, kind, rc);
     clean = 0;
-    if (rc == DLOCK_ELOST || rc == DLOCK_ENOTHELD)
+    if (rc == DLOCK_ENOTHELD)
       break;
   }
   if (clean)
