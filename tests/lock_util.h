@@ -94,6 +94,17 @@ static inline dlock_t *lu_get(dlock_client_t *c, const char *name) {
   return l;
 }
 
+/* Frees the handles of two clients on one server, the clients and the
+ * server. */
+static inline void lu_free_two(rp_server_t *s, dlock_client_t *a, dlock_t *la,
+                               dlock_client_t *b, dlock_t *lb) {
+  dlock_free(la);
+  dlock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  rp_free(s);
+}
+
 /* "<client-id>:<owner>" into 'buf'. */
 static inline const char *lu_field(char *buf, size_t n, dlock_client_t *c,
                                    uint64_t owner) {

@@ -21,18 +21,43 @@ static void ok_reply(redisReply *r) {
   freeReplyObject(r);
 }
 
-TEST(lock_after_failed_unlock_is_a_fresh_hold) {
-  rp_server_t *s = NULL;
-  ASSERT_EQ(rp_start(NULL, &s), 0);
+/* A client of 's' with the options a test sets; 0 (or -1 for
+ * 'unlock_retries') leaves the library's default. */
+static dlock_client_t *repro_client(rp_server_t *s, int64_t command_timeout_ms,
+                                    int64_t watchdog_timeout_ms,
+                                    int unlock_retries) {
   dlock_options_t o;
   dlock_options_init(&o);
   o.url = rp_url(s);
-  o.command_timeout_ms = 300;
-  o.watchdog_timeout_ms = 600;
+  if (command_timeout_ms > 0)
+    o.command_timeout_ms = command_timeout_ms;
+  if (watchdog_timeout_ms > 0)
+    o.watchdog_timeout_ms = watchdog_timeout_ms;
+  if (unlock_retries >= 0)
+    o.unlock_retries = unlock_retries;
   dlock_client_t *c = NULL;
   ASSERT_DLOCK_OK(dlock_client_open(&o, &c));
+  return c;
+}
+
+static dlock_t *repro_lock(dlock_client_t *c, const char *name) {
   dlock_t *l = NULL;
-  ASSERT_DLOCK_OK(dlock_get(c, "repro", &l));
+  ASSERT_DLOCK_OK(dlock_get(c, name, &l));
+  return l;
+}
+
+static void repro_close(rp_server_t *s, dlock_client_t *c, dlock_t *l) {
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+TEST(lock_after_failed_unlock_is_a_fresh_hold) {
+  rp_server_t *s = NULL;
+  ASSERT_EQ(rp_start(NULL, &s), 0);
+  enum { WATCHDOG_MS = 600 };
+  dlock_client_t *c = repro_client(s, 300, WATCHDOG_MS, -1);
+  dlock_t *l = repro_lock(c, "repro");
 
   ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
   uint64_t first = dlock_token(l);
@@ -59,12 +84,10 @@ TEST(lock_after_failed_unlock_is_a_fresh_hold) {
    * the latest, the failed hold's lease has run out by now. */
   ASSERT_GT(second, first);
   ASSERT_EQ(count, 1);
-  test_sleep_ms(o.watchdog_timeout_ms * 2);
+  test_sleep_ms(WATCHDOG_MS * 2);
   ASSERT_EQ(dlock_is_locked(l), 0);
 
-  dlock_free(l);
-  dlock_client_close(c);
-  rp_free(s);
+  repro_close(s, c, l);
 }
 
 /* The same through DLOCK_EIO: the unlock comes while Redis is down, and
@@ -79,16 +102,8 @@ TEST(failed_inner_unlock_still_consumes_its_hold) {
   for (int applied = 0; applied < 2; applied++) {
     rp_server_t *s = NULL;
     ASSERT_EQ(rp_start(NULL, &s), 0);
-    dlock_options_t o;
-    dlock_options_init(&o);
-    o.url = rp_url(s);
-    o.command_timeout_ms = 300;
-    o.watchdog_timeout_ms = 3000;
-    o.unlock_retries = 0;
-    dlock_client_t *c = NULL;
-    ASSERT_DLOCK_OK(dlock_client_open(&o, &c));
-    dlock_t *l = NULL;
-    ASSERT_DLOCK_OK(dlock_get(c, "repro:inner", &l));
+    dlock_client_t *c = repro_client(s, 300, 3000, 0);
+    dlock_t *l = repro_lock(c, "repro:inner");
 
     ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
     uint64_t first = dlock_token(l);
@@ -120,9 +135,7 @@ TEST(failed_inner_unlock_still_consumes_its_hold) {
     ASSERT_DLOCK_OK(dlock_unlock(l));
     ASSERT_EQ(dlock_is_locked(l), 0);
 
-    dlock_free(l);
-    dlock_client_close(c);
-    rp_free(s);
+    repro_close(s, c, l);
   }
 }
 
@@ -132,15 +145,8 @@ TEST(lock_after_unlock_during_restart_is_a_fresh_hold) {
   ro.appendonly = 1;
   rp_server_t *s = NULL;
   ASSERT_EQ(rp_start(&ro, &s), 0);
-  dlock_options_t o;
-  dlock_options_init(&o);
-  o.url = rp_url(s);
-  o.command_timeout_ms = 300;
-  o.watchdog_timeout_ms = 3000;
-  dlock_client_t *c = NULL;
-  ASSERT_DLOCK_OK(dlock_client_open(&o, &c));
-  dlock_t *l = NULL;
-  ASSERT_DLOCK_OK(dlock_get(c, "repro", &l));
+  dlock_client_t *c = repro_client(s, 300, 3000, -1);
+  dlock_t *l = repro_lock(c, "repro");
 
   ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
   uint64_t first = dlock_token(l);
@@ -165,9 +171,7 @@ TEST(lock_after_unlock_during_restart_is_a_fresh_hold) {
   ASSERT_GT(second, first);
   ASSERT_EQ(count, 1);
 
-  dlock_free(l);
-  dlock_client_close(c);
-  rp_free(s);
+  repro_close(s, c, l);
 }
 
 /*
@@ -181,13 +185,8 @@ TEST(lock_after_unlock_during_restart_is_a_fresh_hold) {
 TEST(reentrant_lock_after_expiry_reports_the_loss) {
   rp_server_t *s = NULL;
   ASSERT_EQ(rp_start(NULL, &s), 0);
-  dlock_options_t o;
-  dlock_options_init(&o);
-  o.url = rp_url(s);
-  dlock_client_t *c = NULL;
-  ASSERT_DLOCK_OK(dlock_client_open(&o, &c));
-  dlock_t *l = NULL;
-  ASSERT_DLOCK_OK(dlock_get(c, "repro", &l));
+  dlock_client_t *c = repro_client(s, 0, 0, -1);
+  dlock_t *l = repro_lock(c, "repro");
 
   ASSERT_DLOCK_OK(dlock_lock(l, 200));
   uint64_t outer = dlock_token(l);
@@ -206,9 +205,7 @@ TEST(reentrant_lock_after_expiry_reports_the_loss) {
   ASSERT(inner_unlock == DLOCK_ELOST || outer_unlock == DLOCK_ELOST ||
          rc == DLOCK_ELOST);
 
-  dlock_free(l);
-  dlock_client_close(c);
-  rp_free(s);
+  repro_close(s, c, l);
 }
 
 /*
@@ -227,11 +224,8 @@ TEST(redlock_token_after_lost_reentrant_hold) {
   dlock_t *part[N];
   for (int i = 0; i < N; i++) {
     ASSERT_EQ(rp_start(NULL, &s[i]), 0);
-    dlock_options_t o;
-    dlock_options_init(&o);
-    o.url = rp_url(s[i]);
-    ASSERT_DLOCK_OK(dlock_client_open(&o, &c[i]));
-    ASSERT_DLOCK_OK(dlock_get(c[i], "repro", &part[i]));
+    c[i] = repro_client(s[i], 0, 0, -1);
+    part[i] = repro_lock(c[i], "repro");
   }
   dlock_t *red = NULL;
   ASSERT_DLOCK_OK(dlock_get_red(part, N, &red));

@@ -604,11 +604,7 @@ TEST(release_hands_lock_to_head) {
   ASSERT_EQ(pthread_join(t, NULL), 0);
   ASSERT_DLOCK_OK(w.rc);
   ASSERT_EQ(lu_exists(s, name), 0);
-  dlock_free(la);
-  dlock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
-  rp_free(s);
+  lu_free_two(s, a, la, b, lb);
 }
 
 /* The waiter's pub/sub connection is cut just before the release, so the
@@ -638,11 +634,7 @@ TEST(missed_hand_over_message_is_claimed) {
   ASSERT_DLOCK_OK(w.rc);
   /* One unlock released it: the count was one, not two. */
   ASSERT_EQ(lu_exists(s, name), 0);
-  dlock_free(la);
-  dlock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
-  rp_free(s);
+  lu_free_two(s, a, la, b, lb);
 }
 
 /* A hand-over message can reach the owner late, after an attempt of its
@@ -687,11 +679,7 @@ TEST(stale_hand_over_message_is_ignored) {
   ASSERT_EQ(w.token, t0 + 1);
   ASSERT_EQ(lu_get_num_n(s, tok, strlen(tok)), (int64_t)t0 + 1);
   ASSERT_EQ(lu_exists(s, name), 0);
-  dlock_free(la);
-  dlock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
-  rp_free(s);
+  lu_free_two(s, a, la, b, lb);
 }
 
 /* With a wait allowance shorter than the lease, the lock is handed over
@@ -721,11 +709,7 @@ TEST(short_allowance_hand_over_restores_lease) {
   ASSERT_EQ(pthread_join(t, NULL), 0);
   ASSERT_DLOCK_OK(w.rc);
   ASSERT_EQ(lu_exists(s, name), 0);
-  dlock_free(la);
-  dlock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
-  rp_free(s);
+  lu_free_two(s, a, la, b, lb);
 }
 
 /* ---- reentrancy and layout -------------------------------------------- */

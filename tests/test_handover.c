@@ -310,11 +310,7 @@ TEST(handover_cap_releases_when_another_client_waits) {
    * last two releases find no waiter of their own client (two more). */
   ASSERT_EQ(lu_cmd_calls(s, "publish") - published, 3);
   ASSERT_EQ(lu_exists(s, name), 0);
-  dlock_free(la);
-  dlock_free(lb);
-  dlock_client_close(a);
-  dlock_client_close(b);
-  rp_free(s);
+  lu_free_two(s, a, la, b, lb);
 }
 
 /* A waiter that gave up is not handed anything: the release after it
