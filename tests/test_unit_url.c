@@ -191,9 +191,8 @@ TEST(url_error_marks_a_cut_quote) {
   /* Exactly 40 bytes is not cut. */
   ASSERT_EQ(dlock__url_parse("http://012345678901234567890123456789012", &e),
             DLOCK_EINVAL);
-  ASSERT_NOT_NULL(
-      strstr(dlock_last_error(),
-             "(got \"http://012345678901234567890123456789012\")"));
+  ASSERT_NOT_NULL(strstr(dlock_last_error(),
+                         "(got \"http://012345678901234567890123456789012\")"));
 }
 
 TEST(url_describe_hides_password) {
