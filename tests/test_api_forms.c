@@ -273,9 +273,10 @@ TEST(api_every_kind_has_a_name_and_length_constructor) {
   ASSERT_DLOCK_OK(dlock_unlock(read));
 
   /* Bad arguments, and composites, which span several locks. */
-  dlock_t *w2 = (dlock_t *)1;
+  dlock_t *r2 = (dlock_t *)1, *w2 = (dlock_t *)1;
   ASSERT_DLOCK_ERR(dlock_getn_rw(c, name, len, NULL, &w2), DLOCK_EINVAL);
-  ASSERT_DLOCK_ERR(dlock_getn_rw(c, name, 0, &read, &w2), DLOCK_EINVAL);
+  ASSERT_DLOCK_ERR(dlock_getn_rw(c, name, 0, &r2, &w2), DLOCK_EINVAL);
+  ASSERT_NULL(r2);
   ASSERT_NULL(w2);
   ASSERT_DLOCK_ERR(dlock_getn_fair(c, NULL, 3, &w2), DLOCK_EINVAL);
   ASSERT_DLOCK_ERR(dlock_inspect_lock(NULL, &info), DLOCK_EINVAL);
