@@ -54,7 +54,8 @@ extern "C" {
   X(EAUTH, -8, "authentication or permission denied by Redis")                 \
   X(ECANCELED, -9, "operation canceled: the client is shutting down")          \
   X(EPROTO, -10, "unexpected reply: the server does not speak Redis")          \
-  X(ENOQUORUM, -11, "no majority of Redis nodes could be reached")
+  X(ENOQUORUM, -11, "no majority of Redis nodes could be reached")             \
+  X(ENOTLOCK, -12, "the key holds something other than a lock of this kind")
 
 typedef enum dlock_err {
 #define DLOCK__ERR_ENUM(name, code, text) DLOCK_##name = (code),
@@ -191,8 +192,14 @@ DLOCK_EXPORT uint64_t dlock_owner_new(void);
  * Creates a handle on the reentrant lock 'name' (Redisson's getLock). The
  * handle is cheap and holds no server state; any number of handles on one
  * name share the same lock. 'name' must be 1..DLOCK_NAME_MAX bytes.
- * dlock_getn takes a name of 'len' bytes that may contain NULs.
  * The handle must be freed before its client is closed.
+ *
+ * Every constructor of a single lock comes in two forms, with the same
+ * arguments in the same order: dlock_get_X(c, name, out) for a C string,
+ * and dlock_getn_X(c, name, len, out) for a name of 'len' bytes that may
+ * contain NULs: dlock_get/dlock_getn, dlock_get_fair/dlock_getn_fair,
+ * dlock_get_spin/dlock_getn_spin, dlock_get_rw/dlock_getn_rw.
+ * dlock_get_kind picks the kind at run time.
  */
 DLOCK_EXPORT int dlock_get(dlock_client_t *c, const char *name, dlock_t **out);
 DLOCK_EXPORT int dlock_getn(dlock_client_t *c, const char *name, size_t len,
@@ -231,6 +238,8 @@ DLOCK_EXPORT int dlock_get_kind(dlock_client_t *c, dlock_kind_t kind,
  */
 DLOCK_EXPORT int dlock_get_fair(dlock_client_t *c, const char *name,
                                 dlock_t **out);
+DLOCK_EXPORT int dlock_getn_fair(dlock_client_t *c, const char *name,
+                                 size_t len, dlock_t **out);
 
 /*
  * A spin lock: the reentrant lock's layout, but waiters retry with
@@ -239,6 +248,8 @@ DLOCK_EXPORT int dlock_get_fair(dlock_client_t *c, const char *name,
  */
 DLOCK_EXPORT int dlock_get_spin(dlock_client_t *c, const char *name,
                                 dlock_t **out);
+DLOCK_EXPORT int dlock_getn_spin(dlock_client_t *c, const char *name,
+                                 size_t len, dlock_t **out);
 
 /*
  * A read-write lock: '*read' and '*write' are two handles on it. Many
@@ -252,6 +263,8 @@ DLOCK_EXPORT int dlock_get_spin(dlock_client_t *c, const char *name,
  */
 DLOCK_EXPORT int dlock_get_rw(dlock_client_t *c, const char *name,
                               dlock_t **read, dlock_t **write);
+DLOCK_EXPORT int dlock_getn_rw(dlock_client_t *c, const char *name, size_t len,
+                               dlock_t **read, dlock_t **write);
 
 /*
  * A MultiLock over 'n' handles (any kinds but DLOCK_MULTI/DLOCK_RED,
@@ -331,26 +344,67 @@ DLOCK_EXPORT int dlock_unlock_as(dlock_t *l, uint64_t owner);
 
 /*
  * Deletes the lock whoever holds it and wakes its waiters. Returns 1 when a
- * lock was deleted, 0 when there was none.
+ * lock was deleted, 0 when there was none. The key is checked first, in
+ * the same script that deletes it: when it holds anything but a lock of
+ * the handle's kind (a string, a list, a hash that is not a lock, or a
+ * read-write lock through a reentrant, fair or spin handle and the
+ * reverse), nothing is deleted and DLOCK_ENOTLOCK is returned.
  */
 DLOCK_EXPORT int dlock_force_unlock(dlock_t *l);
 
-/* 1 when anyone holds the lock, 0 when it is free. */
+/*
+ * Questions to Redis about the lock. Each asks Redis, so each can fail.
+ *
+ * CAUTION: the four calls below return a NEGATIVE DLOCK_E* CODE WHEN REDIS
+ * CANNOT ANSWER, and a negative number is true in C: "if (dlock_is_held(l))"
+ * takes the branch when Redis is down. Compare with 1 ("== 1", "> 0"), or
+ * use the dlock_query_* calls further down, which keep the answer and the
+ * error apart.
+ */
+
+/* 1 when anyone holds the lock, 0 when it is free, or a negative code. */
 DLOCK_EXPORT int dlock_is_locked(dlock_t *l);
 
-/* 1 when the calling thread (or 'owner') holds the lock, else 0. */
+/* 1 when the calling thread (or 'owner') holds the lock, 0 when not, or a
+ * negative code. */
 DLOCK_EXPORT int dlock_is_held(dlock_t *l);
 DLOCK_EXPORT int dlock_is_held_as(dlock_t *l, uint64_t owner);
 
-/* The hold count of the calling thread (or 'owner'), >= 0. */
+/* The hold count of the calling thread (or 'owner'), >= 0, or a negative
+ * code. */
 DLOCK_EXPORT int dlock_hold_count(dlock_t *l);
 DLOCK_EXPORT int dlock_hold_count_as(dlock_t *l, uint64_t owner);
 
+/* The time to expiry of a lock held without one (set so by some other
+ * program), in dlock_ttl(), dlock_query_ttl(), dlock_info_t.ttl_ms and the
+ * ttl_ms of "dlock status --json": larger than any real time to expiry, so
+ * "ttl >= needed" reads right without a special case. */
+#define DLOCK_NO_EXPIRY INT64_MAX
+
 /*
- * Milliseconds until the lock expires; 0 when nobody holds it; INT64_MAX
- * when it is held without expiry (set so by some other program).
+ * Milliseconds until the lock expires; 0 when nobody holds it;
+ * DLOCK_NO_EXPIRY when it is held without expiry; or a negative code.
  */
 DLOCK_EXPORT int64_t dlock_ttl(dlock_t *l);
+
+/*
+ * The same questions in a form that cannot be misread: each returns 0 and
+ * stores the answer in '*out', or returns a negative DLOCK_E* code and
+ * stores 0 there. "if (dlock_query_held(l, &held) == 0 && held)" is the
+ * whole idiom.
+ *
+ *   dlock_query_locked      1 when anyone holds the lock, else 0
+ *   dlock_query_held[_as]   1 when the caller (or 'owner') holds it, else 0
+ *   dlock_query_hold_count[_as]  the caller's (or 'owner''s) count, >= 0
+ *   dlock_query_ttl         ms to expiry, 0 when free, DLOCK_NO_EXPIRY
+ */
+DLOCK_EXPORT int dlock_query_locked(dlock_t *l, int *out);
+DLOCK_EXPORT int dlock_query_held(dlock_t *l, int *out);
+DLOCK_EXPORT int dlock_query_held_as(dlock_t *l, uint64_t owner, int *out);
+DLOCK_EXPORT int dlock_query_hold_count(dlock_t *l, int *out);
+DLOCK_EXPORT int dlock_query_hold_count_as(dlock_t *l, uint64_t owner,
+                                           int *out);
+DLOCK_EXPORT int dlock_query_ttl(dlock_t *l, int64_t *out);
 
 /*
  * The fencing token of the calling thread's (or 'owner''s) hold, 0 if it
@@ -379,7 +433,7 @@ typedef struct dlock_waiter {
 
 typedef struct dlock_info {
   int locked;     /* 1 held, 0 free */
-  int64_t ttl_ms; /* as dlock_ttl() */
+  int64_t ttl_ms; /* as dlock_ttl(): 0 free, DLOCK_NO_EXPIRY, else ms */
   uint64_t token; /* last fencing token issued (0: never) */
   char *mode;     /* read-write lock "read"/"write"; else NULL */
   size_t nholders;
@@ -394,7 +448,58 @@ typedef struct dlock_info {
  */
 DLOCK_EXPORT int dlock_inspect(dlock_client_t *c, const char *name, size_t len,
                                dlock_info_t **out);
+
+/* The same for the lock of handle 'l' (a single lock, not a MultiLock or
+ * RedLock: those span several keys, or servers; inspect their parts). */
+DLOCK_EXPORT int dlock_inspect_lock(dlock_t *l, dlock_info_t **out);
+
 DLOCK_EXPORT void dlock_info_free(dlock_info_t *info);
+
+/* -------------------------------------------------------------------------
+ * Plain commands on the client's connection
+ * ------------------------------------------------------------------------- */
+
+typedef enum dlock_reply_type {
+  DLOCK_REPLY_NIL = 0, /* a missing value */
+  DLOCK_REPLY_INTEGER, /* 'integer' (RESP3 booleans too: 0 or 1) */
+  DLOCK_REPLY_STRING,  /* 'str' of 'len' bytes (bulk, verbatim, doubles) */
+  DLOCK_REPLY_STATUS,  /* 'str': a simple string such as "OK" */
+  DLOCK_REPLY_ARRAY,   /* 'elements' (maps: key, value, key, value...) */
+  DLOCK_REPLY_ERROR    /* 'str': an error inside an array (a script's) */
+} dlock_reply_type_t;
+
+typedef struct dlock_reply {
+  dlock_reply_type_t type;
+  int64_t integer;
+  char *str; /* NUL-terminated too (it may hold NULs: use 'len') */
+  size_t len;
+  size_t nelements;
+  struct dlock_reply *elements; /* 'nelements' replies */
+} dlock_reply_t;
+
+/*
+ * Runs one Redis command, 'argc' arguments of 'lens[i]' bytes each ('lens'
+ * NULL: each is a NUL-terminated string), on the connection the client's
+ * locks use: the same server and database, password, timeouts and
+ * reconnection, so a program needs no second Redis client for a few data
+ * commands beside its locks. On success '*out' is the reply, freed with
+ * dlock_reply_free(). An error reply is returned as its code (DLOCK_ESERVER,
+ * DLOCK_EAUTH, ...) with Redis's text in dlock_last_error(), and '*out'
+ * NULL.
+ *
+ * The connection is shared with every lock of the client, so commands that
+ * would change its state or hold it up are refused with DLOCK_EINVAL:
+ * SELECT, AUTH, HELLO, RESET, QUIT, CLIENT REPLY, MULTI/EXEC/DISCARD/WATCH,
+ * the (un)subscribe family, MONITOR, replication commands, and blocking
+ * ones (BLPOP, BRPOP, BLMOVE, BZPOPMIN, XREAD ... BLOCK, WAIT, ...). Use a
+ * client library of your own for those.
+ */
+DLOCK_EXPORT int dlock_client_command(dlock_client_t *c, size_t argc,
+                                      const char *const *argv,
+                                      const size_t *lens, dlock_reply_t **out);
+
+/* Frees a reply of dlock_client_command(). NULL is ignored. */
+DLOCK_EXPORT void dlock_reply_free(dlock_reply_t *r);
 
 #ifdef __cplusplus
 }

@@ -96,9 +96,18 @@ static int is_transient_error(const char *text, size_t len) {
   return 0;
 }
 
+/* dlock's own scripts refuse a key that is not a lock of the kind they
+ * were asked about with an error reply of this code (force_release.lua). */
+static int is_not_lock_error(const char *text, size_t len) {
+  static const char prefix[] = "NOTLOCK ";
+  return len >= sizeof(prefix) - 1 &&
+         memcmp(text, prefix, sizeof(prefix) - 1) == 0;
+}
+
 int dlock__fail_reply_in(const char *text, size_t len, const char *script) {
   int code = is_auth_error(text, len)        ? DLOCK_EAUTH
              : is_transient_error(text, len) ? DLOCK_EIO
+             : is_not_lock_error(text, len)  ? DLOCK_ENOTLOCK
                                              : DLOCK_ESERVER;
   int shown = len > DETAIL_MAX - 80 ? DETAIL_MAX - 80 : (int)len;
   if (script != NULL)

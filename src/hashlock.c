@@ -337,9 +337,13 @@ int dlock__eval_integer(dlock_t *l, const dlock__eval *call, int64_t *out) {
 }
 
 int dlock__force_release_plain(dlock_t *l, const char *message) {
-  const char *argv[] = {l->name, l->channel, message};
-  const size_t lens[] = {l->len, l->channel_len, strlen(message)};
-  dlock__eval call = {&dlock__script_force_release, 2, 1, argv, lens};
+  /* The script deletes only a lock of the kind named here. */
+  const char *kind = l->kind->id == DLOCK_READ || l->kind->id == DLOCK_WRITE
+                         ? "rw"
+                         : "exclusive";
+  const char *argv[] = {l->name, l->channel, message, kind};
+  const size_t lens[] = {l->len, l->channel_len, strlen(message), strlen(kind)};
+  dlock__eval call = {&dlock__script_force_release, 2, 2, argv, lens};
   int64_t deleted;
   int rc = dlock__eval_integer(l, &call, &deleted);
   return rc != 0 ? rc : deleted > 0;

@@ -189,10 +189,15 @@ int dlock__url_parse(const char *url, dlock__endpoint *out) {
     rc = parse_unix(url + 7, out);
   else if (strncmp(url, "rediss://", 9) == 0)
     rc = dlock__fail(DLOCK_EINVAL, "TLS (rediss://) is not supported");
-  else
-    rc = dlock__fail(DLOCK_EINVAL,
-                     "URL must start with redis:// or unix:// (got \"%.40s\")",
-                     strstr(url, "@") ? "..." : url);
+  else {
+    /* Quoted at most in part (and never with its user information), and
+     * an ellipsis says when it was cut. */
+    const char *quoted = strchr(url, '@') != NULL ? "..." : url;
+    rc =
+        dlock__fail(DLOCK_EINVAL,
+                    "URL must start with redis:// or unix:// (got \"%.40s%s\")",
+                    quoted, strlen(quoted) > 40 ? "..." : "");
+  }
   if (rc != 0)
     dlock__endpoint_free(out);
   return rc;

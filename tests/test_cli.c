@@ -130,6 +130,11 @@ static int wait_for_file(const char *path, int64_t ms) {
 /* $DLOCK_URL for the processes started next; NULL: not set. */
 static const char *child_dlock_url;
 
+/* More "NAME=VALUE" entries for the environment of the processes started
+ * next (at most 4, NULL-terminated); the passwords dlock reads from the
+ * environment are unset unless given here. */
+static const char *child_env[5];
+
 typedef struct cli_proc {
   pid_t pid;
   char out[256]; /* where its stdout went */
@@ -179,6 +184,10 @@ static void spawn_cli(cli_test_t *t, cli_proc_t *p, const char *stdin_path,
       unsetenv("DLOCK_URL");
     unsetenv("DLOCK_NAME");
     unsetenv("DLOCK_TOKEN");
+    unsetenv("DLOCK_PASSWORD");
+    unsetenv("REDISCLI_AUTH");
+    for (const char *const *e = child_env; *e != NULL; e++)
+      putenv((char *)*e);
     execv(argv[0], (char *const *)argv);
     _exit(122);
   }
@@ -485,18 +494,33 @@ TEST(cli_help_and_version) {
   for (size_t i = 0; i < 4; i++)
     assert_file_contains(p.out, commands[i]);
   assert_file_contains(p.out, "Exit status");
+  /* The global options and the environment are told once, here, with the
+   * password kept out of the URL (and so out of ps). */
+  assert_file_contains(p.out, "Global options");
+  assert_file_contains(p.out, "--url URL");
+  assert_file_contains(p.out, "--watchdog DUR");
+  assert_file_contains(p.out, "DLOCK_PASSWORD");
+  assert_file_contains(p.out, "REDISCLI_AUTH");
+  assert_file_lacks(p.out, "://:");
+  assert_file_lacks(p.out, "bare number");
   for (size_t i = 0; i < 4; i++) {
     ASSERT_EQ(run_cli_bare(&t, &p, commands[i], "--help", NULL), 0);
     assert_file_contains(p.out, "usage: dlock ");
     assert_file_contains(p.out, "default");
     assert_file_contains(p.out, "Examples:");
-    assert_file_contains(p.out, "--url URL");
-    assert_file_contains(p.out, "--watchdog DUR");
+    /* Each command's help points there instead of repeating it all. */
+    assert_file_contains(p.out, "see 'dlock --help'");
+    assert_file_lacks(p.out, "Global options (before or after");
+    assert_file_lacks(p.out, "Environment:");
+    assert_file_lacks(p.out, "://:");
   }
   ASSERT_EQ(run_cli_bare(&t, &p, "run", "-h", NULL), 0);
   assert_file_contains(p.out, "--wait DUR");
   assert_file_contains(p.out, "--grace DUR");
   assert_file_contains(p.out, "--lease DUR");
+  assert_file_contains(p.out, "--quiet");
+  assert_file_contains(p.out, "--conflict-exit-code N");
+  assert_file_contains(p.out, "cron");
   end_test(&t);
 }
 
@@ -537,6 +561,20 @@ TEST(cli_bad_usage_exits_64) {
                      "touch", ran, NULL);
   expect_usage_error(&t, "too short", "run", "--lease", "0", "x", "touch", ran,
                      NULL);
+  /* A number needs its unit (flock -w 5 is seconds, elsewhere it may be
+   * milliseconds); only 0 goes without. */
+  expect_usage_error(&t, "'5' needs a unit: 5s for seconds or 5ms", "run",
+                     "--wait", "5", "x", "touch", ran, NULL);
+  expect_usage_error(&t, "--watchdog: '30000' needs a unit", "--watchdog",
+                     "30000", "status", "x", NULL);
+  expect_usage_error(&t, "--grace: '1' needs a unit", "run", "--grace=1", "x",
+                     "touch", ran, NULL);
+  expect_usage_error(&t, "not a number from 0 to 255", "run", "-E", "256", "x",
+                     "touch", ran, NULL);
+  expect_usage_error(&t, "not a number from 0 to 255", "run",
+                     "--conflict-exit-code=x", "x", "touch", ran, NULL);
+  expect_usage_error(&t, "exclude each other", "unlock", "--force", "--fair",
+                     "--read", "x", NULL);
   expect_usage_error(&t, "missing value", "run", "x", "--wait", NULL);
   expect_usage_error(&t, "more than once", "run", "--wait", "1s", "--wait",
                      "2s", "x", "touch", ran, NULL);
@@ -577,6 +615,13 @@ TEST(cli_bad_url_exits_64_and_masks_password) {
   assert_file_contains(p.err, "--url");
   assert_file_contains(p.err, "***");
   assert_file_lacks(p.err, "hunter22");
+  /* A long URL quoted in part says so with an ellipsis. */
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url",
+                         "http://a-rather-long-host-name.example.com:6379/0",
+                         "status", "x", NULL),
+            64);
+  assert_file_contains(p.err, "(got \"http://a-rather-long-host-name.example.c"
+                              "...\")");
   end_test(&t);
 }
 
@@ -1621,5 +1666,349 @@ TEST(cli_demo_on_a_given_server) {
   ASSERT_EQ(key_exists(&t, "MoonCake"), 0);
   ASSERT_EQ(run_cli(&t, &p, "demo", "--processes", "9", "--workers", "3", NULL),
             64);
+  end_test(&t);
+}
+
+/* ---- dlock unlock --force: only locks ----------------------------------- */
+
+/* Runs "unlock --force [kind] NAME", expecting the refusal (65) with the
+ * reason, and the key left as it was. */
+static void expect_unlock_refused(cli_test_t *t, const char *kind,
+                                  const char *name, const char *why) {
+  cli_proc_t p;
+  int rc = kind ? run_cli(t, &p, "unlock", "--force", kind, name, NULL)
+                : run_cli(t, &p, "unlock", "--force", name, NULL);
+  ASSERT_EQ(rc, 65);
+  char want[128];
+  snprintf(want, sizeof want, "refusing to delete '%s'", name);
+  assert_file_contains(p.err, want);
+  assert_file_contains(p.err, why);
+  assert_file_contains(p.err, "nothing deleted");
+  assert_file_lacks(p.out, "removed");
+  ASSERT_EQ(key_exists(t, name), 1);
+}
+
+TEST(cli_unlock_force_refuses_keys_that_are_not_locks) {
+  cli_test_t t;
+  cli_proc_t p;
+
+  start_test(&t);
+  /* Not locks at all: left alone whatever kind is named. */
+  redisReply *r = rp_cmd(t.server, "SET counter 5");
+  freeReplyObject(r);
+  expect_unlock_refused(&t, NULL, "counter", "holds a string");
+  expect_unlock_refused(&t, "--fair", "counter", "holds a string");
+  expect_unlock_refused(&t, "--write", "counter", "holds a string");
+  r = rp_cmd(t.server, "GET counter");
+  ASSERT_NOT_NULL(r);
+  ASSERT_STR_EQ(r->str, "5");
+  freeReplyObject(r);
+  freeReplyObject(rp_cmd(t.server, "HSET profile name bob"));
+  expect_unlock_refused(&t, NULL, "profile", "hash that is not a lock");
+  freeReplyObject(rp_cmd(t.server, "RPUSH queue a"));
+  expect_unlock_refused(&t, NULL, "queue", "holds a list");
+
+  /* Locks of another kind than the one named. */
+  freeReplyObject(rp_cmd(t.server, "HSET rw mode read c1:7 1"));
+  expect_unlock_refused(&t, "--fair", "rw", "read-write lock");
+  freeReplyObject(rp_cmd(t.server, "HSET ex c1:7 2"));
+  expect_unlock_refused(&t, "--read", "ex", "not a read-write lock");
+
+  /* Each removed by its own kind, named or found. */
+  ASSERT_EQ(run_cli(&t, &p, "unlock", "--force", "--write", "rw", NULL), 0);
+  assert_file_contains(p.out, "removed lock 'rw'");
+  ASSERT_EQ(run_cli(&t, &p, "unlock", "--force", "ex", NULL), 0);
+  assert_file_contains(p.out, "removed lock 'ex' held by c1:7 (x2)");
+  ASSERT_EQ(key_exists(&t, "rw"), 0);
+  ASSERT_EQ(key_exists(&t, "ex"), 0);
+  ASSERT_EQ(key_exists(&t, "counter"), 1);
+  end_test(&t);
+}
+
+/* ---- dlock run: when dlock itself dies ---------------------------------- */
+
+/* 1 when process 'pid' is gone or a zombie (its parent has not reaped it
+ * yet): it runs no more. */
+static int process_ended(pid_t pid) {
+  char path[64], stat[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return 1;
+  size_t n = fread(stat, 1, sizeof stat - 1, f);
+  fclose(f);
+  stat[n] = '\0';
+  const char *state = strrchr(stat, ')');
+  return state == NULL || state[1] == '\0' || state[2] == 'Z' ||
+         state[2] == 'X';
+}
+
+/* The pid of the command a "run" started, once it has exec'd 'program'. */
+static pid_t wait_for_command(cli_test_t *t, const char *program) {
+  ASSERT_EQ(wait_for_file(scratch(t, "pid"), 5000), 0);
+  char *text = slurp(scratch(t, "pid"));
+  pid_t pid = (pid_t)atoi(text);
+  free(text);
+  ASSERT_GT(pid, 0);
+  char exe[64], target[PATH_MAX];
+  snprintf(exe, sizeof exe, "/proc/%d/exe", (int)pid);
+  for (int64_t end = test_now_ms() + 5000;; test_sleep_ms(10)) {
+    ssize_t n = readlink(exe, target, sizeof target - 1);
+    ASSERT_GT(n, 0);
+    target[n] = '\0';
+    if (strstr(target, program) != NULL)
+      return pid;
+    ASSERT_LT(test_now_ms(), end);
+  }
+}
+
+TEST(cli_run_command_dies_when_dlock_is_killed) {
+  cli_test_t t;
+  cli_proc_t p;
+  char script[512];
+
+  start_test(&t);
+  snprintf(script, sizeof script, "echo $$ > %s; exec sleep 60",
+           scratch(&t, "pid"));
+  start_cli(&t, &p, "--watchdog", "2s", "run", "guarded", "--", "sh", "-c",
+            script, NULL);
+  pid_t command = wait_for_command(&t, "sleep");
+  wait_until_held(&t, "guarded");
+
+  /* SIGKILL leaves dlock no chance to stop its command; the kernel must. */
+  ASSERT_EQ(kill(p.pid, SIGKILL), 0);
+  ASSERT_EQ(wait_cli(&p), 128 + SIGKILL);
+  int64_t deadline = test_now_ms() + 5000;
+  while (!process_ended(command)) {
+    if (test_now_ms() > deadline) {
+      kill(command, SIGKILL);
+      TEST_FAIL("the command (pid %d) outlived dlock by 5 s, running on "
+                "without the lock",
+                (int)command);
+    }
+    test_sleep_ms(10);
+  }
+  end_test(&t);
+}
+
+/* ---- dlock run: Redis's own words --------------------------------------- */
+
+TEST(cli_run_reports_redis_error_text) {
+  cli_test_t t;
+  cli_proc_t p;
+  rp_options_t o;
+  rp_server_t *replica = NULL;
+  char replicaof[64];
+  const char *ran;
+
+  start_test(&t);
+  ran = scratch(&t, "ran");
+  rp_options_init(&o);
+  ASSERT_EQ(rp_start(&o, &replica), 0);
+  snprintf(replicaof, sizeof replicaof, "%d", rp_port(t.server));
+  redisReply *r = rp_cmd(replica, "REPLICAOF 127.0.0.1 %s", replicaof);
+  ASSERT_NOT_NULL(r);
+  freeReplyObject(r);
+  /* The acquisition runs on another thread than the message is printed
+   * on; the library's detail must come along. */
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", rp_url(replica), "run", "x", "touch",
+                         ran, NULL),
+            69);
+  assert_file_contains(p.err, "cannot acquire lock 'x'");
+  assert_file_contains(p.err, "READONLY");
+  ASSERT(!file_exists(ran));
+  rp_free(replica);
+  end_test(&t);
+}
+
+/* ---- dlock run under cron ------------------------------------------------ */
+
+static void assert_file_empty(const char *path) {
+  char *text = slurp(path);
+  if (text[0] != '\0')
+    TEST_FAIL("%s is not empty; it holds:\n%s", path, text);
+  free(text);
+}
+
+TEST(cli_run_quiet_and_conflict_exit_code_for_cron) {
+  cli_test_t t;
+  cli_proc_t holder, p;
+  const char *ran;
+  char down[64];
+
+  start_test(&t);
+  ran = scratch(&t, "ran");
+  start_holder(&t, &holder, "nightly", "5");
+
+  /* The hosts that lose the race: nothing on stderr (no cron mail). */
+  ASSERT_EQ(run_cli(&t, &p, "run", "--wait", "0", "--quiet", "nightly", "touch",
+                    ran, NULL),
+            75);
+  assert_file_empty(p.err);
+  assert_file_empty(p.out);
+  /* ... and, like flock -E, the status of one's choice; 0 makes cron see
+   * success. */
+  ASSERT_EQ(run_cli(&t, &p, "run", "--wait", "0", "-q", "-E", "0", "nightly",
+                    "--", "touch", ran, NULL),
+            0);
+  assert_file_empty(p.err);
+  ASSERT_EQ(run_cli(&t, &p, "run", "--wait", "100ms", "--conflict-exit-code=3",
+                    "nightly", "touch", ran, NULL),
+            3);
+  assert_file_contains(p.err, "not acquired within 100ms");
+  ASSERT(!file_exists(ran));
+
+  /* The command's own status is its own, and real trouble is still said. */
+  ASSERT_EQ(run_cli(&t, &p, "run", "-q", "-E", "0", "free-one", "sh", "-c",
+                    "exit 4", NULL),
+            4);
+  snprintf(down, sizeof down, "redis://127.0.0.1:%d", 1);
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", down, "run", "-q", "-E", "0",
+                         "nightly", "touch", ran, NULL),
+            69);
+  assert_file_contains(p.err, "cannot use redis://127.0.0.1:1");
+  ASSERT(!file_exists(ran));
+
+  kill(holder.pid, SIGTERM);
+  ASSERT_EQ(wait_cli(&holder), 128 + SIGTERM);
+  end_test(&t);
+}
+
+/* ---- the password from the environment ----------------------------------- */
+
+TEST(cli_password_from_the_environment) {
+  cli_test_t t;
+  cli_proc_t p;
+  rp_options_t o;
+  rp_server_t *secured = NULL;
+  char url[64], wrong_url[96], user_url[96];
+
+  start_test(&t);
+  rp_options_init(&o);
+  o.requirepass = "env-Secret-pw";
+  ASSERT_EQ(rp_start(&o, &secured), 0);
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", rp_port(secured));
+
+  /* No password anywhere: refused. */
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "run", "x", "true", NULL), 69);
+
+  child_env[0] = "DLOCK_PASSWORD=env-Secret-pw";
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "run", "x", "true", NULL), 0);
+  /* The user "default" may be named, with the password still aside. */
+  snprintf(user_url, sizeof user_url, "redis://default@127.0.0.1:%d",
+           rp_port(secured));
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", user_url, "status", "x", NULL), 0);
+  /* The demo's buyers, in processes of their own, reach the server too,
+   * for their data as for their lock. */
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "demo", "--workers", "6",
+                         "--processes", "2", "--stock", "4", NULL),
+            0);
+  assert_file_contains(p.out, "every cake was sold exactly once");
+
+  /* redis-cli's variable, when DLOCK_PASSWORD is not set. */
+  child_env[0] = "REDISCLI_AUTH=env-Secret-pw";
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "run", "x", "true", NULL), 0);
+
+  /* A password in the URL wins over the environment. */
+  snprintf(wrong_url, sizeof wrong_url, "redis://:wrong-pw@127.0.0.1:%d",
+           rp_port(secured));
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", wrong_url, "run", "x", "true", NULL),
+            69);
+  ASSERT_EQ(
+      run_cli_bare(&t, &p, "--url", rp_url(secured), "run", "x", "true", NULL),
+      0);
+
+  /* A wrong one from the environment is refused, and never printed. */
+  child_env[0] = "DLOCK_PASSWORD=Wrong-Env-pw";
+  child_env[1] = "REDISCLI_AUTH=env-Secret-pw";
+  ASSERT_EQ(run_cli_bare(&t, &p, "--url", url, "run", "x", "true", NULL), 69);
+  assert_file_lacks(p.err, "Wrong-Env-pw");
+  assert_file_lacks(p.err, "env-Secret-pw");
+  child_env[0] = NULL;
+  child_env[1] = NULL;
+  rp_free(secured);
+  end_test(&t);
+}
+
+/* ---- dlock status: the table and "no expiry" ------------------------------
+ */
+
+/* The terminal columns of the first 'len' bytes of 's', by the rules a
+ * terminal follows for these test names: CJK characters take two columns,
+ * combining accents none, anything else one per character. */
+static size_t columns_of(const char *s, size_t len) {
+  size_t columns = 0;
+  for (size_t i = 0; i < len;) {
+    unsigned char c = (unsigned char)s[i];
+    unsigned cp = c;
+    size_t n = 1;
+    if (c >= 0xF0)
+      n = 4, cp = c & 7u;
+    else if (c >= 0xE0)
+      n = 3, cp = c & 15u;
+    else if (c >= 0xC0)
+      n = 2, cp = c & 31u;
+    for (size_t k = 1; k < n; k++)
+      cp = (cp << 6) | ((unsigned char)s[i + k] & 63u);
+    columns += (cp >= 0x3000 && cp <= 0x9FFF) ? 2
+               : (cp >= 0x300 && cp <= 0x36F) ? 0
+                                              : 1;
+    i += n;
+  }
+  return columns;
+}
+
+TEST(cli_status_table_aligns_names_by_display_width) {
+  cli_test_t t;
+  cli_proc_t p;
+  /* ASCII, Latin with two-byte letters, CJK (two columns each), and a
+   * combining accent (no column). */
+  static const char *const names[] = {"plain-name",
+                                      "gr\xc3\xb6\xc3\x9f"
+                                      "e",
+                                      "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e",
+                                      "cafe\xcc\x81"};
+
+  start_test(&t);
+  ASSERT_EQ(
+      run_cli(&t, &p, "status", names[0], names[1], names[2], names[3], NULL),
+      0);
+  char *out = slurp(p.out), *save = NULL;
+  size_t state_column = 0;
+  int rows = 0;
+  for (char *line = strtok_r(out, "\n", &save); line != NULL;
+       line = strtok_r(NULL, "\n", &save), rows++) {
+    /* The STATE column starts where the header says, in every row. */
+    const char *state = strstr(line, rows == 0 ? "STATE" : "free");
+    ASSERT_NOT_NULL(state);
+    size_t column = columns_of(line, (size_t)(state - line));
+    if (rows == 0)
+      state_column = column;
+    else if (column != state_column)
+      TEST_FAIL("row %d starts its STATE at column %zu, the header at %zu:\n"
+                "%s",
+                rows, column, state_column, slurp(p.out));
+  }
+  ASSERT_EQ(rows, 5);
+  free(out);
+  end_test(&t);
+}
+
+TEST(cli_status_no_expiry_is_the_c_apis_value) {
+  cli_test_t t;
+  cli_proc_t p;
+  json_t o;
+
+  start_test(&t);
+  /* A lock some other program took without a lease. */
+  freeReplyObject(rp_cmd(t.server, "HSET forever c1:1 1"));
+  status_json(&t, "forever", &o);
+  ASSERT_EQ(json_get(&o, "locked", J_BOOL)->num, 1);
+  ASSERT_EQ(json_get(&o, "ttl_ms", J_NUM)->num, DLOCK_NO_EXPIRY);
+  json_free(&o);
+  ASSERT_EQ(run_cli(&t, &p, "status", "forever", NULL), 0);
+  assert_file_contains(p.out, "no-expiry");
+  ASSERT_EQ(run_cli(&t, &p, "unlock", "--force", "forever", NULL), 0);
+  ASSERT_EQ(key_exists(&t, "forever"), 0);
   end_test(&t);
 }

@@ -177,6 +177,24 @@ TEST(url_error_hides_password) {
   ASSERT_NULL(strstr(dlock_last_error(), "topsecret"));
 }
 
+TEST(url_error_marks_a_cut_quote) {
+  dlock__endpoint e;
+  /* A short URL is quoted whole; a long one in part, with an ellipsis. */
+  ASSERT_EQ(dlock__url_parse("http://short", &e), DLOCK_EINVAL);
+  ASSERT_NOT_NULL(strstr(dlock_last_error(), "(got \"http://short\")"));
+  ASSERT_EQ(
+      dlock__url_parse("http://a-rather-long-host-name.example.com:6379/2", &e),
+      DLOCK_EINVAL);
+  ASSERT_NOT_NULL(
+      strstr(dlock_last_error(),
+             "(got \"http://a-rather-long-host-name.example.c...\")"));
+  /* Exactly 40 bytes is not cut. */
+  ASSERT_EQ(dlock__url_parse("http://012345678901234567890123456789012", &e),
+            DLOCK_EINVAL);
+  ASSERT_NOT_NULL(strstr(dlock_last_error(),
+                         "(got \"http://012345678901234567890123456789012\")"));
+}
+
 TEST(url_describe_hides_password) {
   dlock__endpoint e;
   char buf[256];

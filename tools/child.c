@@ -1,13 +1,18 @@
-#define _POSIX_C_SOURCE 200809L
+/* pipe2 and O_CLOEXEC for the exec report; the rest is POSIX. */
+#define _GNU_SOURCE
 #include "child.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "exit_codes.h"
 
@@ -77,28 +82,149 @@ static char **build_environment(const char *name, uint64_t token,
   return env;
 }
 
+/*
+ * The paths to try for 'file', as execvp would: 'file' itself when it
+ * holds a '/', else each $PATH entry (an empty one is the current
+ * directory) joined with it. Built before fork, since the child of a
+ * multi-threaded process may only make async-signal-safe calls. A
+ * NULL-terminated array in one allocation; NULL when out of memory.
+ */
+static char **search_paths(const char *file) {
+  const char *path = getenv("PATH");
+  size_t n = 1, flen = strlen(file);
+
+  if (strchr(file, '/') != NULL)
+    path = NULL;
+  else if (path == NULL)
+    path = "/bin:/usr/bin"; /* the default of glibc's execvp */
+  if (path != NULL)
+    for (const char *p = path; *p; p++)
+      n += *p == ':';
+  size_t bytes = (n + 1) * sizeof(char *) +
+                 (path ? strlen(path) + n * (flen + 2) : flen + 1);
+  char **list = malloc(bytes);
+  if (list == NULL)
+    return NULL;
+  char *o = (char *)(list + n + 1);
+  if (path == NULL) {
+    list[0] = strcpy(o, file);
+    list[1] = NULL;
+    return list;
+  }
+  size_t k = 0;
+  for (const char *p = path;; p++) {
+    const char *end = strchr(p, ':');
+    size_t dlen = end ? (size_t)(end - p) : strlen(p);
+    list[k++] = o;
+    if (dlen == 0) {
+      memcpy(o, file, flen + 1);
+    } else {
+      memcpy(o, p, dlen);
+      o[dlen] = '/';
+      memcpy(o + dlen + 1, file, flen + 1);
+    }
+    o += (dlen ? dlen + 1 : 0) + flen + 1;
+    if (end == NULL)
+      break;
+    p = end;
+  }
+  list[k] = NULL;
+  return list;
+}
+
+/*
+ * The child between fork and exec: async-signal-safe calls only. It sets
+ * the signal dispositions and mask dlock was started with and, on Linux,
+ * asks for SIGKILL when dlock dies, so that a dlock killed outright (kill
+ * -9, the OOM killer) does not leave the command running without the lock,
+ * which expires by itself within the watchdog time. Should dlock have died
+ * already, before the request took effect, the command is not started at
+ * all. An exec failure is reported through 'report' (close-on-exec: a
+ * successful exec closes it empty).
+ */
+static void run_child(const child_start_state_t *s, char *const *paths,
+                      char *const argv[], char **env, pid_t parent,
+                      int report) {
+  for (int signo = 1; signo < SIGNAL_LIMIT; signo++) {
+    if (sigismember(&s->defaulted, signo) == 1) {
+      struct sigaction sa;
+      memset(&sa, 0, sizeof sa);
+      sa.sa_handler = SIG_DFL;
+      sigemptyset(&sa.sa_mask);
+      sigaction(signo, &sa, NULL);
+    }
+  }
+#ifdef __linux__
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+    _exit(EXIT_INTERNAL);
+#else
+  (void)parent;
+#endif
+  sigprocmask(SIG_SETMASK, &s->mask, NULL);
+
+  /* execvp's search: a missing file or directory moves on to the next
+   * entry; a file that exists but cannot run is remembered (EACCES wins
+   * over ENOENT, as in the shell), any other error stops the search. */
+  int err = ENOENT, seen_eacces = 0;
+  for (char *const *p = paths; *p != NULL; p++) {
+    execve(*p, argv, env);
+    err = errno;
+    if (err == EACCES)
+      seen_eacces = 1;
+    else if (err != ENOENT && err != ENOTDIR && err != ELOOP &&
+             err != ENAMETOOLONG)
+      break;
+  }
+  if (seen_eacces && (err == ENOENT || err == ENOTDIR))
+    err = EACCES;
+  ssize_t ignored = write(report, &err, sizeof err);
+  (void)ignored;
+  _exit(EXIT_NOT_FOUND);
+}
+
 int child_start(const child_start_state_t *s, char *const argv[],
                 const char *name, uint64_t token, pid_t *pid) {
   char *name_entry = NULL, *token_entry = NULL;
   char **env = build_environment(name, token, &name_entry, &token_entry);
-  posix_spawnattr_t attr;
-  int rc;
+  char **paths = search_paths(argv[0]);
+  int report[2] = {-1, -1};
+  sigset_t all, before;
+  int rc = 0;
 
-  if (env == NULL)
-    return ENOMEM;
-  rc = posix_spawnattr_init(&attr);
+  if (env == NULL || paths == NULL)
+    rc = ENOMEM;
+  else if (pipe2(report, O_CLOEXEC) != 0)
+    rc = errno;
   if (rc == 0) {
-    /* Signals at SIG_DFL when dlock started go back to SIG_DFL, whatever
-     * dlock or the library did to them since (handlers are reset by exec
-     * anyway; an ignored SIGPIPE would not be). Signals ignored at start
-     * stay ignored, as nohup intends. */
-    posix_spawnattr_setsigmask(&attr, &s->mask);
-    posix_spawnattr_setsigdefault(&attr, &s->defaulted);
-    posix_spawnattr_setflags(&attr,
-                             POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    rc = posix_spawnp(pid, argv[0], NULL, &attr, argv, env);
-    posix_spawnattr_destroy(&attr);
+    /* No handler of dlock's may run in the child before it resets them:
+     * they write to dlock's event pipe, which the child shares. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &before);
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child == 0)
+      run_child(s, paths, argv, env, parent, report[1]);
+    rc = child < 0 ? errno : 0;
+    pthread_sigmask(SIG_SETMASK, &before, NULL);
+    close(report[1]);
+    if (rc == 0) {
+      /* Empty at the exec; the errno when the exec failed. */
+      int err = 0;
+      ssize_t n;
+      do
+        n = read(report[0], &err, sizeof err);
+      while (n < 0 && errno == EINTR);
+      if (n == (ssize_t)sizeof err) {
+        while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {
+        }
+        rc = err;
+      } else {
+        *pid = child;
+      }
+    }
+    close(report[0]);
   }
+  free(paths);
   free(env);
   free(name_entry);
   free(token_entry);

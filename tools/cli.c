@@ -56,16 +56,31 @@ int cli_usage_error(const cli_command_t *cmd, const char *fmt, ...) {
 }
 
 void cli_print_global_options_help(FILE *out) {
-  fputs("Global options (before or after the command name):\n"
-        "  --url URL       Redis server, redis://[user:pass@]host[:port][/db]"
-        "\n"
-        "                  or unix:///path[?db=N]; repeat it for a RedLock "
-        "over\n"
-        "                  independent masters (default: $DLOCK_URL, else\n"
-        "                  " DLOCK_DEFAULT_URL ")\n"
-        "  --watchdog DUR  lease of a held lock, renewed every third of it "
-        "(default: 30s)\n"
-        "DUR is 250ms, 5s, 2m, 1h or a bare number of milliseconds.\n",
+  fputs(
+      "Global options (before or after the command name):\n"
+      "  --url URL       Redis server, redis://[user@]host[:port][/db] or\n"
+      "                  unix:///path[?db=N]; repeat it for a RedLock over "
+      "independent\n"
+      "                  masters (default: $DLOCK_URL, else " DLOCK_DEFAULT_URL
+      ")\n"
+      "  --watchdog DUR  lease of a held lock, renewed every third of it "
+      "(default: 30s)\n"
+      "DUR is a number with a unit: 250ms, 5s, 2m or 1h (0 alone needs "
+      "none).\n"
+      "\nEnvironment:\n"
+      "  DLOCK_URL       the default --url\n"
+      "  DLOCK_PASSWORD  the password for every URL without one of its "
+      "own, kept off\n"
+      "                  the command line (which ps shows to every user); "
+      "if unset,\n"
+      "                  REDISCLI_AUTH, as redis-cli reads it. A URL's own "
+      "wins.\n",
+      out);
+}
+
+void cli_print_global_options_hint(FILE *out) {
+  fputs("\nGlobal options --url URL (repeatable) and --watchdog DUR, and the\n"
+        "environment (DLOCK_URL, DLOCK_PASSWORD): see 'dlock --help'.\n",
         out);
 }
 
@@ -111,7 +126,13 @@ int cli_parse_duration(const cli_command_t *cmd, const char *name,
                        const char *value, int64_t min_ms, int64_t *ms) {
   const char *why = NULL;
 
-  if (duration_parse(value, ms, &why) != 0)
+  int rc = duration_parse(value, ms, &why);
+  if (rc == DURATION_NO_UNIT)
+    return cli_usage_error(cmd,
+                           "--%s: '%s' needs a unit: %ss for seconds or "
+                           "%sms for milliseconds (also m, h)",
+                           name, value, value, value);
+  if (rc != 0)
     return cli_usage_error(cmd, "--%s: bad duration '%s': %s", name, value,
                            why);
   if (*ms < min_ms) {
@@ -144,6 +165,8 @@ int cli_exit_status_for(int err) {
     return EXIT_LOCK_LOST;
   case DLOCK_EINVAL:
     return EXIT_USAGE;
+  case DLOCK_ENOTLOCK:
+    return EXIT_NOT_A_LOCK;
   case DLOCK_EIO:
   case DLOCK_EAUTH:
   case DLOCK_EPROTO:
@@ -161,12 +184,26 @@ static const char *const *secret_urls;
 static size_t nsecret_urls;
 
 /* A copy of 'text' with every URL of the command line and its password
- * masked; freed by the caller; NULL when out of memory. */
+ * masked, and the password from the environment, as written there and as
+ * the URLs carry it; freed by the caller; NULL when out of memory. */
 static char *scrub(const char *text) {
   char *out = strdup(text);
+  const char *password = url_env_password();
 
   for (size_t i = 0; i < nsecret_urls && out != NULL; i++) {
     char *next = url_scrub(out, secret_urls[i]);
+    free(out);
+    out = next;
+    if (password != NULL && out != NULL) {
+      char *with = url_with_password(secret_urls[i], password);
+      next = with != NULL ? url_scrub(out, with) : NULL;
+      free(with);
+      free(out);
+      out = next;
+    }
+  }
+  if (out != NULL && password != NULL) {
+    char *next = url_mask_secret(out, password);
     free(out);
     out = next;
   }
@@ -183,15 +220,33 @@ char *cli_last_error_detail(void) {
   return scrub(detail);
 }
 
-int cli_fail(const cli_command_t *cmd, int err, const char *what) {
-  char *detail = cli_last_error_detail();
-
+int cli_fail_with(const cli_command_t *cmd, int err, const char *what,
+                  const char *detail) {
   if (detail != NULL)
     cli_error(cmd, "%s: %s (%s)", what, dlock_strerror(err), detail);
   else
     cli_error(cmd, "%s: %s", what, dlock_strerror(err));
-  free(detail);
   return cli_exit_status_for(err);
+}
+
+int cli_fail(const cli_command_t *cmd, int err, const char *what) {
+  char *detail = cli_last_error_detail();
+  int rc = cli_fail_with(cmd, err, what, detail);
+
+  free(detail);
+  return rc;
+}
+
+char *cli_effective_url(const char *url) {
+  return url_with_password(url, url_env_password());
+}
+
+void cli_free_url(char *url) {
+  if (url == NULL)
+    return;
+  /* It may carry the password from the environment. */
+  memset(url, 0, strlen(url));
+  free(url);
 }
 
 /* The client options of every command: the URL and watchdog of the command
@@ -216,11 +271,17 @@ int cli_open_client(const cli_command_t *cmd, const cli_globals_t *g,
                     dlock_lost_cb on_lost, void *on_lost_data,
                     dlock_client_t **out) {
   dlock_options_t o;
-  client_options(g, g->url, on_lost, on_lost_data, &o);
+  char *url = cli_effective_url(g->url);
 
+  *out = NULL;
+  if (url == NULL)
+    return cli_fail_with(cmd, DLOCK_ENOMEM, "cannot open the Redis client",
+                         NULL);
+  client_options(g, url, on_lost, on_lost_data, &o);
   secret_urls = g->urls;
   nsecret_urls = g->nurls;
   int rc = dlock_client_open(&o, out);
+  cli_free_url(url);
   if (rc == 0)
     return 0;
 
@@ -240,15 +301,6 @@ int cli_open_client(const cli_command_t *cmd, const cli_globals_t *g,
   return cli_fail(cmd, rc, what);
 }
 
-int cli_open_client_as(const cli_globals_t *g, const char *client_id,
-                       dlock_client_t **out) {
-  dlock_options_t o;
-
-  client_options(g, g->url, NULL, NULL, &o);
-  o.client_id = client_id;
-  return dlock_client_open(&o, out);
-}
-
 /* ---- several servers ------------------------------------------------ */
 
 typedef struct node_opening {
@@ -265,8 +317,15 @@ static void *open_node(void *arg) {
   cli_node_t *node = a->node;
   dlock_options_t o;
 
-  client_options(a->g, node->url, a->on_lost, node, &o);
+  char *url = cli_effective_url(node->url);
+  if (url == NULL) {
+    node->client = NULL;
+    node->err = DLOCK_ENOMEM;
+    return NULL;
+  }
+  client_options(a->g, url, a->on_lost, node, &o);
   node->err = dlock_client_open(&o, &node->client);
+  cli_free_url(url);
   if (node->err != 0) {
     node->client = NULL;
     node->detail = cli_last_error_detail();

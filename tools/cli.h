@@ -71,8 +71,11 @@ int cli_usage_error(const cli_command_t *cmd, const char *fmt, ...)
 #endif
     ;
 
-/* The global options lines that every help text ends with. */
+/* The global options and the environment, for "dlock --help". */
 void cli_print_global_options_help(FILE *out);
+
+/* The line a command's --help ends with instead: where to find them. */
+void cli_print_global_options_hint(FILE *out);
 
 /* 1 when --NAME is a global option ("url", "watchdog"). */
 int cli_is_global_option(const char *name);
@@ -104,13 +107,12 @@ int cli_open_client(const cli_command_t *cmd, const cli_globals_t *g,
                     dlock_client_t **out);
 
 /*
- * Opens a client on g->url with g's options and the client id 'client_id',
- * without a message on failure; 0 or the DLOCK_E* code. For taking over
- * the identity of a client that was closed (ids must be unique among live
- * clients).
+ * The URL a client is opened on: 'url' with the password from the
+ * environment (DLOCK_PASSWORD, else REDISCLI_AUTH) when it has none of its
+ * own. NULL when out of memory; freed with cli_free_url(), which wipes it.
  */
-int cli_open_client_as(const cli_globals_t *g, const char *client_id,
-                       dlock_client_t **out);
+char *cli_effective_url(const char *url);
+void cli_free_url(char *url);
 
 /*
  * Opens one client per URL of 'g' (the slow part, connecting, for all at
@@ -146,5 +148,11 @@ int cli_exit_status_for(int err);
  * 'err' and returns cli_exit_status_for(err).
  */
 int cli_fail(const cli_command_t *cmd, int err, const char *what);
+
+/* The same with a detail taken earlier (the library's detail is per
+ * thread: an error met on another thread brings its detail along), masked
+ * already; NULL for none. */
+int cli_fail_with(const cli_command_t *cmd, int err, const char *what,
+                  const char *detail);
 
 #endif

@@ -19,7 +19,6 @@
 #include "demo_sale.h"
 #include "demo_server.h"
 #include "exit_codes.h"
-#include "redis_conn.h"
 #include "url.h"
 
 #define MAX_PROCESSES 64
@@ -41,7 +40,6 @@ static void print_demo_help(FILE *out) {
           "  --stock S      moon cakes in stock (default: 90)\n"
           "  -h, --help     show this help\n",
           cli_cmd_demo.usage);
-  cli_print_global_options_help(out);
   fputs("\nExit status: 0 when the guarded sale sold every cake exactly once, "
         "70 when not,\n69 when no Redis server could be used.\n"
         "\nExamples:\n"
@@ -49,6 +47,7 @@ static void print_demo_help(FILE *out) {
         "  dlock --url redis://127.0.0.1:6379/15 demo --workers 200 "
         "--processes 8\n",
         out);
+  cli_print_global_options_hint(out);
 }
 
 typedef struct demo_options {
@@ -193,23 +192,35 @@ static void stop_buyers(pid_t *pids, int n) {
 
 /*
  * Runs one sale and waits for it, redrawing a progress bar (on a terminal)
- * every 100 ms. Returns 0, or -1 when a buyer process failed, the sale
- * took too long or the user interrupted it.
+ * every 100 ms; '*final' is the stock left. The data client is closed
+ * while the buyers are forked, so that no thread of the library runs in
+ * this process at the fork. Returns 0, or -1 when Redis could not be used,
+ * a buyer process failed, the sale took too long or the user interrupted
+ * it.
  */
-static int run_sale(const cli_command_t *cmd, redisContext *data,
+static int run_sale(const cli_command_t *cmd, const cli_globals_t *g,
                     const sale_plan_t *plan, long long stock, const char *label,
-                    sale_counts_t *counts) {
+                    sale_counts_t *counts, long long *final) {
   pid_t pids[MAX_PROCESSES];
   int failures = 0, tty = isatty(STDOUT_FILENO);
   int64_t deadline = monotonic_ms() + RUN_TIMEOUT_MS;
+  dlock_client_t *data = NULL;
 
-  if (sale_reset(data, stock) != 0) {
+  if (cli_open_client(cmd, g, NULL, NULL, &data) != 0)
+    return -1;
+  int rc = sale_reset(data, stock);
+  dlock_client_close(data);
+  if (rc != 0) {
     cli_error(cmd, "cannot prepare the sale in Redis");
     return -1;
   }
   int started = sale_start(plan, pids);
   if (started < plan->processes)
     failures++;
+  if (cli_open_client(cmd, g, NULL, NULL, &data) != 0) {
+    stop_buyers(pids, started);
+    return -1;
+  }
   int running;
   while ((running = reap_buyers(pids, started, &failures)) > 0 &&
          !interrupted_by && monotonic_ms() < deadline) {
@@ -220,6 +231,8 @@ static int run_sale(const cli_command_t *cmd, redisContext *data,
   }
   stop_buyers(pids, started);
   sale_read_counts(data, counts);
+  *final = sale_get_int(data, SALE_STOCK_KEY);
+  dlock_client_close(data);
   draw_progress(label, sale_finished(counts), plan->buyers);
   putchar('\n');
   if (interrupted_by)
@@ -280,27 +293,26 @@ static int locked_sale_is_right(const demo_options_t *o, const sale_counts_t *l,
 
 /* ---- command -------------------------------------------------------- */
 
-/* Runs both sales against 'url'; returns the exit status. */
+/* Runs both sales against g->url; returns the exit status. */
 static int run_demo(const cli_command_t *cmd, cli_globals_t *g,
-                    const demo_options_t *o, const char *url) {
+                    const demo_options_t *o) {
+  /* The buyers' own clients need the password from the environment too. */
+  char *url = cli_effective_url(g->url);
   sale_plan_t plan = {url, g->watchdog_ms, 1, o->buyers, o->processes};
   sale_counts_t locked, unlocked;
-  long long locked_final, unlocked_final;
-  redisContext *data = redis_conn_open(url);
+  long long locked_final = 0, unlocked_final = 0;
 
-  if (data == NULL) {
-    cli_error(cmd, "cannot open a data connection to the server");
-    return EXIT_UNAVAILABLE;
-  }
+  if (url == NULL)
+    return cli_fail_with(cmd, DLOCK_ENOMEM, "demo", NULL);
   printf("Selling %lld moon cakes to %d buyers in %d processes\n", o->stock,
          o->buyers, o->processes);
-  int rc = run_sale(cmd, data, &plan, o->stock, "with dlock", &locked);
-  locked_final = redis_conn_get_int(data, SALE_STOCK_KEY);
+  int rc =
+      run_sale(cmd, g, &plan, o->stock, "with dlock", &locked, &locked_final);
   plan.use_lock = 0;
   if (rc == 0)
-    rc = run_sale(cmd, data, &plan, o->stock, "without lock", &unlocked);
-  unlocked_final = redis_conn_get_int(data, SALE_STOCK_KEY);
-  redisFree(data);
+    rc = run_sale(cmd, g, &plan, o->stock, "without lock", &unlocked,
+                  &unlocked_final);
+  cli_free_url(url);
   if (rc != 0 && interrupted_by) {
     cli_error(cmd, "interrupted; the buyers were stopped");
     return EXIT_SIGNAL_BASE + interrupted_by;
@@ -366,7 +378,7 @@ static int demo_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
   }
   rc = check_server(cmd, g);
   if (rc == 0)
-    rc = run_demo(cmd, g, &o, g->url);
+    rc = run_demo(cmd, g, &o);
   if (own_server)
     demo_server_stop(&server);
   return rc;

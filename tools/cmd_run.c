@@ -44,7 +44,9 @@ static void print_run_help(FILE *out) {
           "CMD gets DLOCK_NAME and\nDLOCK_TOKEN (the fencing token) in its "
           "environment; SIGINT, SIGTERM, SIGHUP and\nSIGQUIT sent to dlock are "
           "passed on to CMD. If the lock is lost while CMD runs,\nCMD gets "
-          "SIGTERM, then SIGKILL after --grace, and dlock exits with 76.\n"
+          "SIGTERM, then SIGKILL after --grace, and dlock exits with 76. If "
+          "dlock\nitself dies (kill -9), CMD gets SIGKILL (Linux): it never "
+          "runs on unguarded.\n"
           "With several --url the lock is a RedLock: taken on a majority of "
           "the servers,\nand lost when fewer than a majority still hold "
           "it.\n\n"
@@ -57,6 +59,11 @@ static void print_run_help(FILE *out) {
           "renews the lock)\n"
           "  --grace DUR   time from SIGTERM to SIGKILL after a loss "
           "(default: 5s)\n"
+          "  -q, --quiet   no message when the lock is not acquired "
+          "(errors still have one)\n"
+          "  -E, --conflict-exit-code N\n"
+          "                exit status when the lock is not acquired, 0-255 "
+          "(default: 75)\n"
           "  --fair        a fair lock: waiters get it in the order they "
           "asked\n"
           "  --read        the read side of a read-write lock, shared with "
@@ -66,19 +73,24 @@ static void print_run_help(FILE *out) {
           "other and need\n"
           "                a single --url: a RedLock is made of reentrant "
           "locks)\n"
-          "  -h, --help    show this help\n",
+          "  -h, --help    show this help\n"
+          "DUR is a number with a unit: 250ms, 5s, 2m or 1h (0 alone needs "
+          "none).\n",
           cli_cmd_run.usage);
-  cli_print_global_options_help(out);
-  fputs("\nExit status: CMD's status (128+N if killed by signal N); 75 lock "
-        "not acquired\nwithin --wait (CMD not started); 76 lock lost while "
-        "CMD ran; 69 Redis\nunreachable or refusing; 64 bad usage; 126/127 "
-        "CMD not executable/not found.\n"
+  fputs("\nExit status: CMD's status (128+N if killed by signal N); 75 (or "
+        "-E N) lock not\nacquired within --wait, CMD not started; 76 lock "
+        "lost while CMD ran; 69 Redis\nunreachable or refusing; 64 bad usage; "
+        "126/127 CMD not executable/not found.\n"
         "\nExamples:\n"
         "  dlock run --wait 0 nightly-report -- ./report.sh --full\n"
+        "  # cron, on every host: one runs it, the others stay silent and exit "
+        "0\n"
+        "  0 3 * * * dlock run --wait 0 --quiet -E 0 nightly -- ./nightly.sh\n"
         "  dlock --url redis://r1:6379 --url redis://r2:6379 --url "
         "redis://r3:6379 \\\n"
         "        run --wait 10m --grace 30s db-migrate -- make migrate\n",
         out);
+  cli_print_global_options_hint(out);
 }
 
 typedef struct run_options {
@@ -89,6 +101,8 @@ typedef struct run_options {
   int64_t grace_ms;
   dlock_kind_t kind;     /* DLOCK_REENTRANT unless --fair/--read/--write */
   const char *kind_name; /* that option's name, for messages; or NULL */
+  int quiet;             /* --quiet: no message when not acquired */
+  int conflict_exit;     /* the status when not acquired (--conflict-...) */
 } run_options_t;
 
 /* One server of a RedLock and its part of the lock. */
@@ -102,7 +116,6 @@ typedef struct red_part {
 typedef struct run_state {
   const cli_command_t *cmd;
   const run_options_t *opt;
-  const cli_globals_t *globals;
   cli_node_t *nodes; /* one per --url */
   size_t nnodes;
   /* A RedLock (several --url): its parts on the servers that could be
@@ -147,6 +160,18 @@ static int apply_run_option(const cli_command_t *cmd, cli_globals_t *g,
     return cli_parse_duration(cmd, "lease", value, 1, &o->lease_ms);
   if (strcmp(name, "grace") == 0)
     return cli_parse_duration(cmd, "grace", value, 0, &o->grace_ms);
+  if (strcmp(name, "conflict-exit-code") == 0) {
+    char *end;
+    errno = 0;
+    long code = strtol(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0' || code < 0 || code > 255)
+      return cli_usage_error(cmd,
+                             "--conflict-exit-code: '%s' is not a number "
+                             "from 0 to 255",
+                             value);
+    o->conflict_exit = (int)code;
+    return 0;
+  }
   return cli_set_global_option(cmd, g, name, value);
 }
 
@@ -176,11 +201,17 @@ static int apply_kind_option(const cli_command_t *cmd, run_options_t *o,
 static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
                           char **argv, run_options_t *o) {
   static const arg_option_t options[] = {
-      {"wait", 0, ARG_VALUE},    {"lease", 0, ARG_VALUE},
-      {"grace", 0, ARG_VALUE},   {"fair", 0, ARG_FLAG},
-      {"read", 0, ARG_FLAG},     {"write", 0, ARG_FLAG},
-      {"help", 'h', ARG_FLAG},   {"url", 0, ARG_VALUES},
-      {"watchdog", 0, ARG_VALUE}};
+      {"wait", 0, ARG_VALUE},
+      {"lease", 0, ARG_VALUE},
+      {"grace", 0, ARG_VALUE},
+      {"fair", 0, ARG_FLAG},
+      {"read", 0, ARG_FLAG},
+      {"write", 0, ARG_FLAG},
+      {"help", 'h', ARG_FLAG},
+      {"url", 0, ARG_VALUES},
+      {"watchdog", 0, ARG_VALUE},
+      {"quiet", 'q', ARG_FLAG},
+      {"conflict-exit-code", 'E', ARG_VALUE}};
   arg_parser_t p;
   int rc = 0;
 
@@ -202,7 +233,9 @@ static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
     else if (strcmp(options[opt].long_name, "help") == 0) {
       print_run_help(stdout);
       return -1;
-    } else if (options[opt].takes_value == ARG_FLAG)
+    } else if (strcmp(options[opt].long_name, "quiet") == 0)
+      o->quiet = 1;
+    else if (options[opt].takes_value == ARG_FLAG)
       rc = apply_kind_option(cmd, o, options[opt].long_name);
     else
       rc = apply_run_option(cmd, g, o, options[opt].long_name, p.value);
@@ -231,6 +264,9 @@ static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
 typedef struct acquisition {
   run_state_t *run;
   int result;
+  /* The library's detail of a failure, taken on the thread that met it
+   * (details are per thread), masked; or NULL. */
+  char *detail;
 } acquisition_t;
 
 /*
@@ -296,6 +332,8 @@ static int acquire_with_quorum(run_state_t *r) {
 static void *acquire_in_background(void *arg) {
   acquisition_t *a = arg;
   a->result = acquire_with_quorum(a->run);
+  if (a->result != 0)
+    a->detail = cli_last_error_detail();
   events_post(EVENT_ACQUIRE_DONE);
   return NULL;
 }
@@ -330,10 +368,14 @@ static int wait_for_acquisition(run_state_t *r) {
   }
 }
 
+/* A lost race is routine under cron (every host but one loses it), so
+ * --quiet keeps it out of the mail and -E picks its exit status. */
 static int report_not_acquired(const run_state_t *r) {
   char wait_text[32];
 
-  if (r->opt->wait_ms == 0) {
+  if (r->opt->quiet) {
+    /* Nothing to say. */
+  } else if (r->opt->wait_ms == 0) {
     cli_error(r->cmd,
               "lock '%s' is held elsewhere; not acquired "
               "(--wait 0: a single try)",
@@ -343,7 +385,7 @@ static int report_not_acquired(const run_state_t *r) {
     cli_error(r->cmd, "lock '%s' is held elsewhere; not acquired within %s",
               r->opt->name, wait_text);
   }
-  return EXIT_NOT_ACQUIRED;
+  return r->opt->conflict_exit;
 }
 
 /*
@@ -362,65 +404,40 @@ static int64_t lease_deadline_after_acquisition(run_state_t *r) {
   return asked_at + ttl;
 }
 
-/*
- * Takes an interrupted fair waiter out of the queue. The library leaves
- * the queue when a wait ends, but not when the wait ends because the
- * client was shut down, which is how a signal interrupts it; the entry
- * would then hold up every later waiter until its deadline, minutes away.
- * A fresh client with the same id (the old one closed first: ids must be
- * unique among live clients) waits a millisecond as the same owner. That
- * wait times out, which leaves the queue, or finds the turn has come and
- * takes the lock, which is released at once for the next in line.
- */
-static void leave_fair_queue(run_state_t *r) {
-  cli_node_t *node = &r->nodes[0];
-  char *id = strdup(dlock_client_id(node->client));
-  dlock_client_t *client = NULL;
-  dlock_t *lock = NULL;
-
-  dlock_free(r->lock);
-  r->lock = NULL;
-  dlock_client_close(node->client);
-  node->client = NULL;
-  if (id != NULL && cli_open_client_as(r->globals, id, &client) == 0 &&
-      dlock_get_fair(client, r->opt->name, &lock) == 0 &&
-      dlock_trylock_as(lock, r->owner, 1, r->opt->lease_ms) == 0)
-    dlock_unlock_as(lock, r->owner);
-  dlock_free(lock);
-  dlock_client_close(client);
-  free(id);
-}
-
-/* Takes the lock; 0 when held, else the exit status after a message. */
-static int acquire_lock(run_state_t *r) {
-  acquisition_t a = {r, 0};
+/* Takes the lock: 1 when held; 0 when not, with '*status' the exit status
+ * (after a message, unless --quiet silenced it; -E 0 makes it 0). */
+static int acquire_lock(run_state_t *r, int *status) {
+  acquisition_t a = {r, 0, NULL};
   pthread_t thread;
   char what[256];
 
   if (pthread_create(&thread, NULL, acquire_in_background, &a) != 0) {
     cli_error(r->cmd, "cannot start a thread: %s", strerror(errno));
-    return EXIT_INTERNAL;
+    *status = EXIT_INTERNAL;
+    return 0;
   }
+  /* A fair waiter interrupted here leaves the queue on its way out: the
+   * library does that for a wait ended by dlock_client_shutdown. */
   int interrupted_by = wait_for_acquisition(r);
   pthread_join(thread, NULL);
 
   if (interrupted_by != 0) {
     cli_error(r->cmd, "interrupted by %s while waiting for lock '%s'",
               signal_name(interrupted_by), r->opt->name);
-    if (r->opt->kind == DLOCK_FAIR)
-      leave_fair_queue(r);
-    return EXIT_SIGNAL_BASE + interrupted_by;
-  }
-  if (a.result == DLOCK_ETIMEDOUT)
-    return report_not_acquired(r);
-  if (a.result != 0) {
+    *status = EXIT_SIGNAL_BASE + interrupted_by;
+  } else if (a.result == DLOCK_ETIMEDOUT) {
+    *status = report_not_acquired(r);
+  } else if (a.result != 0) {
     snprintf(what, sizeof what, "cannot acquire lock '%.200s'", r->opt->name);
-    return cli_fail(r->cmd, a.result, what);
+    *status = cli_fail_with(r->cmd, a.result, what, a.detail);
   }
+  free(a.detail);
+  if (interrupted_by != 0 || a.result != 0)
+    return 0;
   r->token = dlock_token_as(r->lock, r->owner);
   r->lease_deadline =
       r->opt->lease_ms > 0 ? lease_deadline_after_acquisition(r) : -1;
-  return 0;
+  return 1;
 }
 
 /* ---- supervising the command ---------------------------------------- */
@@ -699,7 +716,9 @@ static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
                      DLOCK_WATCHDOG,
                      DEFAULT_GRACE_MS,
                      DLOCK_REENTRANT,
-                     NULL};
+                     NULL,
+                     0,
+                     EXIT_NOT_ACQUIRED};
   run_state_t r;
   child_start_state_t start;
   int rc = parse_run_args(cmd, g, argc, argv, &o);
@@ -717,16 +736,13 @@ static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
   memset(&r, 0, sizeof r);
   r.cmd = cmd;
   r.opt = &o;
-  r.globals = g;
   r.owner = dlock_owner_new();
   rc = open_lock(&r, g);
   if (rc == 0 && events_catch_signals(&start.ignored) != 0) {
     cli_error(cmd, "cannot install signal handlers: %s", strerror(errno));
     rc = EXIT_INTERNAL;
   }
-  if (rc == 0)
-    rc = acquire_lock(&r);
-  if (rc == 0)
+  if (rc == 0 && acquire_lock(&r, &rc))
     rc = run_command_under_lock(&r, &start);
 
   close_lock(&r);
@@ -736,6 +752,6 @@ static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
 
 const cli_command_t cli_cmd_run = {
     "run",
-    "dlock run [--wait DUR] [--lease DUR] [--grace DUR] "
+    "dlock run [--wait DUR] [--lease DUR] [--grace DUR] [-q] [-E N] "
     "[--fair|--read|--write] NAME [--] CMD [ARG]...",
     "run a command while holding a lock", run_main, print_run_help};

@@ -17,6 +17,7 @@
 #include "duration.h"
 #include "exit_codes.h"
 #include "json.h"
+#include "width.h"
 
 static void print_status_help(FILE *out) {
   fprintf(out,
@@ -31,11 +32,11 @@ static void print_status_help(FILE *out) {
           "(default: a table)\n"
           "  -h, --help  show this help\n",
           cli_cmd_status.usage);
-  cli_print_global_options_help(out);
   fputs("\nJSON fields: name, locked, mode (\"read\"/\"write\" or null), "
-        "ttl_ms (0 free,\n-1 no expiry), token, holders[{owner,count}], "
-        "waiters[{owner,deadline_ms}];\nwith several --url also node (the "
-        "URL), and only node, name and error for a\nserver that could not "
+        "ttl_ms (0 free;\n9223372036854775807, the C API's DLOCK_NO_EXPIRY, "
+        "held without expiry), token,\nholders[{owner,count}], "
+        "waiters[{owner,deadline_ms}]; with several --url also\nnode (the "
+        "URL), and only node, name and error for a server that could not\n"
         "be read.\n"
         "\nExit status: 0; 69 when a server could not be read (the others "
         "are still shown).\n"
@@ -43,6 +44,7 @@ static void print_status_help(FILE *out) {
         "  dlock status nightly-report\n"
         "  dlock status --json nightly-report deploy | jq .holders\n",
         out);
+  cli_print_global_options_hint(out);
 }
 
 /* ---- fetching ------------------------------------------------------- */
@@ -170,9 +172,9 @@ static void print_json_report(FILE *out, const lock_report_t *r,
     free(text);
     return;
   }
-  /* -1 for "no expiry" follows Redis's PTTL and stays exact in every JSON
-   * reader, unlike INT64_MAX. */
-  int64_t ttl = info->ttl_ms == INT64_MAX ? -1 : info->ttl_ms;
+  /* "No expiry" is DLOCK_NO_EXPIRY here as in the C API: one value, larger
+   * than any real time to expiry, so "ttl_ms >= needed" reads right. */
+  int64_t ttl = info->ttl_ms;
   fprintf(out, ",\"locked\":%s,\"mode\":", info->locked ? "true" : "false");
   if (info->mode != NULL)
     json_write_string(out, info->mode, strlen(info->mode));
@@ -188,25 +190,6 @@ static void print_json_report(FILE *out, const lock_report_t *r,
 
 /* ---- table ---------------------------------------------------------- */
 
-/* A copy of 's' with control characters written as \xNN, so a name with a
- * newline or an escape sequence cannot break or recolour the table. */
-static char *visible_copy(const char *s) {
-  char *out = malloc(strlen(s) * 4 + 1);
-  char *p = out;
-
-  if (out == NULL)
-    return NULL;
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c < 0x20 || c == 0x7F)
-      p += sprintf(p, "\\x%02x", c);
-    else
-      *p++ = (char)c;
-  }
-  *p = '\0';
-  return out;
-}
-
 static const char *state_text(const dlock_info_t *info) {
   if (!info->locked)
     return "free";
@@ -216,7 +199,7 @@ static const char *state_text(const dlock_info_t *info) {
 static void format_ttl(const dlock_info_t *info, char *buf, size_t size) {
   if (!info->locked || info->ttl_ms <= 0)
     snprintf(buf, size, "-");
-  else if (info->ttl_ms == INT64_MAX)
+  else if (info->ttl_ms == DLOCK_NO_EXPIRY)
     snprintf(buf, size, "no-expiry");
   else
     duration_format_human(info->ttl_ms, buf, size);
@@ -241,7 +224,7 @@ static void print_holders_cell(FILE *out, const dlock_info_t *info) {
     return;
   }
   for (size_t i = 0; i < info->nholders; i++) {
-    char *owner = visible_copy(info->holders[i].owner);
+    char *owner = width_visible_copy(info->holders[i].owner);
     fprintf(out, "%s%s (x%" PRId64 ")", i ? ", " : "", owner ? owner : "?",
             info->holders[i].count);
     free(owner);
@@ -253,7 +236,7 @@ static void print_waiter_lines(FILE *out, const dlock_info_t *info) {
 
   for (size_t i = 0; i < info->nwaiters; i++) {
     const dlock_waiter_t *w = &info->waiters[i];
-    char *owner = visible_copy(w->owner);
+    char *owner = width_visible_copy(w->owner);
     char left[32];
     duration_format_human(w->deadline_ms > now ? w->deadline_ms - now : 0, left,
                           sizeof left);
@@ -263,9 +246,11 @@ static void print_waiter_lines(FILE *out, const dlock_info_t *info) {
   }
 }
 
-/* The width of a column holding 'len' bytes at most, within [min, 60]. */
-static int column_width(int width, size_t len) {
-  int w = len < 60 ? (int)len : 60;
+/* The width of a column holding text 'columns' wide at most, within
+ * [width, 60]: a longer name overflows its row rather than widen them
+ * all. */
+static size_t column_width(size_t width, size_t columns) {
+  size_t w = columns < 60 ? columns : 60;
   return w > width ? w : width;
 }
 
@@ -286,39 +271,44 @@ static int print_table(FILE *out, const lock_report_t *reports, size_t nnames,
                        size_t nnodes) {
   size_t n = nnames * nnodes;
   char **shown = calloc(n, sizeof *shown);
-  int name_width = 4; /* strlen("NAME") */
-  int node_width = 4; /* strlen("NODE") */
+  size_t name_width = 4; /* strlen("NAME") */
+  size_t node_width = 4; /* strlen("NODE") */
 
   if (shown == NULL)
     return -1;
   for (size_t i = 0; i < n; i++) {
-    shown[i] = visible_copy(reports[i].name);
+    shown[i] = width_visible_copy(reports[i].name);
     if (shown[i] == NULL)
       break;
-    name_width = column_width(name_width, strlen(shown[i]));
+    name_width = column_width(name_width, width_of(shown[i]));
     if (reports[i].node->shown != NULL)
-      node_width = column_width(node_width, strlen(reports[i].node->shown));
+      node_width = column_width(node_width, width_of(reports[i].node->shown));
   }
-  if (nnodes > 1)
-    fprintf(out, "%-*s  ", node_width, "NODE");
-  fprintf(out, "%-*s  %-5s  %-9s  %-6s  %s\n", name_width, "NAME", "STATE",
-          "TTL", "TOKEN", "HOLDERS");
+  if (nnodes > 1) {
+    width_print_padded(out, "NODE", node_width);
+    fputs("  ", out);
+  }
+  width_print_padded(out, "NAME", name_width);
+  fprintf(out, "  %-5s  %-9s  %-6s  %s\n", "STATE", "TTL", "TOKEN", "HOLDERS");
   for (size_t i = 0; i < n; i++) {
     const dlock_info_t *info = reports[i].info;
     const char *name = shown[i] ? shown[i] : "?";
-    if (nnodes > 1)
-      fprintf(out, "%-*s  ", node_width,
-              reports[i].node->shown ? reports[i].node->shown : "?");
+    if (nnodes > 1) {
+      width_print_padded(out,
+                         reports[i].node->shown ? reports[i].node->shown : "?",
+                         node_width);
+      fputs("  ", out);
+    }
+    width_print_padded(out, name, name_width);
     if (info == NULL) {
       char *text = report_error_text(&reports[i]);
-      fprintf(out, "%-*s  error: %s\n", name_width, name, text ? text : "?");
+      fprintf(out, "  error: %s\n", text ? text : "?");
       free(text);
     } else {
       char ttl[32], token[32];
       format_ttl(info, ttl, sizeof ttl);
       format_token(info, token, sizeof token);
-      fprintf(out, "%-*s  %-5s  %-9s  %-6s  ", name_width, name,
-              state_text(info), ttl, token);
+      fprintf(out, "  %-5s  %-9s  %-6s  ", state_text(info), ttl, token);
       print_holders_cell(out, info);
       fputc('\n', out);
       print_waiter_lines(out, info);

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <hiredis/hiredis.h>
+#include "dlock.h"
 
 #define START_TIMEOUT_MS 5000
 #define STOP_TIMEOUT_MS 5000
@@ -47,14 +47,18 @@ static void exec_server(const demo_server_t *s) {
   _exit(127);
 }
 
+/* Whether the server takes a client yet: the library's own connection
+ * (which checks with PING that Redis answers), opened and closed again. */
 static int answers_ping(const demo_server_t *s) {
-  char sock[128];
-  path_in(s, "redis.sock", sock, sizeof sock);
-  redisContext *c = redisConnectUnix(sock);
-  redisReply *r = (c && !c->err) ? redisCommand(c, "PING") : NULL;
-  int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
-  freeReplyObject(r);
-  redisFree(c);
+  dlock_options_t o;
+  dlock_client_t *c = NULL;
+
+  dlock_options_init(&o);
+  o.url = s->url;
+  o.connect_timeout_ms = 500;
+  o.command_timeout_ms = 500;
+  int ok = dlock_client_open(&o, &c) == 0;
+  dlock_client_close(c);
   return ok;
 }
 

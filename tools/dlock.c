@@ -35,16 +35,20 @@ static void print_main_help(FILE *out) {
         "  -V, --version   show the version\n",
         out);
   cli_print_global_options_help(out);
-  fputs("\nExit status: the command's own status under 'run'; 64 bad usage, "
-        "69 Redis\nunreachable or refusing, 70 internal error, 75 lock not "
-        "acquired in time,\n76 lock lost while the command ran, 126/127 "
-        "command not executable/found,\n128+N command killed by signal N.\n"
+  fputs("\nExit status: the command's own status under 'run'; 64 bad usage; "
+        "65 'unlock'\nfound a key that is not a lock of the kind named; 69 "
+        "Redis unreachable or\nrefusing; 70 internal error; 75 lock not "
+        "acquired in time (or 'run -E N');\n76 lock lost while the command "
+        "ran; 126/127 command not executable/found;\n128+N command killed "
+        "by signal N.\n"
         "\nExamples:\n"
         "  dlock run --wait 0 nightly-report -- ./report.sh\n"
-        "  dlock --url redis://:secret@redis:6379 status --json nightly-report"
-        "\n"
-        "  dlock --url redis://r1 --url redis://r2 --url redis://r3 run deploy "
-        "-- ./deploy.sh\n",
+        "  # the password from a file, through the environment, never in "
+        "argv\n"
+        "  DLOCK_PASSWORD=\"$(cat /run/secrets/redis)\" \\\n"
+        "    dlock --url redis://redis:6379 status --json nightly-report\n"
+        "  dlock --url redis://r1 --url redis://r2 --url redis://r3 \\\n"
+        "    run deploy -- ./deploy.sh\n",
         out);
 }
 

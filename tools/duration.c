@@ -9,7 +9,7 @@
 #define DURATION_MAX_MS ((int64_t)366 * 24 * 3600 * 1000)
 
 static int64_t unit_multiplier(const char *unit) {
-  if (*unit == '\0' || strcmp(unit, "ms") == 0)
+  if (strcmp(unit, "ms") == 0)
     return 1;
   if (strcmp(unit, "s") == 0)
     return 1000;
@@ -26,8 +26,8 @@ int duration_parse(const char *text, int64_t *ms, const char **why) {
 
   if (*p < '0' || *p > '9') {
     *why = (*p == '-') ? "durations cannot be negative"
-                       : "expected a number with an optional unit ms, s, m "
-                         "or h (e.g. 250ms, 5s, 2m, 1h)";
+                       : "expected a number with a unit ms, s, m or h "
+                         "(e.g. 250ms, 5s, 2m, 1h)";
     return -1;
   }
   for (; *p >= '0' && *p <= '9'; p++) {
@@ -37,12 +37,20 @@ int duration_parse(const char *text, int64_t *ms, const char **why) {
       return -1;
     }
   }
+  if (*p == '\0') {
+    /* Zero is zero in any unit. */
+    *ms = 0;
+    if (number == 0)
+      return 0;
+    *why = "a number other than 0 needs a unit: ms, s, m or h";
+    return DURATION_NO_UNIT;
+  }
   int64_t multiplier = unit_multiplier(p);
   if (multiplier == 0) {
     *why = (*p == '.') ? "fractions are not supported; use a smaller unit "
                          "(1500ms rather than 1.5s)"
                        : "unknown unit; use ms, s, m or h (e.g. 250ms, 5s, "
-                         "2m, 1h) or a bare number of milliseconds";
+                         "2m, 1h)";
     return -1;
   }
   if (number > DURATION_MAX_MS / multiplier) {

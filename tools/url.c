@@ -82,3 +82,68 @@ char *url_scrub(const char *text, const char *url) {
   }
   return out;
 }
+
+char *url_mask_secret(const char *text, const char *secret) {
+  return strlen(secret) >= 4 ? replace_all(text, secret, MASK) : strdup(text);
+}
+
+const char *url_env_password(void) {
+  static const char *const names[] = {"DLOCK_PASSWORD", "REDISCLI_AUTH"};
+
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *value = getenv(names[i]);
+    if (value != NULL && value[0] != '\0')
+      return value;
+  }
+  return NULL;
+}
+
+/* 1 for the bytes a URL's user information may hold unescaped (RFC 3986's
+ * unreserved set); every other byte is written %XX. */
+static int unreserved(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+char *url_with_password(const char *url, const char *password) {
+  const char *scheme_end = strstr(url, "://");
+
+  if (password == NULL || scheme_end == NULL)
+    return strdup(url);
+  /* The authority runs to the path ('/', which also starts a unix
+   * socket's path) or the query; its user information ends at the first
+   * '@', where the library's parser ends it too. */
+  const char *authority = scheme_end + 3;
+  size_t authority_len = strcspn(authority, "/?");
+  const char *at = memchr(authority, '@', authority_len);
+  const char *user_end = authority;
+  if (at != NULL) {
+    if (memchr(authority, ':', (size_t)(at - authority)) != NULL)
+      return strdup(url); /* it has a password of its own */
+    user_end = at;
+  }
+
+  size_t head = (size_t)(user_end - url);
+  const char *tail = at != NULL ? at : user_end;
+  char *out = malloc(head + 1 + strlen(password) * 3 + 1 + strlen(tail) + 1);
+  if (out == NULL)
+    return NULL;
+  char *o = out;
+  memcpy(o, url, head);
+  o += head;
+  *o++ = ':';
+  for (const unsigned char *p = (const unsigned char *)password; *p; p++) {
+    if (unreserved(*p)) {
+      *o++ = (char)*p;
+    } else {
+      static const char hex[] = "0123456789ABCDEF";
+      *o++ = '%';
+      *o++ = hex[*p >> 4];
+      *o++ = hex[*p & 15];
+    }
+  }
+  if (at == NULL)
+    *o++ = '@';
+  strcpy(o, tail);
+  return out;
+}

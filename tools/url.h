@@ -25,4 +25,28 @@ char *url_masked(const char *url);
  */
 char *url_scrub(const char *text, const char *url);
 
+/*
+ * Returns a new copy of 'text' with every occurrence of 'secret' replaced
+ * by "***", or NULL when out of memory. A secret shorter than 4 bytes is
+ * left alone, for the reason given at url_scrub().
+ */
+char *url_mask_secret(const char *text, const char *secret);
+
+/*
+ * The environment variables a password may come from, so that it need not
+ * be on the command line (where ps shows it): DLOCK_PASSWORD, else
+ * REDISCLI_AUTH as redis-cli reads it. Returns the password, or NULL when
+ * neither is set and not empty.
+ */
+const char *url_env_password(void);
+
+/*
+ * Returns a new copy of 'url' that carries 'password' (%-encoded) when the
+ * URL has none of its own ("redis://host" becomes "redis://:PW@host",
+ * "redis://user@host" becomes "redis://user:PW@host"); a URL with a
+ * password, or a NULL 'password', is copied as it is. NULL when out of
+ * memory. A password written in the URL wins, as in redis-cli.
+ */
+char *url_with_password(const char *url, const char *password);
+
 #endif

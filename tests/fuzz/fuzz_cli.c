@@ -9,7 +9,7 @@
  *
  * Beyond "no crash, no leak, no undefined behaviour", every input checks:
  *  - duration_parse agrees with an independent reading of the documented
- *    format (digits, then ms, s, m, h or nothing, at most 366 days), and
+ *    format (digits, then ms, s, m or h, at most 366 days; or 0 alone), and
  *    what duration_format_exact writes parses back to the same value;
  *  - the option parser keeps its index within argv, returns an option of
  *    the table or an ARG_* value, points values into argv, and ends;
@@ -76,6 +76,9 @@ static int oracle_duration(const char *s, int64_t *out) {
       return 0;
   }
   if (v > DURATION_LIMIT_MS / mult)
+    return 0;
+  /* Only 0 may go without a unit. */
+  if (s[digits] == '\0' && v != 0)
     return 0;
   *out = v * mult;
   return 1;
