@@ -190,7 +190,7 @@ static void warn_if_evicting(dlock_client_t *c) {
   dlock__fail_text(0, "");
   if (policy[0] == '\0' || strcmp(policy, "noeviction") == 0)
     return;
-  char where[300], text[600];
+  char where[256], text[1024];
   dlock__endpoint_describe(&c->ep, where, sizeof(where));
   snprintf(text, sizeof(text),
            "Redis at %s has maxmemory-policy %s: once it reaches maxmemory "
