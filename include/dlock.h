@@ -198,7 +198,9 @@ DLOCK_EXPORT void dlock_options_init(dlock_options_t *o);
  * the database it names), starts the client's background threads and stores
  * the new client in '*out'. Fails with DLOCK_EINVAL for a bad URL or option,
  * DLOCK_EIO when the server cannot be reached, DLOCK_EAUTH for a refused
- * password and DLOCK_EPROTO when what answers is not Redis.
+ * password and DLOCK_EPROTO when what answers is not Redis. With
+ * 'o->on_warning' set, it also reads the server's maxmemory-policy (one
+ * more round trip) and warns, before returning, when it may evict locks.
  */
 DLOCK_EXPORT int dlock_client_open(const dlock_options_t *o,
                                    dlock_client_t **out);
