@@ -503,9 +503,10 @@ TEST(dur_scripts_check_numbers_before_writing) {
                                        "1.5",
                                        " 5",
                                        "",
-                                       "x"};
+                                       "x",
+                                       "05"};
   static const char *const bad_count[] = {
-      "-1", "1e3", "1.5", "", "x", " 2", "99999999999999999999999"};
+      "-1", "1e3", "1.5", "", "x", " 2", "02", "99999999999999999999999"};
   int checked = 0;
   for (size_t i = 0; i < sizeof(script_cases) / sizeof(script_cases[0]); i++) {
     const script_case *sc = &script_cases[i];

@@ -12,8 +12,9 @@
 -- DLOCK_DURATION_MAX_MS), hold counts 0..2^31-2.
 local function bad(i, lo, hi)
   local s = ARGV[i]
-  local v = type(s) == 'string' and #s <= 19 and s:match('^%d+$') and
-      tonumber(s)
+  -- Digits without a leading zero, as Redis reads integers.
+  local v = type(s) == 'string' and #s <= 19 and
+      (s == '0' or s:match('^[1-9]%d*$')) and tonumber(s)
   if v and v >= lo and v <= hi then
     return false
   end
