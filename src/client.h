@@ -8,8 +8,10 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 
 #include "conn.h"
+#include "fork.h"
 #include "holds.h"
 #include "pubsub.h"
 #include "url.h"
@@ -32,13 +34,20 @@ struct dlock_client {
   dlock__holds holds;
   atomic_int canceled;
   atomic_uint_fast64_t request_seq; /* numbers unlock requests */
+  unsigned fork_gen; /* the process's fork count at open (see fork.h) */
+  pid_t pid;         /* the process that opened it */
+  /* A client closed in a child of fork() with memory left unfreed (see
+   * dlock_client_close), kept on a list so that it stays reachable. */
+  struct dlock_client *forked_next;
 };
 
 /* Formats the owner field "<client-id>:<owner>"; returns its length. */
 size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,
                           char buf[DLOCK__FIELD_MAX]);
 
-/* DLOCK_ECANCELED (with detail) once the client is shutting down. */
+/* DLOCK_EFORKED (with detail) in a child of fork() (see fork.h), else
+ * DLOCK_ECANCELED once the client is shutting down; 0 when usable. Every
+ * call checks it before it takes a mutex or touches a connection. */
 int dlock__check_canceled(dlock_client_t *c);
 
 /* Runs one plain command given as argv; the reply is the caller's. */

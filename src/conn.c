@@ -14,6 +14,7 @@
 #include <hiredis/sds.h>
 
 #include "error.h"
+#include "fork.h"
 #include "monotime.h"
 
 #include <errno.h>
@@ -62,6 +63,7 @@ struct dlock__conn {
   int timed_out;         /* the failure being handled is a timeout */
   int64_t last_reply_us; /* when the last reply came */
   char last_err[256];
+  unsigned fork_gen; /* the process's fork count when it was made */
 #ifdef __linux__
   /* Callers told under 'mu' why they are woken, still to be woken by
    * whoever releases 'mu' next (conn_unlock). */
@@ -274,6 +276,7 @@ int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out) {
     return dlock__fail(DLOCK_ENOMEM, "out of memory creating a connection");
   }
   c->cfg = *cfg;
+  c->fork_gen = dlock__fork_gen();
   *out = c;
   return 0;
 }
@@ -541,10 +544,11 @@ int64_t dlock__conn_retry_at(dlock__conn *c) {
 }
 
 int dlock__conn_open(dlock__conn *c) {
+  if (dlock__forked_since(c->fork_gen))
+    return dlock__fail_forked();
   pthread_mutex_lock(&c->mu);
   c->retry_at_us = 0;
-  int rc =
-      connect_locked(c, dlock__now_us() + c->cfg.connect_timeout_ms * 1000);
+  int rc = connect_locked(c, dlock__deadline_ms(c->cfg.connect_timeout_ms));
   conn_unlock(c);
   return rc;
 }
@@ -706,8 +710,9 @@ static int timed_out_error(dlock__conn *c) {
 /* When the connection counts as dead: its oldest request has waited a
  * whole command timeout without any answer. */
 static int64_t dead_at(const dlock__conn *c) {
-  return c->head != NULL ? c->head->sent_us + c->cfg.command_timeout_ms * 1000
-                         : INT64_MAX;
+  return c->head != NULL
+             ? dlock__after_ms(c->head->sent_us, c->cfg.command_timeout_ms)
+             : INT64_MAX;
 }
 
 /* Reads replies for everybody until the caller 'me' has all of its own, or
@@ -812,6 +817,11 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
   memset(p, 0, sizeof(*p));
   p->conn = c;
   p->n = n;
+  /* In a child of fork() the socket is the parent's: never touch it. */
+  if (dlock__forked_since(c->fork_gen)) {
+    p->rc = dlock__fail_forked();
+    return p->rc;
+  }
   p->reqs =
       n <= DLOCK__PENDING_LOCAL ? p->local : dlock__calloc(n, sizeof(request));
   if (p->reqs == NULL) {
@@ -820,9 +830,8 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
   }
   caller *me = &p->me;
   me->remaining = n;
-  me->deadline_us = deadline_us
-                        ? deadline_us
-                        : dlock__now_us() + c->cfg.command_timeout_ms * 1000;
+  me->deadline_us =
+      deadline_us ? deadline_us : dlock__deadline_ms(c->cfg.command_timeout_ms);
   p->rc = caller_init(c, me);
   if (p->rc != 0) {
     if (p->reqs != p->local)
@@ -940,4 +949,51 @@ void dlock__conn_free(dlock__conn *c) {
 #endif
   pthread_mutex_destroy(&c->mu);
   dlock__free(c);
+}
+
+/* ---- after fork() ------------------------------------------------------- */
+
+int dlock__conn_forget(dlock__conn *c) {
+  if (c == NULL)
+    return 0;
+  /* Taken by a thread of the parent at the fork: what it guards may be
+   * half changed. A writer or sender works outside 'mu' on 'wbuf' and the
+   * context: the same. Left alone, then. */
+  if (pthread_mutex_trylock(&c->mu) != 0)
+    return -1;
+#ifdef __linux__
+  if (pthread_mutex_trylock(&c->slots_mu) != 0) {
+    pthread_mutex_unlock(&c->mu);
+    return -1;
+  }
+#endif
+  if (c->writing || c->sending != NULL) {
+#ifdef __linux__
+    pthread_mutex_unlock(&c->slots_mu);
+#endif
+    pthread_mutex_unlock(&c->mu);
+    return -1;
+  }
+  /* Requests given up on are the connection's; the others live in the
+   * frames of parent threads, which are not this process's to free. */
+  while (c->head != NULL) {
+    request *next = c->head->next;
+    if (c->head->who == NULL)
+      dlock__free(c->head);
+    c->head = next;
+  }
+  /* redisFree only closes this process's copy of the descriptor: it sends
+   * nothing, and the parent's socket stays open. */
+  if (c->ctx != NULL)
+    redisFree(c->ctx);
+  sdsfree(c->wbuf);
+  free_slots(c);
+#ifdef __linux__
+  pthread_mutex_unlock(&c->slots_mu);
+  pthread_mutex_destroy(&c->slots_mu);
+#endif
+  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_destroy(&c->mu);
+  dlock__free(c);
+  return 0;
 }

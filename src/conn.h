@@ -104,6 +104,14 @@ void dlock__conn_cancel(dlock__conn *c);
 void dlock__conn_free(dlock__conn *c);
 
 /*
+ * In a child of fork(): frees 'c' without waiting for anyone or writing
+ * anything, closing only this process's copy of the socket. Returns 0, or
+ * -1 (nothing freed) when a thread of the parent was working on it at the
+ * fork, so that its state cannot be trusted. NULL is ignored.
+ */
+int dlock__conn_forget(dlock__conn *c);
+
+/*
  * Opens a connected, authenticated hiredis context for 'ep' in blocking
  * mode, with the command timeout as its socket timeout, the database
  * selected and the close-on-exec flag set. Checks with PING that the server

@@ -169,9 +169,11 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
    * fact there (a renewal that was under way when the client gave up on
    * Redis ran after all); the caller is told DLOCK_ELOST whatever comes. */
   snprintf(r->lease, sizeof(r->lease), "%" PRId64, r->lease_ms);
-  /* The latch must outlive every retry of this request. */
+  /* The latch must outlive every retry of this request; the scripts take
+   * no duration beyond DLOCK_DURATION_MAX_MS (and nobody waits that long). */
+  int64_t latch_ms = c->opt.command_timeout_ms * (c->opt.unlock_retries + 2);
   snprintf(r->latch_ttl, sizeof(r->latch_ttl), "%" PRId64,
-           c->opt.command_timeout_ms * (c->opt.unlock_retries + 2));
+           latch_ms < DLOCK_DURATION_MAX_MS ? latch_ms : DLOCK_DURATION_MAX_MS);
   char request[DLOCK__FIELD_MAX];
   snprintf(request, sizeof(request), "%s:%" PRIuFAST64, c->id,
            (uint_fast64_t)atomic_fetch_add(&c->request_seq, 1));

@@ -32,6 +32,10 @@ struct dlock {
   pthread_mutex_t cmu;
 };
 
+/* dlock__check_canceled on the handle's client, or on every part's client
+ * of a composite: 0 when the handle may be used. */
+int dlock__check_handle(dlock_t *l);
+
 /* Frees what a composite handle owns (its records), not the handle. */
 void dlock__composite_free(dlock_t *l);
 

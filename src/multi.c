@@ -26,6 +26,8 @@ static int composite_new(dlock_t *const *locks, size_t n,
     if (locks[i]->kind->acquire != NULL)
       return dlock__fail(DLOCK_EINVAL,
                          "lock %zu is itself a MultiLock or RedLock", i);
+    if (dlock__forked_since(locks[i]->c->fork_gen))
+      return dlock__fail_forked();
   }
   dlock_t *l = dlock__calloc(1, sizeof(*l));
   if (l == NULL)
@@ -558,7 +560,7 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     int64_t delay_ms = 5 + (int64_t)(dlock__now_us() % 45) + attempt;
     if (ttl_ms >= 0 && ttl_ms < delay_ms)
       delay_ms = ttl_ms;
-    int64_t until = dlock__now_us() + delay_ms * 1000;
+    int64_t until = dlock__deadline_ms(delay_ms);
     if (until > deadline_us)
       until = deadline_us;
     int64_t sleep_us = until - dlock__now_us();

@@ -755,3 +755,34 @@ void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w) {
   dequeue_locked(ps, w);
   pthread_mutex_unlock(&ps->mu);
 }
+
+/* ---- after fork() ------------------------------------------------------- */
+
+int dlock__pubsub_forget(dlock__pubsub *ps) {
+  if (ps == NULL)
+    return 0;
+  /* Taken by a parent thread at the fork: the channel list may be half
+   * changed. */
+  if (pthread_mutex_trylock(&ps->mu) != 0)
+    return -1;
+  /* No join (the thread is the parent's), no condition variable destroyed
+   * (one a parent thread waited on would wait for it for ever), no poke
+   * (the pipes are shared with the parent's thread). The waiters live in
+   * the parent's threads' frames. */
+  while (ps->subs != NULL) {
+    dlock__sub *next = ps->subs->next;
+    dlock__free(ps->subs->name);
+    dlock__free(ps->subs);
+    ps->subs = next;
+  }
+  if (ps->ctx != NULL)
+    redisFree(ps->ctx); /* this process's copy of the descriptor only */
+  close(ps->pipe_fd[0]);
+  close(ps->pipe_fd[1]);
+  close(ps->reader_pipe[0]);
+  close(ps->reader_pipe[1]);
+  pthread_mutex_unlock(&ps->mu);
+  pthread_mutex_destroy(&ps->mu);
+  dlock__free(ps);
+  return 0;
+}

@@ -60,6 +60,11 @@ void dlock__pubsub_cancel(dlock__pubsub *ps);
 /* Stops the thread and frees everything. NULL is ignored. */
 void dlock__pubsub_stop(dlock__pubsub *ps);
 
+/* In a child of fork(): frees 'ps' and closes this process's copies of its
+ * descriptors, without joining, waking or waiting for anyone. 0, or -1
+ * (nothing freed) when a parent thread was working on it at the fork. */
+int dlock__pubsub_forget(dlock__pubsub *ps);
+
 /*
  * Joins 'channel' and waits until Redis confirms the subscription or
  * 'deadline_us' passes. Without a working connection it returns at once:

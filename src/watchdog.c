@@ -170,8 +170,8 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
   /* No answer by the time the oldest hold's lease runs out means that hold
    * is lost whatever the answer would have been: waiting longer would only
    * report it late. */
-  int64_t deadline = dlock__now_us() + c->opt.command_timeout_ms * 1000;
-  int64_t expiry = r->oldest_us + c->opt.watchdog_timeout_ms * 1000;
+  int64_t deadline = dlock__deadline_ms(c->opt.command_timeout_ms);
+  int64_t expiry = dlock__after_ms(r->oldest_us, c->opt.watchdog_timeout_ms);
   if (expiry < deadline)
     deadline = expiry > dlock__now_us() ? expiry : dlock__now_us() + 1000;
   rc = dlock__eval_run(c->conn, ncalls, calls, replies, deadline);
@@ -207,7 +207,7 @@ static size_t apply_round(dlock_client_t *c, round *r, int rc,
                           unsigned char *lost) {
   size_t nlost = 0;
   int64_t now = dlock__now_us();
-  int64_t lease_us = c->opt.watchdog_timeout_ms * 1000;
+  int64_t lease_us = dlock__ms_to_us(c->opt.watchdog_timeout_ms);
   pthread_mutex_lock(&c->mu);
   for (size_t i = 0; i < r->n; i++) {
     renewal *it = &r->items[i];
@@ -233,10 +233,15 @@ static size_t apply_round(dlock_client_t *c, round *r, int rc,
 /* A hold with a fixed lease that was never released has expired on the
  * server; a second past its lease, the record goes too, so that programs
  * that let leases run out do not grow the table for ever. (Its owner's
- * unlock then says DLOCK_ENOTHELD rather than DLOCK_ELOST.) */
+ * unlock then says DLOCK_ENOTHELD rather than DLOCK_ELOST.) Saturating: an
+ * end that wrapped round into the past would drop the record of a hold
+ * that is still there, and the owner's next acquisition, counting no hold,
+ * would set the server's count back to 1, so that one unlock freed a lock
+ * taken several times. */
 static int lease_long_over(const dlock__hold *h, void *arg) {
   int64_t now = *(const int64_t *)arg;
-  return !h->watchdog && now > h->confirmed_us + (h->lease_ms + 1000) * 1000;
+  return !h->watchdog &&
+         now > dlock__after_ms(h->confirmed_us, h->lease_ms + 1000);
 }
 
 /* One renewal round; returns 0 when Redis answered it. */
@@ -272,8 +277,12 @@ void dlock__watchdog_renew_now(dlock_client_t *c) { (void)renew_round(c); }
 
 static void *watchdog_main(void *arg) {
   dlock__watchdog *wd = arg;
-  int64_t period_us = wd->c->opt.watchdog_timeout_ms * 1000 / 3;
-  int64_t next_us = dlock__now_us() + period_us;
+  /* Bounded by the option's limit, and never 0: a period that overflowed
+   * or rounded to nothing would make this loop spin. */
+  int64_t period_us = dlock__ms_to_us(wd->c->opt.watchdog_timeout_ms) / 3;
+  if (period_us < 1000)
+    period_us = 1000;
+  int64_t next_us = dlock__add_us(dlock__now_us(), period_us);
   pthread_mutex_lock(&wd->mu);
   while (!wd->stopping) {
     if (dlock__now_us() < next_us) {
@@ -284,8 +293,8 @@ static void *watchdog_main(void *arg) {
     pthread_mutex_unlock(&wd->mu);
     int rc = renew_round(wd->c);
     pthread_mutex_lock(&wd->mu);
-    next_us =
-        dlock__now_us() + (rc == 0 ? period_us : period_us / RETRY_DIVISOR);
+    next_us = dlock__add_us(dlock__now_us(),
+                            rc == 0 ? period_us : period_us / RETRY_DIVISOR);
   }
   pthread_mutex_unlock(&wd->mu);
   return NULL;
@@ -322,5 +331,11 @@ void dlock__watchdog_stop(dlock__watchdog *wd) {
   pthread_join(wd->thread, NULL);
   pthread_cond_destroy(&wd->cv);
   pthread_mutex_destroy(&wd->mu);
+  dlock__free(wd);
+}
+
+void dlock__watchdog_forget(dlock__watchdog *wd) {
+  /* The thread is the parent's: no join, and its mutex and condition
+   * variable are left as they are (it may have been waiting on them). */
   dlock__free(wd);
 }
