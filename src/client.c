@@ -70,6 +70,7 @@ static int check_options(const dlock_options_t *o) {
 
 static void destroy(dlock_client_t *c) {
   dlock__watchdog_stop(c->wd);
+  dlock__settler_free(c->settle);
   dlock__pubsub_stop(c->ps);
   dlock__conn_free(c->conn);
   dlock__holds_clear(&c->holds);
@@ -105,6 +106,8 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms};
   if (rc == 0)
     rc = dlock__conn_new(&cfg, &c->conn);
+  if (rc == 0)
+    rc = dlock__settler_new(c, &c->settle);
   if (rc == 0) {
     rc = dlock__conn_open(c->conn);
     /* A lazy client starts while its server is unreachable (a RedLock node

@@ -15,6 +15,8 @@
 #include "url.h"
 
 typedef struct dlock__watchdog dlock__watchdog;
+/* Settles acquisitions whose outcome is unknown (settle.c). */
+typedef struct dlock__settler dlock__settler;
 
 /* Room for "<client-id>:<owner>" with the longest id accepted. */
 #define DLOCK__CLIENT_ID_MAX 128
@@ -28,11 +30,17 @@ struct dlock_client {
   dlock__conn *conn;
   dlock__pubsub *ps;
   dlock__watchdog *wd;
+  dlock__settler *settle;
   pthread_mutex_t mu; /* guards 'holds' */
   dlock__holds holds;
   atomic_int canceled;
   atomic_uint_fast64_t request_seq; /* numbers unlock requests */
 };
+
+/* The settler of 'c' (settle.c); freeing it stops its thread, and what is
+ * still unsettled then expires with its lease. NULL is ignored by free. */
+int dlock__settler_new(dlock_client_t *c, dlock__settler **out);
+void dlock__settler_free(dlock__settler *st);
 
 /* Formats the owner field "<client-id>:<owner>"; returns its length. */
 size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,

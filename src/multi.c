@@ -495,6 +495,14 @@ static void align_tokens(dlock_t *l, uint64_t owner,
     raise_tokens(l, held, hi);
 }
 
+/* Parts whose attempt got no answer may be granted on their node all the
+ * same: they are given back once the node answers (settle.c). */
+static void note_unanswered(dlock_t *l, uint64_t owner, const int *state) {
+  for (size_t i = 0; i < l->nsubs; i++)
+    if (dlock__outcome_unknown(state[i]))
+      dlock__note_unsettled(l->subs[i], owner);
+}
+
 static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                        int64_t lease_ms, int64_t deadline_us) {
   size_t n = l->nsubs, quorum = n / 2 + 1;
@@ -534,12 +542,14 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     int64_t elapsed_ms = (dlock__now_us() - start) / 1000;
     int64_t validity = lease - elapsed_ms - (lease / 100 + 2);
     if (granted >= quorum && validity > 0) {
+      note_unanswered(l, owner, state);
       align_tokens(l, owner, held);
       rc = record_composite(l, owner, fresh);
       break;
     }
     red_outcome undone;
     red_release_all(l, owner, undo, &undone);
+    note_unanswered(l, owner, state);
     if (answered < quorum) {
       rc = dlock__fail(DLOCK_ENOQUORUM,
                        "RedLock: only %zu of %zu nodes answered; %zu needed",
