@@ -208,6 +208,8 @@ static void *settler_main(void *arg) {
 void dlock__unsettled_add(dlock_t *l, uint64_t owner, int64_t believed) {
   dlock__settler *st = l->c->settle;
   dlock_t *copy = NULL;
+  if (l->kind->undo == NULL)
+    return;
   /* A handle of its own: the caller's may be freed before the undo runs. */
   unsettled *e = dlock__calloc(1, sizeof(*e));
   if (e == NULL ||

@@ -111,6 +111,43 @@ TEST(late_grant_read) { late_grant_case(DLOCK_READ, DLOCK_WRITE); }
 TEST(late_grant_write) { late_grant_case(DLOCK_WRITE, DLOCK_READ); }
 
 /*
+ * The owner tries again at once. While Redis still does not answer, its
+ * earlier attempt cannot be given back, and the new one fails the same
+ * way rather than be sent ahead of that undo. Once Redis is back, the
+ * owner's new hold is one hold, and stays: the undo of the earlier attempt
+ * (by the owner or in the background) never takes it back.
+ */
+TEST(late_grant_owner_tries_again) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *a = stalled_client(s), *b = lu_client(s);
+  dlock_t *la = lu_get(a, "late:again"), *lb = lu_get(b, "late:again");
+
+  warm_up(la);
+  ASSERT_EQ(rp_pause(s), 0);
+  ASSERT_EQ(dlock_trylock(la, 0, DLOCK_WATCHDOG), DLOCK_EIO);
+  int rc = dlock_trylock(la, 0, DLOCK_WATCHDOG);
+  printf("trying again during the stall: %s (%s)\n", dlock_err_name(rc),
+         dlock_last_error());
+  ASSERT_EQ(rc, DLOCK_EIO);
+  lu_sleep_ms(200);
+  ASSERT_EQ(rp_resume(s), 0);
+
+  ASSERT_DLOCK_OK(dlock_trylock(la, 2000, DLOCK_WATCHDOG));
+  uint64_t token = dlock_token(la);
+  ASSERT_GT(token, 0);
+  ASSERT_EQ(dlock_hold_count(la), 1);
+  lu_sleep_ms(500);
+  ASSERT_EQ(dlock_is_held(la), 1);
+  ASSERT_EQ(dlock_hold_count(la), 1);
+  ASSERT_EQ(dlock_trylock(lb, 0, 5000), DLOCK_ETIMEDOUT);
+
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  other_takes(lb);
+
+  lu_free_two(s, a, la, b, lb);
+}
+
+/*
  * A reentrant attempt by an owner that holds the lock already: granted
  * late, it only counts one hold more on the server, which must not outlive
  * the owner's own holds. The owner keeps the lock (nobody else gets it
