@@ -79,7 +79,14 @@ TEST(join_while_unsubscribing_resubscribes) {
   o.command_timeout_ms = 3000;
   dlock_client_t *c = lu_client_opts(&o);
   dlock__pubsub *ps = c->ps;
-  const char *other = "test:resub:other", *chan = "test:resub:chan";
+  /* The waited channel is a lock's: another client holds the lock with a
+   * long lease, and its unlock is the message that must not be lost. */
+  dlock_client_t *holder = lu_client(s);
+  dlock_t *held = lu_get(holder, "test:resub");
+  ASSERT_DLOCK_OK(dlock_lock(held, 20000));
+  char chan[128];
+  lu_channel(chan, sizeof(chan), "test:resub", strlen("test:resub"));
+  const char *other = "test:resub:other";
 
   /* A waiter that sleeps on another channel for the whole test, reading
    * the connection for everybody. */
@@ -146,11 +153,12 @@ TEST(join_while_unsubscribing_resubscribes) {
   ASSERT_EQ(numsub, 1);
   ASSERT_EQ(state_of(ps, chan, NULL), DLOCK__SUB_ACTIVE);
 
-  /* The unlock message wakes it, long before its 20 s sleep ends. */
+  /* The holder's unlock message wakes it, long before the 20 s lease
+   * (and its own 20 s sleep) ends. */
   int64_t sent = lu_now_ms();
-  ASSERT_EQ(lu_reply_int(rp_cmd(s, "PUBLISH %s 0", chan)), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(held));
   pthread_join(late_thread, NULL);
-  printf("woken %lld ms after the message (rc %d)\n",
+  printf("woken %lld ms after the unlock (rc %d)\n",
          (long long)(late.woken_at_ms - sent), late.wait_rc);
   ASSERT_EQ(late.wait_rc, 1);
   ASSERT_LT(late.woken_at_ms - sent, 10000);
@@ -158,6 +166,8 @@ TEST(join_while_unsubscribing_resubscribes) {
   ASSERT_EQ(lu_reply_int(rp_cmd(s, "PUBLISH %s 0", other)), 1);
   pthread_join(reader_thread, NULL);
   ASSERT_EQ(reader.wait_rc, 1);
+  dlock_free(held);
+  dlock_client_close(holder);
   dlock_client_close(c);
   rp_free(s);
 }
