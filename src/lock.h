@@ -268,6 +268,10 @@ void dlock__unsettled_add(dlock_t *l, uint64_t owner, int64_t believed);
  * error of an undo that Redis did not answer. */
 int dlock__unsettled_settle(dlock_t *l, uint64_t owner);
 
+/* 1 when 'owner' has an unsettled attempt on 'l' ('*believed' is then its
+ * hold count), without waiting or settling anything. */
+int dlock__unsettled_pending(dlock_t *l, uint64_t owner, int64_t *believed);
+
 /* How many attempts of the client are unsettled (for tests). */
 int dlock__unsettled_count(dlock_client_t *c);
 

@@ -266,6 +266,18 @@ int dlock__unsettled_settle(dlock_t *l, uint64_t owner) {
                      l->name, why);
 }
 
+int dlock__unsettled_pending(dlock_t *l, uint64_t owner, int64_t *believed) {
+  dlock__settler *st = l->c->settle;
+  if (atomic_load(&st->count) == 0)
+    return 0;
+  pthread_mutex_lock(&st->mu);
+  unsettled *e = find_locked(st, l, owner);
+  if (e != NULL && believed != NULL)
+    *believed = e->believed;
+  pthread_mutex_unlock(&st->mu);
+  return e != NULL;
+}
+
 int dlock__unsettled_count(dlock_client_t *c) {
   return atomic_load(&c->settle->count);
 }
