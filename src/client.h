@@ -41,6 +41,9 @@ struct dlock_client {
  * still unsettled then expires with its lease. NULL is ignored by free. */
 int dlock__settler_new(dlock_client_t *c, dlock__settler **out);
 void dlock__settler_free(dlock__settler *st);
+/* Frees the settler of a client inherited across fork(), touching neither
+ * its thread nor its mutex (both the parent's). */
+void dlock__settler_forget(dlock__settler *st);
 
 /* Formats the owner field "<client-id>:<owner>"; returns its length. */
 size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,

@@ -117,6 +117,19 @@ void dlock__settler_free(dlock__settler *st) {
   dlock__free(st);
 }
 
+void dlock__settler_forget(dlock__settler *st) {
+  if (st == NULL)
+    return;
+  /* In a child process: the thread and whoever held 'mu' at the fork are
+   * the parent's, and the undos are the parent's business. */
+  while (st->list != NULL) {
+    unsettled *next = st->list->next;
+    free_entry(st->list);
+    st->list = next;
+  }
+  dlock__free(st);
+}
+
 static unsettled *find_locked(dlock__settler *st, const dlock_t *l,
                               uint64_t owner) {
   for (unsettled *e = st->list; e != NULL; e = e->next)
