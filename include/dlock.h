@@ -68,7 +68,7 @@ extern "C" {
   X(ECANCELED, -9, "operation canceled: the client is shutting down")          \
   X(EPROTO, -10, "unexpected reply: the server does not speak Redis")          \
   X(ENOQUORUM, -11, "no majority of Redis nodes could be reached")             \
-  X(ENOTLOCK, -12, "the key holds something other than a lock of this kind") \
+  X(ENOTLOCK, -12, "the key holds something other than a lock of this kind")   \
   X(EFORKED, -13,                                                              \
     "client inherited across fork(): open a new one in this process")
 
@@ -368,6 +368,20 @@ DLOCK_EXPORT int dlock_lock(dlock_t *l, int64_t lease_ms);
 /*
  * Like dlock_lock but gives up after 'wait_ms' (0: a single attempt; at most
  * DLOCK_DURATION_MAX_MS; DLOCK_WAIT_FOREVER: no limit) with DLOCK_ETIMEDOUT.
+ *
+ * An attempt that fails without an answer (DLOCK_EIO at the command
+ * timeout, a connection that failed, DLOCK_ECANCELED at shutdown) may
+ * still run in Redis: a stalled server runs it when it goes on. Whatever
+ * it was granted (the lock, one more count of a hold the owner had, a
+ * fair lock's queue place) is the owner's without its knowing, so the
+ * client gives it back as soon as Redis answers again, in the background,
+ * leaving the owner exactly the holds it had. The owner's next lock or
+ * unlock of that lock settles it first, and fails like the attempt while
+ * Redis still does not answer. What is not given back: an attempt still
+ * in the network when the client gave up on its connection that reaches
+ * Redis after the client settled it, or one whose client was closed
+ * first. Such a grant expires with its lease (watchdog_timeout_ms for
+ * DLOCK_WATCHDOG), a fair queue place after fair_wait_timeout_ms.
  */
 DLOCK_EXPORT int dlock_trylock(dlock_t *l, int64_t wait_ms, int64_t lease_ms);
 

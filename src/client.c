@@ -109,6 +109,8 @@ static _Atomic(dlock_client_t *) forked_leftovers;
 static void forget_after_fork(dlock_client_t *c) {
   dlock__watchdog_forget(c->wd);
   c->wd = NULL;
+  if (dlock__settler_forget(c->settle) == 0)
+    c->settle = NULL;
   if (dlock__pubsub_forget(c->ps) == 0)
     c->ps = NULL;
   if (dlock__conn_forget(c->conn) == 0)
@@ -118,7 +120,7 @@ static void forget_after_fork(dlock_client_t *c) {
     dlock__holds_clear(&c->holds);
     pthread_mutex_unlock(&c->mu);
   }
-  if (c->ps != NULL || c->conn != NULL || holds_left) {
+  if (c->ps != NULL || c->conn != NULL || c->settle != NULL || holds_left) {
     c->forked_next = atomic_load(&forked_leftovers);
     while (
         !atomic_compare_exchange_weak(&forked_leftovers, &c->forked_next, c)) {
@@ -133,6 +135,7 @@ static void forget_after_fork(dlock_client_t *c) {
 
 static void destroy(dlock_client_t *c) {
   dlock__watchdog_stop(c->wd);
+  dlock__settler_free(c->settle);
   dlock__pubsub_stop(c->ps);
   dlock__conn_free(c->conn);
   dlock__holds_clear(&c->holds);
@@ -233,6 +236,8 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms};
   if (rc == 0)
     rc = dlock__conn_new(&cfg, &c->conn);
+  if (rc == 0)
+    rc = dlock__settler_new(c, &c->settle);
   if (rc == 0) {
     rc = dlock__conn_open(c->conn);
     /* A lazy client starts while its server is unreachable (a RedLock node

@@ -17,6 +17,8 @@
 #include "url.h"
 
 typedef struct dlock__watchdog dlock__watchdog;
+/* Settles acquisitions whose outcome is unknown (settle.c). */
+typedef struct dlock__settler dlock__settler;
 
 /* Room for "<client-id>:<owner>" with the longest id accepted. */
 #define DLOCK__CLIENT_ID_MAX 128
@@ -30,6 +32,7 @@ struct dlock_client {
   dlock__conn *conn;
   dlock__pubsub *ps;
   dlock__watchdog *wd;
+  dlock__settler *settle;
   pthread_mutex_t mu; /* guards 'holds' */
   dlock__holds holds;
   atomic_int canceled;
@@ -40,6 +43,15 @@ struct dlock_client {
    * dlock_client_close), kept on a list so that it stays reachable. */
   struct dlock_client *forked_next;
 };
+
+/* The settler of 'c' (settle.c); freeing it stops its thread, and what is
+ * still unsettled then expires with its lease. NULL is ignored by free. */
+int dlock__settler_new(dlock_client_t *c, dlock__settler **out);
+void dlock__settler_free(dlock__settler *st);
+/* Frees the settler of a client inherited across fork(), touching neither
+ * its thread nor its condition variable (both the parent's); 0, or -1 when
+ * a parent thread held its mutex at the fork and it was left as it is. */
+int dlock__settler_forget(dlock__settler *st);
 
 /* Formats the owner field "<client-id>:<owner>"; returns its length. */
 size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,

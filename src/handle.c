@@ -319,6 +319,14 @@ static int join_channel_if_active(dlock_t *l, uint64_t owner, dlock__waiter *w,
   return rc;
 }
 
+/* A waiter stops waiting without the lock. When Redis does not answer its
+ * leaving (a fair waiter stays queued, and a release may hand it the lock),
+ * that is settled once Redis answers again. */
+static void give_up(dlock_t *l, uint64_t owner) {
+  if (l->kind->give_up != NULL && l->kind->give_up(l, owner) != 0)
+    dlock__note_unsettled(l, owner);
+}
+
 /* How long a waiter that queued behind its client's other waiters, without
  * trying, sleeps at most before it tries anyway: it does not know the
  * lock's lease, and the unlock that would wake it may never come. */
@@ -425,25 +433,15 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     if (rc != 0 && fresh_grant(sub, &busy) != 0)
       rc = take_late_grant(l, owner, lease_ms, sub->grant, tried_us, rc);
   }
-  if (rc != 0 && l->kind->give_up != NULL)
-    l->kind->give_up(l, owner);
+  if (rc != 0)
+    give_up(l, owner);
   return rc;
 }
 
-int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
-                     int64_t lease_ms) {
-  if (l == NULL)
-    return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
-  int rc = check_times(wait_ms, lease_ms);
-  if (rc == 0)
-    rc = dlock__check_handle(l);
-  if (rc != 0)
-    return rc;
-  int64_t deadline_us =
-      wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
-  if (l->kind->acquire != NULL)
-    return l->kind->acquire(l, owner, wait_ms, lease_ms, deadline_us);
-  rc = dlock__settle_before_acquire(l, owner);
+/* A single lock's acquisition, once the arguments are checked. */
+static int trylock_single(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                          int64_t lease_ms, int64_t deadline_us) {
+  int rc = dlock__settle_before_acquire(l, owner);
   if (rc != 0)
     return rc;
   /* A waiter that is going to wait anyway joins a live subscription before
@@ -473,9 +471,30 @@ int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
     if (rc < 0 && fresh_grant(sub, &busy) != 0)
       rc = take_late_grant(l, owner, lease_ms, sub->grant, tried_us, rc);
   }
-  if (rc < 0 && wait_ms != 0 && l->kind->give_up != NULL)
-    l->kind->give_up(l, owner);
+  if (rc < 0 && wait_ms != 0)
+    give_up(l, owner);
   return rc == 1 ? timed_out(l, wait_ms) : rc;
+}
+
+int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                     int64_t lease_ms) {
+  if (l == NULL)
+    return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
+  int rc = check_times(wait_ms, lease_ms);
+  if (rc == 0)
+    rc = dlock__check_handle(l);
+  if (rc != 0)
+    return rc;
+  int64_t deadline_us =
+      wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
+  if (l->kind->acquire != NULL)
+    return l->kind->acquire(l, owner, wait_ms, lease_ms, deadline_us);
+  rc = trylock_single(l, owner, wait_ms, lease_ms, deadline_us);
+  /* The last attempt got no answer and may have run: what it took is
+   * given back once Redis answers (settle.c). */
+  if (dlock__outcome_unknown(rc))
+    dlock__note_unsettled(l, owner);
+  return rc;
 }
 
 int dlock_trylock(dlock_t *l, int64_t wait_ms, int64_t lease_ms) {
