@@ -49,7 +49,7 @@ struct tp_proxy {
   int port, target;
   char url[64];
   int stopping;
-  int64_t every_us;
+  int64_t every_us[2]; /* per direction: [0] to the server, [1] back */
   int hold;
   unsigned close_req, close_done;
   int accepted;
@@ -134,7 +134,8 @@ static int push(tp_proxy_t *px, pair *p, int i, int64_t now, int64_t *next,
   if (d->len == 0 || px->hold)
     return 0;
   size_t want = d->len;
-  if (px->every_us > 0) {
+  int64_t every_us = px->every_us[i];
+  if (every_us > 0) {
     if (now < d->next_us) {
       if (d->next_us < *next)
         *next = d->next_us;
@@ -152,8 +153,8 @@ static int push(tp_proxy_t *px, pair *p, int i, int64_t now, int64_t *next,
   }
   memmove(d->buf, d->buf + n, d->len - (size_t)n);
   d->len -= (size_t)n;
-  if (px->every_us > 0) {
-    d->next_us = now + px->every_us;
+  if (every_us > 0) {
+    d->next_us = now + every_us;
     if (d->len > 0 && d->next_us < *next)
       *next = d->next_us;
   }
@@ -288,8 +289,14 @@ int tp_port(const tp_proxy_t *px) { return px->port; }
 const char *tp_url(const tp_proxy_t *px) { return px->url; }
 
 void tp_trickle(tp_proxy_t *px, int64_t every_ms) {
+  tp_trickle_each(px, every_ms, every_ms);
+}
+
+void tp_trickle_each(tp_proxy_t *px, int64_t to_server_ms,
+                     int64_t to_client_ms) {
   pthread_mutex_lock(&px->mu);
-  px->every_us = every_ms > 0 ? every_ms * 1000 : 0;
+  px->every_us[0] = to_server_ms > 0 ? to_server_ms * 1000 : 0;
+  px->every_us[1] = to_client_ms > 0 ? to_client_ms * 1000 : 0;
   poke(px);
   pthread_mutex_unlock(&px->mu);
 }

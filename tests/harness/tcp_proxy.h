@@ -9,6 +9,7 @@
  *   tp_trickle(px, 100);  // from now on one byte per 100 ms each way,
  *                         // on open connections and new ones
  *   tp_trickle(px, 0);    // back to full speed
+ *   tp_trickle_each(px, 30, 250);  // requests 30 ms a byte, replies 250
  *   tp_hold(px, 1);       // forward nothing (bytes wait in the proxy)
  *   tp_close_all(px);     // hangs up on every connection, both sides
  *   tp_free(px);
@@ -32,6 +33,13 @@ const char *tp_url(const tp_proxy_t *px);
 
 /* One byte every 'every_ms' in each direction; 0: as fast as it comes. */
 void tp_trickle(tp_proxy_t *px, int64_t every_ms);
+
+/* The same with a pace for each direction: towards the server and towards
+ * the client. A reply that drips steadily (to_client_ms below a client's
+ * read timeout) after a request that crawls is what defeats per-read
+ * timeouts. */
+void tp_trickle_each(tp_proxy_t *px, int64_t to_server_ms,
+                     int64_t to_client_ms);
 
 /* 1: forward nothing until 0 again. */
 void tp_hold(tp_proxy_t *px, int on);
