@@ -214,11 +214,14 @@ out:
 
 /* Applies a round's outcome to the hold table and returns how many of the
  * items were found lost (their indexes are set in 'lost'). A hold that was
- * released or re-acquired meanwhile (another seq) is left alone. */
+ * released or re-acquired meanwhile (another seq) is left alone. Sets
+ * '*next_end_us' to the earliest lease end still to come among the holds
+ * left unrenewed (0 when none). */
 static size_t apply_round(dlock_client_t *c, round *r, int rc,
                           const unsigned char *renewed, int64_t sent_us,
-                          unsigned char *lost) {
+                          unsigned char *lost, int64_t *next_end_us) {
   size_t nlost = 0;
+  *next_end_us = 0;
   int64_t now = dlock__now_us();
   int64_t lease_us = c->opt.watchdog_timeout_ms * 1000;
   pthread_mutex_lock(&c->mu);
@@ -237,7 +240,12 @@ static size_t apply_round(dlock_client_t *c, round *r, int rc,
       h->lost = 1;
       lost[i] = 1;
       nlost++;
+      continue;
     }
+    int64_t end = lease_end(c, h->confirmed_us);
+    if (!(rc == 0 && renewed[i]) && end > now &&
+        (*next_end_us == 0 || end < *next_end_us))
+      *next_end_us = end;
   }
   pthread_mutex_unlock(&c->mu);
   return nlost;
@@ -252,9 +260,9 @@ static int lease_long_over(const dlock__hold *h, void *arg) {
   return !h->watchdog && now > h->confirmed_us + (h->lease_ms + 1000) * 1000;
 }
 
-/* One renewal round; returns 0 when Redis answered it. After a failed
- * round, '*lease_end_us' is when the first of the holds it could not renew
- * runs out (0 when none), so that its loss is reported then. */
+/* One renewal round; returns 0 when Redis answered it. '*lease_end_us' is
+ * when the first of the holds it could not renew runs out (0 when none),
+ * so that its loss is reported then. */
 static int renew_round(dlock_client_t *c, int64_t *lease_end_us) {
   *lease_end_us = 0;
   round r = {.c = c};
@@ -272,9 +280,7 @@ static int renew_round(dlock_client_t *c, int64_t *lease_end_us) {
   if (renewed != NULL && lost != NULL) {
     int64_t sent_us = dlock__now_us();
     rc = send_renewals(c, &r, renewed);
-    size_t nlost = apply_round(c, &r, rc, renewed, sent_us, lost);
-    if (rc != 0)
-      *lease_end_us = lease_end(c, r.oldest_us);
+    size_t nlost = apply_round(c, &r, rc, renewed, sent_us, lost, lease_end_us);
     for (size_t i = 0; i < r.n && nlost > 0; i++)
       if (lost[i] && c->opt.on_lost != NULL)
         c->opt.on_lost(c->opt.on_lost_data, r.items[i].name,
