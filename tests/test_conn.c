@@ -286,3 +286,41 @@ TEST(conn_reader_role_survives_a_late_waiter) {
   tc_free(&t);
   fs_free(fs);
 }
+
+/*
+ * Bytes the server sends unasked (a server in the wrong state, a push
+ * message) must never be taken for a caller's reply. Between calls they
+ * mark the connection as broken, and the next call is served on a new one;
+ * during a call they fail it (or are seen as the stream out of step), but
+ * the caller never gets them as its answer.
+ */
+TEST(conn_unsolicited_bytes_never_taken_for_a_reply) {
+  fs_server_t *fs = fs_start();
+  tconn t;
+  tc_new(&t, fs_url(fs), 1000, 2000);
+  ASSERT_DLOCK_OK(dlock__conn_open(t.c));
+  char got[64];
+  ASSERT_DLOCK_OK(tc_echo(t.c, "one", 1000, got, sizeof(got)));
+
+  /* While idle. */
+  fs_send_all(fs, "$8\r\nSURPRISE\r\n");
+  lu_sleep_ms(50);
+  ASSERT_DLOCK_OK(tc_echo(t.c, "two", 1000, got, sizeof(got)));
+  ASSERT_STR_EQ(got, "two");
+  ASSERT_EQ(fs_accepted(fs), 2);
+
+  /* While a call waits for its (delayed) reply: a RESP3 push. */
+  fs_set(fs, "ECHO", &(fs_action_t){.delay_ms = 300, .times = 1});
+  echo_call e;
+  echo_start(&e, t.c, "three", 2000);
+  ASSERT(fs_wait_count(fs, "ECHO", 3, 2000));
+  lu_sleep_ms(50);
+  fs_send_first(fs, ">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\n0\r\n");
+  echo_join(&e, "three");
+  if (e.rc == 0)
+    ASSERT_STR_EQ(e.reply, "three");
+  ASSERT_DLOCK_OK(tc_echo(t.c, "four", 1000, got, sizeof(got)));
+  ASSERT_STR_EQ(got, "four");
+  tc_free(&t);
+  fs_free(fs);
+}

@@ -606,6 +606,28 @@ void fs_send_all(fs_server_t *fs, const char *raw) {
   pthread_mutex_unlock(&fs->mu);
 }
 
+void fs_send_first(fs_server_t *fs, const char *raw) {
+  pthread_mutex_lock(&fs->mu);
+  for (fconn *k = fs->conns; k != NULL; k = k->next) {
+    /* Queued last, then moved ahead of every reply not yet begun. */
+    queue_seg(k, raw, strlen(raw), now_us(), 0, 0);
+    seg *s = k->tail, **at = &k->head;
+    if (*at != NULL && (*at)->off > 0)
+      at = &(*at)->next;
+    if (*at == s)
+      continue;
+    seg **p = at;
+    while ((*p)->next != s)
+      p = &(*p)->next;
+    (*p)->next = NULL;
+    k->tail = *p;
+    s->next = *at;
+    *at = s;
+  }
+  poke(fs);
+  pthread_mutex_unlock(&fs->mu);
+}
+
 void fs_close_all(fs_server_t *fs) {
   pthread_mutex_lock(&fs->mu);
   unsigned want = ++fs->close_req;

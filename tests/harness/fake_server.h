@@ -25,6 +25,7 @@
  *   fs_count(fs, "PING");                // PINGs received so far
  *   fs_wait_count(fs, "PING", 2, 1000);  // waits until 2 came (1 or 0)
  *   fs_send_all(fs, "+SURPRISE\r\n");    // unsolicited bytes on every conn.
+ *   fs_send_first(fs, ">3\r\n...");        // the same, before queued replies
  *   fs_close_all(fs);                    // hangs up on every connection
  *   fs_free(fs);                         // stops the thread, closes all
  *
@@ -99,6 +100,10 @@ int fs_open_connections(fs_server_t *fs);
 /* Sends raw bytes on every open connection now, after the replies already
  * queued on it (a push message, a reply nobody asked for). */
 void fs_send_all(fs_server_t *fs, const char *raw);
+
+/* The same, but ahead of the replies still waiting to be sent (a push
+ * message that arrives while a call waits for its delayed reply). */
+void fs_send_first(fs_server_t *fs, const char *raw);
 
 /* Closes every open connection now (replies not yet sent are dropped). */
 void fs_close_all(fs_server_t *fs);
