@@ -141,8 +141,10 @@ typedef struct dlock dlock_t;
 /*
  * Called from the client's watchdog thread as soon as a renewal finds that a
  * lock is no longer held by its owner (it expired or was deleted), or when
- * Redis stayed unreachable for longer than the lease. 'name' is the lock
- * name ('name_len' bytes, NUL-terminated too), 'owner' the owner that lost
+ * a lease ran out without a renewal confirmed by Redis (Redis unreachable,
+ * or a link so slow that no renewal gets through): then at the end of that
+ * lease as the client counts it, which starts before Redis's. 'name' is the
+ * lock name ('name_len' bytes, NUL-terminated too), 'owner' the owner that lost
  * it. The callback may call dlock functions but should return quickly: it
  * delays the renewal of other locks.
  */
