@@ -1,15 +1,21 @@
 -- Release one hold of owner field ARGV[3] on the fair lock KEYS[1]. When
 -- it becomes free, the owner at the head of the queue KEYS[2] is handed
--- the lock at once if it left a lease in KEYS[6] (a dlock waiter): it
--- holds it with that lease and a new token from KEYS[7], and the message
--- "grant:<token>" on channel KEYS[4] .. ':' .. <head> tells it so, sparing
--- it the round trip of taking the lock itself. Any other head (a Redisson
--- waiter) is told "0" there and takes the lock itself.
+-- the lock at once if it is a dlock waiter (it has an entry in KEYS[6],
+-- "<lease>:<alive until>"): it holds it with that lease and a new token
+-- from KEYS[7], and the message "grant:<token>" on channel KEYS[4] .. ':'
+-- .. <head> tells it so, sparing it the round trip of taking the lock
+-- itself. Any other head (a Redisson waiter) is told "0" there and takes
+-- the lock itself.
 -- KEYS[3]: queue deadlines (zset, Unix ms); KEYS[5]: the latch of this
--- release. ARGV[1]: unlock message; ARGV[2]: lease ms to restore while
--- held; ARGV[4]: latch lifetime ms; ARGV[5]: the hold count the client
--- believes the owner has (0: unknown).
+-- release; KEYS[8] and on: unlock latches of this client whose answers
+-- are in, deleted here. ARGV[1]: unlock message; ARGV[2]: lease ms to
+-- restore while held; ARGV[4]: latch lifetime ms; ARGV[5]: the hold count
+-- the client believes the owner has (0: unknown); ARGV[6]: the allowance
+-- of a queued owner (ms, see fair_acquire.lua).
 -- Returns the holds left (0: now free), or -1 when the owner holds none.
+for i = 8, #KEYS do
+  redis.call('del', KEYS[i])
+end
 local done = redis.call('get', KEYS[5])
 if done then
   return tonumber(done)
@@ -33,20 +39,24 @@ redis.call('del', KEYS[1])
 -- fair_acquire.lua): drop those first.
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local head
+local head, mine
 while true do
   head = redis.call('lindex', KEYS[2], 0)
   if not head then
     return 0
   end
   local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-  if deadline ~= nil and deadline > now then break end
+  mine = redis.call('hget', KEYS[6], head)
+  local alive = mine and tonumber(string.match(mine, ':(%d+)$')) or nil
+  if deadline ~= nil and deadline > now and (alive == nil or alive > now) then
+    break
+  end
   redis.call('lpop', KEYS[2])
   redis.call('zrem', KEYS[3], head)
   redis.call('hdel', KEYS[6], head)
 end
 
-local lease = redis.call('hget', KEYS[6], head)
+local lease = mine and tonumber(string.match(mine, '^(%d+)'))
 if not lease then
   redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
   return 0
@@ -54,6 +64,12 @@ end
 redis.call('lpop', KEYS[2])
 redis.call('zrem', KEYS[3], head)
 redis.call('hdel', KEYS[6], head)
+-- An acquisition, as Redisson counts them: one allowance off every
+-- queued deadline (see fair_acquire.lua).
+local all = redis.call('zrange', KEYS[3], 0, -1, 'withscores')
+for i = 1, #all, 2 do
+  redis.call('zadd', KEYS[3], tonumber(all[i + 1]) - tonumber(ARGV[6]), all[i])
+end
 redis.call('hset', KEYS[1], head, 1)
 redis.call('pexpire', KEYS[1], lease)
 local token = redis.call('incr', KEYS[7])
