@@ -73,7 +73,9 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
     if (which != NULL && !which[i])
       continue;
     rc = format_eval(&calls[i], with_body, &cmds[m], &lens[m]);
-    slot[m++] = i;
+    /* A command that could not be formatted is not there to be freed. */
+    if (rc == 0)
+      slot[m++] = i;
   }
   if (rc == 0)
     rc = dlock__conn_call(conn, m, cmds, lens, got, deadline_us);

@@ -366,3 +366,127 @@ TEST(read_renewal_by_redisson_keeps_only_its_holds) {
   dlock_client_close(dc);
   rp_free(s);
 }
+
+/* ---- unlock latches --------------------------------------------------------
+ */
+
+/* Server time in the scripts dlock sends (EVALSHA and EVAL, INFO
+ * commandstats, us; the commands a script runs are counted inside it, and
+ * again on their own lines, so only the scripts' lines are added up), and
+ * the number of those calls. */
+static void server_usec(rp_server_t *s, int64_t *usec, int64_t *calls) {
+  redisReply *r = rp_cmd(s, "INFO commandstats");
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->type, REDIS_REPLY_STRING);
+  *usec = 0;
+  *calls = 0;
+  static const char *const scripts[] = {"cmdstat_evalsha:", "cmdstat_eval:"};
+  for (int i = 0; i < 2; i++) {
+    const char *p = strstr(r->str, scripts[i]);
+    if (p == NULL)
+      continue;
+    *calls += strtoll(strstr(p, "calls=") + 6, NULL, 10);
+    *usec += strtoll(strstr(p, "usec=") + 5, NULL, 10);
+  }
+  freeReplyObject(r);
+}
+
+static int64_t count_keys(rp_server_t *s, const char *pattern) {
+  redisReply *r = rp_cmd(s, "KEYS %s", pattern);
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+  int64_t n = (int64_t)r->elements;
+  freeReplyObject(r);
+  return n;
+}
+
+enum { LT_CLIENTS = 2, LT_THREADS = 2, LT_CYCLES = 200 };
+
+typedef struct lt_worker {
+  dlock_t *l;
+  int fails;
+} lt_worker_t;
+
+static void *lt_main(void *p) {
+  lt_worker_t *w = p;
+  for (int i = 0; i < LT_CYCLES; i++) {
+    if (dlock_lock(w->l, 5000) != 0 || dlock_unlock(w->l) != 0)
+      w->fails++;
+  }
+  return NULL;
+}
+
+/* 800 contended lock+unlock cycles (2 clients x 2 threads x 200): the unlock
+ * latches must be gone once the unlocks are answered, as Redisson deletes
+ * its own, not left to expire one per unlock. */
+TEST(unlock_latches_not_left_behind) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c[LT_CLIENTS];
+  dlock_t *l[LT_CLIENTS];
+  for (int i = 0; i < LT_CLIENTS; i++) {
+    c[i] = lu_client(s);
+    l[i] = lu_get(c[i], "latch:cycles");
+  }
+  lu_ok(rp_cmd(s, "CONFIG RESETSTAT"));
+  int64_t t0 = lu_now_ms();
+  lt_worker_t w[LT_CLIENTS * LT_THREADS];
+  pthread_t t[LT_CLIENTS * LT_THREADS];
+  memset(w, 0, sizeof(w));
+  for (int i = 0; i < LT_CLIENTS * LT_THREADS; i++) {
+    w[i].l = l[i % LT_CLIENTS];
+    ASSERT_EQ(pthread_create(&t[i], NULL, lt_main, &w[i]), 0);
+  }
+  for (int i = 0; i < LT_CLIENTS * LT_THREADS; i++) {
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
+    ASSERT_EQ(w[i].fails, 0);
+  }
+  int64_t took = lu_now_ms() - t0;
+  int64_t usec, calls;
+  server_usec(s, &usec, &calls);
+  int64_t latches = count_keys(s, "redisson_unlock_latch:*");
+  int64_t cycles = LT_CLIENTS * LT_THREADS * LT_CYCLES;
+  printf("%" PRId64 " lock+unlock cycles in %" PRId64 " ms: %" PRId64
+         " unlock latches left, scripts %.2f us and %.2f calls per cycle on "
+         "the server\n",
+         cycles, took, latches, (double)usec / (double)cycles,
+         (double)calls / (double)cycles);
+  /* At most the latches of the last unlocks, not one per unlock. */
+  ASSERT_LE(latches, LT_CLIENTS * LT_THREADS);
+  for (int i = 0; i < LT_CLIENTS; i++) {
+    dlock_free(l[i]);
+    dlock_client_close(c[i]);
+  }
+  rp_free(s);
+}
+
+/* An unlock that had to be sent again keeps its latch for its lifetime: a
+ * copy sent on the connection that failed may still run after the
+ * retry's answer, and must find it. A later call does not delete it. */
+TEST(unlock_latch_of_a_retried_unlock_is_kept) {
+  rp_server_t *s = lu_server(0);
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.command_timeout_ms = 500;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "latch:retry"), *other = lu_get(c, "latch:other");
+  ASSERT_DLOCK_OK(dlock_lock(l, 20000));
+  ASSERT_DLOCK_OK(dlock_lock(l, 20000));
+  lu_ok(rp_cmd(s, "CLIENT PAUSE 800 WRITE"));
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  lu_sleep_ms(900);
+  ASSERT_EQ(count_keys(s, "redisson_unlock_latch:{latch:retry}:*"), 1);
+  /* Scripts that carry the answered latches of the client. */
+  ASSERT_DLOCK_OK(dlock_lock(other, 20000));
+  ASSERT_DLOCK_OK(dlock_unlock(other));
+  ASSERT_DLOCK_OK(dlock_lock(other, 20000));
+  ASSERT_EQ(count_keys(s, "redisson_unlock_latch:{latch:retry}:*"), 1);
+  /* The first unlock of 'other' was answered at once: its latch is gone. */
+  ASSERT_EQ(count_keys(s, "redisson_unlock_latch:{latch:other}:*"), 0);
+  ASSERT_DLOCK_OK(dlock_unlock(other));
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_EQ(lu_exists(s, "latch:retry"), 0);
+  dlock_free(l);
+  dlock_free(other);
+  dlock_client_close(c);
+  rp_free(s);
+}

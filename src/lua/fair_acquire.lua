@@ -4,7 +4,8 @@
 -- KEYS[5]: the lock's channel, to which ':' .. <owner> is added to tell
 -- one waiter it is its turn; KEYS[6]: what dlock knows of its own queued
 -- owners (hash: owner -> "<lease>:<alive until>", see below). KEYS[7] and
--- on: unlock latches of this client whose answers are in, deleted here.
+-- on: unlock latches of this client whose answers are in, deleted once
+-- the rest is done (see hashlock.c).
 -- ARGV[1]: lease ms; ARGV[3]: how long a queued owner may stay silent
 -- before it counts as gone (ms), also the step between chained deadlines;
 -- ARGV[4]: the hold count the client believes the owner has; ARGV[5]: '1'
@@ -24,131 +25,139 @@
 -- dlock's also by the waiter's own sign of life in KEYS[6], so that a
 -- dlock waiter that died is dropped one allowance after it last tried,
 -- however far in the future the chain put its deadline.
+local function run()
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local wait = tonumber(ARGV[3])
+
+  -- Gone: its deadline passed, or it is a dlock waiter silent for longer
+  -- than its allowance (its process died without leaving the queue).
+  local function gone(owner)
+    local deadline = tonumber(redis.call('zscore', KEYS[3], owner))
+    if deadline == nil or deadline <= now then
+      return true
+    end
+    local mine = redis.call('hget', KEYS[6], owner)
+    local alive = mine and tonumber(string.match(mine, ':(%d+)$')) or nil
+    return alive ~= nil and alive <= now
+  end
+
+  -- Takes one allowance off every queued deadline (an acquisition).
+  local function advance()
+    local all = redis.call('zrange', KEYS[3], 0, -1, 'withscores')
+    for i = 1, #all, 2 do
+      redis.call('zadd', KEYS[3], tonumber(all[i + 1]) - wait, all[i])
+    end
+  end
+
+  -- Owners at the head that are gone are dropped so the queue never wedges.
+  -- No other deadline changes: the next one was chained one allowance after
+  -- the dropped one's.
+  local dropped = false
+  while true do
+    local head = redis.call('lindex', KEYS[2], 0)
+    if not head or not gone(head) then break end
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], head)
+    redis.call('hdel', KEYS[6], head)
+    dropped = true
+  end
+
+  local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+  if count == nil and tonumber(ARGV[4]) > 0 then
+    -- The client believes the owner holds it, but the hold is gone.
+    return {2, 0}
+  end
+  if count ~= nil then
+    -- Already held by this owner: one more hold than the client counts (set,
+    -- so a retry whose first reply was lost does not count twice). With no
+    -- hold counted, this is the lock handed over by a release whose message
+    -- the owner missed, and its token is the latest.
+    count = tonumber(ARGV[4]) + 1
+    redis.call('hset', KEYS[1], ARGV[2], count)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, tonumber(redis.call('get', KEYS[4])) or 0, count}
+  end
+
+  local head = redis.call('lindex', KEYS[2], 0)
+  local free = redis.call('exists', KEYS[1]) == 0
+  if free and (not head or head == ARGV[2]) then
+    if head then
+      redis.call('lpop', KEYS[2])
+      redis.call('zrem', KEYS[3], ARGV[2])
+      redis.call('hdel', KEYS[6], ARGV[2])
+      advance()
+    end
+    redis.call('hset', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, redis.call('incr', KEYS[4]), 1}
+  end
+  if free and dropped then
+    -- The lock is free and the new head was never told: tell it now.
+    redis.call('publish', KEYS[5] .. ':' .. head, '0')
+  end
+
+  -- Taken, or another owner is first in line. Sleep until the lock's lease
+  -- ends at most, and never longer than a third of the allowance, so that a
+  -- queued owner shows it is alive well before its allowance runs out.
+  local sleep = redis.call('pttl', KEYS[1])
+  local beat = math.floor(wait / 3)
+  if sleep < 0 or sleep > beat then
+    sleep = beat
+  end
+  local queued = redis.call('zscore', KEYS[3], ARGV[2])
+  if ARGV[5] == '0' and not queued then
+    return {0, sleep, tonumber(redis.call('get', KEYS[4])) or 0}
+  end
+  if queued then
+    -- A sign of life. The waiter's deadline is kept at least one allowance
+    -- past the one ahead of it (now, at the head), and the deadlines behind
+    -- it follow, so that the chain stays as Redisson's scripts expect while
+    -- a long hold passes: a waiter keeps its place however long it waits.
+    local queue = redis.call('lrange', KEYS[2], 0, -1)
+    local floor, found = now, false
+    for i = 1, #queue do
+      local score = tonumber(redis.call('zscore', KEYS[3], queue[i]))
+      if found or queue[i] == ARGV[2] then
+        -- The waiter, then those behind it: each moved only as far as the
+        -- chain needs, and no further once one needs nothing.
+        found = true
+        floor = floor + wait
+        if score ~= nil and score >= floor then break end
+        redis.call('zadd', KEYS[3], floor, queue[i])
+      else
+        floor = math.max(score or now, now)
+      end
+    end
+  else
+    -- A newcomer: chained after the last waiter, or after the lock's lease.
+    local tail = redis.call('lindex', KEYS[2], -1)
+    local base = now + math.max(redis.call('pttl', KEYS[1]), 0)
+    local last = tail and tonumber(redis.call('zscore', KEYS[3], tail)) or nil
+    if last ~= nil and last > base then
+      base = last
+    end
+    redis.call('zadd', KEYS[3], base + wait, ARGV[2])
+    redis.call('rpush', KEYS[2], ARGV[2])
+  end
+  -- A release may hand this owner the lock directly (it waits on its own
+  -- channel for word of it), rather than wake it to come and take it. The
+  -- lease it is handed is cut to the allowance, as an owner that does not
+  -- take up the lock is no more alive than a silent waiter. The hash lives
+  -- as long as the longest-lived dlock waiter could.
+  redis.call('hset', KEYS[6], ARGV[2],
+             math.min(tonumber(ARGV[1]), wait) .. ':' .. (now + wait))
+  if redis.call('pttl', KEYS[6]) < 2 * wait then
+    redis.call('pexpire', KEYS[6], 2 * wait)
+  end
+  return {0, sleep, tonumber(redis.call('get', KEYS[4])) or 0}
+end
+
+-- Last, so that a write the rest makes is the script's first: Redis refuses
+-- it when out of memory, before anything changed, rather than let a
+-- script that has already written go on.
+local result = run()
 for i = 7, #KEYS do
   redis.call('del', KEYS[i])
 end
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local wait = tonumber(ARGV[3])
-
--- Gone: its deadline passed, or it is a dlock waiter silent for longer
--- than its allowance (its process died without leaving the queue).
-local function gone(owner)
-  local deadline = tonumber(redis.call('zscore', KEYS[3], owner))
-  if deadline == nil or deadline <= now then
-    return true
-  end
-  local mine = redis.call('hget', KEYS[6], owner)
-  local alive = mine and tonumber(string.match(mine, ':(%d+)$')) or nil
-  return alive ~= nil and alive <= now
-end
-
--- Takes one allowance off every queued deadline (an acquisition).
-local function advance()
-  local all = redis.call('zrange', KEYS[3], 0, -1, 'withscores')
-  for i = 1, #all, 2 do
-    redis.call('zadd', KEYS[3], tonumber(all[i + 1]) - wait, all[i])
-  end
-end
-
--- Owners at the head that are gone are dropped so the queue never wedges.
--- No other deadline changes: the next one was chained one allowance after
--- the dropped one's.
-local dropped = false
-while true do
-  local head = redis.call('lindex', KEYS[2], 0)
-  if not head or not gone(head) then break end
-  redis.call('lpop', KEYS[2])
-  redis.call('zrem', KEYS[3], head)
-  redis.call('hdel', KEYS[6], head)
-  dropped = true
-end
-
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
-if count == nil and tonumber(ARGV[4]) > 0 then
-  -- The client believes the owner holds it, but the hold is gone.
-  return {2, 0}
-end
-if count ~= nil then
-  -- Already held by this owner: one more hold than the client counts (set,
-  -- so a retry whose first reply was lost does not count twice). With no
-  -- hold counted, this is the lock handed over by a release whose message
-  -- the owner missed, and its token is the latest.
-  count = tonumber(ARGV[4]) + 1
-  redis.call('hset', KEYS[1], ARGV[2], count)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return {1, tonumber(redis.call('get', KEYS[4])) or 0, count}
-end
-
-local head = redis.call('lindex', KEYS[2], 0)
-local free = redis.call('exists', KEYS[1]) == 0
-if free and (not head or head == ARGV[2]) then
-  if head then
-    redis.call('lpop', KEYS[2])
-    redis.call('zrem', KEYS[3], ARGV[2])
-    redis.call('hdel', KEYS[6], ARGV[2])
-    advance()
-  end
-  redis.call('hset', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return {1, redis.call('incr', KEYS[4]), 1}
-end
-if free and dropped then
-  -- The lock is free and the new head was never told: tell it now.
-  redis.call('publish', KEYS[5] .. ':' .. head, '0')
-end
-
--- Taken, or another owner is first in line. Sleep until the lock's lease
--- ends at most, and never longer than a third of the allowance, so that a
--- queued owner shows it is alive well before its allowance runs out.
-local sleep = redis.call('pttl', KEYS[1])
-local beat = math.floor(wait / 3)
-if sleep < 0 or sleep > beat then
-  sleep = beat
-end
-local queued = redis.call('zscore', KEYS[3], ARGV[2])
-if ARGV[5] == '0' and not queued then
-  return {0, sleep, tonumber(redis.call('get', KEYS[4])) or 0}
-end
-if queued then
-  -- A sign of life. The waiter's deadline is kept at least one allowance
-  -- past the one ahead of it (now, at the head), and the deadlines behind
-  -- it follow, so that the chain stays as Redisson's scripts expect while
-  -- a long hold passes: a waiter keeps its place however long it waits.
-  local queue = redis.call('lrange', KEYS[2], 0, -1)
-  local floor, found = now, false
-  for i = 1, #queue do
-    local score = tonumber(redis.call('zscore', KEYS[3], queue[i]))
-    if found or queue[i] == ARGV[2] then
-      -- The waiter, then those behind it: each moved only as far as the
-      -- chain needs, and no further once one needs nothing.
-      found = true
-      floor = floor + wait
-      if score ~= nil and score >= floor then break end
-      redis.call('zadd', KEYS[3], floor, queue[i])
-    else
-      floor = math.max(score or now, now)
-    end
-  end
-else
-  -- A newcomer: chained after the last waiter, or after the lock's lease.
-  local tail = redis.call('lindex', KEYS[2], -1)
-  local base = now + math.max(redis.call('pttl', KEYS[1]), 0)
-  local last = tail and tonumber(redis.call('zscore', KEYS[3], tail)) or nil
-  if last ~= nil and last > base then
-    base = last
-  end
-  redis.call('zadd', KEYS[3], base + wait, ARGV[2])
-  redis.call('rpush', KEYS[2], ARGV[2])
-end
--- A release may hand this owner the lock directly (it waits on its own
--- channel for word of it), rather than wake it to come and take it. The
--- lease it is handed is cut to the allowance, as an owner that does not
--- take up the lock is no more alive than a silent waiter. The hash lives
--- as long as the longest-lived dlock waiter could.
-redis.call('hset', KEYS[6], ARGV[2],
-           math.min(tonumber(ARGV[1]), wait) .. ':' .. (now + wait))
-if redis.call('pttl', KEYS[6]) < 2 * wait then
-  redis.call('pexpire', KEYS[6], 2 * wait)
-end
-return {0, sleep, tonumber(redis.call('get', KEYS[4])) or 0}
+return result

@@ -8,70 +8,78 @@
 -- the lock itself.
 -- KEYS[3]: queue deadlines (zset, Unix ms); KEYS[5]: the latch of this
 -- release; KEYS[8] and on: unlock latches of this client whose answers
--- are in, deleted here. ARGV[1]: unlock message; ARGV[2]: lease ms to
+-- are in, deleted once the rest is done. ARGV[1]: unlock message; ARGV[2]: lease ms to
 -- restore while held; ARGV[4]: latch lifetime ms; ARGV[5]: the hold count
 -- the client believes the owner has (0: unknown); ARGV[6]: the allowance
 -- of a queued owner (ms, see fair_acquire.lua).
 -- Returns the holds left (0: now free), or -1 when the owner holds none.
-for i = 8, #KEYS do
-  redis.call('del', KEYS[i])
-end
-local done = redis.call('get', KEYS[5])
-if done then
-  return tonumber(done)
-end
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
-if count == nil then
-  return -1
-end
--- One hold less than the client counts (ARGV[5], 0: unknown).
-local left = tonumber(ARGV[5])
-left = (left > 0 and left or count) - 1
-redis.call('set', KEYS[5], left, 'px', ARGV[4])
-if left > 0 then
-  redis.call('hset', KEYS[1], ARGV[3], left)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-  return left
-end
-redis.call('del', KEYS[1])
-
--- Never hand the lock to an owner that counts as gone (see
--- fair_acquire.lua): drop those first.
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local head, mine
-while true do
-  head = redis.call('lindex', KEYS[2], 0)
-  if not head then
-    return 0
+local function run()
+  local done = redis.call('get', KEYS[5])
+  if done then
+    return tonumber(done)
   end
-  local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-  mine = redis.call('hget', KEYS[6], head)
-  local alive = mine and tonumber(string.match(mine, ':(%d+)$')) or nil
-  if deadline ~= nil and deadline > now and (alive == nil or alive > now) then
-    break
+  local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+  if count == nil then
+    return -1
+  end
+  -- One hold less than the client counts (ARGV[5], 0: unknown).
+  local left = tonumber(ARGV[5])
+  left = (left > 0 and left or count) - 1
+  redis.call('set', KEYS[5], left, 'px', ARGV[4])
+  if left > 0 then
+    redis.call('hset', KEYS[1], ARGV[3], left)
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    return left
+  end
+  redis.call('del', KEYS[1])
+
+  -- Never hand the lock to an owner that counts as gone (see
+  -- fair_acquire.lua): drop those first.
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local head, mine
+  while true do
+    head = redis.call('lindex', KEYS[2], 0)
+    if not head then
+      return 0
+    end
+    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
+    mine = redis.call('hget', KEYS[6], head)
+    local alive = mine and tonumber(string.match(mine, ':(%d+)$')) or nil
+    if deadline ~= nil and deadline > now and (alive == nil or alive > now) then
+      break
+    end
+    redis.call('lpop', KEYS[2])
+    redis.call('zrem', KEYS[3], head)
+    redis.call('hdel', KEYS[6], head)
+  end
+
+  local lease = mine and tonumber(string.match(mine, '^(%d+)'))
+  if not lease then
+    redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+    return 0
   end
   redis.call('lpop', KEYS[2])
   redis.call('zrem', KEYS[3], head)
   redis.call('hdel', KEYS[6], head)
-end
-
-local lease = mine and tonumber(string.match(mine, '^(%d+)'))
-if not lease then
-  redis.call('publish', KEYS[4] .. ':' .. head, ARGV[1])
+  -- An acquisition, as Redisson counts them: one allowance off every
+  -- queued deadline (see fair_acquire.lua).
+  local all = redis.call('zrange', KEYS[3], 0, -1, 'withscores')
+  for i = 1, #all, 2 do
+    redis.call('zadd', KEYS[3], tonumber(all[i + 1]) - tonumber(ARGV[6]), all[i])
+  end
+  redis.call('hset', KEYS[1], head, 1)
+  redis.call('pexpire', KEYS[1], lease)
+  local token = redis.call('incr', KEYS[7])
+  redis.call('publish', KEYS[4] .. ':' .. head, 'grant:' .. token)
   return 0
 end
-redis.call('lpop', KEYS[2])
-redis.call('zrem', KEYS[3], head)
-redis.call('hdel', KEYS[6], head)
--- An acquisition, as Redisson counts them: one allowance off every
--- queued deadline (see fair_acquire.lua).
-local all = redis.call('zrange', KEYS[3], 0, -1, 'withscores')
-for i = 1, #all, 2 do
-  redis.call('zadd', KEYS[3], tonumber(all[i + 1]) - tonumber(ARGV[6]), all[i])
+
+-- Last, so that a write the rest makes is the script's first: Redis refuses
+-- it when out of memory, before anything changed, rather than let a
+-- script that has already written go on.
+local result = run()
+for i = 8, #KEYS do
+  redis.call('del', KEYS[i])
 end
-redis.call('hset', KEYS[1], head, 1)
-redis.call('pexpire', KEYS[1], lease)
-local token = redis.call('incr', KEYS[7])
-redis.call('publish', KEYS[4] .. ':' .. head, 'grant:' .. token)
-return 0
+return result

@@ -15,35 +15,48 @@
 -- {1, 0} when released for everyone because another client listens, or
 -- {2, 0} when released for everyone without knowing (the user may not run
 -- PUBSUB NUMSUB).
-local done = redis.call('get', KEYS[3])
-if done == 'others' then
-  return {1, 0}
-elseif done == 'unknown' then
-  return {2, 0}
-elseif done then
-  return {0, tonumber(done)}
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  return {-1, 0}
-end
-if ARGV[5] == '1' then
-  -- pcall: a user without the PUBSUB command still releases, as before.
-  local numsub = redis.pcall('pubsub', 'numsub', KEYS[4])
-  local listening = nil
-  if type(numsub) == 'table' then
-    listening = tonumber(numsub[2])
+-- KEYS[5] and on: unlock latches of this client whose answers are in,
+-- deleted once the rest is done (see hashlock.c).
+local function run()
+  local done = redis.call('get', KEYS[3])
+  if done == 'others' then
+    return {1, 0}
+  elseif done == 'unknown' then
+    return {2, 0}
+  elseif done then
+    return {0, tonumber(done)}
   end
-  if listening == nil or listening > 1 then
-    redis.call('set', KEYS[3], listening and 'others' or 'unknown', 'px',
-               ARGV[4])
-    redis.call('del', KEYS[1])
-    redis.call('publish', KEYS[4], ARGV[6])
-    return {listening and 1 or 2, 0}
+  if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    return {-1, 0}
   end
+  if ARGV[5] == '1' then
+    -- pcall: a user without the PUBSUB command still releases, as before.
+    local numsub = redis.pcall('pubsub', 'numsub', KEYS[4])
+    local listening = nil
+    if type(numsub) == 'table' then
+      listening = tonumber(numsub[2])
+    end
+    if listening == nil or listening > 1 then
+      redis.call('set', KEYS[3], listening and 'others' or 'unknown', 'px',
+                 ARGV[4])
+      redis.call('del', KEYS[1])
+      redis.call('publish', KEYS[4], ARGV[6])
+      return {listening and 1 or 2, 0}
+    end
+  end
+  local token = redis.call('incr', KEYS[2])
+  redis.call('set', KEYS[3], token, 'px', ARGV[4])
+  redis.call('del', KEYS[1])
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[3])
+  return {0, token}
 end
-local token = redis.call('incr', KEYS[2])
-redis.call('set', KEYS[3], token, 'px', ARGV[4])
-redis.call('del', KEYS[1])
-redis.call('hset', KEYS[1], ARGV[2], 1)
-redis.call('pexpire', KEYS[1], ARGV[3])
-return {0, token}
+
+-- Last, so that a write the rest makes is the script's first: Redis refuses
+-- it when out of memory, before anything changed, rather than let a
+-- script that has already written go on.
+local result = run()
+for i = 5, #KEYS do
+  redis.call('del', KEYS[i])
+end
+return result

@@ -5,26 +5,39 @@
 -- while still held; ARGV[4]: latch lifetime in ms; ARGV[5]: the hold count
 -- the client believes the owner has (0: unknown).
 -- Returns the holds left (0: now free), or -1 when the owner holds none.
-local done = redis.call('get', KEYS[3])
-if done then
-  return tonumber(done)
+-- KEYS[4] and on: unlock latches of this client whose answers are in,
+-- deleted once the rest is done (see hashlock.c).
+local function run()
+  local done = redis.call('get', KEYS[3])
+  if done then
+    return tonumber(done)
+  end
+  local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+  if count == nil then
+    return -1
+  end
+  -- One hold less than the client counts, when it counts (it knows what its
+  -- caller still has to release); else one less than the server's.
+  local left = tonumber(ARGV[5])
+  left = (left > 0 and left or count) - 1
+  -- The latch is written before anything changes, so a refused write (OOM)
+  -- leaves the lock exactly as it was.
+  redis.call('set', KEYS[3], left, 'px', ARGV[4])
+  if left > 0 then
+    redis.call('hset', KEYS[1], ARGV[3], left)
+    redis.call('pexpire', KEYS[1], ARGV[2])
+  else
+    redis.call('del', KEYS[1])
+    redis.call('publish', KEYS[2], ARGV[1])
+  end
+  return left
 end
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
-if count == nil then
-  return -1
+
+-- Last, so that a write the rest makes is the script's first: Redis refuses
+-- it when out of memory, before anything changed, rather than let a
+-- script that has already written go on.
+local result = run()
+for i = 4, #KEYS do
+  redis.call('del', KEYS[i])
 end
--- One hold less than the client counts, when it counts (it knows what its
--- caller still has to release); else one less than the server's.
-local left = tonumber(ARGV[5])
-left = (left > 0 and left or count) - 1
--- The latch is written before anything changes, so a refused write (OOM)
--- leaves the lock exactly as it was.
-redis.call('set', KEYS[3], left, 'px', ARGV[4])
-if left > 0 then
-  redis.call('hset', KEYS[1], ARGV[3], left)
-  redis.call('pexpire', KEYS[1], ARGV[2])
-else
-  redis.call('del', KEYS[1])
-  redis.call('publish', KEYS[2], ARGV[1])
-end
-return left
+return result
