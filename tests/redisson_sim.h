@@ -143,7 +143,7 @@ static inline int64_t rs_lock_try(rs_client_t *c, const char *name, long thread,
   rs_field(c, thread, field, sizeof(field));
   snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
   const char *args[] = {name, lease, field};
-  return rs_nil_or_int(rs_eval(c, RS_LOCK, 1, 3, args));
+  return rs_nil_or_int(rs_eval(c, RS_LOCK, 1, 2, args));
 }
 
 /* The unlock latch of one request: redisson_unlock_latch:{NAME}:<id>. */

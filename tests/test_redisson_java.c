@@ -490,3 +490,94 @@ TEST(unlock_latch_of_a_retried_unlock_is_kept) {
   dlock_client_close(c);
   rp_free(s);
 }
+
+/* ---- hand-over inside a client, and a peer that polls -------------------- */
+
+enum { PS_THREADS = 3, PS_MS = 3000 };
+
+typedef struct ps_shared {
+  dlock_t *l;
+  const rp_server_t *s;
+  atomic_int stop;
+  atomic_long dlock_acq;
+  long poll_tries, poll_acq;
+  int fails;
+} ps_shared_t;
+
+static void *ps_dlock_main(void *p) {
+  ps_shared_t *sh = p;
+  while (!atomic_load(&sh->stop)) {
+    if (dlock_lock(sh->l, 5000) != 0) {
+      sh->fails++;
+      break;
+    }
+    atomic_fetch_add(&sh->dlock_acq, 1);
+    lu_sleep_ms(1);
+    if (dlock_unlock(sh->l) != 0)
+      sh->fails++;
+  }
+  return NULL;
+}
+
+/* Redisson's tryLock() with no wait, in a loop with a short pause: it
+ * never subscribes, so no release is announced to it. */
+static void *ps_poll_main(void *p) {
+  ps_shared_t *sh = p;
+  rs_client_t *c = rs_client_new(sh->s, "java-poller");
+  uint64_t x = 88172645463325252ULL;
+  while (!atomic_load(&sh->stop)) {
+    sh->poll_tries++;
+    if (rs_lock_try(c, "ps:lock", 1, 5000) < 0) {
+      sh->poll_acq++;
+      lu_sleep_ms(1);
+      ASSERT_EQ(rs_unlock(c, "ps:lock", 1, 5000), 1);
+    }
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    struct timespec ts = {0, (long)(4000 + x % 2000) * 1000};
+    nanosleep(&ts, NULL);
+  }
+  rs_client_free(c);
+  return NULL;
+}
+
+/*
+ * Three threads of one dlock client contend on a lock, and a Redisson
+ * client polls it without subscribing. Handing the lock from thread to
+ * thread inside the client must leave the poller a bounded share: before,
+ * it got the lock 0 times in hundreds of tries, since the lock was never
+ * free while the client's threads wanted it.
+ */
+TEST(handover_leaves_turns_to_a_polling_peer) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  ps_shared_t sh;
+  memset(&sh, 0, sizeof(sh));
+  sh.l = lu_get(c, "ps:lock");
+  sh.s = s;
+  pthread_t t[PS_THREADS], poller;
+  for (int i = 0; i < PS_THREADS; i++)
+    ASSERT_EQ(pthread_create(&t[i], NULL, ps_dlock_main, &sh), 0);
+  ASSERT_EQ(pthread_create(&poller, NULL, ps_poll_main, &sh), 0);
+  lu_sleep_ms(PS_MS);
+  atomic_store(&sh.stop, 1);
+  for (int i = 0; i < PS_THREADS; i++)
+    ASSERT_EQ(pthread_join(t[i], NULL), 0);
+  ASSERT_EQ(pthread_join(poller, NULL), 0);
+  long d = atomic_load(&sh.dlock_acq);
+  printf("in %d ms: dlock's %d threads %ld acquisitions, the polling peer "
+         "%ld in %ld tries (%.1f%% of its tries, %.1f%% of all "
+         "acquisitions)\n",
+         PS_MS, PS_THREADS, d, sh.poll_acq, sh.poll_tries,
+         100.0 * (double)sh.poll_acq /
+             (double)(sh.poll_tries ? sh.poll_tries : 1),
+         100.0 * (double)sh.poll_acq / (double)(d + sh.poll_acq));
+  ASSERT_EQ(sh.fails, 0);
+  ASSERT_GT(d, 0);
+  /* Generous: a share of its tries, whatever the load. */
+  ASSERT_GE(sh.poll_acq * 50, sh.poll_tries);
+  dlock_free(sh.l);
+  dlock_client_close(c);
+  rp_free(s);
+}

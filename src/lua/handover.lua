@@ -7,14 +7,16 @@
 --
 -- With ARGV[5] = '1' (the client has handed the lock over several times in
 -- a row), the lock is released for every client instead, with unlock
--- message ARGV[6] on channel KEYS[4], when another client listens there:
--- their waiters get their turn. Alone on the channel, the client keeps
--- handing it over, since nobody else would take it.
+-- message ARGV[6] on channel KEYS[4]: other clients get their turn, those
+-- that listen there and those that poll without listening (Redisson's
+-- RSpinLock, a tryLock() loop), which no one can see. The answer says
+-- whether another client listens, so that the releasing client knows how
+-- long its own waiters should hold back.
 --
 -- Returns {0, token} when handed over, {-1, 0} when ARGV[1] holds none,
--- {1, 0} when released for everyone because another client listens, or
--- {2, 0} when released for everyone without knowing (the user may not run
--- PUBSUB NUMSUB).
+-- and when released for everyone: {1, 0} when another client listens,
+-- {3, 0} when none does, {2, 0} when unknown (the user may not run PUBSUB
+-- NUMSUB).
 -- KEYS[5] and on: unlock latches of this client whose answers are in,
 -- deleted once the rest is done (see hashlock.c).
 local function run()
@@ -23,6 +25,8 @@ local function run()
     return {1, 0}
   elseif done == 'unknown' then
     return {2, 0}
+  elseif done == 'alone' then
+    return {3, 0}
   elseif done then
     return {0, tonumber(done)}
   end
@@ -36,13 +40,16 @@ local function run()
     if type(numsub) == 'table' then
       listening = tonumber(numsub[2])
     end
-    if listening == nil or listening > 1 then
-      redis.call('set', KEYS[3], listening and 'others' or 'unknown', 'px',
-                 ARGV[4])
-      redis.call('del', KEYS[1])
-      redis.call('publish', KEYS[4], ARGV[6])
-      return {listening and 1 or 2, 0}
+    local what, answer = 'unknown', 2
+    if listening ~= nil and listening > 1 then
+      what, answer = 'others', 1
+    elseif listening ~= nil then
+      what, answer = 'alone', 3
     end
+    redis.call('set', KEYS[3], what, 'px', ARGV[4])
+    redis.call('del', KEYS[1])
+    redis.call('publish', KEYS[4], ARGV[6])
+    return {answer, 0}
   end
   local token = redis.call('incr', KEYS[2])
   redis.call('set', KEYS[3], token, 'px', ARGV[4])
