@@ -35,6 +35,9 @@ typedef struct mq_shared {
   atomic_int inside, overlaps;
 } mq_shared_t;
 
+/* Added to the Java side's wall clock (see redisson_sim.h). */
+static int64_t mq_skew_ms;
+
 typedef struct mq_member {
   mq_shared_t *sh;
   int idx;
@@ -65,6 +68,7 @@ static void mq_critical(mq_member_t *m) {
 static void *mq_java_main(void *p) {
   mq_member_t *m = p;
   rs_client_t *c = rs_client_new(m->s, m->id);
+  c->skew_ms = mq_skew_ms;
   char field[128], chan[512], own[700];
   rs_field(c, m->thread, field, sizeof(field));
   lu_channel(chan, sizeof(chan), m->sh->name, strlen(m->sh->name));
@@ -140,6 +144,7 @@ static void run_mixed_queue(char holder, const char *queue) {
   dlock_t *dl = NULL;
   ASSERT_DLOCK_OK(dlock_get_fair(dc, name, &dl));
   rs_client_t *jh = rs_client_new(s, "java-c");
+  jh->skew_ms = mq_skew_ms;
 
   mq_shared_t sh;
   memset(&sh, 0, sizeof(sh));
@@ -220,6 +225,18 @@ TEST(fair_mixed_queue_java_dlock_java) { run_mixed_queue('J', "JDJ"); }
 TEST(fair_mixed_queue_dlock_holder) { run_mixed_queue('D', "JDDJD"); }
 
 TEST(fair_mixed_queue_alternating) { run_mixed_queue('J', "DJDJDJ"); }
+
+/* Redisson's scripts get the JVM's clock, dlock's read Redis's: a skew of
+ * a minute either way, far below the allowance, changes nothing. */
+TEST(fair_mixed_queue_java_clock_ahead) {
+  mq_skew_ms = 60000;
+  run_mixed_queue('J', "JDJD");
+}
+
+TEST(fair_mixed_queue_java_clock_behind) {
+  mq_skew_ms = -60000;
+  run_mixed_queue('D', "JDJD");
+}
 
 /* A Redisson acquisition takes one allowance off every queued deadline: a
  * dlock waiter's deadline must stay in the future after it, as a
