@@ -115,19 +115,22 @@ local function run()
     -- it follow, so that the chain stays as Redisson's scripts expect while
     -- a long hold passes: a waiter keeps its place however long it waits.
     local queue = redis.call('lrange', KEYS[2], 0, -1)
-    local floor, found = now, false
-    for i = 1, #queue do
+    local at = 1
+    while at <= #queue and queue[at] ~= ARGV[2] do
+      at = at + 1
+    end
+    local floor = now
+    if at > 1 and at <= #queue then
+      floor = math.max(tonumber(redis.call('zscore', KEYS[3], queue[at - 1]))
+                       or now, now)
+    end
+    -- The waiter, then those behind it: each moved only as far as the
+    -- chain needs, and no further once one needs nothing.
+    for i = at, #queue do
+      floor = floor + wait
       local score = tonumber(redis.call('zscore', KEYS[3], queue[i]))
-      if found or queue[i] == ARGV[2] then
-        -- The waiter, then those behind it: each moved only as far as the
-        -- chain needs, and no further once one needs nothing.
-        found = true
-        floor = floor + wait
-        if score ~= nil and score >= floor then break end
-        redis.call('zadd', KEYS[3], floor, queue[i])
-      else
-        floor = math.max(score or now, now)
-      end
+      if score ~= nil and score >= floor then break end
+      redis.call('zadd', KEYS[3], floor, queue[i])
     end
   else
     -- A newcomer: chained after the last waiter, or after the lock's lease.
