@@ -64,9 +64,16 @@ local function run()
   redis.call('hdel', KEYS[6], head)
   -- An acquisition, as Redisson counts them: one allowance off every
   -- queued deadline (see fair_acquire.lua).
+  -- (In one ZADD per few hundred entries: the command calls, not the
+  -- entries, are most of the cost.)
   local all = redis.call('zrange', KEYS[3], 0, -1, 'withscores')
-  for i = 1, #all, 2 do
-    redis.call('zadd', KEYS[3], tonumber(all[i + 1]) - tonumber(ARGV[6]), all[i])
+  for first = 1, #all, 512 do
+    local args = {}
+    for i = first, math.min(first + 510, #all - 1), 2 do
+      args[#args + 1] = tonumber(all[i + 1]) - tonumber(ARGV[6])
+      args[#args + 1] = all[i]
+    end
+    redis.call('zadd', KEYS[3], unpack(args))
   end
   redis.call('hset', KEYS[1], head, 1)
   redis.call('pexpire', KEYS[1], lease)
