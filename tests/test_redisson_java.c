@@ -313,7 +313,7 @@ TEST(read_renewal_keeps_only_own_holds) {
   rp_server_t *s = lu_server(0);
   dlock_options_t o;
   lu_options(&o, s);
-  o.watchdog_timeout_ms = 900; /* renewed every 300 ms */
+  o.watchdog_timeout_ms = 2400; /* renewed every 800 ms */
   dlock_client_t *dc = lu_client_opts(&o);
   dlock_t *rd = NULL, *wr = NULL;
   ASSERT_DLOCK_OK(dlock_get_rw(dc, name, &rd, &wr));
