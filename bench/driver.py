@@ -291,7 +291,10 @@ class Bench:
                 words = re.findall(r'"((?:[^"\\]|\\.)*)"', line.split("] ", 1)[1])
                 if words[0].upper() == "EVALSHA":
                     return words[1], words[2:]
-                sha = self.main.r.script_load(open(os.path.join(ROOT, "src", "lua", "acquire.lua")).read())
+                lua = os.path.join(ROOT, "src", "lua")
+                # The library sends each script after the shared prelude.
+                body = open(os.path.join(lua, "lib", "numbers.lua")).read() + open(os.path.join(lua, "acquire.lua")).read()
+                sha = self.main.r.script_load(body)
                 return sha, words[2:]
         raise SystemExit("bench: no EVALSHA for the probe lock was seen on MONITOR")
 

@@ -1,6 +1,11 @@
 # Writes the C file that embeds the library's Lua scripts.
 #
-#   cmake -DOUT=<file.c> -DFILES=<a.lua;b.lua> -P embed_lua.cmake
+#   cmake -DOUT=<file.c> -DFILES=<a.lua;b.lua> [-DPRELUDE=<lib.lua>] -P embed_lua.cmake
+#
+# PRELUDE, when given, is put before every script: the functions the
+# scripts share (src/lua/lib), so that each is written once. What Redis runs,
+# and what the SHA1 and length below are of, is the prelude and the script
+# together.
 #
 # For src/lua/NAME.lua it defines
 #
@@ -26,10 +31,21 @@ endif()
 set(text "/* Generated from the scripts in src/lua by cmake/embed_lua.cmake; do not edit. */\n")
 string(APPEND text "#include \"scripts.h\"\n")
 
+set(prelude "")
+if(PRELUDE)
+  file(READ "${PRELUDE}" prelude)
+endif()
+get_filename_component(outdir "${OUT}" DIRECTORY)
+
 set(table "")
-foreach(path IN LISTS FILES)
-  get_filename_component(name "${path}" NAME_WE)
+foreach(src IN LISTS FILES)
+  get_filename_component(name "${src}" NAME_WE)
   string(MAKE_C_IDENTIFIER "${name}" ident)
+  # The script as Redis gets it, written out so that its bytes are hashed
+  # and embedded exactly.
+  file(READ "${src}" body)
+  set(path "${outdir}/lua/${name}.lua")
+  file(WRITE "${path}" "${prelude}${body}")
   file(SHA1 "${path}" sha)
   string(TOLOWER "${sha}" sha)
   file(SIZE "${path}" len)

@@ -179,8 +179,11 @@ typedef struct dlock_options {
    * most DLOCK_UNLOCK_RETRIES_MAX. */
   int unlock_retries;
   /* How long a queued fair-lock waiter may stay silent before it is
-   * dropped from the queue; default 300000 (Redisson's
-   * fairLockWaitTimeout). Queued waiters retry every third of it. */
+   * dropped from the queue, and the step between the queue's chained
+   * deadlines; default 300000 (Redisson's fairLockWaitTimeout). Queued
+   * waiters retry every third of it. On a lock shared with Redisson, use
+   * Redisson's value: each Redisson acquisition takes its own allowance
+   * off every queued deadline. */
   int64_t fair_wait_timeout_ms;
   /* 1: dlock_client_open succeeds even when the server cannot be reached
    * (the URL, and a server that answers, are still checked); calls fail
@@ -283,13 +286,16 @@ DLOCK_EXPORT int dlock_get_kind(dlock_client_t *c, dlock_kind_t kind,
 
 /*
  * A fair lock: waiters get it in the order they asked, across threads and
- * processes. They queue in "redisson_lock_queue:{name}" with deadlines in
- * "redisson_lock_timeout:{name}". A queued waiter tries again at least
- * every third of the client's fair_wait_timeout_ms, which pushes its
- * deadline forward; one that vanishes (its process died) is dropped
- * fair_wait_timeout_ms after its last try, however many dead waiters are
- * ahead of it, so the queue never wedges. Only the head waiter is woken on
- * release. dlock_trylock with wait 0 does not queue.
+ * processes, Redisson's RFairLock waiters included. They queue in
+ * "redisson_lock_queue:{name}" with deadlines in
+ * "redisson_lock_timeout:{name}", chained as Redisson chains them (each
+ * one allowance after the one ahead). A queued waiter tries again at least
+ * every third of the client's fair_wait_timeout_ms, which keeps its
+ * deadline ahead; a dlock waiter that vanishes (its process died) is
+ * dropped by dlock's scripts fair_wait_timeout_ms after its last try,
+ * however many dead waiters are ahead of it, so the queue never wedges.
+ * Only the head waiter is woken on release. dlock_trylock with wait 0 does
+ * not queue.
  */
 DLOCK_EXPORT int dlock_get_fair(dlock_client_t *c, const char *name,
                                 dlock_t **out);

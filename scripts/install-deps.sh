@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs what dlock needs to build and test, on Debian or Ubuntu:
 # cmake (>= 3.25), a C compiler, make, pkg-config, libhiredis-dev,
-# redis-server and redis-tools (redis-cli, redis-benchmark), and valgrind,
-# under which "make test" runs the suite once more.
+# redis-server and redis-tools (redis-cli, redis-benchmark), valgrind,
+# under which "make test" runs the suite once more, and nodejs and npm, for
+# the interoperability tests' Redisson-compatible peer (node-redisson, which
+# the tests' own set-up installs with npm: tests/node/setup.sh).
 #
 # Prints nothing and exits 0 when everything is there, so "make test" can
 # run it every time. Installs only what is missing, with apt-get, as root or
@@ -53,6 +55,7 @@ check() {
   have redis-server || installed redis-server || missing+=(redis-server)
   { have redis-cli && have redis-benchmark; } || missing+=(redis-tools)
   have valgrind || missing+=(valgrind)
+  { have node && have npm; } || missing+=(nodejs npm)
 }
 
 give_up() {

@@ -139,6 +139,7 @@ static void destroy(dlock_client_t *c) {
   dlock__pubsub_stop(c->ps);
   dlock__conn_free(c->conn);
   dlock__holds_clear(&c->holds);
+  dlock__done_latches_clear(c);
   dlock__endpoint_free(&c->ep);
   pthread_mutex_destroy(&c->mu);
   dlock__free(c->url);

@@ -20,6 +20,15 @@ typedef struct dlock__watchdog dlock__watchdog;
 /* Settles acquisitions whose outcome is unknown (settle.c). */
 typedef struct dlock__settler dlock__settler;
 
+/* Unlock latches whose answer is in: no copy of their unlock can run again,
+ * so the next script call deletes them (hashlock.c). */
+#define DLOCK__DONE_LATCHES_MAX 16
+typedef struct dlock__done_latches {
+  char *key[DLOCK__DONE_LATCHES_MAX];
+  size_t len[DLOCK__DONE_LATCHES_MAX];
+  int n;
+} dlock__done_latches;
+
 /* Room for "<client-id>:<owner>" with the longest id accepted. */
 #define DLOCK__CLIENT_ID_MAX 128
 #define DLOCK__FIELD_MAX (DLOCK__CLIENT_ID_MAX + 24)
@@ -33,8 +42,9 @@ struct dlock_client {
   dlock__pubsub *ps;
   dlock__watchdog *wd;
   dlock__settler *settle;
-  pthread_mutex_t mu; /* guards 'holds' */
+  pthread_mutex_t mu; /* guards 'holds' and 'done' */
   dlock__holds holds;
+  dlock__done_latches done;
   atomic_int canceled;
   atomic_uint_fast64_t request_seq; /* numbers unlock requests */
   unsigned fork_gen; /* the process's fork count at open (see fork.h) */
@@ -56,6 +66,10 @@ int dlock__settler_forget(dlock__settler *st);
 /* Formats the owner field "<client-id>:<owner>"; returns its length. */
 size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,
                           char buf[DLOCK__FIELD_MAX]);
+
+/* Frees the latch names still waiting to be deleted (they expire by
+ * themselves). */
+void dlock__done_latches_clear(dlock_client_t *c);
 
 /* DLOCK_EFORKED (with detail) in a child of fork() (see fork.h), else
  * DLOCK_ECANCELED once the client is shutting down; 0 when usable. Every

@@ -17,8 +17,9 @@
 
 /* The queue, deadline and hand-over keys of a fair lock, built per call (a
  * fair lock handle is cheap, and these are only needed by its own
- * scripts). The hand-over hash, dlock_lock_grant:{name}, holds the lease
- * each queued dlock waiter is to be handed the lock with. */
+ * scripts). The hand-over hash, dlock_lock_grant:{name}, holds for each
+ * queued dlock waiter the lease it is to be handed the lock with and the
+ * time until which it counts as alive ("<lease>:<Unix ms>"). */
 typedef struct fair_keys {
   char *queue, *timeouts, *grants;
   size_t queue_len, timeouts_len, grants_len;
@@ -100,15 +101,16 @@ static int fair_leave(dlock_t *l, uint64_t owner, int64_t count) {
   int rc = make_keys(l, &k);
   if (rc != 0)
     return rc;
-  char field[DLOCK__FIELD_MAX], believed[24];
+  char field[DLOCK__FIELD_MAX], believed[24], wait[24];
   size_t field_len = dlock__field_plain(l, owner, field);
   snprintf(believed, sizeof(believed), "%" PRId64, count);
+  snprintf(wait, sizeof(wait), "%" PRId64, l->c->opt.fair_wait_timeout_ms);
   const char *argv[] = {l->name,  k.queue, k.timeouts, l->channel,
-                        k.grants, field,   believed};
-  const size_t lens[] = {l->len,          k.queue_len,  k.timeouts_len,
-                         l->channel_len,  k.grants_len, field_len,
-                         strlen(believed)};
-  dlock__eval call = {&dlock__script_fair_leave, 5, 2, argv, lens};
+                        k.grants, field,   believed,   wait};
+  const size_t lens[] = {l->len,           k.queue_len,  k.timeouts_len,
+                         l->channel_len,   k.grants_len, field_len,
+                         strlen(believed), strlen(wait)};
+  dlock__eval call = {&dlock__script_fair_leave, 5, 3, argv, lens};
   int64_t removed;
   rc = dlock__eval_integer(l, &call, &removed);
   free_keys(&k);
@@ -146,16 +148,19 @@ static int fair_release_with(dlock_t *l, uint64_t owner, dlock__release *r,
     dlock__release_end(r);
     return rc;
   }
-  char field[DLOCK__FIELD_MAX];
+  char field[DLOCK__FIELD_MAX], wait[24];
   size_t field_len = dlock__field_plain(l, owner, field);
+  snprintf(wait, sizeof(wait), "%" PRId64, l->c->opt.fair_wait_timeout_ms);
   const char *argv[] = {l->name,  k.queue,  k.timeouts,   l->channel,
                         r->latch, k.grants, l->token_key, "0",
-                        r->lease, field,    r->latch_ttl, r->count};
+                        r->lease, field,    r->latch_ttl, r->count,
+                        wait};
   const size_t lens[] = {
       l->len,           k.queue_len,  k.timeouts_len,       l->channel_len,
       r->latch_len,     k.grants_len, l->token_key_len,     1,
-      strlen(r->lease), field_len,    strlen(r->latch_ttl), strlen(r->count)};
-  dlock__eval call = {&dlock__script_fair_release, 7, 5, argv, lens};
+      strlen(r->lease), field_len,    strlen(r->latch_ttl), strlen(r->count),
+      strlen(wait)};
+  dlock__eval call = {&dlock__script_fair_release, 7, 6, argv, lens};
   rc = undo ? dlock__undo_run(l, r, &call)
             : dlock__release_run(l, owner, r, &call);
   free_keys(&k);

@@ -11,6 +11,14 @@
  * without that, the client that holds the lock would win nearly every
  * race for it, as its waiters, never failing, never pause.
  *
+ * The release for every client comes after the run whether or not another
+ * client listens: a client that polls without subscribing (Redisson's
+ * RSpinLock, a tryLock() loop, a dlock spin lock) is invisible, and would
+ * otherwise never find the lock free. The hold-back then lasts at least a
+ * fixed share of the time the run took (see dlock__pubsub_resolve), so the
+ * lock is free for others that share of the time at least, and a poller
+ * trying at any moment finds it free on about that share of its tries.
+ *
  * The waiter is reserved first (dlock__pubsub_reserve), so that it stays
  * to be told, and is told the outcome whatever it is: the token of its new
  * hold, or, when the hand-over failed, a wake-up to try for itself.
@@ -24,14 +32,14 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Hand-overs in a row before a release lets every client's waiters try:
- * runs of this many plus one acquisitions per client, which keeps the
- * commands per acquisition low without starving other clients. */
+/* Hand-overs in a row before a release lets every client try: runs of
+ * this many plus one acquisitions per client, which keeps the commands per
+ * acquisition low without starving other clients. */
 #define HANDOVER_RUN_MAX 3
 
 /* Decodes the script's reply: {0, token} (handed over), {-1, 0} (not
- * held), {1, 0} or {2, 0} (released for everyone, because another client
- * listens or without knowing). Sets the holds left and the outcome. */
+ * held), {1, 0}, {2, 0} or {3, 0} (released for everyone; another client
+ * listens, unknown, none does). Sets the holds left and the outcome. */
 static int decode_handover(const redisReply *r, int64_t *left, uint64_t *token,
                            int *outcome) {
   if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
@@ -45,7 +53,7 @@ static int decode_handover(const redisReply *r, int64_t *left, uint64_t *token,
     *outcome = DLOCK__RESOLVE_HANDED;
   else if (what == 1)
     *outcome = DLOCK__RESOLVE_YIELDED;
-  else if (what == 2)
+  else if (what == 2 || what == 3)
     *outcome = DLOCK__RESOLVE_RELEASED;
   else if (what == -1)
     *outcome = DLOCK__RESOLVE_FAILED;

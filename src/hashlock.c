@@ -18,6 +18,84 @@
 /* The least pause before an unlock is sent again. */
 #define RETRY_PAUSE_US 20000
 
+/*
+ * Unlock latches. A release writes redisson_unlock_latch:{name}:<request>
+ * with its answer, so that a copy of the same request run again (a retry
+ * after a lost reply) answers the same instead of releasing twice. Once the
+ * answer of a request sent only once is in, no copy of it can run any more
+ * and the latch is useless: it goes on the list below, and the next
+ * acquisition or release script of the client deletes it (its names come
+ * after the script's own keys), at no cost of a command or a round trip. A
+ * retried request keeps its latch for its full lifetime, as a copy sent on
+ * the connection that failed may still be run after the retry's answer.
+ * Keys of one server only: every call of a client goes to its one server.
+ */
+
+/* Takes the latch name of a release answered on its first attempt. */
+static void latch_done(dlock_client_t *c, char *key, size_t len) {
+  pthread_mutex_lock(&c->mu);
+  dlock__done_latches *d = &c->done;
+  if (d->n < DLOCK__DONE_LATCHES_MAX) {
+    d->key[d->n] = key;
+    d->len[d->n++] = len;
+    key = NULL;
+  }
+  pthread_mutex_unlock(&c->mu);
+  /* A full list: this one expires with its lifetime, as before. */
+  dlock__free(key);
+}
+
+void dlock__done_latches_clear(dlock_client_t *c) {
+  for (int i = 0; i < c->done.n; i++)
+    dlock__free(c->done.key[i]);
+  c->done.n = 0;
+}
+
+/* A script call with the client's done latches added after its keys. */
+typedef struct latch_call {
+  dlock__done_latches taken;
+  const char *argv[48];
+  size_t lens[48];
+  dlock__eval call;
+} latch_call;
+
+static const dlock__eval *
+with_done_latches(dlock_client_t *c, const dlock__eval *call, latch_call *lc) {
+  lc->taken.n = 0;
+  if (call->nkeys + call->nargs + DLOCK__DONE_LATCHES_MAX > 48)
+    return call;
+  pthread_mutex_lock(&c->mu);
+  lc->taken = c->done;
+  c->done.n = 0;
+  pthread_mutex_unlock(&c->mu);
+  if (lc->taken.n == 0)
+    return call;
+  int k = call->nkeys, n = lc->taken.n;
+  memcpy(lc->argv, call->argv, (size_t)k * sizeof(*lc->argv));
+  memcpy(lc->lens, call->lens, (size_t)k * sizeof(*lc->lens));
+  for (int i = 0; i < n; i++) {
+    lc->argv[k + i] = lc->taken.key[i];
+    lc->lens[k + i] = lc->taken.len[i];
+  }
+  memcpy(lc->argv + k + n, call->argv + k,
+         (size_t)call->nargs * sizeof(*lc->argv));
+  memcpy(lc->lens + k + n, call->lens + k,
+         (size_t)call->nargs * sizeof(*lc->lens));
+  lc->call = *call;
+  lc->call.nkeys = k + n;
+  lc->call.argv = lc->argv;
+  lc->call.lens = lc->lens;
+  return &lc->call;
+}
+
+/* After the call, answered or not: a latch it may not have deleted expires
+ * with its lifetime. */
+static void latch_call_end(latch_call *lc) {
+  for (int i = 0; i < lc->taken.n; i++)
+    dlock__free(lc->taken.key[i]);
+  lc->taken.n = 0;
+}
+
 int64_t dlock__believed_count(dlock_t *l, uint64_t owner) {
   dlock_client_t *c = l->c;
   pthread_mutex_lock(&c->mu);
@@ -142,7 +220,10 @@ int dlock__run_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
                        const dlock__eval *call, dlock__busy *busy) {
   redisReply *reply;
   int64_t sent_us = dlock__now_us();
-  int rc = dlock__eval_run(l->c->conn, 1, call, &reply, 0);
+  latch_call lc;
+  const dlock__eval *sent = with_done_latches(l->c, call, &lc);
+  int rc = dlock__eval_run(l->c->conn, 1, sent, &reply, 0);
+  latch_call_end(&lc);
   if (rc != 0)
     return rc;
   return dlock__finish_acquire(l, owner, lease_ms, reply, sent_us, busy);
@@ -341,18 +422,26 @@ void dlock__release_failed(dlock_t *l, uint64_t owner) {
 int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
                         const dlock__eval *call, redisReply **reply) {
   dlock_client_t *c = l->c;
-  int rc;
+  int rc, attempt;
   *reply = NULL;
   /* A release whose reply was lost (a timeout, a dropped connection) is
    * sent again, with the same latch, on a fresh connection: the latch makes
    * a copy that runs twice answer the same. Each attempt has its own
    * command timeout, so an unlock takes at most (unlock_retries + 1) of
    * them. */
-  for (int attempt = 0;; attempt++) {
-    rc = dlock__eval_run(c->conn, 1, call, reply, 0);
+  latch_call lc;
+  const dlock__eval *sent = with_done_latches(c, call, &lc);
+  for (attempt = 0;; attempt++) {
+    rc = dlock__eval_run(c->conn, 1, sent, reply, 0);
     if (rc != DLOCK_EIO || attempt >= c->opt.unlock_retries || r->lost)
       break;
     wait_for_reconnect(c);
+  }
+  latch_call_end(&lc);
+  if (rc == 0 && attempt == 0) {
+    /* Answered, and sent once: its latch can go (see latch_done). */
+    latch_done(c, r->latch, r->latch_len);
+    r->latch = NULL;
   }
   if (rc != 0 && r->lost) {
     dlock__release_end(r);

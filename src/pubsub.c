@@ -54,6 +54,13 @@
  * back their next attempt: longer than the widest contention pause plus a
  * round trip, so that another client's woken waiter gets there first. */
 #define YIELD_US (CONTENTION_PAUSE_MAX_US + 400)
+/* After a run of hand-overs, the client's waiters hold back at least this
+ * fraction of the run's time (first hand-over to the release that ends
+ * it, i.e. the last three of its four holds): the lock is then free for
+ * other clients about an eighth of the time the client keeps it, which is
+ * all a client that polls without listening can be given, as it cannot be
+ * seen. */
+#define RUN_SHARE_DIVISOR 6
 /* How often a reserved waiter looks again whether its reservation ended
  * (it is woken when it does; this only bounds a missed wake-up). */
 #define RESERVED_RECHECK_US 100000
@@ -75,7 +82,8 @@ struct dlock__sub {
    * in thousandths (a moving average over about the last eight). */
   int failed_permille;
   int handover_run;           /* hand-overs inside the client in a row */
-  int64_t yield_until_us;     /* see YIELD_US */
+  int64_t run_started_us;     /* ... since the first of them */
+  int64_t yield_until_us;     /* see YIELD_US, RUN_SHARE_DIVISOR */
   dlock__waiter *head, *tail; /* ... in the order they joined */
   int state;                  /* enum dlock__sub_state */
   int resync;                 /* wake everyone once the subscription is back */
@@ -799,8 +807,8 @@ dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
   if (chosen != NULL) {
     chosen->reserved = 1;
     *at_cap = s->handover_run >= max_run;
-    if (!*at_cap)
-      s->handover_run++;
+    if (!*at_cap && s->handover_run++ == 0)
+      s->run_started_us = dlock__now_us();
   } else if (s != NULL) {
     s->handover_run = 0;
   }
@@ -816,9 +824,17 @@ void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,
     w->grant = token;
     wake_locked(w);
   } else {
-    w->sub->handover_run = 0;
-    if (outcome == DLOCK__RESOLVE_YIELDED)
-      w->sub->yield_until_us = dlock__now_us() + YIELD_US;
+    dlock__sub *s = w->sub;
+    if (outcome == DLOCK__RESOLVE_YIELDED ||
+        outcome == DLOCK__RESOLVE_RELEASED) {
+      int64_t now = dlock__now_us(), hold = 0;
+      if (s->handover_run > 0 && s->run_started_us > 0)
+        hold = (now - s->run_started_us) / RUN_SHARE_DIVISOR;
+      if (outcome == DLOCK__RESOLVE_YIELDED && hold < YIELD_US)
+        hold = YIELD_US;
+      s->yield_until_us = now + hold;
+    }
+    s->handover_run = 0;
     if (outcome == DLOCK__RESOLVE_FAILED) {
       w->grant = 0;
       wake_locked(w);

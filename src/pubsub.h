@@ -115,7 +115,7 @@ void dlock__pubsub_note_attempt(dlock__pubsub *ps, dlock__waiter *w,
  * not been woken, so that it stays until dlock__pubsub_resolve. Returns
  * NULL when there is none. '*at_cap' is set when the client has handed the
  * lock over 'max_run' times in a row on the channel: the lock is then to
- * be released for everyone if another client waits for it.
+ * be released for everyone.
  */
 dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
                                      size_t len, uint64_t owner, int max_run,
@@ -125,11 +125,13 @@ dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
 enum dlock__resolve {
   DLOCK__RESOLVE_HANDED,   /* the waiter holds the lock with the token */
   DLOCK__RESOLVE_FAILED,   /* the hand-over failed: it is woken to try */
-  DLOCK__RESOLVE_RELEASED, /* released for every client; the unlock
-                              message wakes the waiter like any other */
-  DLOCK__RESOLVE_YIELDED   /* ... because other clients wait: this
-                              client's waiters hold back their next
-                              attempt a moment (YIELD_US in pubsub.c) */
+  DLOCK__RESOLVE_RELEASED, /* released for every client after a run of
+                              hand-overs; the unlock message wakes the
+                              waiter like any other, and this client's
+                              waiters hold back their next attempt for a
+                              share of the run's time (pubsub.c) */
+  DLOCK__RESOLVE_YIELDED   /* ... and other clients listen: the hold-back
+                              is also at least YIELD_US (pubsub.c) */
 };
 
 /* Ends a reservation with 'outcome' (and 'token' when handed over). */

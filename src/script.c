@@ -74,7 +74,9 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
     if (which != NULL && !which[i])
       continue;
     rc = format_eval(&calls[i], with_body, &cmds[m], &lens[m]);
-    slot[m++] = i;
+    /* A command that could not be formatted is not there to be freed. */
+    if (rc == 0)
+      slot[m++] = i;
   }
   if (rc == 0 && idle_ms > 0) {
     dlock__pending p;

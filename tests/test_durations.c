@@ -378,7 +378,7 @@ typedef struct script_case {
   const dlock__script *script;
   const char *mode; /* the lock hash's "mode" field, or NULL */
   int nkeys, nargs;
-  const char *argv[12]; /* keys, then arguments, all valid */
+  const char *argv[13]; /* keys, then arguments, all valid */
   int numeric[8];       /* per argument: DUR, CNT or 0 */
 } script_case;
 
@@ -400,15 +400,16 @@ static const script_case script_cases[] = {
     {&dlock__script_fair_release,
      NULL,
      7,
-     5,
-     {"L", "Q", "Z", "C", "LATCH", "H", "T", "0", "5000", "f", "5000", "2"},
-     {0, DUR, 0, DUR, CNT}},
+     6,
+     {"L", "Q", "Z", "C", "LATCH", "H", "T", "0", "5000", "f", "5000", "2",
+      "5000"},
+     {0, DUR, 0, DUR, CNT, DUR}},
     {&dlock__script_fair_leave,
      NULL,
      5,
-     2,
-     {"L", "Q", "Z", "C", "H", "f", "0"},
-     {0, CNT}},
+     3,
+     {"L", "Q", "Z", "C", "H", "f", "0", "5000"},
+     {0, CNT, DUR}},
     {&dlock__script_handover,
      NULL,
      4,

@@ -100,10 +100,10 @@ static const char *const acl_direct[] = {
 
 /* The commands the scripts run (the files in src/lua). */
 static const char *const acl_scripted[] = {
-    "del",     "exists", "get",     "hdel", "hexists", "hget",
-    "hgetall", "hkeys",  "hlen",    "hset", "incr",    "lindex",
-    "lpop",    "lrem",   "pexpire", "pttl", "publish", "rpush",
-    "set",     "time",   "type",    "zadd", "zrem",    "zscore"};
+    "del",   "exists",  "get",    "hdel",    "hexists", "hget", "hgetall",
+    "hkeys", "hlen",    "hset",   "incr",    "lindex",  "lpop", "lrange",
+    "lrem",  "pexpire", "pttl",   "publish", "rpush",   "set",  "time",
+    "type",  "zadd",    "zrange", "zrem",    "zscore"};
 
 /* Commands a script may be refused without failing: it runs them with
  * redis.pcall and does without the answer (docs/security.md says what is

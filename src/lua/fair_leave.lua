@@ -1,28 +1,13 @@
 -- Owner field ARGV[1] stops waiting for the fair lock KEYS[1]: remove it
--- from the queue KEYS[2], deadlines KEYS[3] and hand-over leases KEYS[5].
--- If a release had already handed it the lock (ARGV[2], the hold count the
--- client believes in, is then 0), give the lock up again. If it was first
--- in line, or gave the lock up, and the lock is free, tell the next owner
--- (channel KEYS[4] .. ':' .. <owner>), who would otherwise sleep until its
--- next try.
-
--- Numbers first: Redis keeps what a script wrote before one of its
--- commands failed, so an argument PEXPIRE or SET would refuse must stop the
--- script before its first write. Durations are 1..10^12 ms (dlock.h's
--- DLOCK_DURATION_MAX_MS), hold counts 0..2^31-2.
-local function bad(i, lo, hi)
-  local s = ARGV[i]
-  -- Digits without a leading zero, as Redis reads integers.
-  local v = type(s) == 'string' and #s <= 19 and
-      (s == '0' or s:match('^[1-9]%d*$')) and tonumber(s)
-  if v and v >= lo and v <= hi then
-    return false
-  end
-  return redis.error_reply('DLOCK_EINVAL ARGV[' .. i .. '] must be an ' ..
-      'integer in ' .. lo .. '..' .. hi .. ', got "' ..
-      (string.gsub(string.sub(tostring(s), 1, 24), '[^%w%.%-+ ]', '?')) .. '"')
-end
-local invalid = bad(2, 0, 2147483646)
+-- from the queue KEYS[2], deadlines KEYS[3] and dlock's waiter entries
+-- KEYS[5]. The deadlines behind it were chained one allowance (ARGV[3]
+-- ms) after its own, so each loses one allowance, as Redisson's scripts
+-- do when one of their waiters gives up. If a release had already handed
+-- it the lock (ARGV[2], the hold count the client believes in, is then
+-- 0), give the lock up again. If it was first in line, or gave the lock
+-- up, and the lock is free, tell the next owner (channel KEYS[4] .. ':' ..
+-- <owner>), who would otherwise sleep until its next try.
+local invalid = bad_numbers(2, 0, 2147483646, 3, 1, 1e12)
 if invalid then
   return invalid
 end
@@ -33,6 +18,18 @@ local handed = tonumber(ARGV[2]) == 0 and
     redis.call('hexists', KEYS[1], ARGV[1]) == 1
 if handed then
   redis.call('del', KEYS[1])
+end
+local queue = redis.call('lrange', KEYS[2], 0, -1)
+local behind = false
+for i = 1, #queue do
+  if behind then
+    local score = tonumber(redis.call('zscore', KEYS[3], queue[i]))
+    if score ~= nil then
+      redis.call('zadd', KEYS[3], score - tonumber(ARGV[3]), queue[i])
+    end
+  elseif queue[i] == ARGV[1] then
+    behind = true
+  end
 end
 local removed = redis.call('lrem', KEYS[2], 0, ARGV[1])
 redis.call('zrem', KEYS[3], ARGV[1])

@@ -7,65 +7,68 @@
 --
 -- With ARGV[5] = '1' (the client has handed the lock over several times in
 -- a row), the lock is released for every client instead, with unlock
--- message ARGV[6] on channel KEYS[4], when another client listens there:
--- their waiters get their turn. Alone on the channel, the client keeps
--- handing it over, since nobody else would take it.
+-- message ARGV[6] on channel KEYS[4]: other clients get their turn, those
+-- that listen there and those that poll without listening (Redisson's
+-- RSpinLock, a tryLock() loop), which no one can see. The answer says
+-- whether another client listens, so that the releasing client knows how
+-- long its own waiters should hold back.
 --
 -- Returns {0, token} when handed over, {-1, 0} when ARGV[1] holds none,
--- {1, 0} when released for everyone because another client listens, or
--- {2, 0} when released for everyone without knowing (the user may not run
--- PUBSUB NUMSUB).
-
--- Numbers first: Redis keeps what a script wrote before one of its
--- commands failed, so an argument PEXPIRE or SET would refuse must stop the
--- script before its first write. Durations are 1..10^12 ms (dlock.h's
--- DLOCK_DURATION_MAX_MS), hold counts 0..2^31-2.
-local function bad(i, lo, hi)
-  local s = ARGV[i]
-  -- Digits without a leading zero, as Redis reads integers.
-  local v = type(s) == 'string' and #s <= 19 and
-      (s == '0' or s:match('^[1-9]%d*$')) and tonumber(s)
-  if v and v >= lo and v <= hi then
-    return false
-  end
-  return redis.error_reply('DLOCK_EINVAL ARGV[' .. i .. '] must be an ' ..
-      'integer in ' .. lo .. '..' .. hi .. ', got "' ..
-      (string.gsub(string.sub(tostring(s), 1, 24), '[^%w%.%-+ ]', '?')) .. '"')
-end
-local invalid = bad(3, 1, 1e12) or bad(4, 1, 1e12)
+-- and when released for everyone: {1, 0} when another client listens,
+-- {3, 0} when none does, {2, 0} when unknown (the user may not run PUBSUB
+-- NUMSUB).
+-- KEYS[5] and on: unlock latches of this client whose answers are in,
+-- deleted once the rest is done (see hashlock.c).
+local invalid = bad_numbers(3, 1, 1e12, 4, 1, 1e12)
 if invalid then
   return invalid
 end
 
-local done = redis.call('get', KEYS[3])
-if done == 'others' then
-  return {1, 0}
-elseif done == 'unknown' then
-  return {2, 0}
-elseif done then
-  return {0, tonumber(done)}
-end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
-  return {-1, 0}
-end
-if ARGV[5] == '1' then
-  -- pcall: a user without the PUBSUB command still releases, as before.
-  local numsub = redis.pcall('pubsub', 'numsub', KEYS[4])
-  local listening = nil
-  if type(numsub) == 'table' then
-    listening = tonumber(numsub[2])
+local function run()
+  local done = redis.call('get', KEYS[3])
+  if done == 'others' then
+    return {1, 0}
+  elseif done == 'unknown' then
+    return {2, 0}
+  elseif done == 'alone' then
+    return {3, 0}
+  elseif done then
+    return {0, tonumber(done)}
   end
-  if listening == nil or listening > 1 then
-    redis.call('set', KEYS[3], listening and 'others' or 'unknown', 'px',
-               ARGV[4])
+  if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    return {-1, 0}
+  end
+  if ARGV[5] == '1' then
+    -- pcall: a user without the PUBSUB command still releases, as before.
+    local numsub = redis.pcall('pubsub', 'numsub', KEYS[4])
+    local listening = nil
+    if type(numsub) == 'table' then
+      listening = tonumber(numsub[2])
+    end
+    local what, answer = 'unknown', 2
+    if listening ~= nil and listening > 1 then
+      what, answer = 'others', 1
+    elseif listening ~= nil then
+      what, answer = 'alone', 3
+    end
+    redis.call('set', KEYS[3], what, 'px', ARGV[4])
     redis.call('del', KEYS[1])
     redis.call('publish', KEYS[4], ARGV[6])
-    return {listening and 1 or 2, 0}
+    return {answer, 0}
   end
+  local token = redis.call('incr', KEYS[2])
+  redis.call('set', KEYS[3], token, 'px', ARGV[4])
+  redis.call('del', KEYS[1])
+  redis.call('hset', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[3])
+  return {0, token}
 end
-local token = redis.call('incr', KEYS[2])
-redis.call('set', KEYS[3], token, 'px', ARGV[4])
-redis.call('del', KEYS[1])
-redis.call('hset', KEYS[1], ARGV[2], 1)
-redis.call('pexpire', KEYS[1], ARGV[3])
-return {0, token}
+
+-- Last, so that a write the rest makes is the script's first: Redis refuses
+-- it when out of memory, before anything changed, rather than let a
+-- script that has already written go on.
+local result = run()
+for i = 5, #KEYS do
+  redis.call('del', KEYS[i])
+end
+return result

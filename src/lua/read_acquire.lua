@@ -5,48 +5,44 @@
 -- field (a writer may also read); ARGV[4]: the hold count the client
 -- believes the owner has. Returns {1, token, count}, {0, pttl}, or {2, 0}
 -- when the hold the client believes in is gone.
-
--- Numbers first: Redis keeps what a script wrote before one of its
--- commands failed, so an argument PEXPIRE or SET would refuse must stop the
--- script before its first write. Durations are 1..10^12 ms (dlock.h's
--- DLOCK_DURATION_MAX_MS), hold counts 0..2^31-2.
-local function bad(i, lo, hi)
-  local s = ARGV[i]
-  -- Digits without a leading zero, as Redis reads integers.
-  local v = type(s) == 'string' and #s <= 19 and
-      (s == '0' or s:match('^[1-9]%d*$')) and tonumber(s)
-  if v and v >= lo and v <= hi then
-    return false
-  end
-  return redis.error_reply('DLOCK_EINVAL ARGV[' .. i .. '] must be an ' ..
-      'integer in ' .. lo .. '..' .. hi .. ', got "' ..
-      (string.gsub(string.sub(tostring(s), 1, 24), '[^%w%.%-+ ]', '?')) .. '"')
-end
-local invalid = bad(1, 1, 1e12) or bad(4, 0, 2147483646)
+-- KEYS[4] and on: unlock latches of this client whose answers are in,
+-- deleted once the rest is done (see hashlock.c).
+local invalid = bad_numbers(1, 1, 1e12, 4, 0, 2147483646)
 if invalid then
   return invalid
 end
 
-local mode = redis.call('hget', KEYS[1], 'mode')
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
-if count == nil and tonumber(ARGV[4]) > 0 then
-  -- The client believes the owner reads, but that hold is gone.
-  return {2, 0}
+local function run()
+  local mode = redis.call('hget', KEYS[1], 'mode')
+  local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+  if count == nil and tonumber(ARGV[4]) > 0 then
+    -- The client believes the owner reads, but that hold is gone.
+    return {2, 0}
+  end
+  if mode == false then
+    redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
+    redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, redis.call('incr', KEYS[3]), 1}
+  end
+  if mode == 'read' or redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
+    -- One more hold than the client counts (set, so a retry whose first
+    -- reply was lost does not count twice).
+    count = tonumber(ARGV[4]) + 1
+    redis.call('hset', KEYS[1], ARGV[2], count)
+    redis.call('set', KEYS[2] .. ':' .. count, 1, 'px', ARGV[1])
+    local left = redis.call('pttl', KEYS[1])
+    redis.call('pexpire', KEYS[1], math.max(left, tonumber(ARGV[1])))
+    return {1, tonumber(redis.call('get', KEYS[3])) or 0, count}
+  end
+  return {0, redis.call('pttl', KEYS[1])}
 end
-if mode == false then
-  redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
-  redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
-  redis.call('pexpire', KEYS[1], ARGV[1])
-  return {1, redis.call('incr', KEYS[3]), 1}
+
+-- Last, so that a write the rest makes is the script's first: Redis refuses
+-- it when out of memory, before anything changed, rather than let a
+-- script that has already written go on.
+local result = run()
+for i = 4, #KEYS do
+  redis.call('del', KEYS[i])
 end
-if mode == 'read' or redis.call('hexists', KEYS[1], ARGV[3]) == 1 then
-  -- One more hold than the client counts (set, so a retry whose first
-  -- reply was lost does not count twice).
-  count = tonumber(ARGV[4]) + 1
-  redis.call('hset', KEYS[1], ARGV[2], count)
-  redis.call('set', KEYS[2] .. ':' .. count, 1, 'px', ARGV[1])
-  local left = redis.call('pttl', KEYS[1])
-  redis.call('pexpire', KEYS[1], math.max(left, tonumber(ARGV[1])))
-  return {1, tonumber(redis.call('get', KEYS[3])) or 0, count}
-end
-return {0, redis.call('pttl', KEYS[1])}
+return result
