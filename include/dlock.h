@@ -688,6 +688,9 @@ typedef struct dlock_permit {
   uint64_t token;
   /* The number on_lost is called with for this permit (its 'owner'). */
   uint64_t owner;
+  /* The Unix time in ms at which the lease ends, by Redis's clock, as of
+   * the acquisition (a permit renewed by the watchdog lasts longer). */
+  int64_t expires_ms;
 } dlock_permit_t;
 
 /*

@@ -660,10 +660,12 @@ static int psem_attempt(void *arg, int64_t *sleep_ms, int *pass) {
   rc = dlock__eval_run(s->c->conn, 1, &call, &reply, 0);
   if (rc != 0)
     return rc;
-  int64_t taken = 0, a = 0;
+  int64_t taken = 0, a = 0, ends = 0;
   rc = element(reply, 0, &taken);
   if (rc == 0)
     rc = element(reply, 1, &a);
+  if (rc == 0 && taken == 1)
+    rc = element(reply, 2, &ends);
   freeReplyObject(reply);
   if (rc != 0)
     return rc;
@@ -678,6 +680,7 @@ static int psem_attempt(void *arg, int64_t *sleep_ms, int *pass) {
     to_hex(t->id, sizeof(t->id), t->out->id);
     t->out->token = (uint64_t)a;
     t->out->owner = t->owner;
+    t->out->expires_ms = ends;
     return 0;
   }
   /* Until the first lease among the permits taken ends, when one may come
