@@ -288,6 +288,7 @@ TEST(bad_input_changes_nothing) {
   freeReplyObject(r);
   ASSERT_EQ(lu_hlen(s, "bad:hash"), 1);
 
+  dlock_sem_free(h);
   ASSERT_DLOCK_ERR(dlock_sem_get(c, "", &h), DLOCK_EINVAL);
   ASSERT_NULL(h);
   dlock_latch_free(ls);
