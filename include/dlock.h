@@ -578,6 +578,242 @@ DLOCK_EXPORT int dlock_client_command(dlock_client_t *c, size_t argc,
 /* Frees a reply of dlock_client_command(). NULL is ignored. */
 DLOCK_EXPORT void dlock_reply_free(dlock_reply_t *r);
 
+/* -------------------------------------------------------------------------
+ * Semaphores and count-down latches
+ *
+ * Three more of Redisson's objects, in its layout, so that C programs and
+ * Java services using Redisson share them by name:
+ *
+ *   semaphore (RSemaphore)             key "name": the free permits, a
+ *                                      string; channel "redisson_sc:{name}"
+ *   expirable-permit semaphore         the same key and channel, and the
+ *     (RPermitExpirableSemaphore)      zset "{name}:timeout": permit id (16
+ *                                      bytes) -> Unix ms its lease ends
+ *   count-down latch (RCountDownLatch) key "name": the count, a string;
+ *                     channel "redisson_countdownlatch__channel__{name}"
+ *
+ * (Without braces around a name that contains '{', as for locks; the
+ * latch's channel always has them, as in Redisson.) A release publishes
+ * the number of free permits on the channel, and waiters of each client
+ * wake as many of themselves as there are permits: waiting is by pub/sub,
+ * never by polling.
+ *
+ * Handles are cheap, hold no server state, may be shared between threads,
+ * and must be freed (dlock_*_free, which ignores NULL) before their client
+ * is closed. Names are 1..DLOCK_NAME_MAX bytes and may contain NULs (the
+ * *_getn forms). Bad arguments (zero or negative permits, more permits
+ * than exist or than were acquired, a count below zero) fail with
+ * DLOCK_EINVAL or DLOCK_ENOTHELD and change nothing, in Redis or in the
+ * client. A key that holds something else (a hash, a list, a string that
+ * is not a number) fails with DLOCK_ENOTLOCK, untouched.
+ * ------------------------------------------------------------------------- */
+
+/* The most permits a semaphore has or a call asks for: Redisson counts
+ * them in a Java int. */
+#define DLOCK_PERMITS_MAX INT64_C(2147483647)
+
+typedef struct dlock_sem dlock_sem_t;
+
+/*
+ * A semaphore (Redisson's RSemaphore): permits are a number in Redis,
+ * taken and given back by anyone. A permit is not owned and has no lease:
+ * a process that dies with permits keeps them taken for good (use the
+ * expirable-permit semaphore below when that matters). The client counts
+ * the permits acquired through it, across its handles and threads, and
+ * releases no more than that (dlock_sem_add_permits adds permits that were
+ * never acquired).
+ */
+DLOCK_EXPORT int dlock_sem_get(dlock_client_t *c, const char *name,
+                               dlock_sem_t **out);
+DLOCK_EXPORT int dlock_sem_getn(dlock_client_t *c, const char *name, size_t len,
+                                dlock_sem_t **out);
+DLOCK_EXPORT void dlock_sem_free(dlock_sem_t *s);
+DLOCK_EXPORT const char *dlock_sem_name(const dlock_sem_t *s, size_t *len);
+
+/*
+ * Sets the semaphore's permits to 'permits' (0..DLOCK_PERMITS_MAX) if it
+ * has none set yet (Redisson's trySetPermits), and wakes its waiters.
+ * Returns 1 when set, 0 when it had permits already (left as they were),
+ * or a negative code.
+ */
+DLOCK_EXPORT int dlock_sem_try_set_permits(dlock_sem_t *s, int64_t permits);
+
+/*
+ * Adds 'delta' permits (1..DLOCK_PERMITS_MAX), or takes -delta free
+ * permits away (Redisson's addPermits). Taking away more than are free
+ * fails with DLOCK_EINVAL and changes nothing. Stores the free permits
+ * after the change in '*free_after' (may be NULL).
+ */
+DLOCK_EXPORT int dlock_sem_add_permits(dlock_sem_t *s, int64_t delta,
+                                       int64_t *free_after);
+
+/*
+ * Takes 'permits' (1..DLOCK_PERMITS_MAX) permits at once, waiting up to
+ * 'wait_ms' (0: a single try; DLOCK_WAIT_FOREVER) for that many to be free;
+ * DLOCK_ETIMEDOUT when they were not. A waiter sleeps until a release
+ * announces free permits. An attempt that got no answer (DLOCK_EIO,
+ * DLOCK_ECANCELED) may have taken the permits all the same; they are not
+ * given back (nothing tells them apart from anyone else's).
+ */
+DLOCK_EXPORT int dlock_sem_acquire(dlock_sem_t *s, int64_t permits,
+                                   int64_t wait_ms);
+
+/*
+ * Gives back 'permits' (1..DLOCK_PERMITS_MAX) permits acquired through
+ * this client (any handle or thread of it) and wakes waiters.
+ * DLOCK_ENOTHELD, changing nothing, when the client acquired fewer. A
+ * release without an answer (DLOCK_EIO) is not sent again (it could give
+ * back twice); the client counts the permits as given back.
+ */
+DLOCK_EXPORT int dlock_sem_release(dlock_sem_t *s, int64_t permits);
+
+/* The permits the client acquired on this semaphore and still has, >= 0;
+ * answered locally. */
+DLOCK_EXPORT int64_t dlock_sem_held(dlock_sem_t *s);
+
+/* The free permits into '*out' (0 when none were ever set). */
+DLOCK_EXPORT int dlock_sem_available(dlock_sem_t *s, int64_t *out);
+
+/* Takes every free permit (Redisson's drainPermits); '*out' (may be NULL)
+ * is how many that was. They count as acquired by this client. */
+DLOCK_EXPORT int dlock_sem_drain(dlock_sem_t *s, int64_t *out);
+
+typedef struct dlock_psem dlock_psem_t;
+
+/* The longest text form of a permit id, with its NUL. */
+#define DLOCK_PERMIT_ID_MAX 33
+
+/* One permit of an expirable-permit semaphore. */
+typedef struct dlock_permit {
+  /* 32 lowercase hex digits, Redisson's form (its zset stores the 16
+   * bytes they spell); what dlock_psem_release takes. */
+  char id[DLOCK_PERMIT_ID_MAX];
+  /* The fencing token of this acquisition: a counter
+   * ("dlock_permit_token:{name}") incremented by every one, so a later
+   * acquisition always has a larger token. */
+  uint64_t token;
+  /* The number on_lost is called with for this permit (its 'owner'). */
+  uint64_t owner;
+  /* The Unix time in ms at which the lease ends, by Redis's clock, as of
+   * the acquisition (a permit renewed by the watchdog lasts longer). */
+  int64_t expires_ms;
+} dlock_permit_t;
+
+/*
+ * An expirable-permit semaphore (Redisson's RPermitExpirableSemaphore):
+ * each acquisition takes one permit with an id and a lease. A permit whose
+ * lease ends comes back to the semaphore (at the next call of anyone that
+ * looks at it, dlock's or Redisson's), so a crashed holder's permit is not
+ * lost for good. With DLOCK_WATCHDOG the client's watchdog renews the
+ * lease (watchdog_timeout_ms) every third of it while the permit is held;
+ * a renewal that finds the permit gone, or a lease that ran out without
+ * one, reports it lost: on_lost(name, permit.owner) at once, and
+ * DLOCK_ELOST from its release.
+ */
+DLOCK_EXPORT int dlock_psem_get(dlock_client_t *c, const char *name,
+                                dlock_psem_t **out);
+DLOCK_EXPORT int dlock_psem_getn(dlock_client_t *c, const char *name,
+                                 size_t len, dlock_psem_t **out);
+DLOCK_EXPORT void dlock_psem_free(dlock_psem_t *s);
+DLOCK_EXPORT const char *dlock_psem_name(const dlock_psem_t *s, size_t *len);
+
+/* As dlock_sem_try_set_permits and dlock_sem_add_permits; taking away
+ * permits takes only free ones. */
+DLOCK_EXPORT int dlock_psem_try_set_permits(dlock_psem_t *s, int64_t permits);
+DLOCK_EXPORT int dlock_psem_add_permits(dlock_psem_t *s, int64_t delta,
+                                        int64_t *free_after);
+
+/*
+ * Takes one permit, waiting up to 'wait_ms' (0: a single try;
+ * DLOCK_WAIT_FOREVER) with DLOCK_ETIMEDOUT when none came free, for
+ * 'lease_ms' (1..DLOCK_DURATION_MAX_MS, or DLOCK_WATCHDOG: held until
+ * released, renewed in the background). Fills '*permit'. A waiter sleeps
+ * until a release announces a free permit, or the first lease of the
+ * permits taken ends. An attempt without an answer is given back at once
+ * if Redis answers that; otherwise the permit, if it was taken, comes
+ * back when its lease ends (watchdog_timeout_ms for DLOCK_WATCHDOG).
+ */
+DLOCK_EXPORT int dlock_psem_acquire(dlock_psem_t *s, int64_t wait_ms,
+                                    int64_t lease_ms, dlock_permit_t *permit);
+
+/*
+ * Gives back the permit 'id' (dlock_permit_t.id; one taken by another
+ * client or by Redisson may be given too) and wakes waiters. Returns 0;
+ * DLOCK_ELOST when its lease had ended first (it was given back if still
+ * there: another holder may have had it meanwhile); DLOCK_ENOTHELD when
+ * no such permit is taken (never acquired, or released already);
+ * DLOCK_EINVAL for an id that is not 32 hex digits.
+ */
+DLOCK_EXPORT int dlock_psem_release(dlock_psem_t *s, const char *id);
+
+/* The free permits, and the permits taken, into '*free_out' and
+ * '*taken_out' (either may be NULL), after giving back those whose lease
+ * ended. The semaphore has *free_out + *taken_out permits in all. */
+DLOCK_EXPORT int dlock_psem_count(dlock_psem_t *s, int64_t *free_out,
+                                  int64_t *taken_out);
+
+/* ---- count-down latches ---- */
+
+typedef struct dlock_latch dlock_latch_t;
+
+/*
+ * A count-down latch (Redisson's RCountDownLatch): a count in Redis that
+ * anyone counts down; waiters wake when it reaches zero, at which point
+ * the key is deleted (so a latch at zero and one never set look the same,
+ * and await returns at once for both).
+ */
+DLOCK_EXPORT int dlock_latch_get(dlock_client_t *c, const char *name,
+                                 dlock_latch_t **out);
+DLOCK_EXPORT int dlock_latch_getn(dlock_client_t *c, const char *name,
+                                  size_t len, dlock_latch_t **out);
+DLOCK_EXPORT void dlock_latch_free(dlock_latch_t *l);
+DLOCK_EXPORT const char *dlock_latch_name(const dlock_latch_t *l, size_t *len);
+
+/* Sets the count (1..2^53) if the latch has none (Redisson's trySetCount):
+ * 1 set, 0 it had one (left as it was), or a negative code. */
+DLOCK_EXPORT int dlock_latch_try_set_count(dlock_latch_t *l, int64_t count);
+
+/* Counts down by one; at zero every waiter of every client wakes. '*left'
+ * (may be NULL) is the count after it. DLOCK_EINVAL, changing nothing,
+ * when the latch is at zero or has no count: it never goes below zero. */
+DLOCK_EXPORT int dlock_latch_count_down(dlock_latch_t *l, int64_t *left);
+
+/* The count into '*out': 0 when at zero or never set. */
+DLOCK_EXPORT int dlock_latch_count(dlock_latch_t *l, int64_t *out);
+
+/* Waits until the count is zero, up to 'wait_ms' (0: just look;
+ * DLOCK_WAIT_FOREVER): 0, or DLOCK_ETIMEDOUT. Sleeps until the latch's
+ * zero message. */
+DLOCK_EXPORT int dlock_latch_await(dlock_latch_t *l, int64_t wait_ms);
+
+/* ---- inspection ---- */
+
+typedef struct dlock_permit_info {
+  char id[DLOCK_PERMIT_ID_MAX]; /* hex; Redisson's id text */
+  int64_t expires_ms; /* Unix ms its lease ends; DLOCK_NO_EXPIRY: never */
+} dlock_permit_info_t;
+
+typedef struct dlock_counter_info {
+  int exists;      /* 1: the key holds a number */
+  int64_t count;   /* a semaphore's free permits, or a latch's count */
+  int64_t ttl_ms;  /* as dlock_info_t.ttl_ms */
+  int expirable;   /* 1: "{name}:timeout" holds permits (an expirable-
+                      permit semaphore) */
+  size_t npermits; /* the permits taken, the first lease to end first */
+  dlock_permit_info_t *permits;
+} dlock_counter_info_t;
+
+/*
+ * Reads semaphore or latch 'name' (a string counter, and the permits of an
+ * expirable-permit semaphore) into a new '*out', freed with
+ * dlock_counter_info_free(). Read-only: permits whose lease ended are
+ * listed, not taken back. DLOCK_ENOTLOCK when 'name' holds something that
+ * is not a counter (a lock's hash, say); '*out' is then NULL.
+ */
+DLOCK_EXPORT int dlock_inspect_counter(dlock_client_t *c, const char *name,
+                                       size_t len, dlock_counter_info_t **out);
+DLOCK_EXPORT void dlock_counter_info_free(dlock_counter_info_t *info);
+
 #ifdef __cplusplus
 }
 #endif

@@ -88,6 +88,7 @@ struct dlock__sub {
   int state;                  /* enum dlock__sub_state */
   int resync;                 /* wake everyone once the subscription is back */
   int refused; /* Redis refused SUBSCRIBE (ACL): DLOCK_E* for joiners */
+  int wake;    /* enum dlock__wake: how its messages wake waiters */
   char why[160];
   int64_t idle_since_us;
   pthread_cond_t ready; /* joiners waiting for the subscription */
@@ -203,6 +204,34 @@ static void wake_one_locked(dlock__sub *s, uint64_t grant) {
    * stale: see dlock__busy). */
   if (grant != 0 && s->head != NULL && s->head->grant < grant)
     s->head->grant = grant;
+}
+
+/* Wakes up to 'n' waiters of 's' that are not awake already, first in
+ * line first. */
+static void wake_n_locked(dlock__sub *s, int64_t n) {
+  for (dlock__waiter *w = s->head; w != NULL && n > 0; w = w->next)
+    if (!w->permit) {
+      wake_locked(w);
+      n--;
+    }
+}
+
+/* The number a message of a counted channel carries (a semaphore's free
+ * permits): 1 for one that is not a number, so that a message of an
+ * unknown form still wakes someone. */
+static int64_t count_of(const redisReply *r) {
+  if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > 18)
+    return 1;
+  int64_t n = 0;
+  size_t i = r->str[0] == '-' ? 1 : 0;
+  if (i == r->len)
+    return 1;
+  for (; i < r->len; i++) {
+    if (r->str[i] < '0' || r->str[i] > '9')
+      return 1;
+    n = n * 10 + (r->str[i] - '0');
+  }
+  return r->str[0] == '-' ? -n : n;
 }
 
 /* The token of a "grant:<token>" message, or 0 for any other message. */
@@ -376,7 +405,16 @@ static int handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
   dlock__sub *s = find_sub(ps, chan->str, chan->len);
   if (s == NULL)
     return 0;
-  if (is_str(kind, "message")) {
+  if (is_str(kind, "message") && s->wake == DLOCK__WAKE_COUNT) {
+    /* A semaphore's release announces the free permits: that many
+     * waiters may succeed, and no more. */
+    wake_n_locked(s, count_of(r->element[2]));
+  } else if (is_str(kind, "message") && s->wake == DLOCK__WAKE_LATCH) {
+    /* A latch at zero opens for everyone; "1" (a new count) closes it,
+     * which a waiter finds out by looking. */
+    if (is_str(r->element[2], "0"))
+      wake_all_locked(s);
+  } else if (is_str(kind, "message")) {
     if (is_str(r->element[2], "1"))
       wake_all_locked(s);
     else
@@ -629,6 +667,22 @@ static void dequeue_locked(dlock__pubsub *ps, dlock__waiter *w) {
 
 int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
                        int64_t deadline_us, dlock__waiter *w) {
+  return dlock__pubsub_join_as(ps, channel, len, deadline_us, w,
+                               DLOCK__WAKE_LOCK);
+}
+
+void dlock__pubsub_pass(dlock__pubsub *ps, dlock__waiter *w) {
+  pthread_mutex_lock(&ps->mu);
+  for (dlock__waiter *x = w->sub->head; x != NULL; x = x->next)
+    if (x != w && !x->permit) {
+      wake_locked(x);
+      break;
+    }
+  pthread_mutex_unlock(&ps->mu);
+}
+
+int dlock__pubsub_join_as(dlock__pubsub *ps, const char *channel, size_t len,
+                          int64_t deadline_us, dlock__waiter *w, int wake) {
   pthread_mutex_lock(&ps->mu);
   if (ps->canceled) {
     pthread_mutex_unlock(&ps->mu);
@@ -646,6 +700,9 @@ int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
   }
   if (s->refs == 0)
     s->refused = 0; /* permissions may have changed: ask again */
+  /* Each channel name belongs to one kind of object, so every waiter on
+   * it asks for the same. */
+  s->wake = wake;
   enqueue_locked(s, w);
   if (s->state != SUB_ACTIVE)
     poke_thread(ps);

@@ -88,6 +88,29 @@ int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
 int dlock__pubsub_join_active(dlock__pubsub *ps, const char *channel,
                               size_t len, dlock__waiter *w, int *others);
 
+/* How the messages of a channel wake its waiters. */
+enum dlock__wake {
+  /* A lock's: "1" wakes every waiter, a hand-over ("grant:<token>") or any
+   * other message the first one. */
+  DLOCK__WAKE_LOCK,
+  /* A semaphore's: the message is the number of free permits, and wakes
+   * that many waiters (none for 0 or less; one if it is not a number). */
+  DLOCK__WAKE_COUNT,
+  /* A count-down latch's: "0" (the count reached zero) wakes every waiter,
+   * anything else none. */
+  DLOCK__WAKE_LATCH
+};
+
+/* dlock__pubsub_join for a channel whose messages wake as 'wake' says
+ * (dlock__pubsub_join is DLOCK__WAKE_LOCK). */
+int dlock__pubsub_join_as(dlock__pubsub *ps, const char *channel, size_t len,
+                          int64_t deadline_us, dlock__waiter *w, int wake);
+
+/* Hands a wake-up on to the first other waiter in line that is not
+ * awake: for a waiter that was woken but could not use its wake-up (it
+ * needs more permits than are free), so that one that needs fewer tries. */
+void dlock__pubsub_pass(dlock__pubsub *ps, dlock__waiter *w);
+
 /* Sleeps until a wake-up (returns 1, or 2 when the lock was handed over:
  * see dlock__waiter.grant), 'until_us' (0), or cancellation. */
 int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us);

@@ -8,6 +8,7 @@
 #include "lock.h"
 #include "monotime.h"
 #include "scripts.h"
+#include "semaphore.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,9 @@ struct dlock__watchdog {
 typedef struct renewal {
   char *name;
   size_t name_len;
-  char *prefix; /* read locks: "{name}", where their timeout keys live */
+  /* Read locks: "{name}", where their timeout keys live; permits of an
+   * expirable-permit semaphore: "{name}:timeout", the zset they are in. */
+  char *prefix;
   size_t prefix_len;
   int kind;
   uint64_t owner;
@@ -74,6 +77,19 @@ static void collect_one(dlock__hold *h, void *arg) {
   it->seq = h->seq;
   it->kind = h->kind;
   it->prefix = NULL;
+  if (h->kind == DLOCK__KIND_PERMIT) {
+    /* A permit is renewed by its id in the semaphore's zset. */
+    dlock__permit_id(r->c, h->owner, (unsigned char *)it->field);
+    it->field_len = DLOCK__PERMIT_ID_BYTES;
+    if (dlock__permit_zset(h->name, h->name_len, &it->prefix,
+                           &it->prefix_len) != 0) {
+      dlock__free(it->name);
+      r->nomem = 1;
+      return;
+    }
+    r->n++;
+    return;
+  }
   it->field_len = dlock__owner_field(r->c, h->owner, it->field);
   if (h->kind == DLOCK_WRITE) {
     memcpy(it->field + it->field_len, ":write", 7);
@@ -105,9 +121,15 @@ static int64_t lease_end(const dlock_client_t *c, int64_t confirmed_us) {
   return dlock__after_ms(confirmed_us, c->opt.watchdog_timeout_ms);
 }
 
-/* Which renewal script an item needs: read holds renew their timeout keys
- * too; every other kind is a field in the lock hash. */
-static int is_read(const renewal *it) { return it->kind == DLOCK_READ; }
+/* Which renewal script an item needs, numbered in the order the round
+ * sends them: a field in a lock hash (0), a read hold, which renews its
+ * timeout keys too (1), or a permit in a semaphore's zset (2). */
+enum { GROUP_HASH, GROUP_READ, GROUP_PERMIT, NGROUPS };
+static int group_of(const renewal *it) {
+  return it->kind == DLOCK_READ           ? GROUP_READ
+         : it->kind == DLOCK__KIND_PERMIT ? GROUP_PERMIT
+                                          : GROUP_HASH;
+}
 
 /*
  * Sends every renewal in one pipelined round of batched script calls,
@@ -115,12 +137,11 @@ static int is_read(const renewal *it) { return it->kind == DLOCK_READ; }
  * or an error code.
  */
 static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
-  size_t nread = 0;
+  size_t ingroup[NGROUPS] = {0}, ncalls = 0;
   for (size_t i = 0; i < r->n; i++)
-    nread += is_read(&r->items[i]);
-  size_t nhash = r->n - nread;
-  size_t ncalls = (nhash + RENEW_BATCH - 1) / RENEW_BATCH +
-                  (nread + RENEW_BATCH - 1) / RENEW_BATCH;
+    ingroup[group_of(&r->items[i])]++;
+  for (int g = 0; g < NGROUPS; g++)
+    ncalls += (ingroup[g] + RENEW_BATCH - 1) / RENEW_BATCH;
   dlock__eval *calls = dlock__calloc(ncalls + 1, sizeof(*calls));
   redisReply **replies = dlock__calloc(ncalls + 1, sizeof(*replies));
   size_t **members = dlock__calloc(ncalls + 1, sizeof(*members));
@@ -135,20 +156,24 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
     goto out;
   }
   snprintf(lease, sizeof(lease), "%lld", (long long)c->opt.watchdog_timeout_ms);
-  /* Hash-field holds first, then read holds, each group in batches. */
+  /* Hash-field holds first, then read holds, then permits, each group in
+   * batches. */
   size_t m = 0;
-  for (int pass = 0; pass < 2; pass++)
+  for (int pass = 0; pass < NGROUPS; pass++)
     for (size_t i = 0; i < r->n; i++)
-      if (is_read(&r->items[i]) == pass)
+      if (group_of(&r->items[i]) == pass)
         order[m++] = i;
   size_t pos = 0, k = 0;
   for (size_t first = 0; first < r->n; k++) {
-    int read = is_read(&r->items[order[first]]);
+    int group = group_of(&r->items[order[first]]);
+    int read = group == GROUP_READ;
     size_t count = 0;
     while (first + count < r->n && count < RENEW_BATCH &&
-           is_read(&r->items[order[first + count]]) == read)
+           group_of(&r->items[order[first + count]]) == group)
       count++;
-    calls[k].script = read ? &dlock__script_renew_read : &dlock__script_renew;
+    calls[k].script = read                    ? &dlock__script_renew_read
+                      : group == GROUP_PERMIT ? &dlock__script_psem_renew
+                                              : &dlock__script_renew;
     calls[k].nkeys = (int)(read ? 2 * count : count);
     calls[k].nargs = (int)count + 1;
     calls[k].argv = &argv[pos];
@@ -156,8 +181,9 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
     members[k] = &order[first];
     for (size_t i = 0; i < count; i++) {
       const renewal *it = &r->items[order[first + i]];
-      argv[pos] = it->name;
-      lens[pos++] = it->name_len;
+      /* A permit's key is its semaphore's zset; a lock's, the lock. */
+      argv[pos] = group == GROUP_PERMIT ? it->prefix : it->name;
+      lens[pos++] = group == GROUP_PERMIT ? it->prefix_len : it->name_len;
       if (read) {
         argv[pos] = it->prefix;
         lens[pos++] = it->prefix_len;

@@ -485,13 +485,14 @@ static const json_t *json_get(const json_t *o, const char *key,
 TEST(cli_help_and_version) {
   cli_test_t t;
   cli_proc_t p;
-  static const char *const commands[] = {"run", "status", "unlock", "demo"};
+  static const char *const commands[] = {"run", "status", "unlock", "demo",
+                                         "latch"};
 
   start_test(&t);
   ASSERT_EQ(run_cli_bare(&t, &p, "--version", NULL), 0);
   assert_file_contains(p.out, "dlock " DLOCK_VERSION_STRING);
   ASSERT_EQ(run_cli_bare(&t, &p, "--help", NULL), 0);
-  for (size_t i = 0; i < 4; i++)
+  for (size_t i = 0; i < 5; i++)
     assert_file_contains(p.out, commands[i]);
   assert_file_contains(p.out, "Exit status");
   /* The global options and the environment are told once, here, with the
@@ -503,7 +504,7 @@ TEST(cli_help_and_version) {
   assert_file_contains(p.out, "REDISCLI_AUTH");
   assert_file_lacks(p.out, "://:");
   assert_file_lacks(p.out, "bare number");
-  for (size_t i = 0; i < 4; i++) {
+  for (size_t i = 0; i < 5; i++) {
     ASSERT_EQ(run_cli_bare(&t, &p, commands[i], "--help", NULL), 0);
     assert_file_contains(p.out, "usage: dlock ");
     assert_file_contains(p.out, "default");
@@ -2010,5 +2011,122 @@ TEST(cli_status_no_expiry_is_the_c_apis_value) {
   assert_file_contains(p.out, "no-expiry");
   ASSERT_EQ(run_cli(&t, &p, "unlock", "--force", "forever", NULL), 0);
   ASSERT_EQ(key_exists(&t, "forever"), 0);
+  end_test(&t);
+}
+
+/* ---- semaphores and latches -------------------------------------------- */
+
+TEST(cli_run_permits_at_most_n_at_once) {
+  enum { RUNS = 5, N = 2 };
+  cli_test_t t;
+  cli_proc_t procs[RUNS];
+  char script[512];
+
+  start_test(&t);
+  const char *log = scratch(&t, "log");
+  snprintf(script, sizeof script,
+           "echo \"+ $$ $DLOCK_TOKEN\" >> %s; sleep 0.3; echo \"- $$\" >> %s",
+           log, log);
+  for (int i = 0; i < RUNS; i++)
+    start_cli(&t, &procs[i], "run", "--permits", "2", "--wait", "30s", "pool",
+              "sh", "-c", script, NULL);
+  for (int i = 0; i < RUNS; i++)
+    ASSERT_EQ(wait_cli(&procs[i]), 0);
+  char *text = slurp(log);
+  char *save = NULL, *line = strtok_r(text, "\n", &save);
+  int now = 0, most = 0, lines = 0;
+  for (; line != NULL; line = strtok_r(NULL, "\n", &save), lines++) {
+    now += line[0] == '+' ? 1 : -1;
+    if (now > most)
+      most = now;
+  }
+  free(text);
+  printf("%d runs with --permits %d: at most %d at once\n", RUNS, N, most);
+  ASSERT_EQ(lines, 2 * RUNS);
+  ASSERT_LE(most, N);
+  ASSERT_EQ(most, N);
+  /* Every permit is back. */
+  redisReply *r = rp_cmd(t.server, "GET pool");
+  ASSERT_NOT_NULL(r);
+  ASSERT_STR_EQ(r->str, "2");
+  freeReplyObject(r);
+  end_test(&t);
+}
+
+TEST(cli_run_permits_lost_stops_the_command) {
+  cli_test_t t;
+  cli_proc_t p;
+  char script[512];
+
+  start_test(&t);
+  term_recording_script(&t, script, sizeof script);
+  start_cli(&t, &p, "--watchdog", "600ms", "run", "--permits", "1", "--grace",
+            "3s", "plost", "--", "sh", "-c", script, NULL);
+  ASSERT_EQ(wait_for_file(scratch(&t, "pid"), 5000), 0);
+  delete_key(&t, "{plost}:timeout");
+  ASSERT_EQ(wait_cli(&p), 76);
+  assert_file_contains(scratch(&t, "term"), "TERM");
+  assert_file_contains(p.err, "lost");
+  end_test(&t);
+}
+
+TEST(cli_status_shows_permits_and_latch_count) {
+  cli_test_t t;
+  cli_proc_t holder, p;
+
+  start_test(&t);
+  start_cli(&t, &holder, "run", "--permits", "3", "st-pool", "sleep", "30",
+            NULL);
+  /* Until the holder's permit is taken. */
+  for (int i = 0; i < 500; i++) {
+    redisReply *r = rp_cmd(t.server, "ZCARD {st-pool}:timeout");
+    long long n = r != NULL ? r->integer : 0;
+    if (r != NULL)
+      freeReplyObject(r);
+    if (n == 1)
+      break;
+    usleep(10000);
+  }
+  ASSERT_EQ(run_cli(&t, &p, "status", "st-pool", NULL), 0);
+  assert_file_contains(p.out, "2 free, 1 taken (3 permits in all)");
+  assert_file_contains(p.out, "lease ends in");
+  ASSERT_EQ(run_cli(&t, &p, "status", "--json", "st-pool", NULL), 0);
+  assert_file_contains(p.out, "\"kind\":\"counter\",\"count\":2");
+  assert_file_contains(p.out, "\"expires_ms\":");
+  kill(holder.pid, SIGTERM);
+  wait_cli(&holder);
+
+  ASSERT_EQ(run_cli(&t, &p, "latch", "set", "st-latch", "4", NULL), 0);
+  ASSERT_EQ(run_cli(&t, &p, "status", "st-latch", NULL), 0);
+  assert_file_contains(p.out, "count 4");
+  end_test(&t);
+}
+
+TEST(cli_latch_set_count_down_await) {
+  cli_test_t t;
+  cli_proc_t waiter, p;
+
+  start_test(&t);
+  ASSERT_EQ(run_cli(&t, &p, "latch", "set", "done", "2", NULL), 0);
+  /* Set already: left as it is, exit 1. */
+  ASSERT_EQ(run_cli(&t, &p, "latch", "set", "done", "9", NULL), 1);
+  assert_file_contains(p.err, "has a count already (2)");
+  ASSERT_EQ(run_cli(&t, &p, "latch", "await", "--wait", "0", "done", NULL), 75);
+  start_cli(&t, &waiter, "latch", "await", "--wait", "20s", "done", NULL);
+  ASSERT_EQ(run_cli(&t, &p, "latch", "count-down", "done", NULL), 0);
+  assert_file_contains(p.out, "1");
+  ASSERT_EQ(run_cli(&t, &p, "latch", "count", "done", NULL), 0);
+  assert_file_contains(p.out, "1");
+  int64_t t0 = test_now_ms();
+  ASSERT_EQ(run_cli(&t, &p, "latch", "count-down", "done", NULL), 0);
+  ASSERT_EQ(wait_cli(&waiter), 0);
+  printf("await returned %lld ms after the last count-down\n",
+         (long long)(test_now_ms() - t0));
+  ASSERT_LT(test_now_ms() - t0, 3000);
+  /* At zero: counting down again is refused (65), await returns at once. */
+  ASSERT_EQ(run_cli(&t, &p, "latch", "count-down", "done", NULL), 65);
+  ASSERT_EQ(run_cli(&t, &p, "latch", "await", "--wait", "0", "done", NULL), 0);
+  ASSERT_EQ(run_cli(&t, &p, "latch", "set", "done", "0", NULL), 64);
+  ASSERT_EQ(run_cli(&t, &p, "latch", "frobnicate", "done", NULL), 64);
   end_test(&t);
 }

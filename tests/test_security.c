@@ -95,15 +95,17 @@ static void expect_open_fails(const char *url, int code,
 /* The commands dlock sends itself. SELECT is needed only when the URL
  * names a database other than 0; AUTH is always allowed by Redis. */
 static const char *const acl_direct[] = {
-    "ping",    "evalsha", "eval",   "exists", "hexists",   "hget",       "pttl",
-    "hgetall", "get",     "lrange", "zrange", "subscribe", "unsubscribe"};
+    "ping",   "evalsha",   "eval",        "exists", "hexists",
+    "hget",   "pttl",      "hgetall",     "get",    "lrange",
+    "zrange", "subscribe", "unsubscribe", "type"};
 
 /* The commands the scripts run (the files in src/lua). */
 static const char *const acl_scripted[] = {
-    "del",   "exists",  "get",    "hdel",    "hexists", "hget", "hgetall",
-    "hkeys", "hlen",    "hset",   "incr",    "lindex",  "lpop", "lrange",
-    "lrem",  "pexpire", "pttl",   "publish", "rpush",   "set",  "time",
-    "type",  "zadd",    "zrange", "zrem",    "zscore"};
+    "del",     "exists", "get",   "hdel",    "hexists",      "hget",
+    "hgetall", "hkeys",  "hlen",  "hset",    "incr",         "lindex",
+    "lpop",    "lrange", "lrem",  "pexpire", "pttl",         "publish",
+    "rpush",   "set",    "time",  "type",    "zadd",         "zrem",
+    "zscore",  "incrby", "zcard", "zrange",  "zrangebyscore"};
 
 /* Commands a script may be refused without failing: it runs them with
  * redis.pcall and does without the answer (docs/security.md says what is
@@ -140,18 +142,24 @@ static const char *const patterns_all[] = {"~*", "&*", NULL};
  * itself, the keys dlock derives from it, and the two channel families.
  * The channels are key patterns too: the scripts get them among their
  * KEYS (as Redisson's do), and Redis checks every KEYS entry. */
-static const char *const patterns_app[] = {"~app:*",
-                                           "~{app:*",
-                                           "~redisson_lock_token:{app:*",
-                                           "~redisson_lock_queue:{app:*",
-                                           "~redisson_lock_timeout:{app:*",
-                                           "~dlock_lock_grant:{app:*",
-                                           "~redisson_unlock_latch:{app:*",
-                                           "~redisson_lock__channel:{app:*",
-                                           "~redisson_rwlock:{app:*",
-                                           "&redisson_lock__channel:{app:*",
-                                           "&redisson_rwlock:{app:*",
-                                           NULL};
+static const char *const patterns_app[] = {
+    "~app:*",
+    "~{app:*",
+    "~redisson_lock_token:{app:*",
+    "~redisson_lock_queue:{app:*",
+    "~redisson_lock_timeout:{app:*",
+    "~dlock_lock_grant:{app:*",
+    "~redisson_unlock_latch:{app:*",
+    "~redisson_lock__channel:{app:*",
+    "~redisson_rwlock:{app:*",
+    "&redisson_lock__channel:{app:*",
+    "&redisson_rwlock:{app:*",
+    "~dlock_permit_token:{app:*",
+    "~redisson_sc:{app:*",
+    "&redisson_sc:{app:*",
+    "~redisson_countdownlatch__channel__{app:*",
+    "&redisson_countdownlatch__channel__{app:*",
+    NULL};
 
 /* (Re)defines user 'dl' (password "dl-pw") with 'patterns' and every
  * command of the lists except 'omit' (may be NULL), plus 'extra'. */
@@ -283,6 +291,9 @@ static int workload(rp_server_t *s, const char *url, const char *prefix,
   /* A step that fails while a waiter waits ends the workload; the waiter
    * is joined before the handles it uses are freed. */
   waiter_t w = {0};
+  dlock_sem_t *sm = NULL;
+  dlock_psem_t *ps = NULL;
+  dlock_latch_t *lt = NULL;
   dlock_options_t o;
   lu_options(&o, s);
   o.url = url;
@@ -392,6 +403,43 @@ static int workload(rp_server_t *s, const char *url, const char *prefix,
     WL(dlock_unlock(h[14]), 0, "RedLock unlock");
   }
 
+  /* Semaphores and latches: every script and query of theirs, waits on
+   * their channels included. */
+  {
+    char sn[80], pn[80], ln[80];
+    snprintf(sn, sizeof sn, "%ssem", prefix);
+    snprintf(pn, sizeof pn, "%spsem", prefix);
+    snprintf(ln, sizeof ln, "%slatch", prefix);
+    int64_t n;
+    WL(dlock_sem_get(c1, sn, &sm), 0, "dlock_sem_get");
+    WL(dlock_sem_try_set_permits(sm, 2), 1, "semaphore try-set");
+    WL(dlock_sem_acquire(sm, 2, 0), 0, "semaphore acquire");
+    WL(dlock_sem_acquire(sm, 1, 50), DLOCK_ETIMEDOUT, "semaphore, waiting");
+    WL(dlock_sem_release(sm, 2), 0, "semaphore release");
+    WL(dlock_sem_add_permits(sm, 1, &n), 0, "semaphore add permits");
+    WL(dlock_sem_available(sm, &n), 0, "semaphore available");
+    WL(dlock_sem_drain(sm, &n), 0, "semaphore drain");
+    WL(dlock_psem_get(c1, pn, &ps), 0, "dlock_psem_get");
+    WL(dlock_psem_try_set_permits(ps, 1), 1, "expirable semaphore try-set");
+    dlock_permit_t pm, none;
+    WL(dlock_psem_acquire(ps, 0, DLOCK_WATCHDOG, &pm), 0,
+       "expirable permit acquire");
+    dlock__watchdog_renew_now(c1);
+    WL(dlock_psem_acquire(ps, 50, 5000, &none), DLOCK_ETIMEDOUT,
+       "expirable permit, waiting");
+    WL(dlock_psem_count(ps, &n, NULL), 0, "expirable semaphore count");
+    WL(dlock_psem_release(ps, pm.id), 0, "expirable permit release");
+    dlock_counter_info_t *ci = NULL;
+    WL(dlock_inspect_counter(c1, pn, strlen(pn), &ci), 0,
+       "dlock_inspect_counter");
+    dlock_counter_info_free(ci);
+    WL(dlock_latch_get(c1, ln, &lt), 0, "dlock_latch_get");
+    WL(dlock_latch_try_set_count(lt, 1), 1, "latch try-set");
+    WL(dlock_latch_await(lt, 50), DLOCK_ETIMEDOUT, "latch, waiting");
+    WL(dlock_latch_count_down(lt, NULL), 0, "latch count down");
+    WL(dlock_latch_count(lt, &n), 0, "latch count");
+  }
+
   /* Channels nobody waits on are dropped after a short linger. */
   if (check_unsubscribe) {
     lu_sleep_ms(800);
@@ -406,6 +454,9 @@ static int workload(rp_server_t *s, const char *url, const char *prefix,
 out:
   if (w.running)
     pthread_join(w.thread, NULL);
+  dlock_sem_free(sm);
+  dlock_psem_free(ps);
+  dlock_latch_free(lt);
   for (int i = NH - 1; i >= 0; i--)
     dlock_free(h[i]);
   dlock_client_close(c1);

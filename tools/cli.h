@@ -53,6 +53,7 @@ extern const cli_command_t cli_cmd_run;
 extern const cli_command_t cli_cmd_status;
 extern const cli_command_t cli_cmd_unlock;
 extern const cli_command_t cli_cmd_demo;
+extern const cli_command_t cli_cmd_latch;
 
 /* The defaults, before the command line and $DLOCK_URL are applied. */
 void cli_globals_init(cli_globals_t *g);

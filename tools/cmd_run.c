@@ -13,7 +13,9 @@
  * The lock is a reentrant lock by default, a fair lock or one side of a
  * read-write lock on request, and a RedLock when several --url name
  * independent masters: one client and one reentrant lock per server, held
- * as long as a majority of the servers given still hold it.
+ * as long as a majority of the servers given still hold it. With
+ * --permits N it is a permit of the expirable-permit semaphore NAME (N
+ * permits, set if it has none): at most N commands run at once.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -73,6 +75,13 @@ static void print_run_help(FILE *out) {
           "other and need\n"
           "                a single --url: a RedLock is made of reentrant "
           "locks)\n"
+          "  --permits N   at most N commands at once under NAME: CMD holds "
+          "one permit of\n"
+          "                the semaphore NAME (Redisson's "
+          "RPermitExpirableSemaphore), which\n"
+          "                gets N permits if it has none yet; renewed, "
+          "released and lost\n"
+          "                like a lock; a single --url\n"
           "  -h, --help    show this help\n"
           "DUR is a number with a unit: 250ms, 5s, 2m or 1h (0 alone needs "
           "none).\n",
@@ -86,6 +95,8 @@ static void print_run_help(FILE *out) {
         "  # cron, on every host: one runs it, the others stay silent and exit "
         "0\n"
         "  0 3 * * * dlock run --wait 0 --quiet -E 0 nightly -- ./nightly.sh\n"
+        "  dlock run --permits 4 api-workers -- ./worker.sh   # 4 at once, "
+        "fleet-wide\n"
         "  dlock --url redis://r1:6379 --url redis://r2:6379 --url "
         "redis://r3:6379 \\\n"
         "        run --wait 10m --grace 30s db-migrate -- make migrate\n",
@@ -103,6 +114,7 @@ typedef struct run_options {
   const char *kind_name; /* that option's name, for messages; or NULL */
   int quiet;             /* --quiet: no message when not acquired */
   int conflict_exit;     /* the status when not acquired (--conflict-...) */
+  int64_t permits;       /* --permits N; 0 when not a semaphore */
 } run_options_t;
 
 /* One server of a RedLock and its part of the lock. */
@@ -125,6 +137,9 @@ typedef struct run_state {
   size_t quorum; /* 0 when the lock is not a RedLock */
   size_t held;   /* RedLock: servers still holding it, as last counted */
   dlock_t *lock;
+  /* With --permits: the semaphore and the permit taken, instead of 'lock'. */
+  dlock_psem_t *sem;
+  dlock_permit_t permit;
   uint64_t
       owner; /* the lock's owner id: taken on one thread, freed on another */
   uint64_t token;
@@ -160,6 +175,19 @@ static int apply_run_option(const cli_command_t *cmd, cli_globals_t *g,
     return cli_parse_duration(cmd, "lease", value, 1, &o->lease_ms);
   if (strcmp(name, "grace") == 0)
     return cli_parse_duration(cmd, "grace", value, 0, &o->grace_ms);
+  if (strcmp(name, "permits") == 0) {
+    char *end;
+    errno = 0;
+    long long n = strtoll(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0' || n < 1 ||
+        n > DLOCK_PERMITS_MAX)
+      return cli_usage_error(cmd,
+                             "--permits: '%s' is not a number from 1 to "
+                             "%lld",
+                             value, (long long)DLOCK_PERMITS_MAX);
+    o->permits = n;
+    return 0;
+  }
   if (strcmp(name, "conflict-exit-code") == 0) {
     char *end;
     errno = 0;
@@ -200,18 +228,18 @@ static int apply_kind_option(const cli_command_t *cmd, run_options_t *o,
  */
 static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
                           char **argv, run_options_t *o) {
-  static const arg_option_t options[] = {
-      {"wait", 0, ARG_VALUE},
-      {"lease", 0, ARG_VALUE},
-      {"grace", 0, ARG_VALUE},
-      {"fair", 0, ARG_FLAG},
-      {"read", 0, ARG_FLAG},
-      {"write", 0, ARG_FLAG},
-      {"help", 'h', ARG_FLAG},
-      {"url", 0, ARG_VALUES},
-      {"watchdog", 0, ARG_VALUE},
-      {"quiet", 'q', ARG_FLAG},
-      {"conflict-exit-code", 'E', ARG_VALUE}};
+  static const arg_option_t options[] = {{"wait", 0, ARG_VALUE},
+                                         {"lease", 0, ARG_VALUE},
+                                         {"grace", 0, ARG_VALUE},
+                                         {"fair", 0, ARG_FLAG},
+                                         {"read", 0, ARG_FLAG},
+                                         {"write", 0, ARG_FLAG},
+                                         {"help", 'h', ARG_FLAG},
+                                         {"url", 0, ARG_VALUES},
+                                         {"watchdog", 0, ARG_VALUE},
+                                         {"quiet", 'q', ARG_FLAG},
+                                         {"conflict-exit-code", 'E', ARG_VALUE},
+                                         {"permits", 0, ARG_VALUE}};
   arg_parser_t p;
   int rc = 0;
 
@@ -249,6 +277,14 @@ static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
                            "--%s cannot be used with several --url: RedLock "
                            "is made of reentrant locks",
                            o->kind_name);
+  if (o->permits > 0 && o->kind_name != NULL)
+    return cli_usage_error(cmd,
+                           "--permits and --%s exclude each other: a "
+                           "semaphore is not a lock of that kind",
+                           o->kind_name);
+  if (o->permits > 0 && g->nurls > 1)
+    return cli_usage_error(cmd, "--permits needs a single --url: a "
+                                "semaphore lives on one server");
   if (o->name == NULL)
     return cli_usage_error(cmd, "missing lock name and command");
   if ((rc = cli_check_lock_name(cmd, o->name)) != 0)
@@ -313,6 +349,14 @@ static int acquire_with_quorum(run_state_t *r) {
     /* A loss reported during an earlier, given back grant is old news. */
     for (size_t i = 0; i < r->nparts; i++)
       atomic_store(&r->parts[i].node->lost, 0);
+    if (r->sem != NULL) {
+      /* Every run may be the first: the semaphore gets its permits if it
+       * has none, and keeps those it has otherwise. */
+      int rc = dlock_psem_try_set_permits(r->sem, o->permits);
+      if (rc < 0)
+        return rc;
+      return dlock_psem_acquire(r->sem, wait, o->lease_ms, &r->permit);
+    }
     int rc = dlock_trylock_as(r->lock, r->owner, wait, o->lease_ms);
     if (rc != 0 || r->quorum == 0 || count_granted(r) >= r->quorum)
       return rc;
@@ -375,6 +419,12 @@ static int report_not_acquired(const run_state_t *r) {
 
   if (r->opt->quiet) {
     /* Nothing to say. */
+  } else if (r->sem != NULL) {
+    duration_format_exact(r->opt->wait_ms, wait_text, sizeof wait_text);
+    cli_error(r->cmd,
+              "all permits of semaphore '%s' are taken; none acquired%s%s",
+              r->opt->name, r->opt->wait_ms == 0 ? "" : " within ",
+              r->opt->wait_ms == 0 ? " (--wait 0: a single try)" : wait_text);
   } else if (r->opt->wait_ms == 0) {
     cli_error(r->cmd,
               "lock '%s' is held elsewhere; not acquired "
@@ -395,6 +445,18 @@ static int report_not_acquired(const run_state_t *r) {
  */
 static int64_t lease_deadline_after_acquisition(run_state_t *r) {
   int64_t asked_at = monotonic_ms();
+
+  if (r->sem != NULL) {
+    /* The permit's lease end by Redis's clock, read on this host's: never
+     * later than a lease from now, earlier when the clocks say so. */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t left = r->permit.expires_ms -
+                   ((int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    if (left > r->opt->lease_ms)
+      left = r->opt->lease_ms;
+    return asked_at + (left > 0 ? left : 0);
+  }
   int64_t ttl = dlock_ttl(r->lock);
 
   if (ttl < 0)
@@ -434,7 +496,8 @@ static int acquire_lock(run_state_t *r, int *status) {
   free(a.detail);
   if (interrupted_by != 0 || a.result != 0)
     return 0;
-  r->token = dlock_token_as(r->lock, r->owner);
+  r->token =
+      r->sem != NULL ? r->permit.token : dlock_token_as(r->lock, r->owner);
   r->lease_deadline =
       r->opt->lease_ms > 0 ? lease_deadline_after_acquisition(r) : -1;
   return 1;
@@ -626,7 +689,8 @@ static int release_lock(run_state_t *r, int status) {
   if (r->lost)
     return EXIT_LOCK_LOST;
 
-  int rc = dlock_unlock_as(r->lock, r->owner);
+  int rc = r->sem != NULL ? dlock_psem_release(r->sem, r->permit.id)
+                          : dlock_unlock_as(r->lock, r->owner);
   if (rc == DLOCK_ELOST || rc == DLOCK_ENOTHELD) {
     cli_error(r->cmd,
               "lock '%s' was lost while the command ran (found at "
@@ -652,7 +716,9 @@ static int run_command_under_lock(run_state_t *r,
   if (rc == 0)
     rc = start_command(r, start);
   if (rc != 0) {
-    if (!r->lost)
+    if (!r->lost && r->sem != NULL)
+      dlock_psem_release(r->sem, r->permit.id);
+    else if (!r->lost)
       dlock_unlock_as(r->lock, r->owner);
     return rc;
   }
@@ -672,6 +738,10 @@ static int open_lock(run_state_t *r, const cli_globals_t *g) {
   if (rc != 0)
     return rc;
   r->nnodes = g->nurls;
+  if (r->opt->permits > 0) {
+    rc = dlock_psem_get(r->nodes[0].client, name, &r->sem);
+    return rc == 0 ? 0 : cli_fail(cmd, rc, "cannot use the semaphore name");
+  }
   if (g->nurls == 1) {
     rc = dlock_get_kind(r->nodes[0].client, r->opt->kind, name, strlen(name),
                         &r->lock);
@@ -702,6 +772,7 @@ static int open_lock(run_state_t *r, const cli_globals_t *g) {
 
 /* Frees the handles before their clients, the RedLock before its parts. */
 static void close_lock(run_state_t *r) {
+  dlock_psem_free(r->sem);
   dlock_free(r->lock);
   for (size_t i = 0; i < r->nparts; i++)
     dlock_free(r->parts[i].lock);
@@ -718,7 +789,8 @@ static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
                      DLOCK_REENTRANT,
                      NULL,
                      0,
-                     EXIT_NOT_ACQUIRED};
+                     EXIT_NOT_ACQUIRED,
+                     0};
   run_state_t r;
   child_start_state_t start;
   int rc = parse_run_args(cmd, g, argc, argv, &o);
@@ -753,5 +825,5 @@ static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
 const cli_command_t cli_cmd_run = {
     "run",
     "dlock run [--wait DUR] [--lease DUR] [--grace DUR] [-q] [-E N] "
-    "[--fair|--read|--write] NAME [--] CMD [ARG]...",
+    "[--fair|--read|--write|--permits N] NAME [--] CMD [ARG]...",
     "run a command while holding a lock", run_main, print_run_help};

@@ -2,7 +2,9 @@
  * dlock status [--json] NAME...: what Redis knows about each lock, taken by
  * dlock or by Redisson (the layout is the same): held or free (or the mode
  * of a read-write lock), holders with their hold counts, time to expiry,
- * the last fencing token, and the queue of a fair lock. With several --url
+ * the last fencing token, and the queue of a fair lock; for a semaphore or
+ * a count-down latch (a counter under the name), the count and the
+ * permits taken with their lease ends. With several --url
  * (the servers of a RedLock) it shows each server's view, row by row, since
  * the servers may well disagree.
  */
@@ -25,8 +27,11 @@ static void print_status_help(FILE *out) {
           "Shows each lock: free, held, or the mode of a read-write lock "
           "(read/write),\nholders (owner id and hold count), time to expiry, "
           "the last fencing token, and\na fair lock's queue with each "
-          "waiter's deadline. Read-only. With several --url,\none row per "
-          "server and lock, prefixed with the server's URL.\n\n"
+          "waiter's deadline. A semaphore or count-down latch (a number "
+          "under NAME) shows\nas a counter: the free permits or the count, "
+          "and the permits taken with when\ntheir lease ends. Read-only. "
+          "With several --url, one row per server and lock,\nprefixed with "
+          "the server's URL.\n\n"
           "Options:\n"
           "  --json      one JSON object per lock and line, for scripts "
           "(default: a table)\n"
@@ -37,7 +42,9 @@ static void print_status_help(FILE *out) {
         "held without expiry), token,\nholders[{owner,count}], "
         "waiters[{owner,deadline_ms}]; with several --url also\nnode (the "
         "URL), and only node, name and error for a server that could not\n"
-        "be read.\n"
+        "be read. A counter instead: name, kind (\"counter\"), count, "
+        "ttl_ms,\npermits[{id,expires_ms}] (an expirable-permit semaphore's, "
+        "else empty).\n"
         "\nExit status: 0; 69 when a server could not be read (the others "
         "are still shown).\n"
         "\nExamples:\n"
@@ -53,7 +60,9 @@ static void print_status_help(FILE *out) {
 typedef struct lock_report {
   const char *name;
   const cli_node_t *node;
-  dlock_info_t *info; /* NULL when 'err' */
+  dlock_info_t *info; /* NULL when 'err' or 'counter' */
+  /* A semaphore's or latch's counter found under the name, or NULL. */
+  dlock_counter_info_t *counter;
   int err;
   char *detail; /* the detail of 'err', masked; or NULL */
 } lock_report_t;
@@ -61,6 +70,7 @@ typedef struct lock_report {
 static void free_reports(lock_report_t *reports, size_t n) {
   for (size_t i = 0; i < n; i++) {
     dlock_info_free(reports[i].info);
+    dlock_counter_info_free(reports[i].counter);
     free(reports[i].detail);
   }
   free(reports);
@@ -106,6 +116,15 @@ static int fetch_reports(const cli_command_t *cmd, const cli_node_t *nodes,
         r->detail = nodes[j].detail ? strdup(nodes[j].detail) : NULL;
         continue;
       }
+      /* A counter (a semaphore or a latch) under the name, or a lock. */
+      dlock_counter_info_t *counter = NULL;
+      r->err = dlock_inspect_counter(nodes[j].client, names[i],
+                                     strlen(names[i]), &counter);
+      if (r->err == 0 && (counter->exists || counter->npermits > 0)) {
+        r->counter = counter;
+        continue;
+      }
+      dlock_counter_info_free(counter);
       r->err =
           dlock_inspect(nodes[j].client, names[i], strlen(names[i]), &r->info);
       if (r->err == 0)
@@ -149,6 +168,19 @@ static void print_json_waiters(FILE *out, const dlock_info_t *info) {
   fputc(']', out);
 }
 
+static void print_json_counter(FILE *out, const dlock_counter_info_t *c) {
+  fprintf(out,
+          ",\"kind\":\"counter\",\"count\":%" PRId64 ",\"ttl_ms\":%" PRId64
+          ",\"permits\":[",
+          c->count, c->ttl_ms);
+  for (size_t i = 0; i < c->npermits; i++) {
+    fputs(i ? ",{\"id\":" : "{\"id\":", out);
+    json_write_string(out, c->permits[i].id, strlen(c->permits[i].id));
+    fprintf(out, ",\"expires_ms\":%" PRId64 "}", c->permits[i].expires_ms);
+  }
+  fputs("]}\n", out);
+}
+
 /* Prints one report as a JSON object on a line of its own; 'with_node'
  * adds the server's URL (password masked) as the first member. */
 static void print_json_report(FILE *out, const lock_report_t *r,
@@ -164,6 +196,10 @@ static void print_json_report(FILE *out, const lock_report_t *r,
   }
   fputs("\"name\":", out);
   json_write_string(out, r->name, strlen(r->name));
+  if (r->counter != NULL) {
+    print_json_counter(out, r->counter);
+    return;
+  }
   if (info == NULL) {
     char *text = report_error_text(r);
     fputs(",\"error\":", out);
@@ -246,6 +282,40 @@ static void print_waiter_lines(FILE *out, const dlock_info_t *info) {
   }
 }
 
+/* A counter's row: its count, what it may be, and the permits taken. */
+static void print_counter_row(FILE *out, const dlock_counter_info_t *c) {
+  char ttl[32];
+  int64_t now = wall_clock_ms();
+
+  if (c->ttl_ms <= 0 || c->ttl_ms == DLOCK_NO_EXPIRY)
+    snprintf(ttl, sizeof ttl, "-");
+  else
+    duration_format_human(c->ttl_ms, ttl, sizeof ttl);
+  if (c->expirable)
+    fprintf(out,
+            "  %-5s  %-9s  %-6s  %" PRId64 " free, %zu taken (%" PRId64
+            " permits in all)\n",
+            "sem", ttl, "-", c->count, c->npermits,
+            c->count + (int64_t)c->npermits);
+  else
+    fprintf(out,
+            "  %-5s  %-9s  %-6s  count %" PRId64 " (a semaphore's free "
+            "permits, or a latch's count)\n",
+            "count", ttl, "-", c->count);
+  for (size_t i = 0; i < c->npermits; i++) {
+    const dlock_permit_info_t *p = &c->permits[i];
+    char left[32];
+    if (p->expires_ms == DLOCK_NO_EXPIRY) {
+      fprintf(out, "  permit %s: no lease\n", p->id);
+    } else if (p->expires_ms <= now) {
+      fprintf(out, "  permit %s: lease ended (back at the next use)\n", p->id);
+    } else {
+      duration_format_human(p->expires_ms - now, left, sizeof left);
+      fprintf(out, "  permit %s: lease ends in %s\n", p->id, left);
+    }
+  }
+}
+
 /* The width of a column holding text 'columns' wide at most, within
  * [width, 60]: a longer name overflows its row rather than widen them
  * all. */
@@ -260,7 +330,8 @@ static void print_majority_line(FILE *out, const char *shown_name,
   size_t held = 0;
 
   for (size_t j = 0; j < nnodes; j++)
-    held += reports[j].info != NULL && reports[j].info->locked;
+    held += (reports[j].info != NULL && reports[j].info->locked) ||
+            (reports[j].counter != NULL && reports[j].counter->npermits > 0);
   fprintf(out, "%s: held on %zu of the %zu servers (%s)\n", shown_name, held,
           nnodes, held >= cli_quorum(nnodes) ? "a majority" : "no majority");
 }
@@ -300,7 +371,9 @@ static int print_table(FILE *out, const lock_report_t *reports, size_t nnames,
       fputs("  ", out);
     }
     width_print_padded(out, name, name_width);
-    if (info == NULL) {
+    if (reports[i].counter != NULL) {
+      print_counter_row(out, reports[i].counter);
+    } else if (info == NULL) {
       char *text = report_error_text(&reports[i]);
       fprintf(out, "  error: %s\n", text ? text : "?");
       free(text);
@@ -400,7 +473,7 @@ static int status_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
     else if (print_table(stdout, reports, nnames, nnodes) != 0)
       rc = cli_fail(cmd, DLOCK_ENOMEM, "status");
     for (size_t i = 0; i < n && rc == 0; i++)
-      if (reports[i].info == NULL)
+      if (reports[i].info == NULL && reports[i].counter == NULL)
         rc = EXIT_UNAVAILABLE;
     free_reports(reports, n);
   }
@@ -411,5 +484,6 @@ static int status_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
 
 const cli_command_t cli_cmd_status = {
     "status", "dlock status [--json] NAME...",
-    "show holders, TTL, fencing token and waiters of locks", status_main,
-    print_status_help};
+    "show holders, TTL, fencing token and waiters of locks; a semaphore's "
+    "permits, a latch's count",
+    status_main, print_status_help};

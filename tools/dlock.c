@@ -12,7 +12,8 @@
 #include "exit_codes.h"
 
 static const cli_command_t *const commands[] = {&cli_cmd_run, &cli_cmd_status,
-                                                &cli_cmd_unlock, &cli_cmd_demo};
+                                                &cli_cmd_unlock, &cli_cmd_latch,
+                                                &cli_cmd_demo};
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
 static void print_main_help(FILE *out);

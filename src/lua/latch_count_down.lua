@@ -1,0 +1,26 @@
+-- Counts count-down latch KEYS[1] down by one; at zero the key goes and
+-- KEYS[2], the latch's channel, is told '0', which wakes every waiter
+-- (Redisson's countDown). A latch that has no count (never set, or at zero
+-- already) is left alone: the count never goes below zero here.
+-- Returns the count left, or -1 when there was none.
+
+local t = redis.call('type', KEYS[1]).ok
+if t == 'none' then
+  return -1
+end
+if t ~= 'string' then
+  return redis.error_reply('NOTLOCK ' .. t .. ' key, not a count-down latch')
+end
+local count = tonumber(redis.call('get', KEYS[1]))
+if count == nil then
+  return redis.error_reply('NOTLOCK the string is not a count')
+end
+if count <= 0 then
+  return -1
+end
+local left = redis.call('incrby', KEYS[1], -1)
+if left <= 0 then
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], '0')
+end
+return left
