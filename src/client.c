@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,16 +19,66 @@
 
 #define DEFAULT_URL "redis://127.0.0.1:6379"
 
-void dlock_options_init(dlock_options_t *o) {
+/*
+ * dlock_options_t grows at its end. 'struct_size' tells the library how much
+ * of it the caller's header had: the smallest struct there can be ends with
+ * that field, and one filled by hand (struct_size 0) is read as the layout
+ * of 0.2, the first to have the field. OPTIONS_SIZE_0_2 must never change:
+ * fields added later lie beyond it. Sizes beyond any plausible growth mean
+ * a struct nobody initialized, whose size field holds stack garbage.
+ */
+#define OPTIONS_MIN_SIZE                                                       \
+  (offsetof(dlock_options_t, struct_size) + sizeof(size_t))
+#define OPTIONS_SIZE_0_2 OPTIONS_MIN_SIZE
+#define OPTIONS_MAX_SIZE 65536
+
+void dlock_options_init_size(dlock_options_t *o, size_t size) {
   if (o == NULL)
     return;
-  memset(o, 0, sizeof(*o));
-  o->url = DEFAULT_URL;
-  o->connect_timeout_ms = 2000;
-  o->command_timeout_ms = 3000;
-  o->watchdog_timeout_ms = 30000;
-  o->unlock_retries = 2;
-  o->fair_wait_timeout_ms = 300000;
+  dlock_options_t d;
+  memset(&d, 0, sizeof(d));
+  d.url = DEFAULT_URL;
+  d.connect_timeout_ms = 2000;
+  d.command_timeout_ms = 3000;
+  d.watchdog_timeout_ms = 30000;
+  d.unlock_retries = 2;
+  d.fair_wait_timeout_ms = 300000;
+  d.struct_size = size;
+  /* Only the caller's bytes are written: a program built against an older
+   * header has a smaller struct. Fields of a newer header that this
+   * library does not know are zeroed, which is how open recognizes them
+   * as unset. */
+  memset(o, 0, size);
+  memcpy(o, &d, size < sizeof(d) ? size : sizeof(d));
+}
+
+/* Copies the caller's options, of whatever version, into a struct of this
+ * library's layout with defaults for what the caller's did not have. */
+static int read_options(const dlock_options_t *o, dlock_options_t *out) {
+  size_t size = o->struct_size == 0 ? OPTIONS_SIZE_0_2 : o->struct_size;
+  if (size < OPTIONS_MIN_SIZE || size > OPTIONS_MAX_SIZE)
+    return dlock__fail(DLOCK_EINVAL,
+                       "options have struct_size %zu: initialize them with "
+                       "dlock_options_init()",
+                       o->struct_size);
+  dlock_options_init_size(out, sizeof(*out));
+  if (size > sizeof(*out)) {
+    /* A program built against a newer dlock.h: the fields this library
+     * does not know must be unset, else it would silently ignore them. */
+    const unsigned char *tail = (const unsigned char *)o + sizeof(*out);
+    for (size_t i = 0; i < size - sizeof(*out); i++)
+      if (tail[i] != 0)
+        return dlock__fail(
+            DLOCK_EINVAL,
+            "options set a field at byte %zu that dlock %s does not know "
+            "(it knows %zu bytes): the program was built against a newer "
+            "dlock.h than the library it runs with",
+            sizeof(*out) + i, DLOCK_VERSION_STRING, sizeof(*out));
+    size = sizeof(*out);
+  }
+  memcpy(out, o, size);
+  out->struct_size = sizeof(*out);
+  return 0;
 }
 
 /* A random (version 4) UUID, like Redisson's client ids. */
@@ -83,7 +134,12 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   if (o == NULL || out == NULL)
     return dlock__fail(DLOCK_EINVAL, "options and out must not be NULL");
   *out = NULL;
-  int rc = check_options(o);
+  dlock_options_t opt;
+  int rc = read_options(o, &opt);
+  if (rc != 0)
+    return rc;
+  o = &opt;
+  rc = check_options(o);
   if (rc != 0)
     return rc;
   dlock_client_t *c = dlock__calloc(1, sizeof(*c));
