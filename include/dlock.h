@@ -175,6 +175,33 @@ typedef struct dlock_options {
    * layout of dlock 0.2; calling dlock_options_init() first is always
    * right. Do not set this field yourself. */
   size_t struct_size;
+
+  /* ---- Added in dlock 0.2: TLS, used with rediss:// URLs only ----
+   * Every connection of a client to a rediss:// URL checks the server's
+   * certificate chain against the trusted CAs and its name against the
+   * URL's host (or tls_server_name). The files are read at open and not
+   * kept; the strings are not kept either. Setting any of these with a
+   * redis:// or unix:// URL is refused (DLOCK_EINVAL), since a program
+   * that asks for TLS must not quietly get a plain connection. */
+  /* PEM file of the CA certificates to trust. With tls_ca_dir also NULL
+   * (the default), the system's (OpenSSL's default paths). */
+  const char *tls_ca_file;
+  /* Directory of CA certificates, named by hash as "openssl rehash"
+   * makes them. */
+  const char *tls_ca_dir;
+  /* Client certificate (PEM; a chain may follow it) and its private key
+   * (PEM, not encrypted), for servers that require one (mutual TLS:
+   * "tls-auth-clients yes"). Both or neither. */
+  const char *tls_cert_file;
+  const char *tls_key_file;
+  /* The name sent in SNI and checked against the server's certificate;
+   * NULL (default): the URL's host. For a server reached by an address or
+   * an alias its certificate does not name. */
+  const char *tls_server_name;
+  /* 1: check neither the chain nor the name. The connection is encrypted
+   * but anybody in the path can pose as the server: for tests only.
+   * Default 0. */
+  int tls_insecure;
 } dlock_options_t;
 
 /*

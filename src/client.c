@@ -6,6 +6,7 @@
 #include "alloc.h"
 
 #include "error.h"
+#include "net/net.h"
 #include "watchdog.h"
 
 #include <errno.h>
@@ -29,7 +30,7 @@
  */
 #define OPTIONS_MIN_SIZE                                                       \
   (offsetof(dlock_options_t, struct_size) + sizeof(size_t))
-#define OPTIONS_SIZE_0_2 OPTIONS_MIN_SIZE
+#define OPTIONS_SIZE_0_2 (offsetof(dlock_options_t, tls_insecure) + sizeof(int))
 #define OPTIONS_MAX_SIZE 65536
 
 void dlock_options_init_size(dlock_options_t *o, size_t size) {
@@ -119,6 +120,40 @@ static int check_options(const dlock_options_t *o) {
   return 0;
 }
 
+/* Whether any TLS option is set. */
+static int wants_tls(const dlock_options_t *o) {
+  return o->tls_ca_file != NULL || o->tls_ca_dir != NULL ||
+         o->tls_cert_file != NULL || o->tls_key_file != NULL ||
+         o->tls_server_name != NULL || o->tls_insecure != 0;
+}
+
+/* Checks the TLS options against the URL, and loads them (reading the CA
+ * and certificate files) so that a missing or wrong file is reported by
+ * the open, naming it, rather than by every connection attempt. */
+static int check_tls(const dlock_options_t *o, const dlock__endpoint *ep) {
+  if (!ep->tls) {
+    if (wants_tls(o))
+      return dlock__fail(DLOCK_EINVAL,
+                         "TLS options given for a URL without TLS: use a "
+                         "rediss:// URL");
+    return 0;
+  }
+  dlock__tls_cfg cfg = {o->tls_ca_file,     o->tls_ca_dir,
+                        o->tls_cert_file,   o->tls_key_file,
+                        o->tls_server_name, o->tls_insecure != 0};
+  dlock__tls *tls = NULL;
+  int rc = dlock__tls_new(&cfg, &tls);
+  dlock__tls_free(tls);
+  if (rc != 0)
+    return rc;
+  /* The command and pub/sub connections still run over hiredis's own
+   * sockets, which have no TLS; the transports in src/net have it, and
+   * take over those connections next. */
+  return dlock__fail(DLOCK_EINVAL,
+                     "rediss:// URLs are not supported by the client's "
+                     "connections yet");
+}
+
 static void destroy(dlock_client_t *c) {
   dlock__watchdog_stop(c->wd);
   dlock__pubsub_stop(c->ps);
@@ -154,6 +189,8 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   c->opt.url = c->url;
   if (rc == 0)
     rc = dlock__url_parse(url, &c->ep);
+  if (rc == 0)
+    rc = check_tls(o, &c->ep);
   if (rc == 0 && o->client_id != NULL)
     snprintf(c->id, sizeof(c->id), "%s", o->client_id);
   else if (rc == 0)

@@ -189,9 +189,11 @@ TEST(install_then_build_with_pkg_config_and_cmake) {
   assert_contains(out, "-ldlock", "pkg-config --libs dlock");
   assert_lacks(out, "hiredis", "pkg-config --libs dlock");
   free(out);
-  /* A static link needs hiredis and threads, and is told so. */
+  /* A static link needs hiredis, OpenSSL and threads, and is told so. */
   ASSERT_EQ(sh(&out, "%s --static --libs dlock", pc), 0);
   assert_contains(out, "-lhiredis", "pkg-config --static --libs dlock");
+  assert_contains(out, "-lssl", "pkg-config --static --libs dlock");
+  assert_contains(out, "-lcrypto", "pkg-config --static --libs dlock");
   assert_contains(out, "-pthread", "pkg-config --static --libs dlock");
   free(out);
 
