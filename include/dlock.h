@@ -10,6 +10,19 @@
  * "<client-uuid>:<thread-id>". The *_as variants take an explicit owner so one
  * thread can lock and another unlock.
  *
+ * fork(): a client does not cross fork(). In the child, every call on a
+ * client inherited from the parent, or on a handle of it, fails with
+ * DLOCK_EFORKED and touches nothing the parent uses: the connections and
+ * locks stay the parent's, which goes on undisturbed. In the child,
+ * dlock_free on such a handle and dlock_client_close on such a client only
+ * free the child's copy of the memory and close the child's copies of the
+ * descriptors; they take no lock and wait for nothing, so they return at
+ * once whatever the parent's threads were doing. (What a parent thread was
+ * in the middle of changing at the instant of the fork is left alone
+ * rather than freed; it goes when the child exits, and its descriptors,
+ * all close-on-exec, when it execs.) A child that needs locks opens its
+ * own client.
+ *
  * Errors: every function returns 0 (or the non-negative value documented for
  * it) on success and a negative DLOCK_E* code on failure. The detail of the
  * last failure on the calling thread (the syscall and errno, or the text of
@@ -74,7 +87,9 @@ DLOCK_EXPORT const char *dlock_version_string(void);
   X(ECANCELED, -9, "operation canceled: the client is shutting down")          \
   X(EPROTO, -10, "unexpected reply: the server does not speak Redis")          \
   X(ENOQUORUM, -11, "no majority of Redis nodes could be reached")             \
-  X(ENOTLOCK, -12, "the key holds something other than a lock of this kind")
+  X(ENOTLOCK, -12, "the key holds something other than a lock of this kind")   \
+  X(EFORKED, -13,                                                              \
+    "client inherited across fork(): open a new one in this process")
 
 typedef enum dlock_err {
 #define DLOCK__ERR_ENUM(name, code, text) DLOCK_##name = (code),
@@ -122,20 +137,52 @@ typedef struct dlock dlock_t;
 #define DLOCK_WATCHDOG (-1)
 /* wait_ms meaning "wait as long as it takes". */
 #define DLOCK_WAIT_FOREVER (-1)
+/*
+ * The longest duration accepted anywhere, in milliseconds: 10^12 ms, about
+ * 31.7 years. Every lease_ms and wait_ms, and every *_ms option, above it
+ * fails with DLOCK_EINVAL before anything is sent. For "until unlocked"
+ * pass DLOCK_WATCHDOG, for "as long as it takes" DLOCK_WAIT_FOREVER.
+ *
+ * Why a limit, and why this one: dlock turns milliseconds into microseconds
+ * of CLOCK_MONOTONIC (x 1000) and adds them to the current time; Redis adds
+ * a PEXPIRE to the Unix time in milliseconds (about 1.7 x 10^12 today) and
+ * refuses a sum past INT64_MAX, after the script has written the lock; the
+ * Lua scripts compute with doubles, exact only up to 2^53 (about 9 x
+ * 10^15). At 10^12 ms every such sum stays thousands of times below where
+ * it would overflow or round, while no lease or wait needs to be longer.
+ */
+#define DLOCK_DURATION_MAX_MS INT64_C(1000000000000)
+/* The largest unlock_retries accepted (see dlock_options_t). */
+#define DLOCK_UNLOCK_RETRIES_MAX 100
 /* The longest lock name accepted, in bytes. */
 #define DLOCK_NAME_MAX 65536
 
 /*
  * Called from the client's watchdog thread as soon as a renewal finds that a
  * lock is no longer held by its owner (it expired or was deleted), or when
- * Redis stayed unreachable for longer than the lease. 'name' is the lock
- * name ('name_len' bytes, NUL-terminated too), 'owner' the owner that lost
+ * a lease ran out without a renewal confirmed by Redis (Redis unreachable,
+ * or a link so slow that no renewal gets through): then at the end of that
+ * lease as the client counts it, which starts before Redis's. 'name' is the
+ * lock name ('name_len' bytes, NUL-terminated too), 'owner' the owner that lost
  * it. The callback may call dlock functions but should return quickly: it
  * delays the renewal of other locks.
  */
 typedef void (*dlock_lost_cb)(void *data, const char *name, size_t name_len,
                               uint64_t owner);
 
+/*
+ * Called with a warning about the deployment, in one line of English
+ * ('text', NUL-terminated, valid during the call): so far, from
+ * dlock_client_open on the calling thread, when the server's
+ * maxmemory-policy may evict keys, which can evict a held lock (see
+ * docs/deployment.md). dlock never writes to stderr itself: without this
+ * callback a warning is dropped.
+ */
+typedef void (*dlock_warning_cb)(void *data, const char *text);
+
+/* Every *_ms option is 1..DLOCK_DURATION_MAX_MS (watchdog_timeout_ms at
+ * least 3); dlock_client_open fails with DLOCK_EINVAL, naming the option,
+ * for any other value. */
 typedef struct dlock_options {
   /* "redis://[user:pass@]host[:port][/db]" or "unix:///path[?db=N]";
    * default "redis://127.0.0.1:6379". Not copied by dlock_options_init. */
@@ -147,7 +194,8 @@ typedef struct dlock_options {
    * Copied at open. Two live clients must never share an id. */
   const char *client_id;
   /* How many times an unlock whose reply was lost is sent again on a fresh
-   * connection (it is idempotent, see the unlock latch); default 2. */
+   * connection (it is idempotent, see the unlock latch); default 2, at
+   * most DLOCK_UNLOCK_RETRIES_MAX. */
   int unlock_retries;
   /* How long a queued fair-lock waiter may stay silent before it is
    * dropped from the queue; default 300000 (Redisson's
@@ -176,7 +224,12 @@ typedef struct dlock_options {
    * right. Do not set this field yourself. */
   size_t struct_size;
 
-  /* ---- Added in dlock 0.2: TLS, used with rediss:// URLs only ----
+  /* ---- Added in dlock 0.2 ---- */
+  /* Told about a deployment that can break locks (see dlock_client_open). */
+  dlock_warning_cb on_warning; /* default NULL: warnings are dropped */
+  void *on_warning_data;
+
+  /* TLS, used with rediss:// URLs only.
    * Every connection of a client to a rediss:// URL checks the server's
    * certificate chain against the trusted CAs and its name against the
    * URL's host (or tls_server_name). The files are read at open and not
@@ -222,7 +275,9 @@ static inline void dlock_options_init(dlock_options_t *o) {
  * the database it names), starts the client's background threads and stores
  * the new client in '*out'. Fails with DLOCK_EINVAL for a bad URL or option,
  * DLOCK_EIO when the server cannot be reached, DLOCK_EAUTH for a refused
- * password and DLOCK_EPROTO when what answers is not Redis.
+ * password and DLOCK_EPROTO when what answers is not Redis. With
+ * 'o->on_warning' set, it also reads the server's maxmemory-policy (one
+ * more round trip) and warns, before returning, when it may evict locks.
  */
 DLOCK_EXPORT int dlock_client_open(const dlock_options_t *o,
                                    dlock_client_t **out);
@@ -231,7 +286,9 @@ DLOCK_EXPORT int dlock_client_open(const dlock_options_t *o,
  * Makes every call blocked on 'c' (waiting for a lock or for Redis) return
  * DLOCK_ECANCELED soon, and every later call fail with it. A fair-lock
  * waiter that is canceled still leaves the queue on its way out. Safe to
- * call from any thread, and more than once; not from a signal handler.
+ * call from any thread, and more than once; not from a signal handler. In
+ * a child of fork() it does nothing: the calls it would cancel are the
+ * parent's.
  */
 DLOCK_EXPORT void dlock_client_shutdown(dlock_client_t *c);
 
@@ -239,6 +296,7 @@ DLOCK_EXPORT void dlock_client_shutdown(dlock_client_t *c);
  * Stops the watchdog and the background threads and frees 'c'. Locks still
  * held are not released: they expire by their lease (a watchdog lock within
  * watchdog_timeout_ms). No other thread may be using 'c'. NULL is ignored.
+ * In a child of fork() it only frees memory (see fork() above).
  */
 DLOCK_EXPORT void dlock_client_close(dlock_client_t *c);
 
@@ -375,16 +433,31 @@ DLOCK_EXPORT const char *dlock_name(const dlock_t *l, size_t *len);
 
 /*
  * Acquires the lock for the calling thread, waiting as long as it takes.
- * 'lease_ms' > 0: the lock expires after it unless unlocked first;
- * DLOCK_WATCHDOG: it is held until unlocked, renewed in the background.
+ * 'lease_ms' 1..DLOCK_DURATION_MAX_MS: the lock expires after it unless
+ * unlocked first; DLOCK_WATCHDOG: it is held until unlocked, renewed in the
+ * background. Any other lease fails with DLOCK_EINVAL.
  * Reentrant: an owner that holds the lock gets it again (the count goes up;
  * it takes as many unlocks). Returns 0, or DLOCK_ECANCELED, DLOCK_EIO, ...
  */
 DLOCK_EXPORT int dlock_lock(dlock_t *l, int64_t lease_ms);
 
 /*
- * Like dlock_lock but gives up after 'wait_ms' (0: a single attempt;
- * DLOCK_WAIT_FOREVER: no limit) with DLOCK_ETIMEDOUT.
+ * Like dlock_lock but gives up after 'wait_ms' (0: a single attempt; at most
+ * DLOCK_DURATION_MAX_MS; DLOCK_WAIT_FOREVER: no limit) with DLOCK_ETIMEDOUT.
+ *
+ * An attempt that fails without an answer (DLOCK_EIO at the command
+ * timeout, a connection that failed, DLOCK_ECANCELED at shutdown) may
+ * still run in Redis: a stalled server runs it when it goes on. Whatever
+ * it was granted (the lock, one more count of a hold the owner had, a
+ * fair lock's queue place) is the owner's without its knowing, so the
+ * client gives it back as soon as Redis answers again, in the background,
+ * leaving the owner exactly the holds it had. The owner's next lock or
+ * unlock of that lock settles it first, and fails like the attempt while
+ * Redis still does not answer. What is not given back: an attempt still
+ * in the network when the client gave up on its connection that reaches
+ * Redis after the client settled it, or one whose client was closed
+ * first. Such a grant expires with its lease (watchdog_timeout_ms for
+ * DLOCK_WATCHDOG), a fair queue place after fair_wait_timeout_ms.
  */
 DLOCK_EXPORT int dlock_trylock(dlock_t *l, int64_t wait_ms, int64_t lease_ms);
 
@@ -483,7 +556,8 @@ DLOCK_EXPORT int dlock_query_ttl(dlock_t *l, int64_t *out);
  * incremented on every free->held transition, so a later holder always has a
  * larger token; a reentrant acquisition keeps its token. Pass it to the
  * protected resource, which refuses writes with a token lower than the
- * largest it has seen. Answered locally, without a round trip.
+ * largest it has seen. Answered locally, without a round trip; 0 in a child
+ * of fork() (see above).
  */
 DLOCK_EXPORT uint64_t dlock_token(dlock_t *l);
 DLOCK_EXPORT uint64_t dlock_token_as(dlock_t *l, uint64_t owner);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #define DEFAULT_URL "redis://127.0.0.1:6379"
 
@@ -103,16 +104,34 @@ static int make_uuid(char out[37]) {
   return 0;
 }
 
+/* A duration option: 'min'..DLOCK_DURATION_MAX_MS (see dlock.h for why
+ * there is a limit). */
+static int check_ms(const char *what, int64_t v, int64_t min) {
+  if (v >= min && v <= DLOCK_DURATION_MAX_MS)
+    return 0;
+  return dlock__fail(DLOCK_EINVAL,
+                     "%s must be %lld..DLOCK_DURATION_MAX_MS (%lld ms, about "
+                     "31 years), got %lld",
+                     what, (long long)min, (long long)DLOCK_DURATION_MAX_MS,
+                     (long long)v);
+}
+
 static int check_options(const dlock_options_t *o) {
-  if (o->connect_timeout_ms <= 0 || o->command_timeout_ms <= 0)
+  int rc = check_ms("connect_timeout_ms", o->connect_timeout_ms, 1);
+  if (rc == 0)
+    rc = check_ms("command_timeout_ms", o->command_timeout_ms, 1);
+  /* Renewed every third of it: a third must be at least 1 ms. */
+  if (rc == 0)
+    rc = check_ms("watchdog_timeout_ms", o->watchdog_timeout_ms, 3);
+  if (rc == 0)
+    rc = check_ms("fair_wait_timeout_ms", o->fair_wait_timeout_ms, 1);
+  if (rc != 0)
+    return rc;
+  if (o->unlock_retries < 0 || o->unlock_retries > DLOCK_UNLOCK_RETRIES_MAX)
     return dlock__fail(DLOCK_EINVAL,
-                       "connect_timeout_ms and command_timeout_ms must be > 0");
-  if (o->watchdog_timeout_ms < 3)
-    return dlock__fail(DLOCK_EINVAL, "watchdog_timeout_ms must be >= 3");
-  if (o->unlock_retries < 0)
-    return dlock__fail(DLOCK_EINVAL, "unlock_retries must be >= 0");
-  if (o->fair_wait_timeout_ms <= 0)
-    return dlock__fail(DLOCK_EINVAL, "fair_wait_timeout_ms must be > 0");
+                       "unlock_retries must be 0..DLOCK_UNLOCK_RETRIES_MAX "
+                       "(%d), got %d",
+                       DLOCK_UNLOCK_RETRIES_MAX, o->unlock_retries);
   if (o->client_id != NULL &&
       (o->client_id[0] == '\0' || strlen(o->client_id) > DLOCK__CLIENT_ID_MAX))
     return dlock__fail(DLOCK_EINVAL, "client_id must be 1..%d bytes",
@@ -154,8 +173,55 @@ static int check_tls(const dlock_options_t *o, const dlock__endpoint *ep) {
                      "connections yet");
 }
 
+/* 1 in a child of fork(): the fork count moved, or (should the handler be
+ * missing) the process is not the one that opened the client. */
+static int is_forked(const dlock_client_t *c) {
+  return dlock__forked_since(c->fork_gen) || getpid() != c->pid;
+}
+
+/* Clients closed in a child of fork() that kept some memory (see
+ * forget_after_fork): listed, so that it stays reachable rather than
+ * leaked. Pushed without a lock, which a parent thread could hold. */
+static _Atomic(dlock_client_t *) forked_leftovers;
+
+/*
+ * dlock_client_close in a child of fork(): frees what is safe to free and
+ * takes nothing that a parent thread may hold. The threads are the
+ * parent's (nothing to join), the sockets and pipes are shared with the
+ * parent (only this process's descriptors are closed, nothing is written),
+ * and a part whose mutex a parent thread held at the fork may be half
+ * changed, so it is left as it is.
+ */
+static void forget_after_fork(dlock_client_t *c) {
+  dlock__watchdog_forget(c->wd);
+  c->wd = NULL;
+  if (dlock__settler_forget(c->settle) == 0)
+    c->settle = NULL;
+  if (dlock__pubsub_forget(c->ps) == 0)
+    c->ps = NULL;
+  if (dlock__conn_forget(c->conn) == 0)
+    c->conn = NULL;
+  int holds_left = pthread_mutex_trylock(&c->mu) != 0;
+  if (!holds_left) {
+    dlock__holds_clear(&c->holds);
+    pthread_mutex_unlock(&c->mu);
+  }
+  if (c->ps != NULL || c->conn != NULL || c->settle != NULL || holds_left) {
+    c->forked_next = atomic_load(&forked_leftovers);
+    while (
+        !atomic_compare_exchange_weak(&forked_leftovers, &c->forked_next, c)) {
+    }
+    return;
+  }
+  pthread_mutex_destroy(&c->mu);
+  dlock__endpoint_free(&c->ep);
+  dlock__free(c->url);
+  dlock__free(c);
+}
+
 static void destroy(dlock_client_t *c) {
   dlock__watchdog_stop(c->wd);
+  dlock__settler_free(c->settle);
   dlock__pubsub_stop(c->ps);
   dlock__conn_free(c->conn);
   dlock__holds_clear(&c->holds);
@@ -163,6 +229,68 @@ static void destroy(dlock_client_t *c) {
   pthread_mutex_destroy(&c->mu);
   dlock__free(c->url);
   dlock__free(c);
+}
+
+/* The server's maxmemory-policy into 'buf' ("" when it cannot be read):
+ * CONFIG GET, or INFO memory where CONFIG is renamed, disabled or not
+ * granted to the user. */
+static void read_eviction_policy(dlock_client_t *c, char *buf, size_t n) {
+  const char *config[] = {"CONFIG", "GET", "maxmemory-policy"};
+  const size_t config_lens[] = {6, 3, 16};
+  redisReply *r = NULL;
+  buf[0] = '\0';
+  if (dlock__command(c, 3, config, config_lens, &r) == 0 &&
+      r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+      r->element[1]->type == REDIS_REPLY_STRING) {
+    snprintf(buf, n, "%.*s", (int)r->element[1]->len, r->element[1]->str);
+    freeReplyObject(r);
+    return;
+  }
+  if (r != NULL)
+    freeReplyObject(r);
+  const char *info[] = {"INFO", "memory"};
+  const size_t info_lens[] = {4, 6};
+  if (dlock__command(c, 2, info, info_lens, &r) != 0)
+    return;
+  static const char field[] = "maxmemory_policy:";
+  const char *p = r->type == REDIS_REPLY_STRING ? strstr(r->str, field) : NULL;
+  if (p != NULL) {
+    p += sizeof(field) - 1;
+    snprintf(buf, n, "%.*s", (int)strcspn(p, "\r\n"), p);
+  }
+  freeReplyObject(r);
+}
+
+/*
+ * Warns through on_warning when the server may evict keys under memory
+ * pressure: every lock key has an expiry, so volatile-* policies may evict
+ * it as well as allkeys-* ones (volatile-ttl first of all, a lock's lease
+ * being shorter than most caches' TTLs), and an evicted lock is granted to
+ * the next owner while its holder still works. Only noeviction keeps locks.
+ * A server that does not say is not warned about; the check costs one
+ * round trip, made only when someone listens.
+ */
+static void warn_if_evicting(dlock_client_t *c) {
+  if (c->opt.on_warning == NULL)
+    return;
+  char policy[64];
+  read_eviction_policy(c, policy, sizeof(policy));
+  /* The failure of a check that is only advice is nobody's business. */
+  dlock__fail_text(0, "");
+  if (policy[0] == '\0' || strcmp(policy, "noeviction") == 0)
+    return;
+  char where[256], text[1024];
+  dlock__endpoint_describe(&c->ep, where, sizeof(where));
+  snprintf(text, sizeof(text),
+           "Redis at %s has maxmemory-policy %s: once it reaches maxmemory "
+           "it evicts %s, and an evicted lock is granted to another owner "
+           "while its holder still holds it; run lock servers with "
+           "maxmemory-policy noeviction (see docs/deployment.md)",
+           where, policy,
+           strncmp(policy, "volatile-", 9) == 0
+               ? "keys that have an expiry, which every lock has"
+               : "any key, locks included");
+  c->opt.on_warning(c->opt.on_warning_data, text);
 }
 
 int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
@@ -182,6 +310,9 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
     return dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   pthread_mutex_init(&c->mu, NULL);
   dlock__holds_init(&c->holds);
+  dlock__fork_watch();
+  c->fork_gen = dlock__fork_gen();
+  c->pid = getpid();
   c->opt = *o;
   const char *url = o->url ? o->url : DEFAULT_URL;
   if ((c->url = dlock__strdup(url)) == NULL)
@@ -198,12 +329,16 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms};
   if (rc == 0)
     rc = dlock__conn_new(&cfg, &c->conn);
+  if (rc == 0)
+    rc = dlock__settler_new(c, &c->settle);
   if (rc == 0) {
     rc = dlock__conn_open(c->conn);
     /* A lazy client starts while its server is unreachable (a RedLock node
      * that is down); wrong passwords and non-Redis servers still fail. */
     if (rc == DLOCK_EIO && o->lazy_connect)
       rc = 0;
+    else if (rc == 0)
+      warn_if_evicting(c);
   }
   if (rc == 0)
     rc = dlock__pubsub_start(&c->ep, o->connect_timeout_ms,
@@ -219,7 +354,9 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
 }
 
 void dlock_client_shutdown(dlock_client_t *c) {
-  if (c == NULL)
+  /* In a child of fork() the calls it would cancel are the parent's, and
+   * canceling them would shut the parent's socket down. */
+  if (c == NULL || is_forked(c))
     return;
   atomic_store(&c->canceled, 1);
   dlock__conn_cancel(c->conn);
@@ -229,7 +366,10 @@ void dlock_client_shutdown(dlock_client_t *c) {
 void dlock_client_close(dlock_client_t *c) {
   if (c == NULL)
     return;
-  destroy(c);
+  if (is_forked(c))
+    forget_after_fork(c);
+  else
+    destroy(c);
 }
 
 const char *dlock_client_id(const dlock_client_t *c) {
@@ -243,6 +383,8 @@ size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,
 }
 
 int dlock__check_canceled(dlock_client_t *c) {
+  if (dlock__forked_since(c->fork_gen))
+    return dlock__fail_forked();
   if (atomic_load(&c->canceled))
     return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
   return 0;

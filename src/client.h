@@ -8,13 +8,17 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 
 #include "conn.h"
+#include "fork.h"
 #include "holds.h"
 #include "pubsub.h"
 #include "url.h"
 
 typedef struct dlock__watchdog dlock__watchdog;
+/* Settles acquisitions whose outcome is unknown (settle.c). */
+typedef struct dlock__settler dlock__settler;
 
 /* Room for "<client-id>:<owner>" with the longest id accepted. */
 #define DLOCK__CLIENT_ID_MAX 128
@@ -28,17 +32,34 @@ struct dlock_client {
   dlock__conn *conn;
   dlock__pubsub *ps;
   dlock__watchdog *wd;
+  dlock__settler *settle;
   pthread_mutex_t mu; /* guards 'holds' */
   dlock__holds holds;
   atomic_int canceled;
   atomic_uint_fast64_t request_seq; /* numbers unlock requests */
+  unsigned fork_gen; /* the process's fork count at open (see fork.h) */
+  pid_t pid;         /* the process that opened it */
+  /* A client closed in a child of fork() with memory left unfreed (see
+   * dlock_client_close), kept on a list so that it stays reachable. */
+  struct dlock_client *forked_next;
 };
+
+/* The settler of 'c' (settle.c); freeing it stops its thread, and what is
+ * still unsettled then expires with its lease. NULL is ignored by free. */
+int dlock__settler_new(dlock_client_t *c, dlock__settler **out);
+void dlock__settler_free(dlock__settler *st);
+/* Frees the settler of a client inherited across fork(), touching neither
+ * its thread nor its condition variable (both the parent's); 0, or -1 when
+ * a parent thread held its mutex at the fork and it was left as it is. */
+int dlock__settler_forget(dlock__settler *st);
 
 /* Formats the owner field "<client-id>:<owner>"; returns its length. */
 size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,
                           char buf[DLOCK__FIELD_MAX]);
 
-/* DLOCK_ECANCELED (with detail) once the client is shutting down. */
+/* DLOCK_EFORKED (with detail) in a child of fork() (see fork.h), else
+ * DLOCK_ECANCELED once the client is shutting down; 0 when usable. Every
+ * call checks it before it takes a mutex or touches a connection. */
 int dlock__check_canceled(dlock_client_t *c);
 
 /* Runs one plain command given as argv; the reply is the caller's. */

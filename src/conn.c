@@ -14,8 +14,10 @@
 #include <hiredis/sds.h>
 
 #include "error.h"
+#include "fork.h"
 #include "monotime.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -57,11 +59,15 @@ struct dlock__conn {
   redisContext *zombie;  /* failed during that send; the writer frees it */
   int64_t retry_at_us;   /* no reconnect before this */
   int64_t backoff_us;
-  int last_code;         /* why the last connection failed */
-  int broken_code;       /* set by break_locked for the driver to report */
-  int timed_out;         /* the failure being handled is a timeout */
-  int64_t last_reply_us; /* when the last reply came */
+  int last_code;            /* why the last connection failed */
+  int broken_code;          /* set by break_locked for the driver to report */
+  int timed_out;            /* the failure being handled is a timeout */
+  int64_t last_reply_us;    /* when the last reply came */
+  int connecting;           /* a caller is opening 'ctx', outside 'mu' */
+  pthread_cond_t connected; /* signalled when that caller is done */
+  unsigned cancels;         /* dlock__conn_cancel calls so far */
   char last_err[256];
+  unsigned fork_gen; /* the process's fork count when it was made */
 #ifdef __linux__
   /* Callers told under 'mu' why they are woken, still to be woken by
    * whoever releases 'mu' next (conn_unlock). */
@@ -74,6 +80,58 @@ struct dlock__conn {
   dlock__wake_slot *all_slots;
 #endif
 };
+
+/* ---- deadlines ----------------------------------------------------------- */
+
+/*
+ * When the caller gives up waiting. A plain caller has one deadline. A
+ * paced caller (a long pipelined batch, see dlock__conn_send_paced) gives
+ * up only when the connection has delivered no reply for its idle time, or
+ * at its limit: a connection that keeps answering is alive, however long
+ * the batch takes.
+ */
+static int64_t caller_deadline(const dlock__conn *c, const caller *me) {
+  if (me->idle_us == 0)
+    return me->deadline_us;
+  int64_t d = me->deadline_us;
+  if (c->last_reply_us > 0 && c->last_reply_us > d - me->idle_us)
+    d = c->last_reply_us + me->idle_us;
+  return d < me->limit_us ? d : me->limit_us;
+}
+
+/* ---- invariants -----------------------------------------------------------
+ */
+
+/*
+ * What holds whenever 'mu' is released, checked in debug builds (the
+ * sanitizer runs are debug builds). One reader and one writer at most; a
+ * socket being sent on outside 'mu' is the writer's; a connection being
+ * opened is not there yet; without a connection nothing is queued or read;
+ * every queued request either belongs to a caller that still counts it as
+ * unanswered or was given up on.
+ */
+static void check_locked(const dlock__conn *c) {
+#ifndef NDEBUG
+  assert(c->driving == 0 || c->driving == 1);
+  assert(c->writing == 0 || c->writing == 1);
+  assert(c->sending == NULL || c->writing);
+  assert(c->zombie == NULL || (c->zombie == c->sending && c->ctx != c->zombie));
+  assert(!c->connecting || c->ctx == NULL);
+  assert(c->ctx != NULL || (c->head == NULL && !c->driving));
+  assert(c->broken_code == 0 || c->ctx != NULL);
+  assert((c->head == NULL) == (c->tail == NULL));
+  assert(c->tail == NULL || c->tail->next == NULL);
+  for (const request *r = c->head; r != NULL; r = r->next) {
+    assert(r->who == NULL || r->who->remaining > 0);
+    assert(r->reply == NULL && r->err == 0);
+  }
+#ifdef __linux__
+  assert(c->nwakes <= WAKES_MAX);
+#endif
+#else
+  (void)c;
+#endif
+}
 
 /* ---- waking callers ----------------------------------------------------- */
 
@@ -148,6 +206,8 @@ static void free_slots(dlock__conn *c) {
 
 /* Tells 'who' why it is woken; the wake-up itself waits for conn_unlock. */
 static void notify_locked(dlock__conn *c, caller *who, uint32_t why) {
+  assert(why != WAKE_DONE || who->remaining == 0);
+  assert(why != WAKE_DRIVE || (who->remaining > 0 && who->waiting));
   _Atomic uint32_t *word = &who->slot->word;
   atomic_store_explicit(word, why, memory_order_release);
   if (c->nwakes < WAKES_MAX)
@@ -176,6 +236,7 @@ static void make_wakes(wake_batch *b) {
 
 /* Releases 'mu', then wakes the callers notified under it. */
 static void conn_unlock(dlock__conn *c) {
+  check_locked(c);
   wake_batch b;
   take_wakes_locked(c, &b);
   pthread_mutex_unlock(&c->mu);
@@ -190,8 +251,8 @@ static void conn_unlock(dlock__conn *c) {
 static int park(dlock__conn *c, caller *me) {
   _Atomic uint32_t *word = &me->slot->word;
   atomic_store_explicit(word, WAKE_NONE, memory_order_relaxed);
+  struct timespec ts = dlock__timespec_at(caller_deadline(c, me));
   conn_unlock(c);
-  struct timespec ts = dlock__timespec_at(me->deadline_us);
   uint32_t why;
   while ((why = atomic_load_explicit(word, memory_order_acquire)) ==
          WAKE_NONE) {
@@ -230,6 +291,8 @@ static void free_slots(dlock__conn *c) { (void)c; }
 static void notify_locked(dlock__conn *c, caller *who, uint32_t why) {
   (void)c;
   (void)why;
+  assert(why != WAKE_DONE || who->remaining == 0);
+  assert(why != WAKE_DRIVE || (who->remaining > 0 && who->waiting));
   pthread_cond_signal(&who->cv);
 }
 
@@ -244,10 +307,13 @@ static void take_wakes_locked(dlock__conn *c, wake_batch *b) {
 
 static void make_wakes(wake_batch *b) { (void)b; }
 
-static void conn_unlock(dlock__conn *c) { pthread_mutex_unlock(&c->mu); }
+static void conn_unlock(dlock__conn *c) {
+  check_locked(c);
+  pthread_mutex_unlock(&c->mu);
+}
 
 static int park(dlock__conn *c, caller *me) {
-  struct timespec ts = dlock__timespec_at(me->deadline_us);
+  struct timespec ts = dlock__timespec_at(caller_deadline(c, me));
   pthread_cond_timedwait(&me->cv, &c->mu, &ts);
   return 0;
 }
@@ -268,12 +334,26 @@ int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out) {
     return dlock__fail(DLOCK_ENOMEM, "pthread_mutex_init failed");
   }
 #endif
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  int cv_rc = pthread_cond_init(&c->connected, &attr);
+  pthread_condattr_destroy(&attr);
+  if (cv_rc != 0) {
+#ifdef __linux__
+    pthread_mutex_destroy(&c->slots_mu);
+#endif
+    pthread_mutex_destroy(&c->mu);
+    dlock__free(c);
+    return dlock__fail(DLOCK_ENOMEM, "pthread_cond_init failed");
+  }
   c->wbuf = sdsempty();
   if (c->wbuf == NULL) {
     dlock__conn_free(c);
     return dlock__fail(DLOCK_ENOMEM, "out of memory creating a connection");
   }
   c->cfg = *cfg;
+  c->fork_gen = dlock__fork_gen();
   *out = c;
   return 0;
 }
@@ -302,20 +382,58 @@ static int fail_ctx(redisContext *ctx, const char *where, const char *addr,
   return dlock__fail(DLOCK_EIO, "%s %s: %s", where, addr, ctx->errstr);
 }
 
-/* Runs one handshake command and checks that it did not fail. */
-static int handshake(redisContext *ctx, const char *addr, int64_t timeout_ms,
-                     int argc, const char **argv, const char *expect) {
-  redisReply *r = NULL;
+/*
+ * Waits until 'fd' is ready for 'events' or 'deadline_us' passes. The
+ * handshake polls rather than relying on a socket timeout: a socket timeout
+ * bounds each read, and a server that sends one byte at a time restarts it
+ * with every byte. 1 when ready, 0 at the deadline, -1 on error (errno).
+ */
+static int wait_fd(int fd, short events, int64_t deadline_us) {
+  for (;;) {
+    struct pollfd p = {.fd = fd, .events = events};
+    int n = poll(&p, 1, dlock__ms_until(deadline_us));
+    if (n > 0)
+      return 1;
+    if (n == 0 && dlock__now_us() >= deadline_us)
+      return 0;
+    if (n < 0 && errno != EINTR)
+      return -1;
+  }
+}
+
+/* Runs one handshake command on a non-blocking context, all of it (sending
+ * and the whole reply) by 'deadline_us', and checks that it did not fail.
+ * 'budget_ms' is the time the handshake had, for the message. */
+static int handshake(redisContext *ctx, const char *addr, int64_t deadline_us,
+                     int64_t budget_ms, int argc, const char **argv,
+                     const char *expect) {
+  void *reply = NULL;
   int done = 0;
   if (redisAppendCommandArgv(ctx, argc, argv, NULL) != REDIS_OK)
-    return fail_ctx(ctx, argv[0], addr, timeout_ms);
-  /* Our own flush first: hiredis's write() could raise SIGPIPE when the
-   * other end has already hung up (as a non-Redis server may). */
-  while (!done)
+    return fail_ctx(ctx, argv[0], addr, budget_ms);
+  /* Our own flush: hiredis's write() could raise SIGPIPE when the other
+   * end has already hung up (as a non-Redis server may). */
+  for (;;) {
     if (dlock__flush_output(ctx, &done) != 0)
-      return fail_ctx(ctx, argv[0], addr, timeout_ms);
-  if (redisGetReply(ctx, (void **)&r) != REDIS_OK || r == NULL)
-    return fail_ctx(ctx, argv[0], addr, timeout_ms);
+      return fail_ctx(ctx, argv[0], addr, budget_ms);
+    if (done)
+      break;
+    int w = wait_fd(ctx->fd, POLLOUT, deadline_us);
+    if (w <= 0)
+      goto no_answer;
+  }
+  for (;;) {
+    if (redisGetReplyFromReader(ctx, &reply) != REDIS_OK)
+      return fail_ctx(ctx, argv[0], addr, budget_ms);
+    if (reply != NULL)
+      break;
+    int w = wait_fd(ctx->fd, POLLIN, deadline_us);
+    if (w <= 0)
+      goto no_answer;
+    if (redisBufferRead(ctx) != REDIS_OK)
+      return fail_ctx(ctx, argv[0], addr, budget_ms);
+  }
+  redisReply *r = reply;
   int rc = 0;
   if (r->type == REDIS_REPLY_ERROR) {
     rc = dlock__fail_reply(r->str, r->len);
@@ -330,23 +448,34 @@ static int handshake(redisContext *ctx, const char *addr, int64_t timeout_ms,
   }
   freeReplyObject(r);
   return rc;
+no_answer:
+  return dlock__fail(DLOCK_EIO, "%s %s: no complete answer within %lld ms",
+                     argv[0], addr, (long long)budget_ms);
 }
 
 static int authenticate(redisContext *ctx, const dlock__endpoint *ep,
-                        const char *addr, int64_t timeout_ms) {
+                        const char *addr, int64_t deadline_us,
+                        int64_t budget_ms) {
   const char *argv[3] = {"AUTH", ep->user, ep->pass};
   if (ep->pass == NULL && ep->user == NULL)
     return 0;
   if (ep->user != NULL)
-    return handshake(ctx, addr, timeout_ms, 3, argv, NULL);
+    return handshake(ctx, addr, deadline_us, budget_ms, 3, argv, NULL);
   argv[1] = ep->pass;
-  return handshake(ctx, addr, timeout_ms, 2, argv, NULL);
+  return handshake(ctx, addr, deadline_us, budget_ms, 2, argv, NULL);
 }
 
-int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
-                   int64_t command_timeout_ms, redisContext **out) {
+int dlock__connect_until(const dlock__endpoint *ep, int64_t connect_timeout_ms,
+                         int64_t command_timeout_ms, int64_t deadline_us,
+                         redisContext **out) {
   char addr[160];
   dlock__endpoint_describe(ep, addr, sizeof(addr));
+  int64_t now = dlock__now_us();
+  int64_t left_ms = deadline_us > now ? (deadline_us - now) / 1000 : 0;
+  if (left_ms < 1)
+    left_ms = 1;
+  if (connect_timeout_ms > left_ms)
+    connect_timeout_ms = left_ms;
   struct timeval tv = timeval_of_ms(connect_timeout_ms);
   redisContext *ctx = ep->path
                           ? redisConnectUnixWithTimeout(ep->path, tv)
@@ -356,23 +485,30 @@ int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
   int rc = 0;
   if (ctx->err)
     rc = fail_ctx(ctx, "connect", addr, connect_timeout_ms);
+  /* The whole handshake (AUTH, SELECT, PING) shares one deadline: a
+   * command timeout from now, or the caller's own deadline if sooner. */
+  now = dlock__now_us();
+  int64_t hs_deadline = dlock__deadline_ms(command_timeout_ms);
+  if (hs_deadline > deadline_us)
+    hs_deadline = deadline_us;
+  int64_t budget_ms = (hs_deadline - now + 999) / 1000;
   if (rc == 0) {
     /* A child started by the program must not inherit our sockets. */
     fcntl(ctx->fd, F_SETFD, FD_CLOEXEC);
-    if (redisSetTimeout(ctx, timeval_of_ms(command_timeout_ms)) != REDIS_OK)
-      rc = fail_ctx(ctx, "setsockopt", addr, command_timeout_ms);
+    if (dlock__set_nonblocking(ctx) != 0)
+      rc = DLOCK_EIO;
   }
   if (rc == 0)
-    rc = authenticate(ctx, ep, addr, command_timeout_ms);
+    rc = authenticate(ctx, ep, addr, hs_deadline, budget_ms);
   if (rc == 0 && ep->db != 0) {
     char db[16];
     snprintf(db, sizeof(db), "%d", ep->db);
     const char *argv[2] = {"SELECT", db};
-    rc = handshake(ctx, addr, command_timeout_ms, 2, argv, "OK");
+    rc = handshake(ctx, addr, hs_deadline, budget_ms, 2, argv, "OK");
   }
   if (rc == 0) {
     const char *argv[1] = {"PING"};
-    rc = handshake(ctx, addr, command_timeout_ms, 1, argv, "PONG");
+    rc = handshake(ctx, addr, hs_deadline, budget_ms, 1, argv, "PONG");
   }
   if (rc != 0) {
     redisFree(ctx);
@@ -380,6 +516,12 @@ int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
   }
   *out = ctx;
   return 0;
+}
+
+int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
+                   int64_t command_timeout_ms, redisContext **out) {
+  return dlock__connect_until(ep, connect_timeout_ms, command_timeout_ms,
+                              INT64_MAX, out);
 }
 
 int dlock__set_nonblocking(redisContext *ctx) {
@@ -496,11 +638,36 @@ static int idle_connection_is_dead(dlock__conn *c) {
   return poll(&p, 1, 0) != 0;
 }
 
+/*
+ * Makes sure there is a connection, opening one if needed, by the caller's
+ * deadline. Called and returns with 'mu' held, but the connect and its
+ * handshake run without it: a server that answers slowly (or one byte at
+ * a time) must not hold every other caller on the mutex for the whole
+ * handshake. Callers that come meanwhile wait for that connection, each
+ * only until its own deadline.
+ */
 static int connect_locked(dlock__conn *c, int64_t deadline_us) {
-  if (c->ctx != NULL && !idle_connection_is_dead(c))
-    return 0;
-  if (c->ctx != NULL)
-    fail_all_locked(c, DLOCK_EIO, "connection closed by the server");
+  unsigned cancels = c->cancels;
+  for (;;) {
+    if (c->cancels != cancels)
+      return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+    if (c->ctx != NULL && !idle_connection_is_dead(c))
+      return 0;
+    if (c->ctx != NULL)
+      fail_all_locked(c, DLOCK_EIO, "connection closed by the server");
+    if (!c->connecting)
+      break;
+    if (dlock__now_us() >= deadline_us)
+      return dlock__fail(DLOCK_EIO,
+                         "no connection to Redis in time: another call is "
+                         "still connecting");
+    /* Callers notified under 'mu' are woken before this thread sleeps. */
+    wake_batch b;
+    take_wakes_locked(c, &b);
+    make_wakes(&b);
+    struct timespec ts = dlock__timespec_at(deadline_us);
+    pthread_cond_timedwait(&c->connected, &c->mu, &ts);
+  }
   int64_t now = dlock__now_us();
   if (now < c->retry_at_us)
     return dlock__fail(c->last_code ? c->last_code : DLOCK_EIO,
@@ -509,17 +676,19 @@ static int connect_locked(dlock__conn *c, int64_t deadline_us) {
   /* Connecting, and the handshake after it, fit in what is left of the
    * caller's time: a server that accepts but does not answer (paused) must
    * not hold a call for a connect timeout plus a command timeout. */
-  int64_t left_ms = (deadline_us - now) / 1000;
-  if (left_ms < 1)
-    left_ms = 1;
-  int64_t budget_ms =
-      left_ms < c->cfg.connect_timeout_ms ? left_ms : c->cfg.connect_timeout_ms;
-  int64_t handshake_ms =
-      left_ms < c->cfg.command_timeout_ms ? left_ms : c->cfg.command_timeout_ms;
-  redisContext *ctx;
-  int rc = dlock__connect(c->cfg.ep, budget_ms, handshake_ms, &ctx);
-  if (rc == 0)
-    rc = dlock__set_nonblocking(ctx) == 0 ? 0 : (redisFree(ctx), DLOCK_EIO);
+  c->connecting = 1;
+  conn_unlock(c);
+  redisContext *ctx = NULL;
+  int rc = dlock__connect_until(c->cfg.ep, c->cfg.connect_timeout_ms,
+                                c->cfg.command_timeout_ms, deadline_us, &ctx);
+  if (rc == 0 && dlock__set_nonblocking(ctx) != 0) {
+    redisFree(ctx);
+    rc = DLOCK_EIO;
+  }
+  pthread_mutex_lock(&c->mu);
+  c->connecting = 0;
+  pthread_cond_broadcast(&c->connected);
+  assert(c->ctx == NULL && c->head == NULL);
   if (rc != 0) {
     /* A failed connect backs off like a timeout: callers fail fast while
      * the server stays away. */
@@ -530,6 +699,10 @@ static int connect_locked(dlock__conn *c, int64_t deadline_us) {
   c->ctx = ctx;
   c->backoff_us = 0;
   c->last_code = 0;
+  /* Canceled meanwhile: this call fails, the connection stays for the
+   * client's own clean-up. */
+  if (c->cancels != cancels)
+    return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
   return 0;
 }
 
@@ -541,10 +714,12 @@ int64_t dlock__conn_retry_at(dlock__conn *c) {
 }
 
 int dlock__conn_open(dlock__conn *c) {
+  if (dlock__forked_since(c->fork_gen))
+    return dlock__fail_forked();
   pthread_mutex_lock(&c->mu);
   c->retry_at_us = 0;
-  int rc =
-      connect_locked(c, dlock__now_us() + c->cfg.connect_timeout_ms * 1000);
+  /* Bounded by the connect and command timeouts (dlock__connect_until). */
+  int rc = connect_locked(c, INT64_MAX);
   conn_unlock(c);
   return rc;
 }
@@ -585,6 +760,7 @@ static void write_out_locked(dlock__conn *c) {
     wake_batch wakes;
     take_wakes_locked(c, &wakes);
     c->sending = ctx;
+    check_locked(c);
     pthread_mutex_unlock(&c->mu);
     /* MSG_NOSIGNAL: a server that went away must give us EPIPE, not kill
      * the program with SIGPIPE. */
@@ -662,6 +838,7 @@ static int dispatch_replies_locked(dlock__conn *c, caller *me) {
       continue;
     }
     r->reply = reply;
+    assert(r->who->remaining > 0);
     if (--r->who->remaining == 0 && r->who != me)
       notify_locked(c, r->who, WAKE_DONE);
   }
@@ -698,25 +875,33 @@ static int give_up_requests_locked(dlock__conn *c, caller *me) {
   return 0;
 }
 
-static int timed_out_error(dlock__conn *c) {
+/* The error of a caller that gave up at its own deadline. */
+static int timed_out_error(const caller *me) {
   return dlock__fail(DLOCK_EIO, "no reply from Redis within %lld ms",
-                     (long long)c->cfg.command_timeout_ms);
+                     (long long)((dlock__now_us() - me->start_us) / 1000));
 }
 
-/* When the connection counts as dead: its oldest request has waited a
- * whole command timeout without any answer. */
+/* When the connection counts as dead: a whole command timeout without any
+ * reply since its oldest request was sent. Replies come in order, so a
+ * connection that keeps delivering them (a long pipelined batch) is alive
+ * however long the oldest request has waited. */
 static int64_t dead_at(const dlock__conn *c) {
-  return c->head != NULL ? c->head->sent_us + c->cfg.command_timeout_ms * 1000
-                         : INT64_MAX;
+  if (c->head == NULL)
+    return INT64_MAX;
+  int64_t since =
+      c->head->sent_us > c->last_reply_us ? c->head->sent_us : c->last_reply_us;
+  return dlock__after_ms(since, c->cfg.command_timeout_ms);
 }
 
 /* Reads replies for everybody until the caller 'me' has all of its own, or
  * its deadline passes (it gives up on them), or the connection dies. */
 static void drive_locked(dlock__conn *c, caller *me) {
   char why[200];
+  assert(!c->driving && me->waiting);
   c->driving = 1;
   while (me->remaining > 0 && c->ctx != NULL) {
-    int64_t wake = dead_at(c) < me->deadline_us ? dead_at(c) : me->deadline_us;
+    int64_t mine = caller_deadline(c, me);
+    int64_t wake = dead_at(c) < mine ? dead_at(c) : mine;
     /* Past a deadline the poll does not wait, but replies that already
      * arrived are still read: a caller that waited for another server
      * first (a RedLock) must not lose answers that came in time. */
@@ -741,7 +926,7 @@ static void drive_locked(dlock__conn *c, caller *me) {
         fail_all_locked(c, DLOCK_EIO, why);
         break;
       }
-      if (now >= me->deadline_us) {
+      if (now >= caller_deadline(c, me)) {
         if (give_up_requests_locked(c, me) != 0)
           fail_all_locked(c, DLOCK_ENOMEM, "out of memory giving up a call");
         break;
@@ -806,12 +991,17 @@ static int enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
   return 0;
 }
 
-int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
-                     const size_t *lens, int64_t deadline_us,
-                     dlock__pending *p) {
+static int send_common(dlock__conn *c, size_t n, char *const *cmds,
+                       const size_t *lens, int64_t deadline_us, int64_t idle_ms,
+                       int64_t limit_us, dlock__pending *p) {
   memset(p, 0, sizeof(*p));
   p->conn = c;
   p->n = n;
+  /* In a child of fork() the socket is the parent's: never touch it. */
+  if (dlock__forked_since(c->fork_gen)) {
+    p->rc = dlock__fail_forked();
+    return p->rc;
+  }
   p->reqs =
       n <= DLOCK__PENDING_LOCAL ? p->local : dlock__calloc(n, sizeof(request));
   if (p->reqs == NULL) {
@@ -820,9 +1010,16 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
   }
   caller *me = &p->me;
   me->remaining = n;
-  me->deadline_us = deadline_us
-                        ? deadline_us
-                        : dlock__now_us() + c->cfg.command_timeout_ms * 1000;
+  me->start_us = dlock__now_us();
+  if (idle_ms > 0) {
+    me->idle_us = idle_ms > INT64_MAX / 1000 ? INT64_MAX / 2 : idle_ms * 1000;
+    me->limit_us = limit_us;
+    me->deadline_us = dlock__deadline_ms(idle_ms);
+  } else {
+    me->deadline_us = deadline_us
+                          ? deadline_us
+                          : dlock__deadline_ms(c->cfg.command_timeout_ms);
+  }
   p->rc = caller_init(c, me);
   if (p->rc != 0) {
     if (p->reqs != p->local)
@@ -832,7 +1029,7 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
   }
 
   pthread_mutex_lock(&c->mu);
-  int rc = connect_locked(c, me->deadline_us);
+  int rc = connect_locked(c, caller_deadline(c, me));
   if (rc == 0)
     rc = enqueue_locked(c, n, cmds, lens, p->reqs, me);
   /* A thread already writing sends these commands too. */
@@ -841,6 +1038,19 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
   conn_unlock(c);
   p->rc = rc;
   return rc;
+}
+
+int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
+                     const size_t *lens, int64_t deadline_us,
+                     dlock__pending *p) {
+  return send_common(c, n, cmds, lens, deadline_us, 0, 0, p);
+}
+
+int dlock__conn_send_paced(dlock__conn *c, size_t n, char *const *cmds,
+                           const size_t *lens, int64_t idle_ms,
+                           int64_t limit_us, dlock__pending *p) {
+  return send_common(c, n, cmds, lens, 0, idle_ms > 0 ? idle_ms : 1, limit_us,
+                     p);
 }
 
 int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
@@ -861,7 +1071,12 @@ int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
       answered = 1;
       break;
     }
-    if (p->me.remaining > 0 && dlock__now_us() >= p->me.deadline_us) {
+    /* Only while somebody still reads: a caller woken to take over the
+     * reading (the driver left) reads what has come and passes the role
+     * on in drive_locked even when its own time is up, or every other
+     * caller would wait for replies that sit unread on the socket. */
+    if (p->me.remaining > 0 && c->driving &&
+        dlock__now_us() >= caller_deadline(c, &p->me)) {
       if (give_up_requests_locked(c, &p->me) != 0)
         break_locked(c, DLOCK_ENOMEM, "out of memory giving up a call");
     }
@@ -877,11 +1092,17 @@ int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
     pthread_mutex_lock(&c->mu);
   }
   p->me.waiting = 0;
+#ifndef NDEBUG
+  /* Nothing in the queue refers to this caller's frame any more. */
+  for (const request *r = c->head; r != NULL; r = r->next)
+    assert(r->who != &p->me);
+  assert(p->rc != 0 || p->me.remaining == 0);
+#endif
   if (rc == 0) {
     for (size_t i = 0; i < p->n && rc == 0; i++)
       rc = p->reqs[i].err;
     if (rc != 0 && p->me.gave_up)
-      timed_out_error(c);
+      timed_out_error(&p->me);
     else if (rc != 0)
       dlock__fail_text(rc, c->last_err);
   }
@@ -915,7 +1136,10 @@ void dlock__conn_cancel(dlock__conn *c) {
   pthread_mutex_lock(&c->mu);
   /* Only what is in flight fails: later calls are refused by the client
    * itself, while its own clean-up (a fair waiter leaving the queue) may
-   * still talk to Redis. */
+   * still talk to Redis. Callers connecting, or waiting for a connection,
+   * fail too. */
+  c->cancels++;
+  pthread_cond_broadcast(&c->connected);
   if (c->ctx != NULL)
     break_locked(c, DLOCK_ECANCELED, "client is shutting down");
   conn_unlock(c);
@@ -938,6 +1162,55 @@ void dlock__conn_free(dlock__conn *c) {
 #ifdef __linux__
   pthread_mutex_destroy(&c->slots_mu);
 #endif
+  pthread_cond_destroy(&c->connected);
   pthread_mutex_destroy(&c->mu);
   dlock__free(c);
+}
+
+/* ---- after fork() ------------------------------------------------------- */
+
+int dlock__conn_forget(dlock__conn *c) {
+  if (c == NULL)
+    return 0;
+  /* Taken by a thread of the parent at the fork: what it guards may be
+   * half changed. A writer or sender works outside 'mu' on 'wbuf' and the
+   * context, and a caller connecting outside 'mu' on a context of its own:
+   * the same. Left alone, then. */
+  if (pthread_mutex_trylock(&c->mu) != 0)
+    return -1;
+#ifdef __linux__
+  if (pthread_mutex_trylock(&c->slots_mu) != 0) {
+    pthread_mutex_unlock(&c->mu);
+    return -1;
+  }
+#endif
+  if (c->writing || c->sending != NULL || c->connecting) {
+#ifdef __linux__
+    pthread_mutex_unlock(&c->slots_mu);
+#endif
+    pthread_mutex_unlock(&c->mu);
+    return -1;
+  }
+  /* Requests given up on are the connection's; the others live in the
+   * frames of parent threads, which are not this process's to free. */
+  while (c->head != NULL) {
+    request *next = c->head->next;
+    if (c->head->who == NULL)
+      dlock__free(c->head);
+    c->head = next;
+  }
+  /* redisFree only closes this process's copy of the descriptor: it sends
+   * nothing, and the parent's socket stays open. */
+  if (c->ctx != NULL)
+    redisFree(c->ctx);
+  sdsfree(c->wbuf);
+  free_slots(c);
+#ifdef __linux__
+  pthread_mutex_unlock(&c->slots_mu);
+  pthread_mutex_destroy(&c->slots_mu);
+#endif
+  pthread_mutex_unlock(&c->mu);
+  pthread_mutex_destroy(&c->mu);
+  dlock__free(c);
+  return 0;
 }

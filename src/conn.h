@@ -65,9 +65,12 @@ typedef struct dlock__caller {
   pthread_cond_t cv;
 #endif
   size_t remaining; /* requests still without an answer */
+  int64_t start_us;
   int64_t deadline_us;
-  int waiting; /* in dlock__conn_wait, able to take over reading */
-  int gave_up; /* its deadline passed before the replies came */
+  int64_t idle_us;  /* paced (> 0): the deadline moves with each reply */
+  int64_t limit_us; /* paced: the deadline never moves past this */
+  int waiting;      /* in dlock__conn_wait, able to take over reading */
+  int gave_up;      /* its deadline passed before the replies came */
 } dlock__caller;
 
 typedef struct dlock__request {
@@ -96,6 +99,17 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
                      dlock__pending *p);
 int dlock__conn_wait(dlock__pending *p, redisReply **replies);
 
+/*
+ * A send for a long pipelined batch (a renewal round of many thousand
+ * locks), whose replies take longer than one command timeout to arrive:
+ * the caller gives up only when the connection has delivered no reply for
+ * 'idle_ms' (counted from the send, then from each reply), or at
+ * 'limit_us'. Waited for with dlock__conn_wait.
+ */
+int dlock__conn_send_paced(dlock__conn *c, size_t n, char *const *cmds,
+                           const size_t *lens, int64_t idle_ms,
+                           int64_t limit_us, dlock__pending *p);
+
 /* Makes every call in progress fail with DLOCK_ECANCELED (later calls are
  * refused by the client, see dlock_client_shutdown). */
 void dlock__conn_cancel(dlock__conn *c);
@@ -104,11 +118,27 @@ void dlock__conn_cancel(dlock__conn *c);
 void dlock__conn_free(dlock__conn *c);
 
 /*
- * Opens a connected, authenticated hiredis context for 'ep' in blocking
- * mode, with the command timeout as its socket timeout, the database
- * selected and the close-on-exec flag set. Checks with PING that the server
- * speaks Redis. Shared by the command and pub/sub connections.
+ * In a child of fork(): frees 'c' without waiting for anyone or writing
+ * anything, closing only this process's copy of the socket. Returns 0, or
+ * -1 (nothing freed) when a thread of the parent was working on it at the
+ * fork, so that its state cannot be trusted. NULL is ignored.
  */
+int dlock__conn_forget(dlock__conn *c);
+
+/*
+ * Opens a connected, authenticated hiredis context for 'ep' in non-blocking
+ * mode, with the database selected and the close-on-exec flag set, and
+ * checks with PING that the server speaks Redis. Connecting may take
+ * 'connect_timeout_ms'; the whole handshake after it (AUTH, SELECT, PING)
+ * one 'command_timeout_ms', however the server paces its bytes; and
+ * everything ends by 'deadline_us' (CLOCK_MONOTONIC) if that comes first.
+ * Shared by the command and pub/sub connections.
+ */
+int dlock__connect_until(const dlock__endpoint *ep, int64_t connect_timeout_ms,
+                         int64_t command_timeout_ms, int64_t deadline_us,
+                         redisContext **out);
+
+/* dlock__connect_until with no deadline of the caller's own. */
 int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
                    int64_t command_timeout_ms, redisContext **out);
 
@@ -117,7 +147,7 @@ int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
  * set. */
 int dlock__flush_output(redisContext *ctx, int *done);
 
-/* Switches a context from dlock__connect to non-blocking I/O. */
+/* Switches a context to non-blocking I/O (dlock__connect's already is). */
 int dlock__set_nonblocking(redisContext *ctx);
 
 #endif

@@ -104,10 +104,20 @@ static int is_not_lock_error(const char *text, size_t len) {
          memcmp(text, prefix, sizeof(prefix) - 1) == 0;
 }
 
+/* dlock's scripts refuse an argument they cannot use with this prefix,
+ * before writing anything (a client and scripts that disagree, or a script
+ * run by hand). */
+static int is_argument_error(const char *text, size_t len) {
+  static const char prefix[] = "DLOCK_EINVAL ";
+  return len >= sizeof(prefix) - 1 &&
+         memcmp(text, prefix, sizeof(prefix) - 1) == 0;
+}
+
 int dlock__fail_reply_in(const char *text, size_t len, const char *script) {
   int code = is_auth_error(text, len)        ? DLOCK_EAUTH
              : is_transient_error(text, len) ? DLOCK_EIO
              : is_not_lock_error(text, len)  ? DLOCK_ENOTLOCK
+             : is_argument_error(text, len)  ? DLOCK_EINVAL
                                              : DLOCK_ESERVER;
   int shown = len > DETAIL_MAX - 80 ? DETAIL_MAX - 80 : (int)len;
   if (script != NULL)

@@ -92,17 +92,17 @@ static int fair_granted(dlock_t *l, uint64_t owner, int64_t lease_ms,
   return dlock__record_grant(l, owner, lease_ms, token, since_us);
 }
 
-/* A waiter that stops waiting leaves the queue at once, rather than
- * holding up everyone behind it until its deadline, and gives back the
- * lock if a release handed it over meanwhile. */
-static void fair_give_up(dlock_t *l, uint64_t owner) {
+/* Takes 'owner' out of the queue; with 'count' (the holds the client
+ * believes it has) 0, also gives back the lock if a release handed it over
+ * meanwhile. */
+static int fair_leave(dlock_t *l, uint64_t owner, int64_t count) {
   fair_keys k;
-  if (make_keys(l, &k) != 0)
-    return;
+  int rc = make_keys(l, &k);
+  if (rc != 0)
+    return rc;
   char field[DLOCK__FIELD_MAX], believed[24];
   size_t field_len = dlock__field_plain(l, owner, field);
-  snprintf(believed, sizeof(believed), "%" PRId64,
-           dlock__believed_count(l, owner));
+  snprintf(believed, sizeof(believed), "%" PRId64, count);
   const char *argv[] = {l->name,  k.queue, k.timeouts, l->channel,
                         k.grants, field,   believed};
   const size_t lens[] = {l->len,          k.queue_len,  k.timeouts_len,
@@ -110,9 +110,17 @@ static void fair_give_up(dlock_t *l, uint64_t owner) {
                          strlen(believed)};
   dlock__eval call = {&dlock__script_fair_leave, 5, 2, argv, lens};
   int64_t removed;
-  /* Best effort: if this fails, the deadline drops the entry later. */
-  (void)dlock__eval_integer(l, &call, &removed);
+  rc = dlock__eval_integer(l, &call, &removed);
   free_keys(&k);
+  return rc;
+}
+
+/* A waiter that stops waiting leaves the queue at once, rather than
+ * holding up everyone behind it until its deadline, and gives back the
+ * lock if a release handed it over meanwhile. When Redis does not answer,
+ * the caller has the leave settled later (see settle.c). */
+static int fair_give_up(dlock_t *l, uint64_t owner) {
+  return fair_leave(l, owner, dlock__believed_count(l, owner));
 }
 
 static int fair_wait_channel(dlock_t *l, uint64_t owner, char **out,
@@ -128,29 +136,56 @@ static int fair_wait_channel(dlock_t *l, uint64_t owner, char **out,
   return 0;
 }
 
-static int fair_release(dlock_t *l, uint64_t owner) {
-  dlock__release r;
+/* Runs the fair release script for 'r' (begun as a release, or as an
+ * undo: see settle.c). */
+static int fair_release_with(dlock_t *l, uint64_t owner, dlock__release *r,
+                             int undo) {
   fair_keys k;
-  int rc = dlock__release_begin(l, owner, &r);
-  if (rc == 0)
-    rc = make_keys(l, &k);
+  int rc = make_keys(l, &k);
   if (rc != 0) {
-    dlock__release_end(&r);
+    dlock__release_end(r);
     return rc;
   }
   char field[DLOCK__FIELD_MAX];
   size_t field_len = dlock__field_plain(l, owner, field);
-  const char *argv[] = {l->name, k.queue,  k.timeouts,   l->channel,
-                        r.latch, k.grants, l->token_key, "0",
-                        r.lease, field,    r.latch_ttl,  r.count};
+  const char *argv[] = {l->name,  k.queue,  k.timeouts,   l->channel,
+                        r->latch, k.grants, l->token_key, "0",
+                        r->lease, field,    r->latch_ttl, r->count};
   const size_t lens[] = {
-      l->len,          k.queue_len,  k.timeouts_len,      l->channel_len,
-      r.latch_len,     k.grants_len, l->token_key_len,    1,
-      strlen(r.lease), field_len,    strlen(r.latch_ttl), strlen(r.count)};
+      l->len,           k.queue_len,  k.timeouts_len,       l->channel_len,
+      r->latch_len,     k.grants_len, l->token_key_len,     1,
+      strlen(r->lease), field_len,    strlen(r->latch_ttl), strlen(r->count)};
   dlock__eval call = {&dlock__script_fair_release, 7, 5, argv, lens};
-  rc = dlock__release_run(l, owner, &r, &call);
+  rc = undo ? dlock__undo_run(l, r, &call)
+            : dlock__release_run(l, owner, r, &call);
   free_keys(&k);
   return rc;
+}
+
+static int fair_release(dlock_t *l, uint64_t owner) {
+  dlock__release r;
+  int rc = dlock__release_begin(l, owner, &r);
+  if (rc != 0) {
+    dlock__release_end(&r);
+    return rc;
+  }
+  return fair_release_with(l, owner, &r, 0);
+}
+
+/* An attempt without an answer may have queued the owner, been handed the
+ * lock from the queue, or taken it: an owner that held nothing leaves the
+ * queue and gives back a lock it was handed (fair_leave.lua); one that
+ * held it (never queued) has its count set back by the release script. */
+static int fair_undo(dlock_t *l, uint64_t owner, int64_t believed) {
+  if (believed == 0)
+    return fair_leave(l, owner, 0);
+  dlock__release r;
+  int rc = dlock__undo_begin(l, owner, believed, &r);
+  if (rc != 0) {
+    dlock__release_end(&r);
+    return rc;
+  }
+  return fair_release_with(l, owner, &r, 1);
 }
 
 static int fair_force_release(dlock_t *l) {
@@ -173,6 +208,7 @@ const dlock__kind dlock__kind_fair = {
     .try_acquire = fair_try_acquire,
     .granted = fair_granted,
     .give_up = fair_give_up,
+    .undo = fair_undo,
     .wait_channel = fair_wait_channel,
     .release = fair_release,
     .field = dlock__field_plain,

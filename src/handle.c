@@ -91,6 +91,8 @@ int dlock__handle_new(dlock_client_t *c, const dlock__kind *kind,
     *out = NULL;
   if (c == NULL || out == NULL)
     return dlock__fail(DLOCK_EINVAL, "client and out must not be NULL");
+  if (dlock__forked_since(c->fork_gen))
+    return dlock__fail_forked();
   int rc = check_name(name, len);
   if (rc != 0)
     return rc;
@@ -189,16 +191,33 @@ const char *dlock_name(const dlock_t *l, size_t *len) {
 /* ---- acquiring, with waiting ----------------------------------------------
  */
 
+/* Both bounded by DLOCK_DURATION_MAX_MS (see dlock.h): beyond it, the
+ * deadline and lease arithmetic here and in Redis would overflow. */
 static int check_times(int64_t wait_ms, int64_t lease_ms) {
-  if (lease_ms <= 0 && lease_ms != DLOCK_WATCHDOG)
+  if ((lease_ms <= 0 && lease_ms != DLOCK_WATCHDOG) ||
+      lease_ms > DLOCK_DURATION_MAX_MS)
     return dlock__fail(DLOCK_EINVAL,
-                       "lease_ms must be > 0 or DLOCK_WATCHDOG (-1), got %lld",
-                       (long long)lease_ms);
-  if (wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER)
+                       "lease_ms must be 1..DLOCK_DURATION_MAX_MS (%lld ms, "
+                       "about 31 years) or DLOCK_WATCHDOG (-1), got %lld",
+                       (long long)DLOCK_DURATION_MAX_MS, (long long)lease_ms);
+  if ((wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER) ||
+      wait_ms > DLOCK_DURATION_MAX_MS)
     return dlock__fail(DLOCK_EINVAL,
-                       "wait_ms must be >= 0 or DLOCK_WAIT_FOREVER (-1), got "
-                       "%lld",
-                       (long long)wait_ms);
+                       "wait_ms must be 0..DLOCK_DURATION_MAX_MS (%lld ms, "
+                       "about 31 years) or DLOCK_WAIT_FOREVER (-1), got %lld",
+                       (long long)DLOCK_DURATION_MAX_MS, (long long)wait_ms);
+  return 0;
+}
+
+int dlock__check_handle(dlock_t *l) {
+  if (l->c != NULL)
+    return dlock__check_canceled(l->c);
+  /* A composite: each part's client, before any part is touched. */
+  for (size_t i = 0; i < l->nsubs; i++) {
+    int rc = dlock__check_canceled(l->subs[i]->c);
+    if (rc != 0)
+      return rc;
+  }
   return 0;
 }
 
@@ -276,7 +295,7 @@ static int join_channel(dlock_t *l, uint64_t owner, int64_t deadline_us,
   int rc = turn_channel(l, owner, &channel, &channel_len);
   if (rc != 0)
     return rc;
-  int64_t join_by = dlock__now_us() + c->opt.command_timeout_ms * 1000;
+  int64_t join_by = dlock__deadline_ms(c->opt.command_timeout_ms);
   rc = dlock__pubsub_join(c->ps, channel, channel_len,
                           join_by < deadline_us ? join_by : deadline_us, w);
   if (channel != l->channel)
@@ -298,6 +317,14 @@ static int join_channel_if_active(dlock_t *l, uint64_t owner, dlock__waiter *w,
   if (channel != l->channel)
     dlock__free(channel);
   return rc;
+}
+
+/* A waiter stops waiting without the lock. When Redis does not answer its
+ * leaving (a fair waiter stays queued, and a release may hand it the lock),
+ * that is settled once Redis answers again. */
+static void give_up(dlock_t *l, uint64_t owner) {
+  if (l->kind->give_up != NULL && l->kind->give_up(l, owner) != 0)
+    dlock__note_unsettled(l, owner);
 }
 
 /* How long a waiter that queued behind its client's other waiters, without
@@ -378,8 +405,10 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     } else if (now >= deadline_us) {
       rc = timed_out(l, wait_ms);
       break;
-    } else if (busy.ttl_ms >= 0 && now + busy.ttl_ms * 1000 < until) {
-      until = now + busy.ttl_ms * 1000;
+    } else if (busy.ttl_ms >= 0 && dlock__after_ms(now, busy.ttl_ms) < until) {
+      /* Saturating: the TTL is whatever the holder set, up to what Redis
+       * allows, whose microseconds may not fit. */
+      until = dlock__after_ms(now, busy.ttl_ms);
     }
     if (sub != NULL)
       rc = dlock__pubsub_wait(c->ps, sub, until);
@@ -404,26 +433,15 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     if (rc != 0 && fresh_grant(sub, &busy) != 0)
       rc = take_late_grant(l, owner, lease_ms, sub->grant, tried_us, rc);
   }
-  if (rc != 0 && l->kind->give_up != NULL)
-    l->kind->give_up(l, owner);
+  if (rc != 0)
+    give_up(l, owner);
   return rc;
 }
 
-int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
-                     int64_t lease_ms) {
-  if (l == NULL)
-    return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
-  int rc = check_times(wait_ms, lease_ms);
-  if (rc == 0 && l->c != NULL)
-    rc = dlock__check_canceled(l->c);
-  if (rc != 0)
-    return rc;
-  int64_t deadline_us = wait_ms == DLOCK_WAIT_FOREVER
-                            ? INT64_MAX
-                            : dlock__now_us() + wait_ms * 1000;
-  if (l->kind->acquire != NULL)
-    return l->kind->acquire(l, owner, wait_ms, lease_ms, deadline_us);
-  rc = dlock__settle_before_acquire(l, owner);
+/* A single lock's acquisition, once the arguments are checked. */
+static int trylock_single(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                          int64_t lease_ms, int64_t deadline_us) {
+  int rc = dlock__settle_before_acquire(l, owner);
   if (rc != 0)
     return rc;
   /* A waiter that is going to wait anyway joins a live subscription before
@@ -453,9 +471,30 @@ int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
     if (rc < 0 && fresh_grant(sub, &busy) != 0)
       rc = take_late_grant(l, owner, lease_ms, sub->grant, tried_us, rc);
   }
-  if (rc < 0 && wait_ms != 0 && l->kind->give_up != NULL)
-    l->kind->give_up(l, owner);
+  if (rc < 0 && wait_ms != 0)
+    give_up(l, owner);
   return rc == 1 ? timed_out(l, wait_ms) : rc;
+}
+
+int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                     int64_t lease_ms) {
+  if (l == NULL)
+    return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
+  int rc = check_times(wait_ms, lease_ms);
+  if (rc == 0)
+    rc = dlock__check_handle(l);
+  if (rc != 0)
+    return rc;
+  int64_t deadline_us =
+      wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
+  if (l->kind->acquire != NULL)
+    return l->kind->acquire(l, owner, wait_ms, lease_ms, deadline_us);
+  rc = trylock_single(l, owner, wait_ms, lease_ms, deadline_us);
+  /* The last attempt got no answer and may have run: what it took is
+   * given back once Redis answers (settle.c). */
+  if (dlock__outcome_unknown(rc))
+    dlock__note_unsettled(l, owner);
+  return rc;
 }
 
 int dlock_trylock(dlock_t *l, int64_t wait_ms, int64_t lease_ms) {
@@ -473,14 +512,15 @@ int dlock_lock(dlock_t *l, int64_t lease_ms) {
 int dlock_unlock_as(dlock_t *l, uint64_t owner) {
   if (l == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
-  int rc = l->c != NULL ? dlock__check_canceled(l->c) : 0;
+  int rc = dlock__check_handle(l);
   return rc != 0 ? rc : l->kind->release(l, owner);
 }
 
 int dlock_unlock(dlock_t *l) { return dlock_unlock_as(l, dlock_self()); }
 
 uint64_t dlock_token_as(dlock_t *l, uint64_t owner) {
-  if (l == NULL)
+  /* In a child of fork() the records' mutexes may be held for ever. */
+  if (l == NULL || dlock__check_handle(l) != 0)
     return 0;
   if (l->kind->token != NULL)
     return l->kind->token(l, owner);

@@ -82,6 +82,9 @@ static int lost_error(const dlock_t *l) {
 
 int dlock__settle_before_acquire(dlock_t *l, uint64_t owner) {
   dlock_client_t *c = l->c;
+  int rc = dlock__unsettled_settle(l, owner);
+  if (rc != 0)
+    return rc;
   pthread_mutex_lock(&c->mu);
   dlock__hold *h =
       dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
@@ -150,9 +153,78 @@ void dlock__release_end(dlock__release *r) {
   r->latch = NULL;
 }
 
+/* The lease text, the latch's lifetime and a latch key of its own for a
+ * release; 'r->lease_ms' is set. */
+static int make_latch(dlock_t *l, dlock__release *r) {
+  dlock_client_t *c = l->c;
+  snprintf(r->lease, sizeof(r->lease), "%" PRId64, r->lease_ms);
+  /* The latch must outlive every retry of this request; the scripts take
+   * no duration beyond DLOCK_DURATION_MAX_MS (and nobody waits that long). */
+  int64_t latch_ms = c->opt.command_timeout_ms * (c->opt.unlock_retries + 2);
+  snprintf(r->latch_ttl, sizeof(r->latch_ttl), "%" PRId64,
+           latch_ms < DLOCK_DURATION_MAX_MS ? latch_ms : DLOCK_DURATION_MAX_MS);
+  char request[DLOCK__FIELD_MAX];
+  snprintf(request, sizeof(request), "%s:%" PRIuFAST64, c->id,
+           (uint_fast64_t)atomic_fetch_add(&c->request_seq, 1));
+  /* One allocation per unlock, on its hot path. */
+  return dlock__prefixed_suffix("redisson_unlock_latch", l->name, l->len,
+                                request, &r->latch, &r->latch_len);
+}
+
+int dlock__outcome_unknown(int rc) {
+  /* No answer came: the command may have run. Out of memory is counted in,
+   * as it may strike after the command was sent. */
+  return rc == DLOCK_EIO || rc == DLOCK_EPROTO || rc == DLOCK_ECANCELED ||
+         rc == DLOCK_ENOMEM;
+}
+
+void dlock__note_unsettled(dlock_t *l, uint64_t owner) {
+  dlock_client_t *c = l->c;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  /* A lost hold's unlocks, and an abandoned one's next call, release
+   * whatever the owner has: an undo would only race with them. */
+  int skip = h != NULL && (h->lost || h->abandoned);
+  int64_t believed = h != NULL ? h->count : 0;
+  pthread_mutex_unlock(&c->mu);
+  if (!skip)
+    dlock__unsettled_add(l, owner, believed);
+}
+
+int dlock__undo_begin(dlock_t *l, uint64_t owner, int64_t believed,
+                      dlock__release *r) {
+  dlock_client_t *c = l->c;
+  memset(r, 0, sizeof(*r));
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  /* Only a hold that stays needs a lease restored. */
+  r->lease_ms = h != NULL ? h->lease_ms : c->opt.watchdog_timeout_ms;
+  pthread_mutex_unlock(&c->mu);
+  snprintf(r->count, sizeof(r->count), "%" PRId64, believed + 1);
+  return make_latch(l, r);
+}
+
+int dlock__undo_run(dlock_t *l, dlock__release *r, const dlock__eval *call) {
+  int64_t left;
+  int rc = dlock__eval_integer(l, call, &left);
+  dlock__release_end(r);
+  return rc;
+}
+
 int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
   dlock_client_t *c = l->c;
   memset(r, 0, sizeof(*r));
+  /* An attempt of this owner whose outcome is unknown is given back
+   * first: undone after this release, it would take back holds this
+   * release leaves. When that cannot be done, neither can the release: it
+   * fails as an unlock without an answer does. */
+  int rc = dlock__unsettled_settle(l, owner);
+  if (rc != 0) {
+    dlock__release_failed(l, owner);
+    return rc;
+  }
   pthread_mutex_lock(&c->mu);
   dlock__hold *h =
       dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
@@ -168,16 +240,7 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
   /* A hold found lost is still released on the server, in case it is in
    * fact there (a renewal that was under way when the client gave up on
    * Redis ran after all); the caller is told DLOCK_ELOST whatever comes. */
-  snprintf(r->lease, sizeof(r->lease), "%" PRId64, r->lease_ms);
-  /* The latch must outlive every retry of this request. */
-  snprintf(r->latch_ttl, sizeof(r->latch_ttl), "%" PRId64,
-           c->opt.command_timeout_ms * (c->opt.unlock_retries + 2));
-  char request[DLOCK__FIELD_MAX];
-  snprintf(request, sizeof(request), "%s:%" PRIuFAST64, c->id,
-           (uint_fast64_t)atomic_fetch_add(&c->request_seq, 1));
-  /* One allocation per unlock, on its hot path. */
-  int rc = dlock__prefixed_suffix("redisson_unlock_latch", l->name, l->len,
-                                  request, &r->latch, &r->latch_len);
+  rc = make_latch(l, r);
   if (rc != 0)
     return rc;
   /* From here the release is sent: a renewal that runs in Redis just after

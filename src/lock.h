@@ -32,6 +32,10 @@ struct dlock {
   pthread_mutex_t cmu;
 };
 
+/* dlock__check_canceled on the handle's client, or on every part's client
+ * of a composite: 0 when the handle may be used. */
+int dlock__check_handle(dlock_t *l);
+
 /* Frees what a composite handle owns (its records), not the handle. */
 void dlock__composite_free(dlock_t *l);
 
@@ -68,8 +72,16 @@ struct dlock__kind {
    * when the kind never does that. */
   int (*granted)(dlock_t *l, uint64_t owner, int64_t lease_ms, uint64_t token,
                  int64_t since_us, dlock__busy *busy);
-  /* Called when a waiter stops waiting without the lock; may be NULL. */
-  void (*give_up)(dlock_t *l, uint64_t owner);
+  /* Called when a waiter stops waiting without the lock: 0, or an error
+   * when Redis did not answer (the waiter may still be queued). May be
+   * NULL. */
+  int (*give_up)(dlock_t *l, uint64_t owner);
+  /* Gives back whatever an attempt of 'owner' that got no answer may have
+   * taken, 'believed' being the holds the owner had when it tried: its
+   * holds are set back to that many (a hold granted from none is released
+   * and the lock's waiters told), and a queue place is given up. Harmless
+   * when the attempt never ran. 0 when Redis answered (see settle.c). */
+  int (*undo)(dlock_t *l, uint64_t owner, int64_t believed);
   /* The channel a waiter of 'owner' listens on; NULL: l->channel. */
   int (*wait_channel)(dlock_t *l, uint64_t owner, char **out, size_t *len);
   /* Releases one hold of 'owner': 0, DLOCK_ENOTHELD, DLOCK_ELOST or error. */
@@ -233,8 +245,48 @@ int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
                           const dlock__release *r);
 
 /* Before a single lock is acquired: DLOCK_ELOST when the owner's hold was
- * found lost (its unlocks report it), and an abandoned hold's release is
- * finished first. 0 to go on. */
+ * found lost (its unlocks report it), and an attempt whose outcome is
+ * unknown (settle.c) and an abandoned hold's release are settled first. 0
+ * to go on. */
 int dlock__settle_before_acquire(dlock_t *l, uint64_t owner);
+
+/* ---- attempts whose outcome is unknown (settle.c) ------------------------ */
+
+/* 1 when a call that failed with 'rc' may have run in Redis all the same
+ * (no answer came: a timeout, a failed connection, a shutdown). */
+int dlock__outcome_unknown(int rc);
+
+/* After an attempt of 'owner' on 'l' that may have run in Redis without its
+ * answer reaching the client (or a waiter that could not leave a fair
+ * queue): records it to be undone as soon as Redis answers, unless the
+ * owner's hold is lost or abandoned (its own unlock then settles the lock).
+ * Never fails: unrecorded, a late grant expires with its lease. */
+void dlock__note_unsettled(dlock_t *l, uint64_t owner);
+
+/* Records the attempt with the owner's hold count 'believed' (see
+ * dlock__note_unsettled) and wakes the background settling. */
+void dlock__unsettled_add(dlock_t *l, uint64_t owner, int64_t believed);
+
+/* Settles the owner's own unsettled attempt on 'l', if any, now (waiting
+ * for the background one under way): 0 when there is none left, else the
+ * error of an undo that Redis did not answer. */
+int dlock__unsettled_settle(dlock_t *l, uint64_t owner);
+
+/* 1 when 'owner' has an unsettled attempt on 'l' ('*believed' is then its
+ * hold count), without waiting or settling anything. */
+int dlock__unsettled_pending(dlock_t *l, uint64_t owner, int64_t *believed);
+
+/* How many attempts of the client are unsettled (for tests). */
+int dlock__unsettled_count(dlock_client_t *c);
+
+/* For a kind's undo: a release of 'believed' + 1 holds (its count
+ * argument), with a latch of its own and without the hold table. Pair with
+ * dlock__undo_run, or dlock__release_end on failure. */
+int dlock__undo_begin(dlock_t *l, uint64_t owner, int64_t believed,
+                      dlock__release *r);
+
+/* Runs an undo's release script call and frees 'r'. 0 when Redis
+ * answered, whatever the answer. */
+int dlock__undo_run(dlock_t *l, dlock__release *r, const dlock__eval *call);
 
 #endif

@@ -15,6 +15,37 @@ static inline int64_t dlock__now_us(void) {
   return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/*
+ * 'ms' milliseconds in microseconds, saturating at INT64_MAX: the options
+ * and arguments are bounded (DLOCK_DURATION_MAX_MS), but a TTL read from
+ * Redis is whatever another program set, and a deadline must never wrap
+ * round into the past (a wait that ends at once, a thread that spins).
+ * Negative values count as 0.
+ */
+static inline int64_t dlock__ms_to_us(int64_t ms) {
+  if (ms <= 0)
+    return 0;
+  return ms > INT64_MAX / 1000 ? INT64_MAX : ms * 1000;
+}
+
+/* 'at_us' + 'us' for a non-negative 'at_us' (a point on the clock),
+ * saturating at INT64_MAX, which every caller reads as "never". */
+static inline int64_t dlock__add_us(int64_t at_us, int64_t us) {
+  if (us <= 0)
+    return at_us;
+  return us > INT64_MAX - at_us ? INT64_MAX : at_us + us;
+}
+
+/* The point 'ms' milliseconds after 'at_us', saturating. */
+static inline int64_t dlock__after_ms(int64_t at_us, int64_t ms) {
+  return dlock__add_us(at_us, dlock__ms_to_us(ms));
+}
+
+/* The deadline 'ms' milliseconds from now, saturating. */
+static inline int64_t dlock__deadline_ms(int64_t ms) {
+  return dlock__after_ms(dlock__now_us(), ms);
+}
+
 /* The absolute CLOCK_MONOTONIC time for pthread_cond_timedwait on a
  * condition variable created with the monotonic clock attribute. */
 static inline struct timespec dlock__timespec_at(int64_t at_us) {

@@ -26,6 +26,8 @@ static int composite_new(dlock_t *const *locks, size_t n,
     if (locks[i]->kind->acquire != NULL)
       return dlock__fail(DLOCK_EINVAL,
                          "lock %zu is itself a MultiLock or RedLock", i);
+    if (dlock__forked_since(locks[i]->c->fork_gen))
+      return dlock__fail_forked();
   }
   dlock_t *l = dlock__calloc(1, sizeof(*l));
   if (l == NULL)
@@ -342,7 +344,17 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
   }
   int64_t sent_us = dlock__now_us();
   for (size_t i = 0; i < n; i++) {
-    state[i] = dlock__settle_before_acquire(l->subs[i], owner);
+    /* A node where an earlier attempt got no answer is settled in the
+     * background as soon as it answers; settling it here, one node after
+     * the other, would cost a command timeout per silent node. Until then
+     * it is not asked. */
+    if (dlock__unsettled_pending(l->subs[i], owner, NULL))
+      state[i] = dlock__fail(DLOCK_EIO,
+                             "RedLock node %zu not asked: an "
+                             "earlier attempt there is unsettled",
+                             i);
+    else
+      state[i] = dlock__settle_before_acquire(l->subs[i], owner);
     if (!parallel_part(l->subs[i]) || state[i] != 0)
       continue;
     dlock__reentrant_acquire_call(l->subs[i], owner, lease_ms, &args[i]);
@@ -398,6 +410,14 @@ static void red_release_all(dlock_t *l, uint64_t owner,
     }
     if (!parallel_part(sub)) {
       state[i] = dlock_unlock_as(sub, owner);
+      continue;
+    }
+    /* A part without a hold whose attempt is unsettled is released by
+     * that settling (settle.c), in the background: not held here. */
+    int64_t believed = -1;
+    if (dlock__unsettled_pending(sub, owner, &believed) && believed == 0 &&
+        !dlock__has_hold(sub, owner)) {
+      state[i] = DLOCK_ENOTHELD;
       continue;
     }
     state[i] = dlock__release_begin(sub, owner, &rel[i]);
@@ -495,6 +515,14 @@ static void align_tokens(dlock_t *l, uint64_t owner,
     raise_tokens(l, held, hi);
 }
 
+/* Parts whose attempt got no answer may be granted on their node all the
+ * same: they are given back once the node answers (settle.c). */
+static void note_unanswered(dlock_t *l, uint64_t owner, const int *state) {
+  for (size_t i = 0; i < l->nsubs; i++)
+    if (dlock__outcome_unknown(state[i]))
+      dlock__note_unsettled(l->subs[i], owner);
+}
+
 static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                        int64_t lease_ms, int64_t deadline_us) {
   size_t n = l->nsubs, quorum = n / 2 + 1;
@@ -534,12 +562,14 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     int64_t elapsed_ms = (dlock__now_us() - start) / 1000;
     int64_t validity = lease - elapsed_ms - (lease / 100 + 2);
     if (granted >= quorum && validity > 0) {
+      note_unanswered(l, owner, state);
       align_tokens(l, owner, held);
       rc = record_composite(l, owner, fresh);
       break;
     }
     red_outcome undone;
     red_release_all(l, owner, undo, &undone);
+    note_unanswered(l, owner, state);
     if (answered < quorum) {
       rc = dlock__fail(DLOCK_ENOQUORUM,
                        "RedLock: only %zu of %zu nodes answered; %zu needed",
@@ -558,7 +588,7 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     int64_t delay_ms = 5 + (int64_t)(dlock__now_us() % 45) + attempt;
     if (ttl_ms >= 0 && ttl_ms < delay_ms)
       delay_ms = ttl_ms;
-    int64_t until = dlock__now_us() + delay_ms * 1000;
+    int64_t until = dlock__deadline_ms(delay_ms);
     if (until > deadline_us)
       until = deadline_us;
     int64_t sleep_us = until - dlock__now_us();

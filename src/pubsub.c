@@ -23,6 +23,7 @@
 #include "error.h"
 #include "monotime.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
@@ -57,7 +58,12 @@
  * (it is woken when it does; this only bounds a missed wake-up). */
 #define RESERVED_RECHECK_US 100000
 
-enum sub_state { SUB_NONE, SUB_SENT, SUB_ACTIVE, SUB_LEAVING };
+enum {
+  SUB_NONE = DLOCK__SUB_NONE,
+  SUB_SENT = DLOCK__SUB_SENT,
+  SUB_ACTIVE = DLOCK__SUB_ACTIVE,
+  SUB_LEAVING = DLOCK__SUB_LEAVING
+};
 
 struct dlock__sub {
   struct dlock__sub *next;
@@ -71,7 +77,7 @@ struct dlock__sub {
   int handover_run;           /* hand-overs inside the client in a row */
   int64_t yield_until_us;     /* see YIELD_US */
   dlock__waiter *head, *tail; /* ... in the order they joined */
-  int state;                  /* enum sub_state */
+  int state;                  /* enum dlock__sub_state */
   int resync;                 /* wake everyone once the subscription is back */
   int refused; /* Redis refused SUBSCRIBE (ACL): DLOCK_E* for joiners */
   char why[160];
@@ -117,6 +123,34 @@ static dlock__sub *find_sub(dlock__pubsub *ps, const char *name, size_t len) {
     if (s->len == len && memcmp(s->name, name, len) == 0)
       return s;
   return NULL;
+}
+
+/*
+ * The invariants of a channel's record, checked where it changes (compiled
+ * out with NDEBUG). Its waiters form a list of 'refs' entries that all
+ * point back at it; a state other than NONE means a command or a
+ * subscription on the current connection, so there is none without one.
+ * LEAVING may have waiters: they joined after the UNSUBSCRIBE was sent, and
+ * the channel is subscribed again once its reply is in.
+ */
+static void check_sub_locked(const dlock__pubsub *ps, const dlock__sub *s) {
+#ifndef NDEBUG
+  int n = 0;
+  const dlock__waiter *last = NULL;
+  for (const dlock__waiter *w = s->head; w != NULL; w = w->next) {
+    assert(w->sub == s);
+    last = w;
+    n++;
+  }
+  assert(s->tail == last);
+  assert(n == s->refs);
+  assert(s->state >= SUB_NONE && s->state <= SUB_LEAVING);
+  assert(ps->connected || s->state == SUB_NONE);
+  assert(ps->reader == NULL || ps->reader->reading);
+#else
+  (void)ps;
+  (void)s;
+#endif
 }
 
 static void free_sub(dlock__sub *s) {
@@ -199,6 +233,7 @@ static void on_disconnect_locked(dlock__pubsub *ps) {
     s->state = SUB_NONE;
     s->resync = 1;
     pthread_cond_broadcast(&s->ready);
+    check_sub_locked(ps, s);
   }
 }
 
@@ -277,6 +312,18 @@ static int64_t sync_subscriptions_locked(dlock__pubsub *ps) {
         append_batch(ps->ctx, "UNSUBSCRIBE", nuns, uns_argv, uns_lens) !=
             REDIS_OK)
       on_disconnect_locked(ps);
+#ifndef NDEBUG
+    /* Every channel with waiters is subscribed, or on its way to be (a
+     * LEAVING one once its UNSUBSCRIBE is answered), or was refused. */
+    int waiting = 0;
+    for (dlock__sub *s = ps->subs; s != NULL; s = s->next) {
+      check_sub_locked(ps, s);
+      assert(!ps->connected || s->refs == 0 || s->refused ||
+             s->state != SUB_NONE);
+      waiting += s->refs;
+    }
+    assert(waiting == ps->waiting);
+#endif
   } else if (ps->connected) {
     next_due = now + 10000; /* out of memory: try again shortly */
   }
@@ -306,24 +353,33 @@ static void refuse_pending_locked(dlock__pubsub *ps, const redisReply *r) {
   }
 }
 
-static void handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
+/* Handles one reply or message. Returns -1 when it cannot answer anything
+ * this client sent (the stream is out of step): the connection is then
+ * dropped and every subscription made again. */
+static int handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
   if (r->type == REDIS_REPLY_ERROR) {
     refuse_pending_locked(ps, r);
-    return;
+    return 0;
   }
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
       r->element[1]->type != REDIS_REPLY_STRING)
-    return;
+    return 0;
   const redisReply *kind = r->element[0], *chan = r->element[1];
   dlock__sub *s = find_sub(ps, chan->str, chan->len);
   if (s == NULL)
-    return;
+    return 0;
   if (is_str(kind, "message")) {
     if (is_str(r->element[2], "1"))
       wake_all_locked(s);
     else
       wake_one_locked(s, grant_of(r->element[2]));
   } else if (is_str(kind, "subscribe")) {
+    /* SENT, or NONE after a refusal of another SUBSCRIBE in flight: Redis
+     * says it is subscribed, and it is (the linger drops it if nobody
+     * waits). A confirmation while ACTIVE or LEAVING answers nothing sent:
+     * a SUBSCRIBE is only ever sent from NONE. */
+    if (s->state == SUB_ACTIVE || s->state == SUB_LEAVING)
+      return -1;
     s->state = SUB_ACTIVE;
     pthread_cond_broadcast(&s->ready);
     if (s->resync) {
@@ -331,8 +387,18 @@ static void handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
       wake_all_locked(s);
     }
   } else if (is_str(kind, "unsubscribe")) {
+    if (s->state != SUB_LEAVING)
+      return -1;
     s->state = SUB_NONE;
+    /* Waiters that joined while the UNSUBSCRIBE was on its way need the
+     * channel again, and one that nobody needs is to be forgotten: either
+     * way the thread has work, and it may be asleep in poll() while a
+     * waiter reads the connection, so it is told. */
+    if (!pthread_equal(pthread_self(), ps->thread))
+      poke_thread(ps);
   }
+  check_sub_locked(ps, s);
+  return 0;
 }
 
 static void read_replies_locked(dlock__pubsub *ps) {
@@ -348,8 +414,12 @@ static void read_replies_locked(dlock__pubsub *ps) {
     }
     if (reply == NULL)
       return;
-    handle_reply_locked(ps, reply);
+    int rc = handle_reply_locked(ps, reply);
     freeReplyObject(reply);
+    if (rc != 0) {
+      on_disconnect_locked(ps);
+      return;
+    }
   }
 }
 
@@ -520,6 +590,7 @@ static void enqueue_locked(dlock__sub *s, dlock__waiter *w) {
   s->tail = w;
   s->refs++;
   s->ps->waiting++;
+  check_sub_locked(s->ps, s);
 }
 
 /* Takes 'w' out of its line; a wake-up it did not take goes to the next
@@ -545,6 +616,7 @@ static void dequeue_locked(dlock__pubsub *ps, dlock__waiter *w) {
     s->idle_since_us = dlock__now_us();
     poke_thread(ps);
   }
+  check_sub_locked(ps, s);
 }
 
 int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
@@ -575,6 +647,12 @@ int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
     pthread_cond_timedwait(&s->ready, &ps->mu, &ts);
   }
   int rc = ps->canceled ? DLOCK_ECANCELED : s->refused;
+  /* Out of time (or connection) before Redis confirmed the subscription:
+   * the waiter sleeps by the lock's TTL, and is woken to try again once the
+   * subscription is confirmed, since an unlock message sent before that
+   * went to nobody. */
+  if (rc == 0 && s->state != SUB_ACTIVE)
+    s->resync = 1;
   char why[sizeof(s->why)];
   snprintf(why, sizeof(why), "%s", s->why);
   if (rc != 0)
@@ -600,6 +678,17 @@ int dlock__pubsub_join_active(dlock__pubsub *ps, const char *channel,
   }
   pthread_mutex_unlock(&ps->mu);
   return joined;
+}
+
+int dlock__pubsub_state(dlock__pubsub *ps, const char *channel, size_t len,
+                        int *refs) {
+  pthread_mutex_lock(&ps->mu);
+  dlock__sub *s = find_sub(ps, channel, len);
+  int state = s != NULL ? s->state : -1;
+  if (refs != NULL)
+    *refs = s != NULL ? s->refs : 0;
+  pthread_mutex_unlock(&ps->mu);
+  return state;
 }
 
 /* Reads the connection until 'until_us' at most or something arrives, as
@@ -754,4 +843,35 @@ void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w) {
   }
   dequeue_locked(ps, w);
   pthread_mutex_unlock(&ps->mu);
+}
+
+/* ---- after fork() ------------------------------------------------------- */
+
+int dlock__pubsub_forget(dlock__pubsub *ps) {
+  if (ps == NULL)
+    return 0;
+  /* Taken by a parent thread at the fork: the channel list may be half
+   * changed. */
+  if (pthread_mutex_trylock(&ps->mu) != 0)
+    return -1;
+  /* No join (the thread is the parent's), no condition variable destroyed
+   * (one a parent thread waited on would wait for it for ever), no poke
+   * (the pipes are shared with the parent's thread). The waiters live in
+   * the parent's threads' frames. */
+  while (ps->subs != NULL) {
+    dlock__sub *next = ps->subs->next;
+    dlock__free(ps->subs->name);
+    dlock__free(ps->subs);
+    ps->subs = next;
+  }
+  if (ps->ctx != NULL)
+    redisFree(ps->ctx); /* this process's copy of the descriptor only */
+  close(ps->pipe_fd[0]);
+  close(ps->pipe_fd[1]);
+  close(ps->reader_pipe[0]);
+  close(ps->reader_pipe[1]);
+  pthread_mutex_unlock(&ps->mu);
+  pthread_mutex_destroy(&ps->mu);
+  dlock__free(ps);
+  return 0;
 }

@@ -60,10 +60,18 @@ void dlock__pubsub_cancel(dlock__pubsub *ps);
 /* Stops the thread and frees everything. NULL is ignored. */
 void dlock__pubsub_stop(dlock__pubsub *ps);
 
+/* In a child of fork(): frees 'ps' and closes this process's copies of its
+ * descriptors, without joining, waking or waiting for anyone. 0, or -1
+ * (nothing freed) when a parent thread was working on it at the fork. */
+int dlock__pubsub_forget(dlock__pubsub *ps);
+
 /*
- * Joins 'channel' and waits until Redis confirms the subscription or
- * 'deadline_us' passes. Without a working connection it returns at once:
- * the waiter then sleeps by the lock's TTL only. 0, DLOCK_ENOMEM,
+ * Joins 'channel' and waits until Redis confirms the subscription (made
+ * again after an UNSUBSCRIBE still on its way) or 'deadline_us' passes.
+ * Without a working connection, or out of time, it returns 0 all the same:
+ * the waiter then sleeps by the lock's TTL, and is woken once the
+ * subscription is confirmed (a message sent before that was lost). 0,
+ * DLOCK_ENOMEM,
  * DLOCK_ECANCELED, or DLOCK_EAUTH/DLOCK_ESERVER when Redis refuses the
  * subscription (an ACL user without SUBSCRIBE: use a spin lock).
  */
@@ -130,5 +138,24 @@ void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,
 
 /* Leaves the channel; it is unsubscribed once nobody waits for a while. */
 void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w);
+
+/*
+ * Where a channel's subscription stands: NONE (not subscribed), SENT
+ * (SUBSCRIBE sent, not confirmed), ACTIVE (confirmed) or LEAVING
+ * (UNSUBSCRIBE sent, not confirmed). A channel with waiters is never left
+ * in NONE while connected, and a waiter's join succeeds only in ACTIVE.
+ */
+enum dlock__sub_state {
+  DLOCK__SUB_NONE,
+  DLOCK__SUB_SENT,
+  DLOCK__SUB_ACTIVE,
+  DLOCK__SUB_LEAVING
+};
+
+/* The state of 'channel' and, in '*refs', how many waiters are on it; -1
+ * when the client has no record of the channel. For tests and
+ * diagnostics. */
+int dlock__pubsub_state(dlock__pubsub *ps, const char *channel, size_t len,
+                        int *refs);
 
 #endif

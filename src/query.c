@@ -35,6 +35,9 @@ static int ask_number(dlock_t *l, const char *verb, int with_field,
 static int query(dlock_t *l, uint64_t owner, int what, int64_t *out) {
   if (l == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
+  int rc = dlock__check_handle(l);
+  if (rc != 0)
+    return rc;
   if (l->kind->query != NULL)
     return l->kind->query(l, owner, what, out);
   switch (what) {
@@ -94,6 +97,6 @@ int64_t dlock_ttl(dlock_t *l) {
 int dlock_force_unlock(dlock_t *l) {
   if (l == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
-  int rc = l->c != NULL ? dlock__check_canceled(l->c) : 0;
+  int rc = dlock__check_handle(l);
   return rc != 0 ? rc : l->kind->force_release(l);
 }

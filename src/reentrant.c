@@ -70,6 +70,20 @@ static int reentrant_release(dlock_t *l, uint64_t owner) {
   return dlock__release_run(l, owner, &r, &a.call);
 }
 
+/* An attempt without an answer is given back by the release script itself,
+ * with the count to go back to (see settle.c). */
+static int reentrant_undo(dlock_t *l, uint64_t owner, int64_t believed) {
+  dlock__release r;
+  int rc = dlock__undo_begin(l, owner, believed, &r);
+  if (rc != 0) {
+    dlock__release_end(&r);
+    return rc;
+  }
+  dlock__call_args a;
+  dlock__reentrant_release_call(l, owner, &r, &a);
+  return dlock__undo_run(l, &r, &a.call);
+}
+
 /* Deleting the lock lets one waiter per client try ("0"). */
 static int reentrant_force_release(dlock_t *l) {
   return dlock__force_release_plain(l, "0");
@@ -89,6 +103,7 @@ const dlock__kind dlock__kind_reentrant = {
     .no_barging = 1,
     .try_acquire = reentrant_try_acquire,
     .granted = reentrant_granted,
+    .undo = reentrant_undo,
     .release = reentrant_release,
     .field = dlock__field_plain,
     .force_release = reentrant_force_release,
@@ -98,6 +113,7 @@ const dlock__kind dlock__kind_spin = {
     .id = DLOCK_SPIN,
     .wait_by = DLOCK__WAIT_BACKOFF,
     .try_acquire = reentrant_try_acquire,
+    .undo = reentrant_undo,
     .release = reentrant_release,
     .field = dlock__field_plain,
     .force_release = reentrant_force_release,

@@ -64,33 +64,54 @@ static int read_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
   return rc;
 }
 
-static int read_release(dlock_t *l, uint64_t owner) {
-  dlock__release r;
+/* Runs the read release script for 'r' (begun as a release, or as an
+ * undo: see settle.c). */
+static int read_release_with(dlock_t *l, uint64_t owner, dlock__release *r,
+                             int undo) {
   char *prefix = NULL, *all = NULL;
   size_t prefix_len, all_len;
-  int rc = dlock__release_begin(l, owner, &r);
-  if (rc == 0)
-    rc = timeout_prefix(l, owner, &prefix, &prefix_len);
+  int rc = timeout_prefix(l, owner, &prefix, &prefix_len);
   if (rc == 0)
     rc = dlock__suffixed(l->name, l->len, "", 0, &all, &all_len);
   if (rc != 0) {
-    dlock__release_end(&r);
+    dlock__release_end(r);
     dlock__free(prefix);
     return rc;
   }
   all[--all_len] = '\0'; /* "{name}:" without its colon */
   char field[DLOCK__FIELD_MAX];
   size_t field_len = dlock__field_plain(l, owner, field);
-  const char *argv[] = {l->name, l->channel, prefix,      all,    r.latch,
-                        "0",     field,      r.latch_ttl, r.count};
-  const size_t lens[] = {l->len,    l->channel_len,      prefix_len,
-                         all_len,   r.latch_len,         1,
-                         field_len, strlen(r.latch_ttl), strlen(r.count)};
+  const char *argv[] = {l->name, l->channel, prefix,       all,     r->latch,
+                        "0",     field,      r->latch_ttl, r->count};
+  const size_t lens[] = {l->len,    l->channel_len,       prefix_len,
+                         all_len,   r->latch_len,         1,
+                         field_len, strlen(r->latch_ttl), strlen(r->count)};
   dlock__eval call = {&dlock__script_read_release, 5, 4, argv, lens};
-  rc = dlock__release_run(l, owner, &r, &call);
+  rc = undo ? dlock__undo_run(l, r, &call)
+            : dlock__release_run(l, owner, r, &call);
   dlock__free(prefix);
   dlock__free(all);
   return rc;
+}
+
+static int read_release(dlock_t *l, uint64_t owner) {
+  dlock__release r;
+  int rc = dlock__release_begin(l, owner, &r);
+  if (rc != 0) {
+    dlock__release_end(&r);
+    return rc;
+  }
+  return read_release_with(l, owner, &r, 0);
+}
+
+static int read_undo(dlock_t *l, uint64_t owner, int64_t believed) {
+  dlock__release r;
+  int rc = dlock__undo_begin(l, owner, believed, &r);
+  if (rc != 0) {
+    dlock__release_end(&r);
+    return rc;
+  }
+  return read_release_with(l, owner, &r, 1);
 }
 
 static int write_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
@@ -108,6 +129,22 @@ static int write_try_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
   return dlock__run_acquire(l, owner, lease_ms, &call, busy);
 }
 
+/* Runs the write release script for 'r' (begun as a release, or as an
+ * undo: see settle.c). */
+static int write_release_with(dlock_t *l, uint64_t owner, dlock__release *r,
+                              int undo) {
+  char wfield[DLOCK__FIELD_MAX];
+  size_t wfield_len = write_field(l, owner, wfield);
+  const char *argv[] = {l->name,  l->channel, r->latch,     "1",
+                        r->lease, wfield,     r->latch_ttl, r->count};
+  const size_t lens[] = {
+      l->len,           l->channel_len, r->latch_len,         1,
+      strlen(r->lease), wfield_len,     strlen(r->latch_ttl), strlen(r->count)};
+  dlock__eval call = {&dlock__script_write_release, 3, 5, argv, lens};
+  return undo ? dlock__undo_run(l, r, &call)
+              : dlock__release_run(l, owner, r, &call);
+}
+
 static int write_release(dlock_t *l, uint64_t owner) {
   dlock__release r;
   int rc = dlock__release_begin(l, owner, &r);
@@ -115,15 +152,17 @@ static int write_release(dlock_t *l, uint64_t owner) {
     dlock__release_end(&r);
     return rc;
   }
-  char wfield[DLOCK__FIELD_MAX];
-  size_t wfield_len = write_field(l, owner, wfield);
-  const char *argv[] = {l->name, l->channel, r.latch,     "1",
-                        r.lease, wfield,     r.latch_ttl, r.count};
-  const size_t lens[] = {
-      l->len,          l->channel_len, r.latch_len,         1,
-      strlen(r.lease), wfield_len,     strlen(r.latch_ttl), strlen(r.count)};
-  dlock__eval call = {&dlock__script_write_release, 3, 5, argv, lens};
-  return dlock__release_run(l, owner, &r, &call);
+  return write_release_with(l, owner, &r, 0);
+}
+
+static int write_undo(dlock_t *l, uint64_t owner, int64_t believed) {
+  dlock__release r;
+  int rc = dlock__undo_begin(l, owner, believed, &r);
+  if (rc != 0) {
+    dlock__release_end(&r);
+    return rc;
+  }
+  return write_release_with(l, owner, &r, 1);
 }
 
 /* Deleting a read-write lock frees every reader and the writer: all
@@ -136,6 +175,7 @@ const dlock__kind dlock__kind_read = {
     .id = DLOCK_READ,
     .wait_by = DLOCK__WAIT_PUBSUB,
     .try_acquire = read_try_acquire,
+    .undo = read_undo,
     .release = read_release,
     .field = dlock__field_plain,
     .force_release = rw_force_release,
@@ -145,6 +185,7 @@ const dlock__kind dlock__kind_write = {
     .id = DLOCK_WRITE,
     .wait_by = DLOCK__WAIT_PUBSUB,
     .try_acquire = write_try_acquire,
+    .undo = write_undo,
     .release = write_release,
     .field = write_field,
     .force_release = rw_force_release,

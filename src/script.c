@@ -55,7 +55,8 @@ static int is_noscript(const redisReply *r) {
 /* Sends the calls flagged in 'which' (all when NULL) in one round. */
 static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
                       const unsigned char *which, int with_body,
-                      redisReply **replies, int64_t deadline_us) {
+                      redisReply **replies, int64_t deadline_us,
+                      int64_t idle_ms) {
   /* One call (the common case) needs no allocation for the bookkeeping. */
   char *cmd1;
   size_t len1, slot1;
@@ -75,8 +76,13 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
     rc = format_eval(&calls[i], with_body, &cmds[m], &lens[m]);
     slot[m++] = i;
   }
-  if (rc == 0)
+  if (rc == 0 && idle_ms > 0) {
+    dlock__pending p;
+    dlock__conn_send_paced(conn, m, cmds, lens, idle_ms, deadline_us, &p);
+    rc = dlock__conn_wait(&p, got);
+  } else if (rc == 0) {
     rc = dlock__conn_call(conn, m, cmds, lens, got, deadline_us);
+  }
   for (size_t j = 0; j < m; j++) {
     if (rc == 0)
       replies[slot[j]] = got[j];
@@ -91,10 +97,11 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
   return rc;
 }
 
-int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
-                    redisReply **replies, int64_t deadline_us) {
+static int eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
+                    redisReply **replies, int64_t deadline_us,
+                    int64_t idle_ms) {
   memset(replies, 0, n * sizeof(*replies));
-  int rc = send_round(conn, n, calls, NULL, 0, replies, deadline_us);
+  int rc = send_round(conn, n, calls, NULL, 0, replies, deadline_us, idle_ms);
   if (rc != 0)
     return rc;
   unsigned char *reload = NULL;
@@ -110,7 +117,7 @@ int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
     replies[i] = NULL;
   }
   if (rc == 0 && reload != NULL)
-    rc = send_round(conn, n, calls, reload, 1, replies, deadline_us);
+    rc = send_round(conn, n, calls, reload, 1, replies, deadline_us, idle_ms);
   dlock__free(reload);
   for (size_t i = 0; i < n && rc == 0; i++) {
     if (replies[i] != NULL && replies[i]->type == REDIS_REPLY_ERROR)
@@ -125,6 +132,17 @@ int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
     }
   }
   return rc;
+}
+
+int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
+                    redisReply **replies, int64_t deadline_us) {
+  return eval_run(conn, n, calls, replies, deadline_us, 0);
+}
+
+int dlock__eval_run_paced(dlock__conn *conn, size_t n, const dlock__eval *calls,
+                          redisReply **replies, int64_t idle_ms,
+                          int64_t limit_us) {
+  return eval_run(conn, n, calls, replies, limit_us, idle_ms > 0 ? idle_ms : 1);
 }
 
 int dlock__eval_send(dlock__conn *conn, const dlock__eval *call,

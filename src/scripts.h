@@ -55,6 +55,13 @@ typedef struct dlock__eval {
 int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
                     redisReply **replies, int64_t deadline_us);
 
+/* dlock__eval_run for a long round (the watchdog's renewals): it fails
+ * only when the connection delivers no reply for 'idle_ms', or at
+ * 'limit_us' (see dlock__conn_send_paced). */
+int dlock__eval_run_paced(dlock__conn *conn, size_t n, const dlock__eval *calls,
+                          redisReply **replies, int64_t idle_ms,
+                          int64_t limit_us);
+
 /*
  * One script call in two halves, so that a caller can send to several
  * servers before waiting for any (RedLock). The wait reloads the script on

@@ -100,6 +100,11 @@ static void free_round(round *r) {
   dlock__free(r->items);
 }
 
+/* When a hold confirmed at 'confirmed_us' runs out, saturating. */
+static int64_t lease_end(const dlock_client_t *c, int64_t confirmed_us) {
+  return dlock__after_ms(confirmed_us, c->opt.watchdog_timeout_ms);
+}
+
 /* Which renewal script an item needs: read holds renew their timeout keys
  * too; every other kind is a field in the lock hash. */
 static int is_read(const renewal *it) { return it->kind == DLOCK_READ; }
@@ -167,14 +172,19 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
     first += count;
   }
   ncalls = k;
-  /* No answer by the time the oldest hold's lease runs out means that hold
-   * is lost whatever the answer would have been: waiting longer would only
-   * report it late. */
-  int64_t deadline = dlock__now_us() + c->opt.command_timeout_ms * 1000;
-  int64_t expiry = r->oldest_us + c->opt.watchdog_timeout_ms * 1000;
-  if (expiry < deadline)
-    deadline = expiry > dlock__now_us() ? expiry : dlock__now_us() + 1000;
-  rc = dlock__eval_run(c->conn, ncalls, calls, replies, deadline);
+  /* A round of many thousand locks takes longer than one command timeout
+   * (100 000 locks: about 0.3 s), so it fails only when Redis stops
+   * answering for a command timeout; one timeout over the whole round
+   * declared a connection that answered every script dead. But no answer
+   * by the time the oldest hold's lease runs out means that hold is lost
+   * whatever the answer would have been: waiting longer would only report
+   * it late, and reconnecting is bounded by it too. */
+  int64_t now = dlock__now_us();
+  int64_t expiry = lease_end(c, r->oldest_us);
+  if (expiry <= now)
+    expiry = now + 1000;
+  rc = dlock__eval_run_paced(c->conn, ncalls, calls, replies,
+                             c->opt.command_timeout_ms, expiry);
   for (k = 0; k < ncalls && rc == 0; k++) {
     const redisReply *rep = replies[k];
     size_t count = (size_t)calls[k].nargs - 1;
@@ -201,13 +211,16 @@ out:
 
 /* Applies a round's outcome to the hold table and returns how many of the
  * items were found lost (their indexes are set in 'lost'). A hold that was
- * released or re-acquired meanwhile (another seq) is left alone. */
+ * released or re-acquired meanwhile (another seq) is left alone. Sets
+ * '*next_end_us' to the earliest lease end still to come among the holds
+ * left unrenewed (0 when none). */
 static size_t apply_round(dlock_client_t *c, round *r, int rc,
                           const unsigned char *renewed, int64_t sent_us,
-                          unsigned char *lost) {
+                          unsigned char *lost, int64_t *next_end_us) {
   size_t nlost = 0;
+  *next_end_us = 0;
   int64_t now = dlock__now_us();
-  int64_t lease_us = c->opt.watchdog_timeout_ms * 1000;
+  int64_t lease_us = dlock__ms_to_us(c->opt.watchdog_timeout_ms);
   pthread_mutex_lock(&c->mu);
   for (size_t i = 0; i < r->n; i++) {
     renewal *it = &r->items[i];
@@ -224,7 +237,12 @@ static size_t apply_round(dlock_client_t *c, round *r, int rc,
       h->lost = 1;
       lost[i] = 1;
       nlost++;
+      continue;
     }
+    int64_t end = lease_end(c, h->confirmed_us);
+    if (!(rc == 0 && renewed[i]) && end > now &&
+        (*next_end_us == 0 || end < *next_end_us))
+      *next_end_us = end;
   }
   pthread_mutex_unlock(&c->mu);
   return nlost;
@@ -233,14 +251,22 @@ static size_t apply_round(dlock_client_t *c, round *r, int rc,
 /* A hold with a fixed lease that was never released has expired on the
  * server; a second past its lease, the record goes too, so that programs
  * that let leases run out do not grow the table for ever. (Its owner's
- * unlock then says DLOCK_ENOTHELD rather than DLOCK_ELOST.) */
+ * unlock then says DLOCK_ENOTHELD rather than DLOCK_ELOST.) Saturating: an
+ * end that wrapped round into the past would drop the record of a hold
+ * that is still there, and the owner's next acquisition, counting no hold,
+ * would set the server's count back to 1, so that one unlock freed a lock
+ * taken several times. */
 static int lease_long_over(const dlock__hold *h, void *arg) {
   int64_t now = *(const int64_t *)arg;
-  return !h->watchdog && now > h->confirmed_us + (h->lease_ms + 1000) * 1000;
+  return !h->watchdog &&
+         now > dlock__after_ms(h->confirmed_us, h->lease_ms + 1000);
 }
 
-/* One renewal round; returns 0 when Redis answered it. */
-static int renew_round(dlock_client_t *c) {
+/* One renewal round; returns 0 when Redis answered it. '*lease_end_us' is
+ * when the first of the holds it could not renew runs out (0 when none),
+ * so that its loss is reported then. */
+static int renew_round(dlock_client_t *c, int64_t *lease_end_us) {
+  *lease_end_us = 0;
   round r = {.c = c};
   int64_t now = dlock__now_us();
   pthread_mutex_lock(&c->mu);
@@ -256,7 +282,7 @@ static int renew_round(dlock_client_t *c) {
   if (renewed != NULL && lost != NULL) {
     int64_t sent_us = dlock__now_us();
     rc = send_renewals(c, &r, renewed);
-    size_t nlost = apply_round(c, &r, rc, renewed, sent_us, lost);
+    size_t nlost = apply_round(c, &r, rc, renewed, sent_us, lost, lease_end_us);
     for (size_t i = 0; i < r.n && nlost > 0; i++)
       if (lost[i] && c->opt.on_lost != NULL)
         c->opt.on_lost(c->opt.on_lost_data, r.items[i].name,
@@ -268,12 +294,19 @@ static int renew_round(dlock_client_t *c) {
   return r.nomem ? DLOCK_ENOMEM : rc;
 }
 
-void dlock__watchdog_renew_now(dlock_client_t *c) { (void)renew_round(c); }
+void dlock__watchdog_renew_now(dlock_client_t *c) {
+  int64_t lease_end_us;
+  (void)renew_round(c, &lease_end_us);
+}
 
 static void *watchdog_main(void *arg) {
   dlock__watchdog *wd = arg;
-  int64_t period_us = wd->c->opt.watchdog_timeout_ms * 1000 / 3;
-  int64_t next_us = dlock__now_us() + period_us;
+  /* Bounded by the option's limit, and never 0: a period that overflowed
+   * or rounded to nothing would make this loop spin. */
+  int64_t period_us = dlock__ms_to_us(wd->c->opt.watchdog_timeout_ms) / 3;
+  if (period_us < 1000)
+    period_us = 1000;
+  int64_t next_us = dlock__add_us(dlock__now_us(), period_us);
   pthread_mutex_lock(&wd->mu);
   while (!wd->stopping) {
     if (dlock__now_us() < next_us) {
@@ -282,10 +315,15 @@ static void *watchdog_main(void *arg) {
       continue;
     }
     pthread_mutex_unlock(&wd->mu);
-    int rc = renew_round(wd->c);
+    int64_t lease_end_us;
+    int rc = renew_round(wd->c, &lease_end_us);
     pthread_mutex_lock(&wd->mu);
-    next_us =
-        dlock__now_us() + (rc == 0 ? period_us : period_us / RETRY_DIVISOR);
+    next_us = dlock__add_us(dlock__now_us(),
+                            rc == 0 ? period_us : period_us / RETRY_DIVISOR);
+    /* A hold that could not be renewed is reported lost when its lease
+     * ends, not up to a retry period later. */
+    if (lease_end_us > 0 && lease_end_us < next_us)
+      next_us = lease_end_us;
   }
   pthread_mutex_unlock(&wd->mu);
   return NULL;
@@ -322,5 +360,11 @@ void dlock__watchdog_stop(dlock__watchdog *wd) {
   pthread_join(wd->thread, NULL);
   pthread_cond_destroy(&wd->cv);
   pthread_mutex_destroy(&wd->mu);
+  dlock__free(wd);
+}
+
+void dlock__watchdog_forget(dlock__watchdog *wd) {
+  /* The thread is the parent's: no join, and its mutex and condition
+   * variable are left as they are (it may have been waiting on them). */
   dlock__free(wd);
 }

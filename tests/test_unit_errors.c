@@ -27,7 +27,7 @@ TEST(err_table_texts_and_names) {
   n++;
   DLOCK_ERRNO_MAP(CHECK_ERR)
 #undef CHECK_ERR
-  ASSERT_GE(n, 11);
+  ASSERT_GE(n, 12);
 }
 
 TEST(err_codes_distinct) {
@@ -49,10 +49,12 @@ TEST(err_codes_distinct) {
   ASSERT_STR_EQ(dlock_err_name(DLOCK_ENOTHELD), "DLOCK_ENOTHELD");
   ASSERT_STR_EQ(dlock_err_name(DLOCK_ELOST), "DLOCK_ELOST");
   ASSERT_STR_EQ(dlock_err_name(DLOCK_ECANCELED), "DLOCK_ECANCELED");
+  ASSERT_STR_EQ(dlock_err_name(DLOCK_EFORKED), "DLOCK_EFORKED");
+  ASSERT_NOT_NULL(strstr(dlock_strerror(DLOCK_EFORKED), "fork()"));
 }
 
 TEST(err_unknown_codes) {
-  static const int unknown[] = {-64, -99, -100,    -1000,   1,
+  static const int unknown[] = {-14, -64, -100,    -1000,   1,
                                 2,   42,  INT_MIN, INT_MAX, -(INT_MAX)};
   for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
     const char *s = dlock_strerror(unknown[i]);
@@ -91,6 +93,8 @@ TEST(err_options_defaults) {
   ASSERT_EQ(o.fair_wait_timeout_ms, 300000);
   ASSERT(o.on_lost == NULL);
   ASSERT_NULL(o.on_lost_data);
+  ASSERT(o.on_warning == NULL);
+  ASSERT_NULL(o.on_warning_data);
 
   /* Calling it again resets fields changed by the caller. */
   o.connect_timeout_ms = 1;

@@ -249,8 +249,15 @@ void cli_free_url(char *url) {
   free(url);
 }
 
+/* The library warns about deployments that break locks (a server that may
+ * evict keys) only to whoever asks; a person at a terminal should see it. */
+static void print_warning(void *data, const char *text) {
+  (void)data;
+  fprintf(stderr, "dlock: warning: %s\n", text);
+}
+
 /* The client options of every command: the URL and watchdog of the command
- * line, and the callback for lost locks. */
+ * line, and the callbacks for lost locks and for warnings. */
 static void client_options(const cli_globals_t *g, const char *url,
                            dlock_lost_cb on_lost, void *on_lost_data,
                            dlock_options_t *o) {
@@ -265,6 +272,7 @@ static void client_options(const cli_globals_t *g, const char *url,
     o->command_timeout_ms = g->watchdog_ms / 3;
   o->on_lost = on_lost;
   o->on_lost_data = on_lost_data;
+  o->on_warning = print_warning;
 }
 
 int cli_open_client(const cli_command_t *cmd, const cli_globals_t *g,

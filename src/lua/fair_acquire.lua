@@ -12,6 +12,28 @@
 -- counter}, or {2, 0} when the hold the client believes in is gone. The
 -- counter lets the owner tell a hand-over message sent after this attempt
 -- (its token is higher) from one sent before it and only now delivered.
+
+-- Numbers first: Redis keeps what a script wrote before one of its
+-- commands failed, so an argument PEXPIRE or SET would refuse must stop the
+-- script before its first write. Durations are 1..10^12 ms (dlock.h's
+-- DLOCK_DURATION_MAX_MS), hold counts 0..2^31-2.
+local function bad(i, lo, hi)
+  local s = ARGV[i]
+  -- Digits without a leading zero, as Redis reads integers.
+  local v = type(s) == 'string' and #s <= 19 and
+      (s == '0' or s:match('^[1-9]%d*$')) and tonumber(s)
+  if v and v >= lo and v <= hi then
+    return false
+  end
+  return redis.error_reply('DLOCK_EINVAL ARGV[' .. i .. '] must be an ' ..
+      'integer in ' .. lo .. '..' .. hi .. ', got "' ..
+      (string.gsub(string.sub(tostring(s), 1, 24), '[^%w%.%-+ ]', '?')) .. '"')
+end
+local invalid = bad(1, 1, 1e12) or bad(3, 1, 1e12) or bad(4, 0, 2147483646)
+if invalid then
+  return invalid
+end
+
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local wait = tonumber(ARGV[3])

@@ -10,6 +10,28 @@
 -- held; ARGV[4]: latch lifetime ms; ARGV[5]: the hold count the client
 -- believes the owner has (0: unknown).
 -- Returns the holds left (0: now free), or -1 when the owner holds none.
+
+-- Numbers first: Redis keeps what a script wrote before one of its
+-- commands failed, so an argument PEXPIRE or SET would refuse must stop the
+-- script before its first write. Durations are 1..10^12 ms (dlock.h's
+-- DLOCK_DURATION_MAX_MS), hold counts 0..2^31-2.
+local function bad(i, lo, hi)
+  local s = ARGV[i]
+  -- Digits without a leading zero, as Redis reads integers.
+  local v = type(s) == 'string' and #s <= 19 and
+      (s == '0' or s:match('^[1-9]%d*$')) and tonumber(s)
+  if v and v >= lo and v <= hi then
+    return false
+  end
+  return redis.error_reply('DLOCK_EINVAL ARGV[' .. i .. '] must be an ' ..
+      'integer in ' .. lo .. '..' .. hi .. ', got "' ..
+      (string.gsub(string.sub(tostring(s), 1, 24), '[^%w%.%-+ ]', '?')) .. '"')
+end
+local invalid = bad(2, 1, 1e12) or bad(4, 1, 1e12) or bad(5, 0, 2147483646)
+if invalid then
+  return invalid
+end
+
 local done = redis.call('get', KEYS[5])
 if done then
   return tonumber(done)

@@ -15,6 +15,28 @@
 -- {1, 0} when released for everyone because another client listens, or
 -- {2, 0} when released for everyone without knowing (the user may not run
 -- PUBSUB NUMSUB).
+
+-- Numbers first: Redis keeps what a script wrote before one of its
+-- commands failed, so an argument PEXPIRE or SET would refuse must stop the
+-- script before its first write. Durations are 1..10^12 ms (dlock.h's
+-- DLOCK_DURATION_MAX_MS), hold counts 0..2^31-2.
+local function bad(i, lo, hi)
+  local s = ARGV[i]
+  -- Digits without a leading zero, as Redis reads integers.
+  local v = type(s) == 'string' and #s <= 19 and
+      (s == '0' or s:match('^[1-9]%d*$')) and tonumber(s)
+  if v and v >= lo and v <= hi then
+    return false
+  end
+  return redis.error_reply('DLOCK_EINVAL ARGV[' .. i .. '] must be an ' ..
+      'integer in ' .. lo .. '..' .. hi .. ', got "' ..
+      (string.gsub(string.sub(tostring(s), 1, 24), '[^%w%.%-+ ]', '?')) .. '"')
+end
+local invalid = bad(3, 1, 1e12) or bad(4, 1, 1e12)
+if invalid then
+  return invalid
+end
+
 local done = redis.call('get', KEYS[3])
 if done == 'others' then
   return {1, 0}

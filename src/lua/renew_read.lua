@@ -3,6 +3,28 @@
 -- ARGV[1] the lease in ms. A held lock gets its lease back, and so does
 -- every read hold's timeout key, since the lock lives as long as its
 -- longest hold. Returns one entry per lock: 1 renewed, 0 no longer held.
+
+-- Numbers first: Redis keeps what a script wrote before one of its
+-- commands failed, so an argument PEXPIRE or SET would refuse must stop the
+-- script before its first write. Durations are 1..10^12 ms (dlock.h's
+-- DLOCK_DURATION_MAX_MS), hold counts 0..2^31-2.
+local function bad(i, lo, hi)
+  local s = ARGV[i]
+  -- Digits without a leading zero, as Redis reads integers.
+  local v = type(s) == 'string' and #s <= 19 and
+      (s == '0' or s:match('^[1-9]%d*$')) and tonumber(s)
+  if v and v >= lo and v <= hi then
+    return false
+  end
+  return redis.error_reply('DLOCK_EINVAL ARGV[' .. i .. '] must be an ' ..
+      'integer in ' .. lo .. '..' .. hi .. ', got "' ..
+      (string.gsub(string.sub(tostring(s), 1, 24), '[^%w%.%-+ ]', '?')) .. '"')
+end
+local invalid = bad(1, 1, 1e12)
+if invalid then
+  return invalid
+end
+
 local result = {}
 for i = 1, #KEYS / 2 do
   local lock, prefix = KEYS[2 * i - 1], KEYS[2 * i]

@@ -3,6 +3,28 @@
 -- count the client believes the owner has.
 -- Returns {1, token, count}, {0, pttl}, or {2, 0} when the hold the
 -- client believes in is gone.
+
+-- Numbers first: Redis keeps what a script wrote before one of its
+-- commands failed, so an argument PEXPIRE or SET would refuse must stop the
+-- script before its first write. Durations are 1..10^12 ms (dlock.h's
+-- DLOCK_DURATION_MAX_MS), hold counts 0..2^31-2.
+local function bad(i, lo, hi)
+  local s = ARGV[i]
+  -- Digits without a leading zero, as Redis reads integers.
+  local v = type(s) == 'string' and #s <= 19 and
+      (s == '0' or s:match('^[1-9]%d*$')) and tonumber(s)
+  if v and v >= lo and v <= hi then
+    return false
+  end
+  return redis.error_reply('DLOCK_EINVAL ARGV[' .. i .. '] must be an ' ..
+      'integer in ' .. lo .. '..' .. hi .. ', got "' ..
+      (string.gsub(string.sub(tostring(s), 1, 24), '[^%w%.%-+ ]', '?')) .. '"')
+end
+local invalid = bad(1, 1, 1e12) or bad(3, 0, 2147483646)
+if invalid then
+  return invalid
+end
+
 local mode = redis.call('hget', KEYS[1], 'mode')
 if tonumber(ARGV[3]) > 0 and redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
   -- The client believes the owner writes, but that hold is gone.

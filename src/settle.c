@@ -1,0 +1,302 @@
+/*
+ * Acquisitions whose outcome is unknown, and how they are settled.
+ *
+ * An acquisition script that got no answer (the command timed out, the
+ * connection failed under it, the client was shut down) may still run in
+ * Redis: a stalled server runs it when it goes on, a server whose reply
+ * was lost ran it already. The owner was told the attempt failed, so it
+ * neither renews nor releases what the script granted: a new hold, one
+ * more count on a hold it had, or, for a fair lock, a place in the queue
+ * (to which a release may then hand the lock). Left alone, that blocks
+ * every other client until its lease or the queue allowance runs out.
+ *
+ * Such an attempt is recorded here as unsettled: the lock, the owner, and
+ * the hold count the owner had when it tried. Settling it means running
+ * the kind's undo (dlock__kind.undo), which gives back exactly what the
+ * attempt may have added: the lock's holds of this owner set back to that
+ * count with the lock's release script (so a late grant of a first hold is
+ * released and its waiters told, and a late reentrant count taken off
+ * again), and a fair waiter's queue place removed. It is idempotent, and
+ * harmless when the attempt never ran.
+ *
+ * Ordering makes this exact. Every command of a client goes through its one
+ * command connection, in order, so an undo sent on the same connection runs
+ * after the attempt. After that connection failed, the undo goes on a new
+ * connection only once the handshake has been answered: by then a server
+ * that was stalled has read what the old connection had sent (it was in its
+ * socket buffer before the new connection existed) and run it. What cannot
+ * be ordered this way is an attempt still travelling in the network when
+ * its connection is given up, which reaches Redis after the undo: that
+ * grant expires with its lease (include/dlock.h says so).
+ *
+ * The undo of one owner's attempt must also come before that owner's next
+ * acquisition or release of the same lock, which would otherwise be undone
+ * in turn. So the owner settles its own unsettled attempt first
+ * (dlock__unsettled_settle, from dlock__settle_before_acquire and
+ * dlock__release_begin), waiting if the background thread is settling it,
+ * and fails rather than go on when Redis still does not answer. The
+ * background thread, started with the first unsettled attempt, settles the
+ * rest as soon as Redis answers again, so that other clients get the lock
+ * promptly even when the owner never calls again.
+ */
+#include "alloc.h"
+#include "lock.h"
+
+#include "error.h"
+#include "monotime.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Retries of a background undo that failed: the first soon (a server that
+ * stalled is usually back at once), later ones less often, as the
+ * connection's own reconnect back-off. */
+#define RETRY_FIRST_US 20000
+#define RETRY_MAX_US 1000000
+
+typedef struct unsettled {
+  struct unsettled *next;
+  dlock_t *l; /* a handle of the client's own, of the attempt's kind */
+  uint64_t owner;
+  int64_t believed; /* the hold count the owner had when it tried */
+  int busy;         /* its undo is being sent (by the thread or the owner) */
+} unsettled;
+
+struct dlock__settler {
+  dlock_client_t *c;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* the thread's wake-up, and the end of an undo */
+  unsettled *list;
+  atomic_int count; /* entries in 'list', readable without 'mu' */
+  pthread_t thread;
+  int started;
+  int stopping;
+  int64_t retry_us; /* the back-off after a failed round */
+};
+
+int dlock__settler_new(dlock_client_t *c, dlock__settler **out) {
+  dlock__settler *st = dlock__calloc(1, sizeof(*st));
+  if (st == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
+  st->c = c;
+  pthread_mutex_init(&st->mu, NULL);
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&st->cv, &attr);
+  pthread_condattr_destroy(&attr);
+  *out = st;
+  return 0;
+}
+
+static void free_entry(unsettled *e) {
+  dlock_free(e->l);
+  dlock__free(e);
+}
+
+void dlock__settler_free(dlock__settler *st) {
+  if (st == NULL)
+    return;
+  pthread_mutex_lock(&st->mu);
+  st->stopping = 1;
+  pthread_cond_broadcast(&st->cv);
+  int started = st->started;
+  pthread_mutex_unlock(&st->mu);
+  if (started)
+    pthread_join(st->thread, NULL);
+  /* What is still unsettled expires with its lease. */
+  while (st->list != NULL) {
+    unsettled *next = st->list->next;
+    free_entry(st->list);
+    st->list = next;
+  }
+  pthread_cond_destroy(&st->cv);
+  pthread_mutex_destroy(&st->mu);
+  dlock__free(st);
+}
+
+int dlock__settler_forget(dlock__settler *st) {
+  if (st == NULL)
+    return 0;
+  /* In a child process: the thread and whoever held 'mu' at the fork are
+   * the parent's, and the undos are the parent's business. A list a parent
+   * thread was changing at the fork may be half changed: it is left as it
+   * is. */
+  if (pthread_mutex_trylock(&st->mu) != 0)
+    return -1;
+  pthread_mutex_unlock(&st->mu);
+  while (st->list != NULL) {
+    unsettled *next = st->list->next;
+    free_entry(st->list);
+    st->list = next;
+  }
+  dlock__free(st);
+  return 0;
+}
+
+static unsettled *find_locked(dlock__settler *st, const dlock_t *l,
+                              uint64_t owner) {
+  for (unsettled *e = st->list; e != NULL; e = e->next)
+    if (e->owner == owner && e->l->kind == l->kind && e->l->len == l->len &&
+        memcmp(e->l->name, l->name, l->len) == 0)
+      return e;
+  return NULL;
+}
+
+static void remove_locked(dlock__settler *st, unsettled *e) {
+  unsettled **p = &st->list;
+  while (*p != e)
+    p = &(*p)->next;
+  *p = e->next;
+  atomic_fetch_sub(&st->count, 1);
+  free_entry(e);
+}
+
+static void move_to_tail_locked(dlock__settler *st, unsettled *e) {
+  unsettled **p = &st->list;
+  while (*p != NULL && *p != e)
+    p = &(*p)->next;
+  if (*p == NULL)
+    return; /* settled by its owner meanwhile */
+  *p = e->next;
+  while (*p != NULL)
+    p = &(*p)->next;
+  *p = e;
+  e->next = NULL;
+}
+
+/* Runs the undo of 'e', which the caller marked busy, outside 'mu'. */
+static int run_undo(dlock__settler *st, unsettled *e) {
+  assert(e->busy);
+  pthread_mutex_unlock(&st->mu);
+  int rc = e->l->kind->undo(e->l, e->owner, e->believed);
+  pthread_mutex_lock(&st->mu);
+  e->busy = 0;
+  pthread_cond_broadcast(&st->cv);
+  if (rc == 0)
+    remove_locked(st, e);
+  return rc;
+}
+
+static void *settler_main(void *arg) {
+  dlock__settler *st = arg;
+  int64_t next_us = 0;
+  pthread_mutex_lock(&st->mu);
+  while (!st->stopping) {
+    unsettled *e = st->list;
+    while (e != NULL && e->busy)
+      e = e->next;
+    int64_t now = dlock__now_us();
+    if (e == NULL || now < next_us) {
+      /* Nothing to do, or not yet: an owner settling its own entry, or a
+       * new entry, wakes the thread. */
+      if (e == NULL) {
+        pthread_cond_wait(&st->cv, &st->mu);
+      } else {
+        struct timespec ts = dlock__timespec_at(next_us);
+        pthread_cond_timedwait(&st->cv, &st->mu, &ts);
+      }
+      continue;
+    }
+    e->busy = 1;
+    if (run_undo(st, e) == 0) {
+      st->retry_us = 0;
+      continue;
+    }
+    /* The others get their turn first: one lock Redis refuses (an ACL)
+     * must not hold up the rest. */
+    move_to_tail_locked(st, e);
+    /* Redis does not answer yet: wait as long as the connection does
+     * before it tries again, and back off. */
+    st->retry_us = st->retry_us == 0 ? RETRY_FIRST_US : st->retry_us * 2;
+    if (st->retry_us > RETRY_MAX_US)
+      st->retry_us = RETRY_MAX_US;
+    pthread_mutex_unlock(&st->mu);
+    int64_t reconnect_at = dlock__conn_retry_at(st->c->conn);
+    pthread_mutex_lock(&st->mu);
+    next_us = dlock__now_us() + st->retry_us;
+    if (reconnect_at > next_us)
+      next_us = reconnect_at;
+  }
+  pthread_mutex_unlock(&st->mu);
+  return NULL;
+}
+
+void dlock__unsettled_add(dlock_t *l, uint64_t owner, int64_t believed) {
+  dlock__settler *st = l->c->settle;
+  dlock_t *copy = NULL;
+  if (l->kind->undo == NULL)
+    return;
+  /* A handle of its own: the caller's may be freed before the undo runs. */
+  unsettled *e = dlock__calloc(1, sizeof(*e));
+  if (e == NULL ||
+      dlock__handle_new(l->c, l->kind, l->name, l->len, &copy) != 0) {
+    /* Not recorded: what the attempt may have taken expires with its
+     * lease, as before. */
+    dlock__free(e);
+    return;
+  }
+  e->l = copy;
+  e->owner = owner;
+  e->believed = believed;
+  pthread_mutex_lock(&st->mu);
+  if (find_locked(st, l, owner) != NULL) {
+    /* One undo per owner and lock covers every attempt before it. */
+    pthread_mutex_unlock(&st->mu);
+    free_entry(e);
+    return;
+  }
+  e->next = st->list;
+  st->list = e;
+  atomic_fetch_add(&st->count, 1);
+  if (!st->started && !st->stopping &&
+      pthread_create(&st->thread, NULL, settler_main, st) == 0)
+    st->started = 1;
+  /* Without a thread (it could not be started), the owner's next call on
+   * the lock settles it. */
+  pthread_cond_broadcast(&st->cv);
+  pthread_mutex_unlock(&st->mu);
+}
+
+int dlock__unsettled_settle(dlock_t *l, uint64_t owner) {
+  dlock__settler *st = l->c->settle;
+  if (atomic_load(&st->count) == 0)
+    return 0;
+  pthread_mutex_lock(&st->mu);
+  unsettled *e;
+  /* Wait for an undo under way; it is bounded by the command timeout. */
+  while ((e = find_locked(st, l, owner)) != NULL && e->busy)
+    pthread_cond_wait(&st->cv, &st->mu);
+  int rc = 0;
+  if (e != NULL) {
+    e->busy = 1;
+    rc = run_undo(st, e);
+  }
+  pthread_mutex_unlock(&st->mu);
+  if (rc == 0)
+    return 0;
+  char why[256];
+  snprintf(why, sizeof(why), "%s", dlock_last_error());
+  return dlock__fail(rc,
+                     "an earlier attempt on lock \"%.100s\" got no answer and "
+                     "may have been granted; it is not given back yet: %s",
+                     l->name, why);
+}
+
+int dlock__unsettled_pending(dlock_t *l, uint64_t owner, int64_t *believed) {
+  dlock__settler *st = l->c->settle;
+  if (atomic_load(&st->count) == 0)
+    return 0;
+  pthread_mutex_lock(&st->mu);
+  unsettled *e = find_locked(st, l, owner);
+  if (e != NULL && believed != NULL)
+    *believed = e->believed;
+  pthread_mutex_unlock(&st->mu);
+  return e != NULL;
+}
+
+int dlock__unsettled_count(dlock_client_t *c) {
+  return atomic_load(&c->settle->count);
+}
