@@ -146,10 +146,13 @@ static int wants_tls(const dlock_options_t *o) {
          o->tls_server_name != NULL || o->tls_insecure != 0;
 }
 
-/* Checks the TLS options against the URL, and loads them (reading the CA
- * and certificate files) so that a missing or wrong file is reported by
- * the open, naming it, rather than by every connection attempt. */
-static int check_tls(const dlock_options_t *o, const dlock__endpoint *ep) {
+/* Checks the TLS options against the URL, and loads them into '*out'
+ * (reading the CA and certificate files) so that a missing or wrong file is
+ * reported by the open, naming it, rather than by every connection
+ * attempt. */
+static int load_tls(const dlock_options_t *o, const dlock__endpoint *ep,
+                    dlock__tls **out) {
+  *out = NULL;
   if (!ep->tls) {
     if (wants_tls(o))
       return dlock__fail(DLOCK_EINVAL,
@@ -160,17 +163,7 @@ static int check_tls(const dlock_options_t *o, const dlock__endpoint *ep) {
   dlock__tls_cfg cfg = {o->tls_ca_file,     o->tls_ca_dir,
                         o->tls_cert_file,   o->tls_key_file,
                         o->tls_server_name, o->tls_insecure != 0};
-  dlock__tls *tls = NULL;
-  int rc = dlock__tls_new(&cfg, &tls);
-  dlock__tls_free(tls);
-  if (rc != 0)
-    return rc;
-  /* The command and pub/sub connections still run over hiredis's own
-   * sockets, which have no TLS; the transports in src/net have it, and
-   * take over those connections next. */
-  return dlock__fail(DLOCK_EINVAL,
-                     "rediss:// URLs are not supported by the client's "
-                     "connections yet");
+  return dlock__tls_new(&cfg, out);
 }
 
 /* 1 in a child of fork(): the fork count moved, or (should the handler be
@@ -206,7 +199,10 @@ static void forget_after_fork(dlock_client_t *c) {
     dlock__holds_clear(&c->holds);
     pthread_mutex_unlock(&c->mu);
   }
-  if (c->ps != NULL || c->conn != NULL || c->settle != NULL || holds_left) {
+  /* The TLS settings stay too: freeing them takes OpenSSL's locks, which
+   * a parent thread may have held at the fork. */
+  if (c->ps != NULL || c->conn != NULL || c->settle != NULL || holds_left ||
+      c->tls != NULL) {
     c->forked_next = atomic_load(&forked_leftovers);
     while (
         !atomic_compare_exchange_weak(&forked_leftovers, &c->forked_next, c)) {
@@ -224,6 +220,7 @@ static void destroy(dlock_client_t *c) {
   dlock__settler_free(c->settle);
   dlock__pubsub_stop(c->ps);
   dlock__conn_free(c->conn);
+  dlock__tls_free(c->tls);
   dlock__holds_clear(&c->holds);
   dlock__endpoint_free(&c->ep);
   pthread_mutex_destroy(&c->mu);
@@ -321,12 +318,13 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   if (rc == 0)
     rc = dlock__url_parse(url, &c->ep);
   if (rc == 0)
-    rc = check_tls(o, &c->ep);
+    rc = load_tls(o, &c->ep, &c->tls);
   if (rc == 0 && o->client_id != NULL)
     snprintf(c->id, sizeof(c->id), "%s", o->client_id);
   else if (rc == 0)
     rc = make_uuid(c->id);
-  dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms};
+  dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms,
+                         c->tls};
   if (rc == 0)
     rc = dlock__conn_new(&cfg, &c->conn);
   if (rc == 0)
@@ -341,7 +339,7 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
       warn_if_evicting(c);
   }
   if (rc == 0)
-    rc = dlock__pubsub_start(&c->ep, o->connect_timeout_ms,
+    rc = dlock__pubsub_start(&c->ep, c->tls, o->connect_timeout_ms,
                              o->command_timeout_ms, o->lazy_connect, &c->ps);
   if (rc == 0)
     rc = dlock__watchdog_start(c, &c->wd);

@@ -50,12 +50,14 @@ int dlock__net_fail(dlock__net *n, int code, const char *fmt, ...)
     DLOCK__PRINTF(3, 4);
 
 /* The TLS half. attach makes the SSL object (at start), handshake drives
- * it, read and write move data, detach says goodbye and frees it. */
+ * it, read and write move data, pending tells of bytes held inside, detach
+ * (with a goodbye or without) frees it. */
 int dlock__tls_attach(dlock__net *n, const dlock__tls *t, const char *host);
 int dlock__tls_handshake(dlock__net *n);
 int dlock__tls_read(dlock__net *n, void *buf, size_t cap, size_t *got);
 int dlock__tls_write(dlock__net *n, const void *buf, size_t len, size_t *put);
-void dlock__tls_detach(dlock__net *n);
+void dlock__tls_detach(dlock__net *n, int goodbye);
+int dlock__tls_pending(const dlock__net *n);
 
 /* The socket calls the TLS half reads and writes through: they record
  * what the server sent first, and never raise SIGPIPE. */

@@ -311,16 +311,24 @@ int dlock__net_write(dlock__net *n, const void *buf, size_t len, size_t *put) {
                          strerror(errno));
 }
 
-void dlock__net_close(dlock__net *n) {
+int dlock__net_pending(const dlock__net *n) {
+  return n->ssl != NULL && n->state == NET_READY && dlock__tls_pending(n);
+}
+
+static void net_free(dlock__net *n, int goodbye) {
   if (n == NULL)
     return;
   if (n->ssl != NULL)
-    dlock__tls_detach(n);
+    dlock__tls_detach(n, goodbye);
   close_fd(n);
   if (n->addrs != NULL)
     freeaddrinfo(n->addrs);
   dlock__free(n);
 }
+
+void dlock__net_close(dlock__net *n) { net_free(n, 1); }
+
+void dlock__net_abandon(dlock__net *n) { net_free(n, 0); }
 
 int dlock__net_wait(dlock__net *n, int64_t deadline_us) {
   for (;;) {

@@ -119,11 +119,20 @@ const char *dlock__net_addr(const dlock__net *n);
 /* 1 when the stream is TLS. */
 int dlock__net_is_tls(const dlock__net *n);
 
+/* 1 when a read would return bytes without waiting: TLS holds them,
+ * received and not yet returned, where poll() cannot see them. */
+int dlock__net_pending(const dlock__net *n);
+
 /*
  * Closes the connection (saying goodbye to a TLS peer, without waiting for
  * its answer) and frees 'n'. NULL is ignored.
  */
 void dlock__net_close(dlock__net *n);
+
+/* In a child of fork(): frees 'n' and closes this process's copy of the
+ * socket without sending anything (the parent's connection goes on, and a
+ * TLS goodbye would end it). NULL is ignored. */
+void dlock__net_abandon(dlock__net *n);
 
 /*
  * Waits until the socket is ready for dlock__net_events() or until

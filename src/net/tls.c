@@ -420,11 +420,13 @@ int dlock__tls_write(dlock__net *n, const void *buf, size_t len, size_t *put) {
   return tls_result(n, 0, "write");
 }
 
-void dlock__tls_detach(dlock__net *n) {
+int dlock__tls_pending(const dlock__net *n) { return SSL_has_pending(n->ssl); }
+
+void dlock__tls_detach(dlock__net *n, int goodbye) {
   SSL *ssl = n->ssl;
   /* A goodbye (close_notify) when the stream is sound, without waiting
    * for the server's: the socket closes next anyway. */
-  if (n->state == NET_READY && !n->tls_fatal) {
+  if (goodbye && n->state == NET_READY && !n->tls_fatal) {
     ERR_clear_error();
     (void)SSL_shutdown(ssl);
   }
