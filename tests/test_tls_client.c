@@ -311,3 +311,62 @@ TEST(tls_open_errors_name_the_server_and_do_not_hang) {
   rp_free(e.s);
   tls_files_free(f);
 }
+
+typedef struct worker {
+  dlock_client_t *c;
+  int id;
+  int *counter; /* guarded by the lock "tls:shared" */
+  int rc;
+} worker;
+
+static void *work(void *arg) {
+  worker *w = arg;
+  char name[32];
+  snprintf(name, sizeof(name), "tls:own%d", w->id);
+  dlock_t *own, *shared;
+  w->rc = dlock_get(w->c, name, &own);
+  if (w->rc == 0)
+    w->rc = dlock_get(w->c, "tls:shared", &shared);
+  for (int i = 0; i < 150 && w->rc == 0; i++) {
+    w->rc = dlock_lock(own, 10000);
+    if (w->rc == 0)
+      w->rc = dlock_unlock(own);
+    if (w->rc == 0)
+      w->rc = dlock_trylock(shared, 20000, 10000);
+    if (w->rc == 0) {
+      int v = *w->counter;
+      *w->counter = v + 1;
+      w->rc = dlock_unlock(shared);
+    }
+  }
+  dlock_free(own);
+  dlock_free(shared);
+  return NULL;
+}
+
+TEST(tls_many_threads_share_one_connection) {
+  /* Callers pipeline on one TLS connection: one writes while another reads
+   * the replies for everybody, and OpenSSL must never see both at once. */
+  tls_files_t *f;
+  ASSERT_EQ(tls_files_make(&f), 0);
+  tls_env e;
+  env_start(&e, f, "no");
+  dlock_client_t *a = tls_client(&e), *b = tls_client(&e);
+  int counter = 0;
+  enum { N = 6 };
+  worker w[N];
+  pthread_t t[N];
+  for (int i = 0; i < N; i++) {
+    w[i] = (worker){i % 2 ? b : a, i, &counter, -1};
+    ASSERT_EQ(pthread_create(&t[i], NULL, work, &w[i]), 0);
+  }
+  for (int i = 0; i < N; i++) {
+    pthread_join(t[i], NULL);
+    ASSERT_DLOCK_OK(w[i].rc);
+  }
+  ASSERT_EQ(counter, N * 150);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  rp_free(e.s);
+  tls_files_free(f);
+}
