@@ -200,18 +200,18 @@ static int apply_kind_option(const cli_command_t *cmd, run_options_t *o,
  */
 static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
                           char **argv, run_options_t *o) {
-  static const arg_option_t options[] = {
-      {"wait", 0, ARG_VALUE},
-      {"lease", 0, ARG_VALUE},
-      {"grace", 0, ARG_VALUE},
-      {"fair", 0, ARG_FLAG},
-      {"read", 0, ARG_FLAG},
-      {"write", 0, ARG_FLAG},
-      {"help", 'h', ARG_FLAG},
-      {"url", 0, ARG_VALUES},
-      {"watchdog", 0, ARG_VALUE},
-      {"quiet", 'q', ARG_FLAG},
-      {"conflict-exit-code", 'E', ARG_VALUE}};
+  static const arg_option_t options[] = {{"wait", 0, ARG_VALUE},
+                                         {"lease", 0, ARG_VALUE},
+                                         {"grace", 0, ARG_VALUE},
+                                         {"fair", 0, ARG_FLAG},
+                                         {"read", 0, ARG_FLAG},
+                                         {"write", 0, ARG_FLAG},
+                                         {"help", 'h', ARG_FLAG},
+                                         {"url", 0, ARG_VALUES},
+                                         {"watchdog", 0, ARG_VALUE},
+                                         {"quiet", 'q', ARG_FLAG},
+                                         {"conflict-exit-code", 'E', ARG_VALUE},
+                                         CLI_TLS_OPTIONS};
   arg_parser_t p;
   int rc = 0;
 
@@ -235,6 +235,8 @@ static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
       return -1;
     } else if (strcmp(options[opt].long_name, "quiet") == 0)
       o->quiet = 1;
+    else if (cli_is_global_option(options[opt].long_name))
+      rc = cli_set_global_option(cmd, g, options[opt].long_name, p.value);
     else if (options[opt].takes_value == ARG_FLAG)
       rc = apply_kind_option(cmd, o, options[opt].long_name);
     else

@@ -137,6 +137,18 @@ static int tls_cfg_fail(dlock__tls *t, int code, const char *fmt, ...) {
   return dlock__fail_text(code, detail);
 }
 
+/* OpenSSL says "system lib" for a file it cannot open: say why. */
+static int check_readable(const char *option, const char *path) {
+  if (path == NULL)
+    return 0;
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    return dlock__fail(DLOCK_EINVAL, "%s %s: %s", option, path,
+                       strerror(errno));
+  fclose(f);
+  return 0;
+}
+
 static int is_dir(const char *path) {
   struct stat st;
   return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
@@ -151,6 +163,13 @@ int dlock__tls_new(const dlock__tls_cfg *cfg, dlock__tls **out) {
   if (cfg->server_name != NULL &&
       (cfg->server_name[0] == '\0' || strlen(cfg->server_name) > 253))
     return dlock__fail(DLOCK_EINVAL, "tls_server_name must be 1..253 bytes");
+  int rc = check_readable("tls_ca_file", cfg->ca_file);
+  if (rc == 0)
+    rc = check_readable("tls_cert_file", cfg->cert_file);
+  if (rc == 0)
+    rc = check_readable("tls_key_file", cfg->key_file);
+  if (rc != 0)
+    return rc;
   if (cfg->ca_dir != NULL && !is_dir(cfg->ca_dir))
     return dlock__fail(DLOCK_EINVAL, "tls_ca_dir %s: %s", cfg->ca_dir,
                        errno != 0 ? strerror(errno) : "not a directory");
