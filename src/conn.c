@@ -542,7 +542,9 @@ int dlock__conn_open(dlock__conn *c) {
  * one segment, which it reads and answers in one go, while a lone caller
  * still costs exactly one send(). Output the socket does not take (it is
  * full) stays in 'wbuf' for the driver, which writes it when the socket
- * drains.
+ * drains. A TLS stream is written under 'mu' instead (OpenSSL must not
+ * write while the driver reads): callers then queue behind the mutex, and
+ * what they queued goes out in the writer's next turn.
  */
 static void write_out_locked(dlock__conn *c) {
   dlock__stream *ctx = c->ctx;
@@ -551,7 +553,7 @@ static void write_out_locked(dlock__conn *c) {
   c->writing = 1;
   for (;;) {
     if (sdslen(c->wbuf) == 0) {
-      /* Take the output whole, leaving hiredis an empty buffer (the one
+      /* Take the output whole, leaving the stream an empty buffer (the one
        * just written) to append to. */
       sds empty = c->wbuf;
       c->wbuf = ctx->obuf;
