@@ -369,9 +369,14 @@ static int handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
     refuse_pending_locked(ps, r);
     return 0;
   }
+  /* Every other reply on a subscribed connection is a pub/sub frame that
+   * names its channel. An integer, a string, a nil or a short array answers
+   * nothing this client sent (a server or proxy in the wrong state): the
+   * stream is out of step, and the server's subscriptions may not be what
+   * this client thinks they are. */
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
       r->element[1]->type != REDIS_REPLY_STRING)
-    return 0;
+    return -1;
   const redisReply *kind = r->element[0], *chan = r->element[1];
   dlock__sub *s = find_sub(ps, chan->str, chan->len);
   if (s == NULL)
