@@ -112,6 +112,7 @@ struct dlock__pubsub {
   int stopping;
   int canceled;
   int64_t retry_at_us, backoff_us;
+  int64_t connected_us; /* when the current connection was made */
 };
 
 static void init_monotonic_cond(pthread_cond_t *cv) {
@@ -225,6 +226,14 @@ static uint64_t grant_of(const redisReply *r) {
  */
 
 static void on_disconnect_locked(dlock__pubsub *ps) {
+  int64_t now = dlock__now_us();
+  /* A connection that worked for a while ends a run of failures: the next
+   * attempt comes at once. One that breaks soon after it was made (a server
+   * that completes the handshake, then hangs up or answers SUBSCRIBE out of
+   * step) counts as one more failure, so that such a server is not
+   * connected to again and again in a tight loop. */
+  if (ps->connected && now - ps->connected_us >= BACKOFF_MAX_US)
+    ps->backoff_us = 0;
   if (ps->ctx != NULL) {
     redisFree(ps->ctx);
     ps->ctx = NULL;
@@ -233,7 +242,7 @@ static void on_disconnect_locked(dlock__pubsub *ps) {
   /* A waiter polling the socket just closed would never hear of it. */
   if (ps->reader != NULL)
     poke(ps->reader_pipe[1]);
-  ps->retry_at_us = dlock__now_us() + ps->backoff_us;
+  ps->retry_at_us = now + ps->backoff_us;
   ps->backoff_us = ps->backoff_us ? ps->backoff_us * 2 : BACKOFF_FIRST_US;
   if (ps->backoff_us > BACKOFF_MAX_US)
     ps->backoff_us = BACKOFF_MAX_US;
@@ -263,7 +272,7 @@ static void try_connect_locked(dlock__pubsub *ps) {
   }
   ps->ctx = ctx;
   ps->connected = 1;
-  ps->backoff_us = 0;
+  ps->connected_us = dlock__now_us();
 }
 
 /* Appends one SUBSCRIBE or UNSUBSCRIBE for every channel in 'from'. */
@@ -512,9 +521,10 @@ int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
   int rc = dlock__connect(ep, connect_timeout_ms, command_timeout_ms, &ps->ctx);
   if (rc == 0)
     rc = dlock__set_nonblocking(ps->ctx);
-  if (rc == 0)
+  if (rc == 0) {
     ps->connected = 1;
-  else if (rc == DLOCK_EIO && lazy) {
+    ps->connected_us = dlock__now_us();
+  } else if (rc == DLOCK_EIO && lazy) {
     if (ps->ctx != NULL)
       redisFree(ps->ctx);
     ps->ctx = NULL;
