@@ -195,6 +195,9 @@ static void waiter_start_joined(waiter_run *r, tps *t, const char *channel,
   ASSERT_EQ(state_of(t, channel), DLOCK__SUB_ACTIVE);
 }
 
+static int is_joined(waiter_run *r) { return atomic_load(&r->joined); }
+static int is_done(waiter_run *r) { return atomic_load(&r->done); }
+
 /* Waits up to 'ms' for the waiter's wait to return; 1 when it did. */
 static int waiter_done_within(waiter_run *r, int64_t ms) {
   int64_t until = lu_now_ms() + ms;
@@ -228,7 +231,7 @@ TEST(pubsub_join_waits_for_a_delayed_confirmation) {
   fs_set(fs, "SUBSCRIBE", &(fs_action_t){.delay_ms = 700, .times = 1});
   waiter_run a;
   waiter_start(&a, &t, "pf:delayed", 20000, 30000);
-  while (!atomic_load(&a.joined))
+  while (!is_joined(&a))
     lu_sleep_ms(1);
   printf("join returned after %" PRId64 " ms\n", a.join_took_ms);
   ASSERT_DLOCK_OK(a.join_rc);
@@ -257,7 +260,7 @@ TEST(pubsub_join_ends_at_its_deadline_without_confirmation) {
   fs_set(fs, "SUBSCRIBE", &(fs_action_t){.how = FS_SILENT, .times = 1});
   waiter_run a;
   waiter_start(&a, &t, "pf:silent", 1000, 30000);
-  while (!atomic_load(&a.joined))
+  while (!is_joined(&a))
     lu_sleep_ms(1);
   printf("join returned after %" PRId64 " ms\n", a.join_took_ms);
   ASSERT_DLOCK_OK(a.join_rc);
@@ -267,7 +270,7 @@ TEST(pubsub_join_ends_at_its_deadline_without_confirmation) {
   ASSERT(fs_wait_count(fs, "SUBSCRIBE", 1, 10000));
   /* Asleep, with no reason to wake. */
   lu_sleep_ms(200);
-  ASSERT_EQ(atomic_load(&a.done), 0);
+  ASSERT_EQ(is_done(&a), 0);
   /* The confirmation, at last. */
   char m[256];
   fs_send_all(fs, frame_confirm(m, sizeof(m), "subscribe", "pf:silent"));
@@ -290,13 +293,13 @@ TEST(pubsub_join_through_a_trickled_confirmation) {
   tps t;
   tps_open(&t, fs_url(fs));
   waiter_run a, b;
-  waiter_start_joined(&a, &t, "pf:reader", 60000);
+  waiter_start_joined(&a, &t, "pf:reader", 30000);
   lu_sleep_ms(50); /* asleep, reading the connection */
 
   fs_set(fs, "SUBSCRIBE",
          &(fs_action_t){.how = FS_TRICKLE, .every_ms = 20, .times = 1});
   waiter_start(&b, &t, "pf:trickled", 30000, 30000);
-  while (!atomic_load(&b.joined))
+  while (!is_joined(&b))
     lu_sleep_ms(1);
   char m[256];
   size_t bytes =
@@ -307,14 +310,14 @@ TEST(pubsub_join_through_a_trickled_confirmation) {
   /* The last byte cannot leave before (bytes - 1) * 20 ms. */
   ASSERT_GE(b.join_took_ms, (int64_t)(bytes - 1) * 20 - 50);
   ASSERT_EQ(state_of(&t, "pf:trickled"), DLOCK__SUB_ACTIVE);
-  ASSERT_EQ(atomic_load(&a.done), 0);
-  ASSERT_EQ(atomic_load(&b.done), 0);
+  ASSERT_EQ(is_done(&a), 0);
+  ASSERT_EQ(is_done(&b), 0);
 
   /* Each message wakes its own waiter. */
   publish(fs, "pf:trickled");
   ASSERT(waiter_done_within(&b, 20000));
   lu_sleep_ms(100);
-  ASSERT_EQ(atomic_load(&a.done), 0);
+  ASSERT_EQ(is_done(&a), 0);
   publish(fs, "pf:reader");
   waiter_join(&a, "a");
   waiter_join(&b, "b");
@@ -334,8 +337,8 @@ TEST(pubsub_message_in_pieces_wakes_only_its_waiter) {
   tps t;
   tps_open(&t, fs_url(fs));
   waiter_run a, b;
-  waiter_start_joined(&a, &t, "pf:pieces:a", 60000);
-  waiter_start_joined(&b, &t, "pf:pieces:b", 60000);
+  waiter_start_joined(&a, &t, "pf:pieces:a", 30000);
+  waiter_start_joined(&b, &t, "pf:pieces:b", 30000);
   lu_sleep_ms(50);
 
   char m[256];
@@ -348,12 +351,12 @@ TEST(pubsub_message_in_pieces_wakes_only_its_waiter) {
     fs_send_all(fs, piece);
     if (i < 3) {
       lu_sleep_ms(100);
-      ASSERT_EQ(atomic_load(&a.done), 0);
+      ASSERT_EQ(is_done(&a), 0);
     }
   }
   ASSERT(waiter_done_within(&a, 20000));
   lu_sleep_ms(200);
-  ASSERT_EQ(atomic_load(&b.done), 0);
+  ASSERT_EQ(is_done(&b), 0);
   publish(fs, "pf:pieces:b");
   waiter_join(&a, "a");
   waiter_join(&b, "b");
@@ -402,8 +405,8 @@ TEST(pubsub_outage_resubscribes_and_wakes_every_waiter) {
   tps t;
   tps_open(&t, fs_url(fs));
   waiter_run a, b;
-  waiter_start_joined(&a, &t, "pf:out:a", 60000);
-  waiter_start_joined(&b, &t, "pf:out:b", 60000);
+  waiter_start_joined(&a, &t, "pf:out:a", 30000);
+  waiter_start_joined(&b, &t, "pf:out:b", 30000);
   lu_sleep_ms(50);
 
   int from = fs_count(fs, NULL);
@@ -422,8 +425,8 @@ TEST(pubsub_outage_resubscribes_and_wakes_every_waiter) {
   waiter_join(&b, "b");
   ASSERT_EQ(a.wait_rc, 1);
   ASSERT_EQ(b.wait_rc, 1);
-  ASSERT_LT(a.wait_took_ms, 40000);
-  ASSERT_LT(b.wait_took_ms, 40000);
+  ASSERT_LT(a.wait_took_ms, 25000);
+  ASSERT_LT(b.wait_took_ms, 25000);
   ASSERT_EQ(fs_accepted(fs), 4);
   printf("handshakes: %d PING, %d SUBSCRIBE\n", fs_count(fs, "PING"),
          fs_count(fs, "SUBSCRIBE"));
@@ -444,7 +447,7 @@ TEST(pubsub_waiter_ends_at_its_deadline_while_server_stays_away) {
   ASSERT_DLOCK_OK(tps_start(&t, fs_url(fs), 1000, 1000, 0));
   waiter_run a;
   waiter_start(&a, &t, "pf:away", 20000, 1500);
-  while (!atomic_load(&a.joined))
+  while (!is_joined(&a))
     lu_sleep_ms(1);
   ASSERT_DLOCK_OK(a.join_rc);
   fs_set(fs, "PING", &(fs_action_t){.how = FS_SILENT});
@@ -459,7 +462,7 @@ TEST(pubsub_waiter_ends_at_its_deadline_while_server_stays_away) {
   waiter_run b;
   waiter_start(&b, &t, "pf:away", 20000, 30000);
   ASSERT(wait_state(&t, "pf:away", DLOCK__SUB_ACTIVE, 20000));
-  while (!atomic_load(&b.joined))
+  while (!is_joined(&b))
     lu_sleep_ms(1);
   publish(fs, "pf:away");
   waiter_join(&b, "b");
@@ -481,8 +484,8 @@ TEST(pubsub_message_for_unknown_channel_wakes_nobody) {
   tps t;
   tps_open(&t, fs_url(fs));
   waiter_run a, s;
-  waiter_start_joined(&a, &t, "pf:known", 60000);
-  waiter_start_joined(&s, &t, "pf:sentinel", 60000);
+  waiter_start_joined(&a, &t, "pf:known", 30000);
+  waiter_start_joined(&s, &t, "pf:sentinel", 30000);
   lu_sleep_ms(50);
   publish(fs, "pf:nobody");
   /* Replies are handled in order: once the sentinel is woken, the stray
@@ -490,7 +493,7 @@ TEST(pubsub_message_for_unknown_channel_wakes_nobody) {
   publish(fs, "pf:sentinel");
   ASSERT(waiter_done_within(&s, 20000));
   lu_sleep_ms(200);
-  ASSERT_EQ(atomic_load(&a.done), 0);
+  ASSERT_EQ(is_done(&a), 0);
   ASSERT_EQ(fs_accepted(fs), 1);
   publish(fs, "pf:known");
   waiter_join(&a, "a");
@@ -517,7 +520,7 @@ TEST(pubsub_stray_replies_drop_and_resubscribe) {
   tps_open(&t, fs_url(fs));
   for (size_t i = 0; i < sizeof(strays) / sizeof(strays[0]); i++) {
     waiter_run a;
-    waiter_start_joined(&a, &t, "pf:stray", 60000);
+    waiter_start_joined(&a, &t, "pf:stray", 30000);
     lu_sleep_ms(50);
     int accepted = fs_accepted(fs), from = fs_count(fs, NULL);
     fs_send_all(fs, strays[i]);
@@ -527,7 +530,7 @@ TEST(pubsub_stray_replies_drop_and_resubscribe) {
     ASSERT(wait_subscribed_since(fs, from, "pf:stray", 20000));
     waiter_join(&a, "a");
     ASSERT_EQ(a.wait_rc, 1);
-    ASSERT_LT(a.wait_took_ms, 40000);
+    ASSERT_LT(a.wait_took_ms, 25000);
     ASSERT(wait_state(&t, "pf:stray", DLOCK__SUB_ACTIVE, 20000));
   }
   tps_close(&t);
@@ -548,7 +551,7 @@ TEST(pubsub_wrong_state_confirmations_drop_and_resubscribe) {
   tps_open(&t, fs_url(fs));
   for (int i = 0; i < 2; i++) {
     waiter_run a;
-    waiter_start_joined(&a, &t, "pf:wrong", 60000);
+    waiter_start_joined(&a, &t, "pf:wrong", 30000);
     lu_sleep_ms(50);
     int accepted = fs_accepted(fs), from = fs_count(fs, NULL);
     char m[256];
@@ -557,10 +560,10 @@ TEST(pubsub_wrong_state_confirmations_drop_and_resubscribe) {
     ASSERT(wait_subscribed_since(fs, from, "pf:wrong", 20000));
     waiter_join(&a, kinds[i]);
     ASSERT_EQ(a.wait_rc, 1);
-    ASSERT_LT(a.wait_took_ms, 40000);
+    ASSERT_LT(a.wait_took_ms, 25000);
     ASSERT(wait_state(&t, "pf:wrong", DLOCK__SUB_ACTIVE, 20000));
     /* And it works: a message wakes the next waiter. */
-    waiter_start_joined(&a, &t, "pf:wrong", 60000);
+    waiter_start_joined(&a, &t, "pf:wrong", 30000);
     publish(fs, "pf:wrong");
     waiter_join(&a, "next");
     ASSERT_EQ(a.wait_rc, 1);
@@ -601,7 +604,7 @@ TEST(pubsub_misbehaving_server_not_reconnected_in_a_loop) {
   fs_clear(fs);
   waiter_start(&a, &t, "pf:loop", 20000, 30000);
   ASSERT(wait_state(&t, "pf:loop", DLOCK__SUB_ACTIVE, 20000));
-  while (!atomic_load(&a.joined))
+  while (!is_joined(&a))
     lu_sleep_ms(1);
   publish(fs, "pf:loop");
   waiter_join(&a, "after");
@@ -645,7 +648,7 @@ TEST(pubsub_silent_server_at_connect) {
   ASSERT_EQ(fs_count(fs, "SUBSCRIBE"), 0);
 
   waiter_start(&a, &t, "pf:lazy", 8000, 30000);
-  while (!atomic_load(&a.joined))
+  while (!is_joined(&a))
     lu_sleep_ms(1);
   fs_clear(fs);
   waiter_join(&a, "after");
@@ -672,21 +675,19 @@ TEST(pubsub_cancel_releases_joins_blocked_in_every_state) {
   tps t;
   tps_open(&t, fs_url(fs));
   waiter_run r, s, tr, d;
-  waiter_start_joined(&r, &t, "pf:c:reader", 60000);
+  waiter_start_joined(&r, &t, "pf:c:reader", 30000);
   fs_set(fs, "SUBSCRIBE", &(fs_action_t){.how = FS_SILENT, .times = 1});
-  waiter_start(&s, &t, "pf:c:silent", 60000, 60000);
+  waiter_start(&s, &t, "pf:c:silent", 60000, 30000);
   ASSERT(fs_wait_count(fs, "SUBSCRIBE", 2, 20000));
   fs_set(fs, "SUBSCRIBE",
          &(fs_action_t){.how = FS_TRICKLE, .every_ms = 500, .times = 1});
-  waiter_start(&tr, &t, "pf:c:trickled", 60000, 60000);
+  waiter_start(&tr, &t, "pf:c:trickled", 60000, 30000);
   ASSERT(fs_wait_count(fs, "SUBSCRIBE", 3, 20000));
   fs_set(fs, "SUBSCRIBE", &(fs_action_t){.delay_ms = 30000, .times = 1});
-  waiter_start(&d, &t, "pf:c:delayed", 60000, 60000);
+  waiter_start(&d, &t, "pf:c:delayed", 60000, 30000);
   ASSERT(fs_wait_count(fs, "SUBSCRIBE", 4, 20000));
   lu_sleep_ms(600); /* a byte or two of the trickle is in */
-  ASSERT_EQ(atomic_load(&s.joined) + atomic_load(&tr.joined) +
-                atomic_load(&d.joined),
-            0);
+  ASSERT_EQ(is_joined(&s) + is_joined(&tr) + is_joined(&d), 0);
 
   int64_t t0 = lu_now_ms();
   dlock__pubsub_cancel(t.ps);
