@@ -115,6 +115,7 @@ struct dlock__pubsub {
   int stopping;
   int canceled;
   int64_t retry_at_us, backoff_us;
+  int64_t connected_us; /* when the current connection was made */
 };
 
 static void init_monotonic_cond(pthread_cond_t *cv) {
@@ -256,6 +257,14 @@ static uint64_t grant_of(const redisReply *r) {
  */
 
 static void on_disconnect_locked(dlock__pubsub *ps) {
+  int64_t now = dlock__now_us();
+  /* A connection that worked for a while ends a run of failures: the next
+   * attempt comes at once. One that breaks soon after it was made (a server
+   * that completes the handshake, then hangs up or answers SUBSCRIBE out of
+   * step) counts as one more failure, so that such a server is not
+   * connected to again and again in a tight loop. */
+  if (ps->connected && now - ps->connected_us >= BACKOFF_MAX_US)
+    ps->backoff_us = 0;
   if (ps->ctx != NULL) {
     dlock__stream_free(ps->ctx);
     ps->ctx = NULL;
@@ -264,7 +273,7 @@ static void on_disconnect_locked(dlock__pubsub *ps) {
   /* A waiter polling the socket just closed would never hear of it. */
   if (ps->reader != NULL)
     poke(ps->reader_pipe[1]);
-  ps->retry_at_us = dlock__now_us() + ps->backoff_us;
+  ps->retry_at_us = now + ps->backoff_us;
   ps->backoff_us = ps->backoff_us ? ps->backoff_us * 2 : BACKOFF_FIRST_US;
   if (ps->backoff_us > BACKOFF_MAX_US)
     ps->backoff_us = BACKOFF_MAX_US;
@@ -290,7 +299,7 @@ static void try_connect_locked(dlock__pubsub *ps) {
   }
   ps->ctx = ctx;
   ps->connected = 1;
-  ps->backoff_us = 0;
+  ps->connected_us = dlock__now_us();
 }
 
 /* Appends one SUBSCRIBE or UNSUBSCRIBE for every channel in 'from'. */
@@ -394,9 +403,14 @@ static int handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
     refuse_pending_locked(ps, r);
     return 0;
   }
+  /* Every other reply on a subscribed connection is a pub/sub frame that
+   * names its channel. An integer, a string, a nil or a short array answers
+   * nothing this client sent (a server or proxy in the wrong state): the
+   * stream is out of step, and the server's subscriptions may not be what
+   * this client thinks they are. */
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
       r->element[1]->type != REDIS_REPLY_STRING)
-    return 0;
+    return -1;
   const redisReply *kind = r->element[0], *chan = r->element[1];
   dlock__sub *s = find_sub(ps, chan->str, chan->len);
   if (s == NULL)
@@ -541,9 +555,10 @@ int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
    * client whose server is down leaves that to the thread. */
   int rc = dlock__stream_open(ep, tls, connect_timeout_ms, command_timeout_ms,
                               INT64_MAX, &ps->ctx);
-  if (rc == 0)
+  if (rc == 0) {
     ps->connected = 1;
-  else if (rc == DLOCK_EIO && lazy) {
+    ps->connected_us = dlock__now_us();
+  } else if (rc == DLOCK_EIO && lazy) {
     ps->backoff_us = BACKOFF_FIRST_US;
     ps->retry_at_us = dlock__now_us() + ps->backoff_us;
     rc = 0;
