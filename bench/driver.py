@@ -42,6 +42,12 @@ PYTHON = "/usr/bin/python3"  # Debian's, with python3-redis
 PEER_BASES = ("redlock4", "redlock5", "redis-py")
 PEERS_ALL = [p + s for p in PEER_BASES for s in ("", "-tuned")]
 DLOCKS = ["dlock", "dlock-fair"]
+# The semaphore workloads' contenders: dlock's two semaphores, and
+# redis-semaphore's Semaphore with its defaults and tuned like the others.
+SEM_PEER_BASES = ("redis-semaphore",)
+SEM_PEERS_ALL = [p + s for p in SEM_PEER_BASES for s in ("", "-tuned")]
+SEM_DLOCKS = ["dlock-sem", "dlock-psem"]
+SEM_WORKLOADS = ("sem-solo", "sem-threads", "sem-contended")
 # Retry delays tried when tuning a peer, longest first (ms).
 SWEEP_MS = [100, 50, 20, 10, 5, 2, 1]
 # Tuning stops short of this: the Redis server busy more than half the time
@@ -61,6 +67,10 @@ LABELS = {
     "redlock5-tuned": "node-redlock 5.0.0-beta.2 tuned",
     "redis-py": "redis-py Lock",
     "redis-py-tuned": "redis-py Lock tuned",
+    "dlock-sem": "dlock semaphore",
+    "dlock-psem": "dlock expirable-permit semaphore",
+    "redis-semaphore": "redis-semaphore 5.8.0 Semaphore",
+    "redis-semaphore-tuned": "redis-semaphore 5.8.0 Semaphore tuned",
 }
 
 
@@ -174,7 +184,8 @@ class Bench:
         self.tuned = {}  # peer base -> delay in ms
         self.sweep = {}  # peer base -> [{delay, rate, cpu, ok}]
         self.bin = {}
-        for prog in ("bench_lock", "bench_handoff", "bench_interleave", "bench_watchdog", "bench_redlock"):
+        for prog in ("bench_lock", "bench_handoff", "bench_interleave", "bench_watchdog", "bench_redlock",
+                     "bench_sem"):
             path = self.find_binary(prog)
             if path is None:
                 raise SystemExit(f"bench: {prog} is not built in {args.build}; run 'make' first")
@@ -239,8 +250,22 @@ class Bench:
             log(f"\nbench: FAILED {msg}")
         return v
 
+    def sem_argv(self, contender, w, dist):
+        """The command line of 'contender' for semaphore workload spec 'w'."""
+        common = ["--seconds", str(self.seconds), "--name", f"bench:{w['name']}", "--dist", dist,
+                  "--procs", str(w["procs"]), "--threads", str(w["threads"]),
+                  "--permits", str(w["permits"])] + (["--work"] if w.get("work") else [])
+        if contender in SEM_DLOCKS:
+            kind = "psem" if contender == "dlock-psem" else "sem"
+            return [self.bin["bench_sem"], "--url", self.main.url, "--kind", kind] + common
+        base = contender.replace("-tuned", "")
+        argv = ["node", os.path.join(PEERS, "semaphore_bench.js"), "--port", str(self.main.port)] + common
+        return argv + (["--retry-delay", str(self.tuned[base])] if contender.endswith("-tuned") else [])
+
     def lock_argv(self, contender, w, dist):
         """The command line of 'contender' for workload spec 'w'."""
+        if w["mode"] == "sem":
+            return self.sem_argv(contender, w, dist)
         mode = w["mode"]
         s = str(self.seconds)
         common = ["--seconds", s, "--name", f"bench:{w['name']}", "--dist", dist]
@@ -353,6 +378,16 @@ class Bench:
              "timeout": 30 if q else 120, "raw": [], "contenders": DLOCKS + PEERS_ALL,
              # A round takes a minute (the slowest pollers): three are enough.
              "rounds": min(self.rounds, 3)},
+            # Semaphores: one permit per acquisition. The first two never
+            # wait (as many permits as workers); the last is 16 workers on
+            # 4 permits, each hold counting the holders (INCR on entry,
+            # DECR on exit), which must never exceed 4.
+            {"name": "sem-solo", "mode": "sem", "procs": 1, "threads": 1, "permits": 4,
+             "raw": [], "contenders": SEM_DLOCKS + SEM_PEERS_ALL},
+            {"name": "sem-threads", "mode": "sem", "procs": 1, "threads": 16, "permits": 16,
+             "raw": [], "contenders": SEM_DLOCKS + SEM_PEERS_ALL},
+            {"name": "sem-contended", "mode": "sem", "procs": 4, "threads": 4, "permits": 4, "work": True,
+             "raw": [], "contenders": SEM_DLOCKS + SEM_PEERS_ALL},
         ]
 
     def timeout_for(self, w):
@@ -380,14 +415,30 @@ class Bench:
         self.results[name] = res
         return res
 
-    def tune(self, progress):
+    def tune_workload(self, base):
+        """Where a peer's retry delay is swept: the contended workload of
+        its kind (16 pollers on one lock, or on a semaphore of 4 permits)."""
+        name = "sem-contended" if base in SEM_PEER_BASES else "contended"
+        return dict(next(w for w in self.workloads() if w["name"] == name))
+
+    def swept(self, ws):
+        """The peers whose retry delay this run sweeps: those that run in
+        one of the workloads 'ws'."""
+        if self.quick or self.args.tuned is not None:
+            return []
+        used = {c.replace("-tuned", "") for w in ws for c in w["contenders"]}
+        return [b for b in PEER_BASES + SEM_PEER_BASES if b in used]
+
+    def tune(self, progress, ws):
         """Each peer's shortest retry delay that keeps the server's CPU under
-        OVERLOAD_CPU on the contended workload (16 pollers on one lock)."""
-        w = dict(self.workloads()[2])
-        for base in PEER_BASES:
+        OVERLOAD_CPU on the contended workload of its kind."""
+        sweep = self.swept(ws)
+        for base in PEER_BASES + SEM_PEER_BASES:
+            w = self.tune_workload(base)
             self.sweep[base] = []
-            if self.quick or self.args.tuned is not None:
-                # The smoke test does not sweep; it checks the setting runs.
+            if base not in sweep:
+                # The smoke test does not sweep (it checks the setting
+                # runs), nor a run without the peer.
                 self.tuned[base] = self.args.tuned or 5
                 continue
             best = None
@@ -447,8 +498,7 @@ class Bench:
         ws = [w for w in self.workloads() if only is None or w["name"] in only]
         steps = sum(w.get("rounds", self.rounds) * (len(w["contenders"]) + len(w["raw"])) for w in ws)
         steps += self.rounds * sum(only is None or n in only for n in ("watchdog", "redlock"))
-        sweeping = ws and not self.quick and self.args.tuned is None
-        steps += len(PEER_BASES) * len(SWEEP_MS) if sweeping else 0
+        steps += len(self.swept(ws)) * len(SWEEP_MS)
         progress = Progress(steps)
         machine = machine_info()
         print(f"dlock benchmark: {machine['cpu']} x {machine['nproc']}, redis {machine['redis']}, "
@@ -457,12 +507,13 @@ class Bench:
         print(f"raw limit: redis-benchmark EVALSHA {self.sha[:12]}... (dlock's acquire call), "
               "pairs/s = calls/s / 2", flush=True)
         if ws:
-            self.tune(progress)
+            self.tune(progress, ws)
         progress.clear()
         if self.sweep and any(self.sweep.values()):
             print("tuned retry delays (shortest keeping Redis under "
                   f"{OVERLOAD_CPU:.0%} CPU, contended workload): " +
-                  ", ".join(f"{LABELS[b]} {self.tuned[b]} ms" for b in PEER_BASES), flush=True)
+                  ", ".join(f"{LABELS[b]} {self.tuned[b]} ms" for b in self.sweep if self.sweep[b]),
+                  flush=True)
         print_header()
         for w in ws:
             res = self.run_workload(w, progress)
@@ -560,7 +611,7 @@ def us(v):
     return f"{v:.0f} us"
 
 
-COLUMNS = [("workload", 10), ("contender", 32), ("throughput", 15), ("p50", 9), ("p99", 9),
+COLUMNS = [("workload", 13), ("contender", 37), ("throughput", 15), ("p50", 9), ("p99", 9),
            ("cmds/op", 8), ("fairness", 9), ("Redis CPU", 9), ("note", 0)]
 
 
@@ -578,7 +629,8 @@ def print_row(row):
 def table_rows(workload, res, results):
     """The table rows of one workload: the median round of each contender."""
     rows = []
-    order = [c for c in ["raw", "raw-pipelined", "dlock-interleaved"] + DLOCKS + PEERS_ALL if c in res]
+    order = [c for c in ["raw", "raw-pipelined", "dlock-interleaved"] + DLOCKS + PEERS_ALL + SEM_DLOCKS
+             + SEM_PEERS_ALL if c in res]
     for c in order:
         m = res[c]["median"]
         label = LABELS[c]
@@ -597,6 +649,17 @@ def table_rows(workload, res, results):
             rows.append([workload, label, f"{fmt(m['rate'])}/s", us(m["pair_p50"]), us(m["pair_p99"]),
                          "2", "-", cpu, f"{fmt(m['calls_per_s'])} calls/s, c={m['clients']} "
                          f"P={m['pipeline']}; latency = 2 calls"])
+        elif workload in SEM_WORKLOADS:
+            contended = workload == "sem-contended"
+            p50, p99 = (m.get("wait_p50"), m.get("wait_p99")) if contended else \
+                (m.get("pair_p50"), m.get("pair_p99"))
+            note = f"{fmt(m.get('permits'))} permits"
+            if contended:
+                note = f"at most {fmt(m.get('max_holders'))} of {fmt(m.get('permits'))} held at once, " \
+                       f"permits {m.get('counter')}; wait shown"
+            fair = f"{fmt(m.get('min'))}/{fmt(m.get('max'))}" if contended else "-"
+            rows.append([workload, label, f"{fmt(m['rate'])}/s", us(p50), us(p99),
+                         fmt(per(m.get("cmds"), m.get("acq")), 1), fair, cpu, note])
         elif workload in ("solo", "spread", "contended"):
             note = ""
             raw = res.get("raw", {}).get("median", {})
@@ -778,7 +841,8 @@ def machine_info():
             "redis_py": redis.__version__,
             "ioredis": lockfile["node_modules/ioredis"]["version"],
             "redlock4": lockfile["node_modules/redlock4"]["version"],
-            "redlock5": lockfile["node_modules/redlock5"]["version"]}
+            "redlock5": lockfile["node_modules/redlock5"]["version"],
+            "redis_semaphore": lockfile["node_modules/redis-semaphore"]["version"]}
 
 
 def git_describe():
@@ -803,7 +867,7 @@ def report_markdown(doc, plots):
     w("## Results\n\n")
     w("| " + " | ".join(n for n, _ in COLUMNS) + " |\n")
     w("|" + "---|" * len(COLUMNS) + "\n")
-    for wl in ["solo", "spread", "contended", "handoff", "herd", "watchdog", "redlock"]:
+    for wl in ["solo", "spread", "contended", "handoff", "herd", "watchdog", "redlock"] + list(SEM_WORKLOADS):
         if wl in res:
             for row in table_rows(wl, res[wl], res):
                 w("| " + " | ".join(str(v) for v in row) + " |\n")
@@ -844,21 +908,31 @@ def report_markdown(doc, plots):
   node-redlock 10 retries 200 +- 100 ms apart (the worker asks again when they run
   out), redis-py polling every 0.1 s. Every peer lock has a 10 s lease; dlock's are
   held by its watchdog (30 s).
+* **sem-solo**, **sem-threads**, **sem-contended**: one permit per acquisition, acquire
+  then release, on one semaphore: 1 thread with 4 permits; 16 threads of one process with
+  16 permits (nobody waits); 16 workers (4 processes x 4 threads) on 4 permits, each hold
+  an INCR then a DECR of a count of holders, whose largest value ("held at once") must not
+  exceed 4, and every permit free again at the end. dlock's semaphore (no lease) and its
+  expirable-permit semaphore (each permit held by the watchdog, 30 s, released by its id)
+  wait by pub/sub; redis-semaphore's Semaphore (a zset of holders, 10 s lease refreshed
+  every 8 s) polls, by default every 10 ms, tuned as above on sem-contended; its release
+  is a ZREM, counted in cmds/op.
 """ % (int(cfg["overload_cpu"] * 100), ", ".join(str(x) for x in cfg["sweep_ms"])))
     if doc["sweep"] and any(doc["sweep"].values()):
-        w("\n## Tuning sweep (contended workload)\n\n| peer | retry delay | acquisitions/s | Redis CPU | "
+        w("\n## Tuning sweep (contended workload of the peer's kind)\n\n| peer | retry delay | acquisitions/s | Redis CPU | "
           "cmds/acq |\n|---|---|---|---|---|\n")
         for base, rows in doc["sweep"].items():
             for s in rows:
                 w(f"| {LABELS[base]} | {s['delay_ms']} ms | {fmt(s['rate'])} | {s['redis_cpu'] * 100:.0f}% | "
                   f"{fmt(s['cmds_per_acq'], 1)} |\n")
-        w("\nChosen: " + ", ".join(f"{LABELS[b]} {doc['tuned_ms'][b]} ms" for b in PEER_BASES) + ".\n")
+        w("\nChosen: " + ", ".join(f"{LABELS[b]} {doc['tuned_ms'][b]} ms" for b, rows in doc["sweep"].items()
+                                  if rows) + ".\n")
     w("\n## Where the CPU time goes\n\nCPU time per lock+unlock pair (per acquisition for contended "
       "and herd; raw: per two calls) over the median round, set-up included: the server's (INFO cpu), "
       "of which running scripts (INFO commandstats usec of EVAL*, the commands they call included), "
       "and the contender's own processes (their rusage). On 2 cores, server and clients share the "
       "machine: rate x (server + clients) cannot exceed 2 s per second.\n\n")
-    for wl in ("solo", "spread", "contended", "herd"):
+    for wl in ("solo", "spread", "contended", "herd") + SEM_WORKLOADS:
         for c, d in res.get(wl, {}).items():
             m = d["median"]
             if m.get("ok") and m.get("acq") and m.get("cpu_sec") is not None:
@@ -867,7 +941,7 @@ def report_markdown(doc, plots):
       "over the median round (set-up included; commands run by scripts included, which is why "
       "this counts more than cmds/op): a failed acquire attempt of dlock's reentrant lock shows "
       "as a PTTL, a release as a PUBLISH.\n\n")
-    for wl in ("contended", "herd"):
+    for wl in ("contended", "herd", "sem-contended"):
         for c, d in res.get(wl, {}).items():
             m = d["median"]
             if m.get("ok") and m.get("commands") and m.get("acq"):

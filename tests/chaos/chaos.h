@@ -48,9 +48,13 @@ typedef enum chaos_lease {
 } chaos_lease_t;
 
 typedef struct chaos_config {
-  const char *name;    /* the scenario's name, for the summary */
-  unsigned faults;     /* CHAOS_BIT()s the nemesis draws from; 0: none */
-  int redlock;         /* 1: a RedLock over five lock servers */
+  const char *name; /* the scenario's name, for the summary */
+  unsigned faults;  /* CHAOS_BIT()s the nemesis draws from; 0: none */
+  int redlock;      /* 1: a RedLock over five lock servers */
+  /* 0: the workers take a lock. N > 0: they take permits of an
+   * expirable-permit semaphore of N permits instead (one Redis only), and
+   * the checker's bound is N holders at once rather than one. */
+  int permits;
   int64_t duration_ms; /* how long the workers run */
   int procs;           /* worker processes */
   int threads;         /* threads per process, each with its own client */
@@ -109,9 +113,18 @@ typedef struct chaos_result {
   int64_t unfinished_holds;  /* holds with no release and no kill */
   int64_t worker_crashes;    /* workers that died of a signal no one sent */
   int64_t held_at_end;       /* the lock still held after everyone left */
+  int64_t permits_drift;     /* semaphore: free plus taken permits at the end,
+                                minus the N it started with (lost or made up) */
 
   /* What dlock detected and reported, and what it let happen knowingly. */
-  int64_t detected_overlaps;  /* overlaps where a side saw DLOCK_ELOST */
+  int64_t detected_overlaps; /* overlaps where a side saw DLOCK_ELOST */
+  /* Semaphore runs (permits > 0): the overlap counts above count moments
+   * when a grant made more than N holds current at once, by what their
+   * holders learnt (silent: more than N released with 0; unconfirmed: more
+   * than N not told DLOCK_ELOST; detected: more than N only with those
+   * told DLOCK_ELOST). */
+  int64_t max_holders;        /* the most current holds not told DLOCK_ELOST */
+  int64_t max_with_lost;      /* ... and with those told DLOCK_ELOST */
   int64_t lost_updates;       /* successful increments minus the final count */
   int64_t phantom_updates;    /* final count above every possible increment */
   int64_t stopped_holds;      /* holds whose process was stopped past lease */
@@ -138,8 +151,13 @@ const char *chaos_fault_name(chaos_fault_t f);
  * the test suite (watchdog 600 ms, commands 300 ms, fixed lease 500 ms,
  * 3 processes x 2 threads, 5 s). Scenarios: none, kill, stop, pause,
  * restart-aof, restart-empty, clients, redlock-minority, redlock-majority,
- * mixed, redlock-mixed. Returns 0, or -1 for an unknown name.
+ * mixed, redlock-mixed; and "sem-" before any of the single-Redis ones
+ * (sem-kill, sem-mixed, ...): the same faults on an expirable-permit
+ * semaphore of CHAOS_SEM_PERMITS permits. Returns 0, or -1 for an unknown
+ * name.
  */
+#define CHAOS_SEM_PERMITS 3
+
 int chaos_config_init(chaos_config_t *c, const char *scenario);
 
 /* The scenario names chaos_config_init() knows, NULL-terminated. */
@@ -155,7 +173,9 @@ int chaos_run(const chaos_config_t *c, chaos_result_t *r);
 
 /*
  * 1 when the run kept every promise dlock makes for the faults of 'c':
- * no silent or unconfirmed overlap, no stale fenced write accepted, every
+ * no silent or unconfirmed overlap (for a semaphore: never more than N
+ * holders not told DLOCK_ELOST, and its N permits all there at the end),
+ * no stale fenced write accepted, every
  * stopped holder told DLOCK_ELOST, recovery in time, and token order kept
  * unless the scenario restarts Redis without persistence, which forgets
  * the token counter. Otherwise 0; 'why' (if not NULL) gets the first

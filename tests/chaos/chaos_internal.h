@@ -18,6 +18,11 @@
 #define CHAOS_FENCE_MAX "chaos:fence:max"
 #define CHAOS_FENCE_HOLD "chaos:fence:hold"
 #define CHAOS_FENCE_LOG "chaos:fence:log"
+/* The semaphore of the semaphore runs, and where it keeps its permits
+ * taken (Redisson's layout, dlock.h): a permit id's first 8 bytes stand
+ * for the client that took it (chaos__client_hash). */
+#define CHAOS_SEM "chaos-sem"
+#define CHAOS_SEM_PERMITS_KEY "{chaos-sem}:timeout"
 /* Every worker client's id starts so, then "<pid>-<thread>[-n<node>]", so
  * the nemesis can tell from the lock hash which process holds the lock. */
 #define CHAOS_ID_PREFIX "chaos-"
@@ -99,6 +104,11 @@ int chaos__history_load(const char *dir, chaos_event_t **out, size_t *n);
 
 /* Removes the history files of 'dir' and the directory itself. */
 void chaos__history_remove(const char *dir);
+
+/* The 8 bytes, as a number, that begin the ids of the permits client id
+ * 'id' takes: FNV-1a over the id, as the library computes them. The
+ * nemesis tells by them which worker holds a permit. */
+uint64_t chaos__client_hash(const char *id);
 
 /* ---- worker.c ----------------------------------------------------------- */
 

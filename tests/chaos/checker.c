@@ -309,6 +309,63 @@ static void check_overlaps(model *m, const size_t *ok_order, size_t nok,
   free(active);
 }
 
+/*
+ * The semaphore's bound: a grant may make at most N holds current at once.
+ * As for the lock, a hold whose holder was told DLOCK_ELOST does not count
+ * against it (its lease ran out; dlock said so). With more than N current,
+ * the moment is silent when more than N of them released with 0, else
+ * unconfirmed when more than N were not told DLOCK_ELOST, else detected.
+ */
+static void check_holders(model *m, const size_t *ok_order, size_t nok,
+                          int64_t permits, int64_t t0, chaos_result_t *r) {
+  size_t *active = malloc((nok + 1) * sizeof(*active));
+  size_t nactive = 0;
+  int shown = 0;
+  if (active == NULL)
+    return;
+  for (size_t k = 0; k < nok; k++) {
+    hold *h = &m->h[ok_order[k]];
+    size_t keep = 0;
+    for (size_t j = 0; j < nactive; j++)
+      if (m->h[active[j]].t_end > h->t_ok)
+        active[keep++] = active[j];
+    nactive = keep;
+    active[nactive++] = ok_order[k];
+    int64_t lost = 0, clean = 0;
+    for (size_t j = 0; j < nactive; j++) {
+      lost += m->h[active[j]].cls == H_LOST;
+      clean += m->h[active[j]].cls == H_CLEAN;
+    }
+    int64_t held = (int64_t)nactive - lost;
+    if (held > r->max_holders)
+      r->max_holders = held;
+    if ((int64_t)nactive > r->max_with_lost)
+      r->max_with_lost = (int64_t)nactive;
+    if ((int64_t)nactive <= permits)
+      continue;
+    if (held <= permits) {
+      r->detected_overlaps++;
+      continue;
+    }
+    const char *kind;
+    if (clean > permits) {
+      r->silent_overlaps++;
+      kind = "silent";
+    } else {
+      r->unconfirmed_overlaps++;
+      kind = "unconfirmed";
+    }
+    if (shown++ < SHOW_MAX) {
+      fprintf(stderr,
+              "  chaos: %s excess: %zu holders of %" PRId64 " permits:\n", kind,
+              nactive, permits);
+      for (size_t j = 0; j < nactive; j++)
+        show_hold("holder", &m->h[active[j]], t0);
+    }
+  }
+  free(active);
+}
+
 /* ---- tokens -------------------------------------------------------------- */
 
 /* A hold that asked for the lock after another was granted it must get a
@@ -624,7 +681,10 @@ void chaos__check(const chaos_config_t *c, const chaos_event_t *ev, size_t n,
   qsort(ok_order, nok, sizeof(*ok_order), by_ok);
   qsort(acq_order, nok, sizeof(*acq_order), by_acq);
   int64_t t0 = n > 0 ? ev[0].t_us : 0;
-  check_overlaps(&m, ok_order, nok, t0, r);
+  if (c->permits > 0)
+    check_holders(&m, ok_order, nok, c->permits, t0, r);
+  else
+    check_overlaps(&m, ok_order, nok, t0, r);
   check_tokens(&m, ok_order, acq_order, nok, r);
   free(ok_order);
   free(acq_order);

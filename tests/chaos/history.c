@@ -152,3 +152,12 @@ void chaos__history_remove(const char *dir) {
   closedir(d);
   rmdir(dir);
 }
+
+uint64_t chaos__client_hash(const char *id) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const char *p = id; *p != '\0'; p++) {
+    h ^= (unsigned char)*p;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}

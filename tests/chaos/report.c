@@ -21,6 +21,14 @@ const char *const chaos_scenarios[] = {"none",
                                        "redlock-majority",
                                        "mixed",
                                        "redlock-mixed",
+                                       "sem-none",
+                                       "sem-kill",
+                                       "sem-stop",
+                                       "sem-pause",
+                                       "sem-restart-aof",
+                                       "sem-restart-empty",
+                                       "sem-clients",
+                                       "sem-mixed",
                                        NULL};
 
 /* The faults where dlock promises safety, on a single Redis; the stopped
@@ -33,6 +41,14 @@ const char *const chaos_scenarios[] = {"none",
    CHAOS_BIT(CHAOS_CLIENT_KILL) | CHAOS_BIT(CHAOS_SCRIPT_FLUSH))
 
 int chaos_config_init(chaos_config_t *c, const char *scenario) {
+  /* "sem-X": scenario X's faults on an expirable-permit semaphore. */
+  if (strncmp(scenario, "sem-", 4) == 0) {
+    if (chaos_config_init(c, scenario + 4) != 0 || c->redlock)
+      return -1;
+    c->name = scenario;
+    c->permits = CHAOS_SEM_PERMITS;
+    return 0;
+  }
   memset(c, 0, sizeof(*c));
   c->name = scenario;
   c->duration_ms = 5000;
@@ -133,6 +149,9 @@ int chaos_safe(const chaos_config_t *c, const chaos_result_t *r, char *why,
   BROKEN(r->unfinished_holds, "%" PRId64 " unfinished holds",
          r->unfinished_holds);
   BROKEN(r->worker_crashes, "%" PRId64 " worker crashes", r->worker_crashes);
+  BROKEN(c->permits > 0 && r->permits_drift != 0,
+         "the semaphore ended with %" PRId64 " permits instead of %d",
+         c->permits + r->permits_drift, c->permits);
   return 1;
 }
 
@@ -166,8 +185,11 @@ void chaos_print_summary(FILE *out, const chaos_config_t *c,
           "(watchdog %" PRId64 " ms, fixed %" PRId64 " ms), command timeout "
           "%" PRId64 " ms\n",
           c->name, r->seconds, c->procs, c->threads,
-          c->redlock ? "RedLock over 5 servers" : "one Redis", lease,
-          c->watchdog_timeout_ms, c->fixed_lease_ms, c->command_timeout_ms);
+          c->redlock       ? "RedLock over 5 servers"
+          : c->permits > 0 ? "one Redis, expirable-permit semaphore"
+                           : "one Redis",
+          lease, c->watchdog_timeout_ms, c->fixed_lease_ms,
+          c->command_timeout_ms);
   fprintf(out,
           "operations   acquisitions %" PRId64 ": %" PRId64 " ok, %" PRId64
           " timed out, %" PRId64 " no quorum, %" PRId64 " other errors\n",
@@ -219,6 +241,13 @@ void chaos_print_summary(FILE *out, const chaos_config_t *c,
           ", held at end %" PRId64 "\n",
           r->unexplained_lost_updates, r->phantom_updates, r->slow_recoveries,
           r->unfinished_holds, r->worker_crashes, r->held_at_end);
+  if (c->permits > 0)
+    fprintf(out,
+            "semaphore    %d permits; most holders at once %" PRId64
+            " (%" PRId64 " with those told ELOST); permits at the end "
+            "%" PRId64 "\n",
+            c->permits, r->max_holders, r->max_with_lost,
+            c->permits + r->permits_drift);
   fprintf(out,
           "detected     losses reported (DLOCK_ELOST) %" PRId64
           ", overlaps with a hold told ELOST %" PRId64

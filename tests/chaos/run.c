@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/prctl.h>
@@ -83,6 +84,17 @@ static void note(const nemesis *nm, chaos_ev_t ev, int kind, int pid,
 /* ---- servers ---------------------------------------------------------------
  */
 
+/* Gives the semaphore of a semaphore run its permits if it has none, as
+ * its operator would (Redisson's trySetPermits): at the start, and after
+ * a restart that lost the data. */
+static int sem_init(nemesis *nm) {
+  redisReply *r =
+      rp_cmd(nm->nodes[0], "SET %s %d NX", CHAOS_SEM, nm->cfg->permits);
+  int ok = r != NULL && r->type != REDIS_REPLY_ERROR;
+  freeReplyObject(r);
+  return ok ? 0 : -1;
+}
+
 static int start_servers(nemesis *nm) {
   const chaos_config_t *c = nm->cfg;
   rp_options_t o;
@@ -101,7 +113,7 @@ static int start_servers(nemesis *nm) {
     nm->env.urls[i] = rp_url(nm->nodes[i]);
   }
   nm->env.resource_port = rp_port(nm->resource);
-  return 0;
+  return c->permits > 0 ? sem_init(nm) : 0;
 }
 
 static void node_kill(nemesis *nm, int i) {
@@ -177,9 +189,76 @@ static pid_t field_pid(const char *field) {
   return (pid_t)strtol(field + n, NULL, 10);
 }
 
+/* The client hash that begins permit id 'id' (16 bytes), or 0. */
+static uint64_t permit_hash(const redisReply *id) {
+  uint64_t h = 0;
+  if (id->type != REDIS_REPLY_STRING || id->len < 8)
+    return 0;
+  for (int i = 0; i < 8; i++)
+    h = h << 8 | (unsigned char)id->str[i];
+  return h;
+}
+
+/* Whether one of the clients of worker process 'pid' has hash 'h'. */
+static int client_of(const nemesis *nm, pid_t pid, uint64_t h) {
+  for (int t = 0; t < nm->cfg->threads && t < CHAOS_THREADS_MAX; t++) {
+    char cid[64];
+    snprintf(cid, sizeof(cid), CHAOS_ID_PREFIX "%d-%d-n0", (int)pid, t);
+    if (chaos__client_hash(cid) == h)
+      return 1;
+  }
+  return 0;
+}
+
+/* The live worker process whose client took the permit 'id', or 0. */
+static pid_t permit_pid(nemesis *nm, const redisReply *id) {
+  uint64_t h = permit_hash(id);
+  for (size_t k = 0; k < nm->nw; k++)
+    if (nm->w[k].alive && client_of(nm, nm->w[k].pid, h))
+      return nm->w[k].pid;
+  return 0;
+}
+
+/* The permits of the semaphore whose lease has not ended (by this
+ * machine's clock, which Redis's TIME reads too), or NULL. */
+static redisReply *live_permits(nemesis *nm) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  long long now_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  redisReply *r = rp_cmd(nm->nodes[0], "ZRANGEBYSCORE %s (%lld +inf",
+                         CHAOS_SEM_PERMITS_KEY, now_ms);
+  if (r != NULL && r->type != REDIS_REPLY_ARRAY) {
+    freeReplyObject(r);
+    r = NULL;
+  }
+  return r;
+}
+
+/* A worker process (not stopped) holding a permit now, or 0 when none
+ * does for a while. */
+static pid_t find_permit_holder(nemesis *nm) {
+  int64_t until = chaos__now_us() + 500000;
+  while (chaos__now_us() < until) {
+    redisReply *r = live_permits(nm);
+    pid_t pid = 0;
+    for (size_t k = 0; r != NULL && k < r->elements && pid == 0; k++) {
+      worker *w = worker_of(nm, permit_pid(nm, r->element[k]));
+      if (w != NULL && !w->stopped)
+        pid = w->pid;
+    }
+    freeReplyObject(r);
+    if (pid > 0)
+      return pid;
+    chaos__sleep_ms(2);
+  }
+  return 0;
+}
+
 /* The worker process holding the lock now (on the first live node that
  * says so), or 0 when the lock stays free for a while. */
 static pid_t find_holder(nemesis *nm) {
+  if (nm->cfg->permits > 0)
+    return find_permit_holder(nm);
   int64_t until = chaos__now_us() + 500000;
   while (chaos__now_us() < until) {
     for (int i = 0; i < nm->env.nnodes; i++) {
@@ -202,9 +281,19 @@ static pid_t find_holder(nemesis *nm) {
   return 0;
 }
 
-/* Whether any live node still has a hold of process 'pid'. */
+/* Whether any live node still has a hold of process 'pid' (in a
+ * semaphore run: a permit whose lease has not ended; it comes back at the
+ * next call that looks). The process is dead by then, so its client's
+ * hash is compared directly. */
 static int holds_of(nemesis *nm, pid_t pid) {
   int found = 0;
+  if (nm->cfg->permits > 0) {
+    redisReply *r = live_permits(nm);
+    for (size_t k = 0; r != NULL && k < r->elements && !found; k++)
+      found = client_of(nm, pid, permit_hash(r->element[k]));
+    freeReplyObject(r);
+    return found;
+  }
   for (int i = 0; i < nm->env.nnodes && !found; i++) {
     if (nm->down[i])
       continue;
@@ -299,6 +388,10 @@ static void fault_restart(nemesis *nm, chaos_fault_t kind) {
   note(nm, EV_FAULT, kind, 0, 0);
   node_kill(nm, 0);
   node_heal(nm, 0);
+  /* A semaphore restarted without its data has no permits at all: its
+   * operator sets them again (a no-op when the AOF kept them). */
+  if (nm->cfg->permits > 0)
+    sem_init(nm);
   note(nm, EV_HEAL, kind, 0, 0);
 }
 
@@ -489,7 +582,12 @@ static int held_at_end(nemesis *nm) {
   int64_t until = chaos__now_us() + nm->r->lease_limit_ms * 1000;
   for (;;) {
     int held = 0;
-    for (int i = 0; i < nm->env.nnodes; i++) {
+    if (nm->cfg->permits > 0) {
+      redisReply *r = live_permits(nm);
+      held = r == NULL || r->elements > 0;
+      freeReplyObject(r);
+    }
+    for (int i = 0; i < nm->env.nnodes && nm->cfg->permits == 0; i++) {
       redisReply *r = rp_cmd(nm->nodes[i], "EXISTS %s", CHAOS_LOCK);
       held += r == NULL || r->type != REDIS_REPLY_INTEGER || r->integer != 0;
       freeReplyObject(r);
@@ -498,6 +596,27 @@ static int held_at_end(nemesis *nm) {
       return held != 0;
     chaos__sleep_ms(20);
   }
+}
+
+/* A semaphore's permits are free (its counter) or taken (its zset, whose
+ * ended leases come back at the next call that looks): each script moves
+ * them between the two, so with everyone gone the two add up to the N it
+ * was given, or permits were lost or made up. Returns the difference. */
+static int64_t permits_drift(nemesis *nm) {
+  redisReply *r = rp_cmd(nm->nodes[0], "EVAL %s 2 %s %s",
+                         "return {tonumber(redis.call('get', KEYS[1]) or "
+                         "'-1'), redis.call('zcard', KEYS[2])}",
+                         CHAOS_SEM, CHAOS_SEM_PERMITS_KEY);
+  int64_t drift = INT64_MIN;
+  if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+      r->element[0]->integer >= 0)
+    drift = r->element[0]->integer + r->element[1]->integer - nm->cfg->permits;
+  freeReplyObject(r);
+  if (drift == INT64_MIN) {
+    fprintf(stderr, "chaos: the semaphore has no permits set at the end\n");
+    drift = -nm->cfg->permits;
+  }
+  return drift;
 }
 
 /* Reads the counter and the resource's log of accepted writes. */
@@ -563,6 +682,11 @@ int chaos_run(const chaos_config_t *c, chaos_result_t *r) {
     nm.max_lease_ms = c->fixed_lease_ms;
   r->lease_limit_ms = nm.max_lease_ms + 1000;
 
+  if (c->permits > 0 && c->redlock) {
+    fprintf(stderr, "chaos: a semaphore run takes one Redis, not a RedLock\n");
+    r->setup_failed = 1;
+    return -1;
+  }
   int rc = -1;
   chaos_event_t *ev = NULL;
   size_t nev = 0;
@@ -595,6 +719,8 @@ int chaos_run(const chaos_config_t *c, chaos_result_t *r) {
   reap_workers(&nm);
   r->seconds = (double)(chaos__now_us() - start) / 1e6;
   r->held_at_end = held_at_end(&nm);
+  if (c->permits > 0)
+    r->permits_drift = permits_drift(&nm);
   chaos_final_t fin;
   if (read_final(&nm, &fin, &log) != 0 ||
       chaos__history_load(nm.dir, &ev, &nev) != 0) {

@@ -9,6 +9,12 @@
  * the nemesis never touches: they stand for the system the lock protects,
  * so a lock server that forgets its data cannot also erase the evidence.
  * Every step is recorded in the process's history file.
+ *
+ * In a semaphore run (permits > 0) a thread takes a permit of the
+ * expirable-permit semaphore instead, and its hold is a sleep: up to N
+ * holders may read and write the counter at once, and their fencing
+ * tokens need not reach the resource in order, so the counter and the
+ * fenced writes say nothing there; the checker counts the holders.
  */
 #include "chaos_internal.h"
 
@@ -50,7 +56,8 @@ typedef struct wthread {
   int64_t lease_ms;
   dlock_client_t *clients[CHAOS_NODES_MAX];
   dlock_t *parts[CHAOS_NODES_MAX];
-  dlock_t *lock; /* parts[0], or the RedLock over the parts */
+  dlock_t *lock;     /* parts[0], or the RedLock over the parts */
+  dlock_psem_t *sem; /* a semaphore run's semaphore, on clients[0] */
   redisContext *res;
   uint64_t rng;
   pthread_t thread;
@@ -62,6 +69,8 @@ static void rec(const wthread *w, chaos_ev_t ev, int64_t hold, int64_t a,
 }
 
 static void close_clients(wthread *w) {
+  dlock_psem_free(w->sem);
+  w->sem = NULL;
   if (w->lock != w->parts[0])
     dlock_free(w->lock);
   w->lock = NULL;
@@ -92,6 +101,11 @@ static int open_clients(wthread *w) {
       close_clients(w);
       return -1;
     }
+  }
+  if (cfg->permits > 0 &&
+      dlock_psem_get(w->clients[0], CHAOS_SEM, &w->sem) != 0) {
+    close_clients(w);
+    return -1;
   }
   if (w->env->nnodes == 1) {
     w->lock = w->parts[0];
@@ -185,6 +199,25 @@ static void critical_section(wthread *w, int64_t hold, uint64_t token) {
     rec(w, EV_REU, hold, dlock_unlock(w->lock), 0, 0);
 }
 
+/* One hold of a permit: its grant, a sleep, its release. */
+static void permit_hold(wthread *w, int64_t hold) {
+  const chaos_config_t *cfg = w->env->cfg;
+  dlock_permit_t p;
+  rec(w, EV_ACQ, hold, 0, 0, 0);
+  int rc = dlock_psem_acquire(w->sem, cfg->wait_ms, w->lease_ms, &p);
+  if (rc != 0) {
+    rec(w, EV_FAIL, hold, rc, 0, 0);
+    if (rc != DLOCK_ETIMEDOUT)
+      chaos__sleep_ms(10 + (int64_t)(chaos__rand(&w->rng) % 20));
+    return;
+  }
+  rec(w, EV_OK, hold, (int64_t)p.token, 0, 0);
+  chaos__sleep_ms(
+      (int64_t)(chaos__rand(&w->rng) % (uint64_t)(cfg->hold_ms + 1)));
+  rec(w, EV_REL, hold, 0, 0, 0);
+  rec(w, EV_RELD, hold, dlock_psem_release(w->sem, p.id), 0, 0);
+}
+
 static void *thread_main(void *arg) {
   wthread *w = arg;
   const chaos_config_t *cfg = w->env->cfg;
@@ -195,6 +228,10 @@ static void *thread_main(void *arg) {
       continue;
     }
     hold++;
+    if (w->sem != NULL) {
+      permit_hold(w, hold);
+      continue;
+    }
     rec(w, EV_ACQ, hold, 0, 0, 0);
     int rc = dlock_trylock(w->lock, cfg->wait_ms, w->lease_ms);
     if (rc != 0) {
