@@ -32,6 +32,17 @@ static dlock_client_t *stalled_client(const rp_server_t *s) {
   return lu_client_opts(&o);
 }
 
+/* A client that holds a lock through the stall: its lease must outlast
+ * the stall however slowly the test runs (valgrind), or Redis lets the
+ * lock expire the moment it goes on and the holder rightly hears
+ * DLOCK_ELOST. */
+static dlock_client_t *holding_client(const rp_server_t *s) {
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.watchdog_timeout_ms = LEASE_MS;
+  return lu_client_opts(&o);
+}
+
 static dlock_t *get_kind(dlock_client_t *c, dlock_kind_t kind,
                          const char *name) {
   dlock_t *l = NULL;
@@ -185,7 +196,7 @@ TEST(late_grant_reentrant_inner) {
 TEST(late_grant_fair_queue_entry) {
   rp_server_t *s = lu_server(0);
   dlock_client_t *a = stalled_client(s), *b = lu_client(s),
-                 *holder = lu_client(s);
+                 *holder = holding_client(s);
   const char *name = "late:queue";
   dlock_t *la = get_kind(a, DLOCK_FAIR, name),
           *lb = get_kind(b, DLOCK_FAIR, name),
