@@ -73,6 +73,7 @@ typedef struct dlock__caller {
   int64_t idle_us;  /* paced (> 0): the deadline moves with each reply */
   int64_t limit_us; /* paced: the deadline never moves past this */
   int waiting;      /* in dlock__conn_wait, able to take over reading */
+  int want_ready;   /* dlock__conn_open: drives until the handshake is done */
   int gave_up;      /* its deadline passed before the replies came */
 } dlock__caller;
 
