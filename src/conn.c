@@ -105,6 +105,14 @@ static int64_t caller_deadline(const dlock__conn *c, const caller *me) {
   return d < me->limit_us ? d : me->limit_us;
 }
 
+/* When the caller stops waiting for now: its deadline, or sooner the end
+ * of its turn on this connection (dlock__conn_wait_until), after which it
+ * keeps its requests and may wait again. */
+static int64_t wait_limit(const dlock__conn *c, const caller *me) {
+  int64_t d = caller_deadline(c, me);
+  return me->until_us < d ? me->until_us : d;
+}
+
 /* ---- invariants -----------------------------------------------------------
  */
 
@@ -256,7 +264,7 @@ static void conn_unlock(dlock__conn *c) {
 static int park(dlock__conn *c, caller *me) {
   _Atomic uint32_t *word = &me->slot->word;
   atomic_store_explicit(word, WAKE_NONE, memory_order_relaxed);
-  struct timespec ts = dlock__timespec_at(caller_deadline(c, me));
+  struct timespec ts = dlock__timespec_at(wait_limit(c, me));
   conn_unlock(c);
   uint32_t why;
   while ((why = atomic_load_explicit(word, memory_order_acquire)) ==
@@ -318,7 +326,7 @@ static void conn_unlock(dlock__conn *c) {
 }
 
 static int park(dlock__conn *c, caller *me) {
-  struct timespec ts = dlock__timespec_at(caller_deadline(c, me));
+  struct timespec ts = dlock__timespec_at(wait_limit(c, me));
   pthread_cond_timedwait(&me->cv, &c->mu, &ts);
   return 0;
 }
@@ -514,6 +522,7 @@ int dlock__conn_open(dlock__conn *c) {
   me.want_ready = 1;
   me.waiting = 1;
   me.deadline_us = INT64_MAX;
+  me.until_us = INT64_MAX;
   while (rc == 0 && c->ctx != NULL && !is_ready(c)) {
     if (!c->driving) {
       drive_locked(c, &me);
@@ -721,14 +730,31 @@ static int64_t dead_at(const dlock__conn *c) {
   return dlock__after_ms(since, c->cfg.command_timeout_ms);
 }
 
+/* The oldest waiting caller but 'me' reads next. A caller that sent but is
+ * not waiting yet (a RedLock sending to every node first, or waiting on
+ * another node for its turn) takes the role itself when it comes to wait. */
+static void pass_role_locked(dlock__conn *c, caller *me) {
+  for (request *r = c->head; r != NULL; r = r->next) {
+    if (r->who != NULL && r->who != me && r->who->waiting) {
+      notify_locked(c, r->who, WAKE_DRIVE);
+      break;
+    }
+  }
+}
+
 /* Reads replies for everybody until the caller 'me' has all of its own, or
  * its deadline passes (it gives up on them), or the connection dies. */
 static void drive_locked(dlock__conn *c, caller *me) {
   char why[200];
   assert(!c->driving && me->waiting);
   c->driving = 1;
+  int polled = 0;
   while (c->ctx != NULL &&
          (me->remaining > 0 || (me->want_ready && !is_ready(c)))) {
+    /* The caller's turn ends (after one look at what came), its requests
+     * still its own. */
+    if (polled && me->remaining > 0 && dlock__now_us() >= me->until_us)
+      break;
     int ready = is_ready(c);
     if (!ready) {
       /* The connect and handshake, as far as they go without waiting. */
@@ -749,7 +775,7 @@ static void drive_locked(dlock__conn *c, caller *me) {
         continue;
       }
     }
-    int64_t mine = caller_deadline(c, me);
+    int64_t mine = wait_limit(c, me);
     int64_t wake = dead_at(c) < mine ? dead_at(c) : mine;
     /* Past a deadline the poll does not wait, but replies that already
      * arrived are still read: a caller that waited for another server
@@ -763,6 +789,7 @@ static void drive_locked(dlock__conn *c, caller *me) {
     int n = poll(p, 2, dlock__ms_until(wake));
     int poll_errno = errno;
     pthread_mutex_lock(&c->mu);
+    polled = 1;
     if (n < 0 && poll_errno != EINTR) {
       snprintf(why, sizeof(why), "poll: %s", strerror(poll_errno));
       fail_all_locked(c, DLOCK_EIO, why);
@@ -827,15 +854,7 @@ static void drive_locked(dlock__conn *c, caller *me) {
     }
   }
   c->driving = 0;
-  /* The oldest waiting caller reads next. A caller that sent but is not
-   * waiting yet (a RedLock sending to every node first) takes the role
-   * itself when it comes to wait. */
-  for (request *r = c->head; r != NULL; r = r->next) {
-    if (r->who != NULL && r->who->waiting) {
-      notify_locked(c, r->who, WAKE_DRIVE);
-      break;
-    }
-  }
+  pass_role_locked(c, me);
 }
 
 /* Queues the requests on the socket. On failure none of them is queued. */
@@ -926,14 +945,44 @@ int dlock__conn_send_paced(dlock__conn *c, size_t n, char *const *cmds,
 }
 
 int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
+  return dlock__conn_wait_until(p, replies, INT64_MAX);
+}
+
+void dlock__conn_expire(dlock__pending *p) {
+  if (p->reqs == NULL)
+    return;
+  dlock__conn *c = p->conn;
+  pthread_mutex_lock(&c->mu);
+  int64_t now = dlock__now_us();
+  if (p->me.deadline_us > now)
+    p->me.deadline_us = now;
+  if (p->me.idle_us > 0 && p->me.limit_us > now)
+    p->me.limit_us = now;
+  conn_unlock(c);
+}
+
+int dlock__conn_wait_until(dlock__pending *p, redisReply **replies,
+                           int64_t until_us) {
   dlock__conn *c = p->conn;
   int rc = p->rc;
   if (p->reqs == NULL)
     return rc;
   pthread_mutex_lock(&c->mu);
   p->me.waiting = 1;
+  p->me.until_us = until_us;
   int answered = 0; /* the replies came while parked; 'mu' is released */
+  int tried = 0;
   while (rc == 0 && p->me.remaining > 0) {
+    if (tried && dlock__now_us() >= until_us) {
+      /* The turn is over: the requests stay this caller's, to be waited
+       * for again, and the reading goes to whoever else waits. */
+      p->me.waiting = 0;
+      if (!c->driving)
+        pass_role_locked(c, &p->me);
+      conn_unlock(c);
+      return DLOCK__CONN_AGAIN;
+    }
+    tried = 1;
     if (!c->driving) {
       drive_locked(c, &p->me);
       continue;

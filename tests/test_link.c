@@ -13,6 +13,7 @@
 
 #include "harness/fake_server.h"
 #include "lock_util.h"
+#include "monotime.h"
 
 /* Connect and command timeouts far above every bound asserted here. */
 enum { LONG_TIMEOUT_MS = 10000, PROMPT_MS = 1500 };
@@ -78,4 +79,126 @@ TEST(shutdown_ends_a_call_waiting_for_a_silent_handshake) {
          close_ms);
   ASSERT_LT(close_ms, PROMPT_MS);
   fs_free(fs);
+}
+
+/* ---- RedLock past a server that does not answer ------------------------ */
+
+enum { REAL = 3, LEASE_MS = 2500 };
+
+typedef struct red_fix {
+  rp_server_t *s[REAL + 1]; /* the last one only for the paused case */
+  dlock_client_t *c[REAL + 1];
+  dlock_t *h[REAL + 1];
+  dlock_t *red;     /* over every node */
+  dlock_t *healthy; /* over the real, answering, nodes only */
+} red_fix;
+
+static dlock_client_t *long_client(const char *url) {
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = url;
+  o.connect_timeout_ms = LONG_TIMEOUT_MS;
+  o.command_timeout_ms = LONG_TIMEOUT_MS;
+  return lu_client_opts(&o);
+}
+
+/* Node 0 is 'odd_url' (the fake server, or a fourth redis-server), 1..3
+ * are real redis-servers. */
+static void red_fix_init(red_fix *f, const char *name, const char *odd_url) {
+  memset(f, 0, sizeof(*f));
+  f->c[0] = long_client(odd_url);
+  for (int i = 1; i <= REAL; i++) {
+    f->s[i] = lu_server(0);
+    f->c[i] = long_client(rp_url(f->s[i]));
+  }
+  for (int i = 0; i <= REAL; i++)
+    f->h[i] = lu_get(f->c[i], name);
+  ASSERT_DLOCK_OK(dlock_get_red(f->h, REAL + 1, &f->red));
+  ASSERT_DLOCK_OK(dlock_get_red(f->h + 1, REAL, &f->healthy));
+}
+
+static void red_fix_free(red_fix *f) {
+  dlock_free(f->red);
+  dlock_free(f->healthy);
+  for (int i = 0; i <= REAL; i++) {
+    dlock_free(f->h[i]);
+    dlock_client_close(f->c[i]);
+    rp_free(f->s[i]);
+  }
+}
+
+/* Median acquisition time of the healthy nodes' RedLock, in us. */
+static int64_t healthy_acquire_us(red_fix *f) {
+  enum { ROUNDS = 21 };
+  int64_t v[ROUNDS];
+  for (int i = 0; i < ROUNDS; i++) {
+    int64_t t0 = dlock__now_us();
+    ASSERT_DLOCK_OK(dlock_trylock(f->healthy, 0, LEASE_MS));
+    v[i] = dlock__now_us() - t0;
+    ASSERT_DLOCK_OK(dlock_unlock(f->healthy));
+  }
+  for (int i = 1; i < ROUNDS; i++)
+    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+      int64_t x = v[j];
+      v[j] = v[j - 1];
+      v[j - 1] = x;
+    }
+  return v[ROUNDS / 2];
+}
+
+/* The RedLock over every node, with node 0 silent: acquired with the
+ * majority, soon, and held on every real node; released as soon. */
+static void acquire_past_node_0(red_fix *f, const char *name,
+                                const char *what) {
+  int64_t healthy_us = healthy_acquire_us(f);
+  int64_t t0 = lu_now_ms();
+  ASSERT_DLOCK_OK(dlock_trylock(f->red, 0, LEASE_MS));
+  int64_t took = lu_now_ms() - t0;
+  for (int i = 1; i <= REAL; i++)
+    ASSERT(lu_exists(f->s[i], name));
+  t0 = lu_now_ms();
+  ASSERT_DLOCK_OK(dlock_unlock(f->red));
+  int64_t released = lu_now_ms() - t0;
+  /* Once more: the silent node is not asked again until it answers. */
+  t0 = lu_now_ms();
+  ASSERT_DLOCK_OK(dlock_trylock(f->red, 0, LEASE_MS));
+  int64_t again = lu_now_ms() - t0;
+  ASSERT_DLOCK_OK(dlock_unlock(f->red));
+  printf("%s: RedLock acquired in %" PRId64 " ms (all healthy: %" PRId64
+         " us; timeouts %d ms), released in %" PRId64
+         " ms, acquired again in %" PRId64 " ms\n",
+         what, took, healthy_us, (int)LONG_TIMEOUT_MS, released, again);
+  ASSERT_LT(took, 1000);
+  ASSERT_LT(released, 1000);
+  ASSERT_LT(again, 1000);
+}
+
+TEST(redlock_acquires_past_a_server_that_never_answers) {
+  fs_server_t *fs = fs_start();
+  red_fix f;
+  red_fix_init(&f, "link:red-silent", fs_url(fs));
+  /* The fake server's connection goes and every new one waits for its
+   * handshake forever. */
+  fs_set(fs, NULL, &(fs_action_t){.how = FS_SILENT});
+  fs_close_all(fs);
+  acquire_past_node_0(&f, "link:red-silent", "a server that never answers");
+  int64_t t0 = lu_now_ms();
+  red_fix_free(&f);
+  printf("clients closed in %" PRId64 " ms\n", lu_now_ms() - t0);
+  ASSERT_LT(lu_now_ms() - t0, 5 * PROMPT_MS);
+  fs_free(fs);
+}
+
+TEST(redlock_acquires_past_a_paused_server) {
+  rp_server_t *odd = lu_server(0);
+  red_fix f;
+  red_fix_init(&f, "link:red-paused", rp_url(odd));
+  f.s[0] = odd;
+  /* Connected and warm (scripts loaded) everywhere, then node 0 stops. */
+  ASSERT_DLOCK_OK(dlock_trylock(f.red, 0, LEASE_MS));
+  ASSERT_DLOCK_OK(dlock_unlock(f.red));
+  ASSERT_EQ(rp_pause(odd), 0);
+  acquire_past_node_0(&f, "link:red-paused", "a paused server");
+  ASSERT_EQ(rp_resume(odd), 0);
+  red_fix_free(&f);
 }
