@@ -399,19 +399,19 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
    * lone node until it answers), until every node answered or gave up. */
   int64_t grace_end = INT64_MAX;
   while (left > 0) {
-    int64_t now = dlock__now_us();
-    if (granted >= quorum && grace_end == INT64_MAX) {
-      int64_t grace = (now - sent_us) * RED_GRACE_FACTOR;
-      grace_end = now + (grace > RED_GRACE_MIN_US ? grace : RED_GRACE_MIN_US);
-    }
-    int expired = now >= grace_end;
-    for (size_t i = 0; i < n; i++) {
+    int expired = dlock__now_us() >= grace_end;
+    for (size_t i = 0; i < n && left > 0; i++) {
       if (!awaited[i])
         continue;
       dlock_t *sub = l->subs[i];
+      int64_t now = dlock__now_us();
+      if (granted >= quorum && grace_end == INT64_MAX) {
+        int64_t grace = (now - sent_us) * RED_GRACE_FACTOR;
+        grace_end = now + (grace > RED_GRACE_MIN_US ? grace : RED_GRACE_MIN_US);
+      }
       if (expired)
         dlock__conn_expire(&pend[i]);
-      int64_t until = dlock__now_us() + RED_TURN_US;
+      int64_t until = now + RED_TURN_US;
       if (until > grace_end)
         until = grace_end;
       if (left == 1 && grace_end == INT64_MAX)

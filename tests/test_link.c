@@ -86,9 +86,10 @@ TEST(shutdown_ends_a_call_waiting_for_a_silent_handshake) {
 enum { REAL = 3, LEASE_MS = 2500 };
 
 typedef struct red_fix {
-  rp_server_t *s[REAL + 1]; /* the last one only for the paused case */
+  rp_server_t *s[REAL + 1]; /* s[odd] only for the paused case */
   dlock_client_t *c[REAL + 1];
   dlock_t *h[REAL + 1];
+  int odd;          /* the node that does not answer */
   dlock_t *red;     /* over every node */
   dlock_t *healthy; /* over the real, answering, nodes only */
 } red_fix;
@@ -102,19 +103,28 @@ static dlock_client_t *long_client(const char *url) {
   return lu_client_opts(&o);
 }
 
-/* Node 0 is 'odd_url' (the fake server, or a fourth redis-server), 1..3
- * are real redis-servers. */
-static void red_fix_init(red_fix *f, const char *name, const char *odd_url) {
+/* Node 'odd' is 'odd_url' (the fake server, or a fourth redis-server),
+ * the others real redis-servers. The position matters: a node waited for
+ * first, or last after the majority answered. */
+static void red_fix_init(red_fix *f, const char *name, const char *odd_url,
+                         int odd) {
   memset(f, 0, sizeof(*f));
-  f->c[0] = long_client(odd_url);
-  for (int i = 1; i <= REAL; i++) {
-    f->s[i] = lu_server(0);
-    f->c[i] = long_client(rp_url(f->s[i]));
-  }
-  for (int i = 0; i <= REAL; i++)
+  f->odd = odd;
+  dlock_t *healthy[REAL];
+  int k = 0;
+  for (int i = 0; i <= REAL; i++) {
+    if (i == odd) {
+      f->c[i] = long_client(odd_url);
+    } else {
+      f->s[i] = lu_server(0);
+      f->c[i] = long_client(rp_url(f->s[i]));
+    }
     f->h[i] = lu_get(f->c[i], name);
+    if (i != odd)
+      healthy[k++] = f->h[i];
+  }
   ASSERT_DLOCK_OK(dlock_get_red(f->h, REAL + 1, &f->red));
-  ASSERT_DLOCK_OK(dlock_get_red(f->h + 1, REAL, &f->healthy));
+  ASSERT_DLOCK_OK(dlock_get_red(healthy, REAL, &f->healthy));
 }
 
 static void red_fix_free(red_fix *f) {
@@ -146,16 +156,17 @@ static int64_t healthy_acquire_us(red_fix *f) {
   return v[ROUNDS / 2];
 }
 
-/* The RedLock over every node, with node 0 silent: acquired with the
+/* The RedLock over every node, with one silent: acquired with the
  * majority, soon, and held on every real node; released as soon. */
-static void acquire_past_node_0(red_fix *f, const char *name,
-                                const char *what) {
+static void acquire_past_the_odd_node(red_fix *f, const char *name,
+                                      const char *what) {
   int64_t healthy_us = healthy_acquire_us(f);
   int64_t t0 = lu_now_ms();
   ASSERT_DLOCK_OK(dlock_trylock(f->red, 0, LEASE_MS));
   int64_t took = lu_now_ms() - t0;
-  for (int i = 1; i <= REAL; i++)
-    ASSERT(lu_exists(f->s[i], name));
+  for (int i = 0; i <= REAL; i++)
+    if (i != f->odd)
+      ASSERT(lu_exists(f->s[i], name));
   t0 = lu_now_ms();
   ASSERT_DLOCK_OK(dlock_unlock(f->red));
   int64_t released = lu_now_ms() - t0;
@@ -176,12 +187,13 @@ static void acquire_past_node_0(red_fix *f, const char *name,
 TEST(redlock_acquires_past_a_server_that_never_answers) {
   fs_server_t *fs = fs_start();
   red_fix f;
-  red_fix_init(&f, "link:red-silent", fs_url(fs));
+  red_fix_init(&f, "link:red-silent", fs_url(fs), 0);
   /* The fake server's connection goes and every new one waits for its
    * handshake forever. */
   fs_set(fs, NULL, &(fs_action_t){.how = FS_SILENT});
   fs_close_all(fs);
-  acquire_past_node_0(&f, "link:red-silent", "a server that never answers");
+  acquire_past_the_odd_node(&f, "link:red-silent",
+                            "a server that never answers, node 0");
   int64_t t0 = lu_now_ms();
   red_fix_free(&f);
   printf("clients closed in %" PRId64 " ms\n", lu_now_ms() - t0);
@@ -192,13 +204,15 @@ TEST(redlock_acquires_past_a_server_that_never_answers) {
 TEST(redlock_acquires_past_a_paused_server) {
   rp_server_t *odd = lu_server(0);
   red_fix f;
-  red_fix_init(&f, "link:red-paused", rp_url(odd));
-  f.s[0] = odd;
-  /* Connected and warm (scripts loaded) everywhere, then node 0 stops. */
+  red_fix_init(&f, "link:red-paused", rp_url(odd), REAL);
+  f.s[REAL] = odd;
+  /* Connected and warm (scripts loaded) everywhere, then the last node
+   * stops. */
   ASSERT_DLOCK_OK(dlock_trylock(f.red, 0, LEASE_MS));
   ASSERT_DLOCK_OK(dlock_unlock(f.red));
   ASSERT_EQ(rp_pause(odd), 0);
-  acquire_past_node_0(&f, "link:red-paused", "a paused server");
+  acquire_past_the_odd_node(&f, "link:red-paused",
+                            "a paused server, the last node");
   ASSERT_EQ(rp_resume(odd), 0);
   red_fix_free(&f);
 }
