@@ -786,7 +786,11 @@ static void drive_locked(dlock__conn *c, caller *me) {
                          : dlock__stream_events(c->ctx)},
         {.fd = c->wake_fd[0], .events = POLLIN}};
     conn_unlock(c);
-    int n = poll(p, 2, dlock__ms_until(wake));
+    /* A connected socket that another thread shuts down wakes the poll by
+     * itself; the pipe is polled only while connecting, when shutting
+     * the socket down may not (and an extra descriptor costs every
+     * round trip something). */
+    int n = poll(p, ready ? 1 : 2, dlock__ms_until(wake));
     int poll_errno = errno;
     pthread_mutex_lock(&c->mu);
     polled = 1;
