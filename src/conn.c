@@ -612,7 +612,9 @@ static void write_out_locked(dlock__conn *c) {
         c->zombie = NULL;
       }
       ctx = c->ctx;
-      if (ctx == NULL)
+      /* A new connection still in its handshake takes no commands yet:
+       * whoever drives it writes them once it is ready. */
+      if (ctx == NULL || !dlock__stream_ready(ctx))
         break;
       continue;
     }
