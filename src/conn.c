@@ -8,8 +8,14 @@
  * touches the descriptor only (a TLS stream is written under 'mu', since
  * OpenSSL cannot read and write one connection from two threads). While a
  * driver polls, nobody may close the socket under it: a failure noticed by
- * another thread only shuts the socket down, which wakes the driver, and
- * the driver closes it.
+ * another thread only shuts the socket down (and, while connecting, writes
+ * to the wake-up pipe), which wakes the driver, and the driver closes it.
+ *
+ * Connecting: the sender that finds no connection starts one (resolving
+ * the host name is the one step that may block, under 'mu') and queues its
+ * commands behind the handshake; the driver steps the connect and the
+ * handshake (src/link/stream.c) as the socket becomes ready, exactly as it
+ * reads replies, and writes the queued commands once it is done.
  */
 #define _GNU_SOURCE
 #include "conn.h"

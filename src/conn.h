@@ -38,7 +38,8 @@ int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out);
  * connected. */
 int64_t dlock__conn_retry_at(dlock__conn *c);
 
-/* Connects now (if not connected), reporting why it cannot. */
+/* Connects now (if not connected) and waits for the handshake, bounded by
+ * the connect and command timeouts, reporting why it cannot. */
 int dlock__conn_open(dlock__conn *c);
 
 /*
