@@ -3,7 +3,14 @@
  * plain lock on one of them, taken alternately by one thread so that both
  * see the same load on the machine.
  *
- *   bench_redlock --url URL1 --url URL2 ... [--seconds S]
+ *   bench_redlock --url URL1 --url URL2 ... [--seconds S] [--paused URL]
+ *
+ * With --paused, the URL of a server that does not answer (the driver
+ * stops it with SIGSTOP), a third lock taken in turn with the others: a
+ * RedLock over the same servers but the last, replaced by the paused one.
+ * Its lock+unlock latency against the all-healthy RedLock's is what a
+ * paused server costs; the first acquisition, which finds out that it does
+ * not answer, is reported apart (red_paused_first_ms).
  *
  * Beside them, the floor this machine sets: the bare RedLock protocol of
  * redis.io (SET NX PX, then DEL) on plain hiredis connections, sent to all
@@ -12,7 +19,8 @@
  * than servers, the servers cannot all answer at once).
  *
  * Output: pairs single_p50 single_p99 red_p50 red_p99 bare1_p50 bare_p50
- * bare_p99 (us) nodes errors
+ * bare_p99 (us) nodes errors, and with --paused red_paused_p50
+ * red_paused_p99 (us) red_paused_first_ms
  */
 #include "common.h"
 
@@ -26,7 +34,7 @@
 
 static void usage(void) {
   fprintf(stderr, "usage: bench_redlock --url URL... [--seconds S]\n"
-                  "         [--dist PREFIX]\n");
+                  "         [--dist PREFIX] [--paused URL]\n");
   exit(2);
 }
 
@@ -75,7 +83,7 @@ static void bare_pair(redisContext **r, int n, bench_samples_t *s) {
 }
 
 int main(int argc, char **argv) {
-  const char *urls[MAX_NODES], *dist = NULL;
+  const char *urls[MAX_NODES], *dist = NULL, *paused = NULL;
   int n = 0;
   double seconds = 2.0;
   for (int i = 1; i < argc; i++) {
@@ -88,6 +96,8 @@ int main(int argc, char **argv) {
       seconds = atof(v), i++;
     else if (strcmp(a, "--dist") == 0)
       dist = v, i++;
+    else if (strcmp(a, "--paused") == 0)
+      paused = v, i++;
     else
       usage();
   }
@@ -109,16 +119,46 @@ int main(int argc, char **argv) {
     bench_die("get_red", rc);
   if ((rc = dlock_get(c[0], "bench:single", &single)) < 0)
     bench_die("get", rc);
+  /* The paused server's client starts without it (lazily): opening waits
+   * for the handshake's answer a command timeout, then goes on. */
+  dlock_client_t *pc = NULL;
+  dlock_t *ph[MAX_NODES], *redp = NULL;
+  double paused_first_ms = 0;
+  if (paused != NULL) {
+    if (n < 3)
+      usage();
+    dlock_options_t o;
+    dlock_options_init(&o);
+    o.url = paused;
+    o.lazy_connect = 1;
+    o.connect_timeout_ms = 1000;
+    o.command_timeout_ms = 1000;
+    if ((rc = dlock_client_open(&o, &pc)) < 0)
+      bench_die("client_open (paused)", rc);
+    for (int i = 0; i < n; i++)
+      if ((rc = dlock_get(i < n - 1 ? c[i] : pc, "bench:redp", &ph[i])) < 0)
+        bench_die("get", rc);
+    if ((rc = dlock_get_red(ph, (size_t)n, &redp)) < 0)
+      bench_die("get_red", rc);
+    uint64_t t = bench_now_ns();
+    if ((rc = dlock_trylock(redp, 10000, DLOCK_WATCHDOG)) < 0)
+      bench_die("RedLock with a paused server", rc);
+    if ((rc = dlock_unlock(redp)) < 0)
+      bench_die("RedLock with a paused server", rc);
+    paused_first_ms = (double)(bench_now_ns() - t) / 1e6;
+  }
   redisContext *bare[MAX_NODES];
   for (int i = 0; i < n; i++)
     bare[i] = bench_connect(urls[i]);
   bench_samples_t s1 = {0, 0, 0}, sn = {0, 0, 0}, b1 = {0, 0, 0},
-                  bn = {0, 0, 0};
+                  bn = {0, 0, 0}, sp = {0, 0, 0};
   uint64_t errors = 0;
   uint64_t end = bench_now_ns() + (uint64_t)(seconds * 1e9);
   while (bench_now_ns() < end && errors < 10) {
     pair(single, &s1, &errors);
     pair(red, &sn, &errors);
+    if (redp != NULL)
+      pair(redp, &sp, &errors);
     bare_pair(bare, 1, &b1);
     bare_pair(bare, n, &bn);
   }
@@ -126,6 +166,7 @@ int main(int argc, char **argv) {
   bench_samples_sort(&sn);
   bench_samples_sort(&b1);
   bench_samples_sort(&bn);
+  bench_samples_sort(&sp);
   if (dist != NULL) {
     char path[4096];
     snprintf(path, sizeof path, "%s.single", dist);
@@ -133,19 +174,32 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s.red", dist);
     bench_write_dist(&sn, path);
   }
+  /* One line: the driver reads the last line of key=value pairs. */
   printf("pairs=%zu single_p50=%.1f single_p99=%.1f red_p50=%.1f "
          "red_p99=%.1f bare1_p50=%.1f bare1_p99=%.1f bare_p50=%.1f "
-         "bare_p99=%.1f nodes=%d errors=%" PRIu64 "\n",
+         "bare_p99=%.1f nodes=%d errors=%" PRIu64,
          sn.n, bench_quantile(&s1, 0.5), bench_quantile(&s1, 0.99),
          bench_quantile(&sn, 0.5), bench_quantile(&sn, 0.99),
          bench_quantile(&b1, 0.5), bench_quantile(&b1, 0.99),
          bench_quantile(&bn, 0.5), bench_quantile(&bn, 0.99), n, errors);
+  if (redp != NULL && sp.n > 0)
+    printf(" red_paused_p50=%.1f red_paused_p99=%.1f red_paused_first_ms=%.1f",
+           bench_quantile(&sp, 0.5), bench_quantile(&sp, 0.99),
+           paused_first_ms);
+  printf("\n");
   for (int i = 0; i < n; i++)
     redisFree(bare[i]);
   free(b1.v);
   free(bn.v);
   dlock_free(red);
   dlock_free(single);
+  if (redp != NULL) {
+    dlock_free(redp);
+    for (int i = 0; i < n; i++)
+      dlock_free(ph[i]);
+  }
+  dlock_client_close(pc);
+  free(sp.v);
   for (int i = 0; i < n; i++) {
     dlock_free(h[i]);
     dlock_client_close(c[i]);

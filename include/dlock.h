@@ -414,10 +414,16 @@ DLOCK_EXPORT int dlock_get_multi(dlock_t *const *locks, size_t n,
 
 /*
  * A RedLock over 'n' handles from 'n' clients on independent Redis masters.
- * Each attempt goes to all nodes at once; it succeeds when a majority
- * (n/2+1) granted the lock and the validity (lease - elapsed - (lease/100 +
- * 2 ms)) is still positive; otherwise it is released on every node and the
- * attempt fails (DLOCK_ENOQUORUM when a majority could not even be asked).
+ * Each attempt goes to all nodes at once (a node not connected yet connects
+ * meanwhile) and takes the replies as they come. Once a majority granted,
+ * a node that has not answered within three times as long (and at least
+ * 50 ms) is not waited for: what its attempt may have taken is given back
+ * when it answers, and it is not asked again until then. So a paused node
+ * costs an attempt a little, not a command timeout. An attempt succeeds
+ * when a majority (n/2+1) granted the lock and the validity (lease -
+ * elapsed - (lease/100 + 2 ms)) is still positive; otherwise it is released
+ * on every node and the attempt fails (DLOCK_ENOQUORUM when a majority
+ * could not even be asked).
  * With DLOCK_WATCHDOG each node's lock is renewed by its client; dlock_unlock
  * returns DLOCK_ELOST when fewer than a majority were still held.
  * The fencing token is the largest of the nodes' tokens, written back to

@@ -217,6 +217,11 @@ static void forget_after_fork(dlock_client_t *c) {
 
 static void destroy(dlock_client_t *c) {
   dlock__watchdog_stop(c->wd);
+  /* An undo in flight (settle.c) on a server that does not answer would
+   * hold the close for a command timeout: it ends now, and what is still
+   * unsettled expires with its lease, like every hold left at close. */
+  if (c->conn != NULL)
+    dlock__conn_cancel(c->conn);
   dlock__settler_free(c->settle);
   dlock__pubsub_stop(c->ps);
   dlock__conn_free(c->conn);

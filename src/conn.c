@@ -8,8 +8,14 @@
  * touches the descriptor only (a TLS stream is written under 'mu', since
  * OpenSSL cannot read and write one connection from two threads). While a
  * driver polls, nobody may close the socket under it: a failure noticed by
- * another thread only shuts the socket down, which wakes the driver, and
- * the driver closes it.
+ * another thread only shuts the socket down (and, while connecting, writes
+ * to the wake-up pipe), which wakes the driver, and the driver closes it.
+ *
+ * Connecting: the sender that finds no connection starts one (resolving
+ * the host name is the one step that may block, under 'mu') and queues its
+ * commands behind the handshake; the driver steps the connect and the
+ * handshake (src/link/stream.c) as the socket becomes ready, exactly as it
+ * reads replies, and writes the queued commands once it is done.
  */
 #define _GNU_SOURCE
 #include "conn.h"
@@ -64,13 +70,14 @@ struct dlock__conn {
   dlock__stream *zombie;  /* failed during that send; the writer frees it */
   int64_t retry_at_us;    /* no reconnect before this */
   int64_t backoff_us;
-  int last_code;            /* why the last connection failed */
-  int broken_code;          /* set by break_locked for the driver to report */
-  int timed_out;            /* the failure being handled is a timeout */
-  int64_t last_reply_us;    /* when the last reply came */
-  int connecting;           /* a caller is opening 'ctx', outside 'mu' */
-  pthread_cond_t connected; /* signalled when that caller is done */
-  unsigned cancels;         /* dlock__conn_cancel calls so far */
+  int last_code;         /* why the last connection failed */
+  int broken_code;       /* set by break_locked for the driver to report */
+  int timed_out;         /* the failure being handled is a timeout */
+  int64_t last_reply_us; /* when the last reply came */
+  /* A pipe that wakes the driver's poll() when the connection is broken
+   * by another thread (dlock__conn_cancel), also while it is still
+   * connecting, when there may be no socket worth shutting down. */
+  int wake_fd[2];
   char last_err[256];
   unsigned fork_gen; /* the process's fork count when it was made */
 #ifdef __linux__
@@ -104,6 +111,14 @@ static int64_t caller_deadline(const dlock__conn *c, const caller *me) {
   return d < me->limit_us ? d : me->limit_us;
 }
 
+/* When the caller stops waiting for now: its deadline, or sooner the end
+ * of its turn on this connection (dlock__conn_wait_until), after which it
+ * keeps its requests and may wait again. */
+static int64_t wait_limit(const dlock__conn *c, const caller *me) {
+  int64_t d = caller_deadline(c, me);
+  return me->until_us < d ? me->until_us : d;
+}
+
 /* ---- invariants -----------------------------------------------------------
  */
 
@@ -121,7 +136,6 @@ static void check_locked(const dlock__conn *c) {
   assert(c->writing == 0 || c->writing == 1);
   assert(c->sending == NULL || c->writing);
   assert(c->zombie == NULL || (c->zombie == c->sending && c->ctx != c->zombie));
-  assert(!c->connecting || c->ctx == NULL);
   assert(c->ctx != NULL || (c->head == NULL && !c->driving));
   assert(c->broken_code == 0 || c->ctx != NULL);
   assert((c->head == NULL) == (c->tail == NULL));
@@ -256,7 +270,7 @@ static void conn_unlock(dlock__conn *c) {
 static int park(dlock__conn *c, caller *me) {
   _Atomic uint32_t *word = &me->slot->word;
   atomic_store_explicit(word, WAKE_NONE, memory_order_relaxed);
-  struct timespec ts = dlock__timespec_at(caller_deadline(c, me));
+  struct timespec ts = dlock__timespec_at(wait_limit(c, me));
   conn_unlock(c);
   uint32_t why;
   while ((why = atomic_load_explicit(word, memory_order_acquire)) ==
@@ -318,7 +332,7 @@ static void conn_unlock(dlock__conn *c) {
 }
 
 static int park(dlock__conn *c, caller *me) {
-  struct timespec ts = dlock__timespec_at(caller_deadline(c, me));
+  struct timespec ts = dlock__timespec_at(wait_limit(c, me));
   pthread_cond_timedwait(&me->cv, &c->mu, &ts);
   return 0;
 }
@@ -339,18 +353,14 @@ int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out) {
     return dlock__fail(DLOCK_ENOMEM, "pthread_mutex_init failed");
   }
 #endif
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  int cv_rc = pthread_cond_init(&c->connected, &attr);
-  pthread_condattr_destroy(&attr);
-  if (cv_rc != 0) {
+  if (pipe2(c->wake_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
+    int rc = dlock__fail(DLOCK_EIO, "pipe2: %s", strerror(errno));
 #ifdef __linux__
     pthread_mutex_destroy(&c->slots_mu);
 #endif
     pthread_mutex_destroy(&c->mu);
     dlock__free(c);
-    return dlock__fail(DLOCK_ENOMEM, "pthread_cond_init failed");
+    return rc;
   }
   c->wbuf = sdsempty();
   if (c->wbuf == NULL) {
@@ -433,6 +443,20 @@ static void break_locked(dlock__conn *c, int code, const char *why) {
     snprintf(c->last_err, sizeof(c->last_err), "%s", why);
   }
   shutdown(dlock__stream_fd(c->ctx), SHUT_RDWR);
+  /* A full pipe already holds a wake-up, so a failed write is fine. */
+  char one = 1;
+  ssize_t w = write(c->wake_fd[1], &one, 1);
+  (void)w;
+}
+
+static void drain_wake(dlock__conn *c) {
+  char buf[64];
+  while (read(c->wake_fd[0], buf, sizeof(buf)) > 0) {
+  }
+}
+
+static int is_ready(const dlock__conn *c) {
+  return c->ctx != NULL && dlock__stream_ready(c->ctx);
 }
 
 /* An idle connection with something to read has been closed by the server
@@ -441,7 +465,7 @@ static void break_locked(dlock__conn *c, int code, const char *why) {
 static int idle_connection_is_dead(dlock__conn *c) {
   /* A connection that answered within the last millisecond is alive; the
    * check costs a system call, which a busy caller should not pay. */
-  if (c->head != NULL || c->driving || c->writing ||
+  if (c->head != NULL || c->driving || c->writing || !is_ready(c) ||
       dlock__now_us() - c->last_reply_us < 1000)
     return 0;
   struct pollfd p = {.fd = dlock__stream_fd(c->ctx), .events = POLLIN};
@@ -449,66 +473,36 @@ static int idle_connection_is_dead(dlock__conn *c) {
 }
 
 /*
- * Makes sure there is a connection, opening one if needed, by the caller's
- * deadline. Called and returns with 'mu' held, but the connect and its
- * handshake run without it: a server that answers slowly (or one byte at
- * a time) must not hold every other caller on the mutex for the whole
- * handshake. Callers that come meanwhile wait for that connection, each
- * only until its own deadline.
+ * Makes sure there is a connection, starting one if needed. Called and
+ * returns with 'mu' held, and never waits for the server: the connect and
+ * its handshake are driven by whoever waits for replies (drive_locked),
+ * as the socket becomes ready, while the commands queue behind them. So a
+ * thread sending to several servers (a RedLock) starts every connect at
+ * once, and a server that accepts but does not answer holds nobody but
+ * the callers waiting for it, each until its own deadline, and a cancel
+ * ends the wait at once.
  */
-static int connect_locked(dlock__conn *c, int64_t deadline_us) {
-  unsigned cancels = c->cancels;
-  for (;;) {
-    if (c->cancels != cancels)
-      return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
-    if (c->ctx != NULL && !idle_connection_is_dead(c))
-      return 0;
-    if (c->ctx != NULL)
-      fail_all_locked(c, DLOCK_EIO, "connection closed by the server");
-    if (!c->connecting)
-      break;
-    if (dlock__now_us() >= deadline_us)
-      return dlock__fail(DLOCK_EIO,
-                         "no connection to Redis in time: another call is "
-                         "still connecting");
-    /* Callers notified under 'mu' are woken before this thread sleeps. */
-    wake_batch b;
-    take_wakes_locked(c, &b);
-    make_wakes(&b);
-    struct timespec ts = dlock__timespec_at(deadline_us);
-    pthread_cond_timedwait(&c->connected, &c->mu, &ts);
-  }
+static int link_locked(dlock__conn *c) {
+  if (c->ctx != NULL && !idle_connection_is_dead(c))
+    return 0;
+  if (c->ctx != NULL)
+    fail_all_locked(c, DLOCK_EIO, "connection closed by the server");
   int64_t now = dlock__now_us();
   if (now < c->retry_at_us)
     return dlock__fail(c->last_code ? c->last_code : DLOCK_EIO,
                        "%s (next reconnect in %lld ms)", c->last_err,
                        (long long)((c->retry_at_us - now + 999) / 1000));
-  /* Connecting, and the handshake after it, fit in what is left of the
-   * caller's time: a server that accepts but does not answer (paused) must
-   * not hold a call for a connect timeout plus a command timeout. */
-  c->connecting = 1;
-  conn_unlock(c);
+  /* Resolving the host name may block here, under 'mu'; nothing else
+   * does. */
   dlock__stream *ctx = NULL;
-  int rc = dlock__stream_open(c->cfg.ep, c->cfg.tls, c->cfg.connect_timeout_ms,
-                              c->cfg.command_timeout_ms, deadline_us, &ctx);
-  pthread_mutex_lock(&c->mu);
-  c->connecting = 0;
-  pthread_cond_broadcast(&c->connected);
-  assert(c->ctx == NULL && c->head == NULL);
+  int rc = dlock__stream_start(c->cfg.ep, c->cfg.tls, c->cfg.connect_timeout_ms,
+                               c->cfg.command_timeout_ms, &ctx);
   if (rc != 0) {
-    /* A failed connect backs off like a timeout: callers fail fast while
-     * the server stays away. */
     c->timed_out = 1;
     fail_all_locked(c, rc, dlock_last_error());
     return rc;
   }
   c->ctx = ctx;
-  c->backoff_us = 0;
-  c->last_code = 0;
-  /* Canceled meanwhile: this call fails, the connection stays for the
-   * client's own clean-up. */
-  if (c->cancels != cancels)
-    return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
   return 0;
 }
 
@@ -519,13 +513,36 @@ int64_t dlock__conn_retry_at(dlock__conn *c) {
   return at;
 }
 
+static void drive_locked(dlock__conn *c, caller *me);
+
 int dlock__conn_open(dlock__conn *c) {
   if (dlock__forked_since(c->fork_gen))
     return dlock__fail_forked();
   pthread_mutex_lock(&c->mu);
   c->retry_at_us = 0;
-  /* Bounded by the connect and command timeouts (dlock__stream_open). */
-  int rc = connect_locked(c, INT64_MAX);
+  int rc = link_locked(c);
+  /* A caller without requests that drives until the handshake is done,
+   * bounded by the connect and command timeouts (the stream's own). */
+  caller me;
+  memset(&me, 0, sizeof(me));
+  me.want_ready = 1;
+  me.waiting = 1;
+  me.deadline_us = INT64_MAX;
+  me.until_us = INT64_MAX;
+  while (rc == 0 && c->ctx != NULL && !is_ready(c)) {
+    if (!c->driving) {
+      drive_locked(c, &me);
+      continue;
+    }
+    /* Someone else drives this handshake (not at a client's start, where
+     * this is called): look again shortly. */
+    conn_unlock(c);
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&c->mu);
+  }
+  if (rc == 0 && c->ctx == NULL)
+    rc = dlock__fail_text(c->last_code ? c->last_code : DLOCK_EIO, c->last_err);
   conn_unlock(c);
   return rc;
 }
@@ -601,7 +618,9 @@ static void write_out_locked(dlock__conn *c) {
         c->zombie = NULL;
       }
       ctx = c->ctx;
-      if (ctx == NULL)
+      /* A new connection still in its handshake takes no commands yet:
+       * whoever drives it writes them once it is ready. */
+      if (ctx == NULL || !dlock__stream_ready(ctx))
         break;
       continue;
     }
@@ -632,7 +651,7 @@ static void write_out_locked(dlock__conn *c) {
 
 /* Output that nobody is writing (the socket was full). */
 static int has_output(const dlock__conn *c) {
-  return c->ctx != NULL && !c->writing &&
+  return is_ready(c) && !c->writing &&
          (sdslen(c->wbuf) > 0 || sdslen(c->ctx->obuf) > 0);
 }
 
@@ -710,11 +729,25 @@ static int timed_out_error(const caller *me) {
  * connection that keeps delivering them (a long pipelined batch) is alive
  * however long the oldest request has waited. */
 static int64_t dead_at(const dlock__conn *c) {
+  if (c->ctx != NULL && !dlock__stream_ready(c->ctx))
+    return dlock__stream_deadline(c->ctx);
   if (c->head == NULL)
     return INT64_MAX;
   int64_t since =
       c->head->sent_us > c->last_reply_us ? c->head->sent_us : c->last_reply_us;
   return dlock__after_ms(since, c->cfg.command_timeout_ms);
+}
+
+/* The oldest waiting caller but 'me' reads next. A caller that sent but is
+ * not waiting yet (a RedLock sending to every node first, or waiting on
+ * another node for its turn) takes the role itself when it comes to wait. */
+static void pass_role_locked(dlock__conn *c, caller *me) {
+  for (request *r = c->head; r != NULL; r = r->next) {
+    if (r->who != NULL && r->who != me && r->who->waiting) {
+      notify_locked(c, r->who, WAKE_DRIVE);
+      break;
+    }
+  }
 }
 
 /* Reads replies for everybody until the caller 'me' has all of its own, or
@@ -723,23 +756,75 @@ static void drive_locked(dlock__conn *c, caller *me) {
   char why[200];
   assert(!c->driving && me->waiting);
   c->driving = 1;
-  while (me->remaining > 0 && c->ctx != NULL) {
-    int64_t mine = caller_deadline(c, me);
+  int polled = 0;
+  while (c->ctx != NULL &&
+         (me->remaining > 0 || (me->want_ready && !is_ready(c)))) {
+    /* The caller's turn ends (after one look at what came), its requests
+     * still its own. */
+    if (polled && me->remaining > 0 && dlock__now_us() >= me->until_us)
+      break;
+    int ready = is_ready(c);
+    if (!ready) {
+      /* The connect and handshake, as far as they go without waiting. */
+      int rc = dlock__stream_step(c->ctx);
+      if (rc < 0) {
+        /* A failed connect backs off like a timeout: callers fail fast
+         * while the server stays away. */
+        c->timed_out = 1;
+        fail_all_locked(c, rc, dlock_last_error());
+        break;
+      }
+      if (rc == 0) {
+        c->backoff_us = 0;
+        c->last_code = 0;
+        /* What the callers queued meanwhile goes out now. */
+        if (!c->writing)
+          write_out_locked(c);
+        continue;
+      }
+    }
+    int64_t mine = wait_limit(c, me);
     int64_t wake = dead_at(c) < mine ? dead_at(c) : mine;
     /* Past a deadline the poll does not wait, but replies that already
      * arrived are still read: a caller that waited for another server
      * first (a RedLock) must not lose answers that came in time. */
-    struct pollfd p = {.fd = dlock__stream_fd(c->ctx),
-                       .events =
-                           (short)(POLLIN | (has_output(c) ? POLLOUT : 0))};
+    struct pollfd p[2] = {
+        {.fd = dlock__stream_fd(c->ctx),
+         .events = ready ? (short)(POLLIN | (has_output(c) ? POLLOUT : 0))
+                         : dlock__stream_events(c->ctx)},
+        {.fd = c->wake_fd[0], .events = POLLIN}};
     conn_unlock(c);
-    int n = poll(&p, 1, dlock__ms_until(wake));
+    /* A connected socket that another thread shuts down wakes the poll by
+     * itself; the pipe is polled only while connecting, when shutting
+     * the socket down may not (and an extra descriptor costs every
+     * round trip something). */
+    int n = poll(p, ready ? 1 : 2, dlock__ms_until(wake));
     int poll_errno = errno;
     pthread_mutex_lock(&c->mu);
+    polled = 1;
     if (n < 0 && poll_errno != EINTR) {
       snprintf(why, sizeof(why), "poll: %s", strerror(poll_errno));
       fail_all_locked(c, DLOCK_EIO, why);
       break;
+    }
+    if (n > 0 && (p[1].revents & POLLIN))
+      drain_wake(c);
+    if (c->broken_code != 0) {
+      /* Broken by another thread (a cancel, a failed write): the reason
+       * is the one it gave. */
+      fail_all_locked(c, c->broken_code, c->last_err);
+      break;
+    }
+    if (!ready) {
+      /* The handshake's own deadline is checked by the next step; the
+       * caller's, here. */
+      if (c->ctx != NULL && dlock__now_us() >= caller_deadline(c, me) &&
+          dlock__now_us() < dead_at(c) && me->remaining > 0) {
+        if (give_up_requests_locked(c, me) != 0)
+          fail_all_locked(c, DLOCK_ENOMEM, "out of memory giving up a call");
+        break;
+      }
+      continue;
     }
     if (n == 0 && c->ctx != NULL) {
       int64_t now = dlock__now_us();
@@ -758,13 +843,13 @@ static void drive_locked(dlock__conn *c, caller *me) {
     }
     if (n <= 0)
       continue;
-    if ((p.revents & POLLOUT) && has_output(c)) {
+    if ((p[0].revents & POLLOUT) && has_output(c)) {
       /* A write error shuts the socket down and the read below fails. */
       write_out_locked(c);
       if (c->ctx == NULL)
         break;
     }
-    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+    if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       if (dlock__stream_read(c->ctx) != 0) {
         snprintf(why, sizeof(why), "read: %s", dlock_last_error());
         fail_all_locked(c, DLOCK_EIO, why);
@@ -781,15 +866,7 @@ static void drive_locked(dlock__conn *c, caller *me) {
     }
   }
   c->driving = 0;
-  /* The oldest waiting caller reads next. A caller that sent but is not
-   * waiting yet (a RedLock sending to every node first) takes the role
-   * itself when it comes to wait. */
-  for (request *r = c->head; r != NULL; r = r->next) {
-    if (r->who != NULL && r->who->waiting) {
-      notify_locked(c, r->who, WAKE_DRIVE);
-      break;
-    }
-  }
+  pass_role_locked(c, me);
 }
 
 /* Queues the requests on the socket. On failure none of them is queued. */
@@ -854,11 +931,12 @@ static int send_common(dlock__conn *c, size_t n, char *const *cmds,
   }
 
   pthread_mutex_lock(&c->mu);
-  int rc = connect_locked(c, caller_deadline(c, me));
+  int rc = link_locked(c);
   if (rc == 0)
     rc = enqueue_locked(c, n, cmds, lens, p->reqs, me);
-  /* A thread already writing sends these commands too. */
-  if (rc == 0 && !c->writing)
+  /* A thread already writing sends these commands too; on a connection
+   * still in its handshake they wait for it (drive_locked). */
+  if (rc == 0 && !c->writing && is_ready(c))
     write_out_locked(c);
   conn_unlock(c);
   p->rc = rc;
@@ -879,14 +957,44 @@ int dlock__conn_send_paced(dlock__conn *c, size_t n, char *const *cmds,
 }
 
 int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
+  return dlock__conn_wait_until(p, replies, INT64_MAX);
+}
+
+void dlock__conn_expire(dlock__pending *p) {
+  if (p->reqs == NULL)
+    return;
+  dlock__conn *c = p->conn;
+  pthread_mutex_lock(&c->mu);
+  int64_t now = dlock__now_us();
+  if (p->me.deadline_us > now)
+    p->me.deadline_us = now;
+  if (p->me.idle_us > 0 && p->me.limit_us > now)
+    p->me.limit_us = now;
+  conn_unlock(c);
+}
+
+int dlock__conn_wait_until(dlock__pending *p, redisReply **replies,
+                           int64_t until_us) {
   dlock__conn *c = p->conn;
   int rc = p->rc;
   if (p->reqs == NULL)
     return rc;
   pthread_mutex_lock(&c->mu);
   p->me.waiting = 1;
+  p->me.until_us = until_us;
   int answered = 0; /* the replies came while parked; 'mu' is released */
+  int tried = 0;
   while (rc == 0 && p->me.remaining > 0) {
+    if (tried && dlock__now_us() >= until_us) {
+      /* The turn is over: the requests stay this caller's, to be waited
+       * for again, and the reading goes to whoever else waits. */
+      p->me.waiting = 0;
+      if (!c->driving)
+        pass_role_locked(c, &p->me);
+      conn_unlock(c);
+      return DLOCK__CONN_AGAIN;
+    }
+    tried = 1;
     if (!c->driving) {
       drive_locked(c, &p->me);
       continue;
@@ -961,10 +1069,8 @@ void dlock__conn_cancel(dlock__conn *c) {
   pthread_mutex_lock(&c->mu);
   /* Only what is in flight fails: later calls are refused by the client
    * itself, while its own clean-up (a fair waiter leaving the queue) may
-   * still talk to Redis. Callers connecting, or waiting for a connection,
-   * fail too. */
-  c->cancels++;
-  pthread_cond_broadcast(&c->connected);
+   * still talk to Redis. Callers waiting for a connect or its handshake
+   * fail too, at once: the driver's poll() wakes on the pipe. */
   if (c->ctx != NULL)
     break_locked(c, DLOCK_ECANCELED, "client is shutting down");
   conn_unlock(c);
@@ -984,10 +1090,11 @@ void dlock__conn_free(dlock__conn *c) {
     dlock__stream_free(c->ctx);
   sdsfree(c->wbuf);
   free_slots(c);
+  close(c->wake_fd[0]);
+  close(c->wake_fd[1]);
 #ifdef __linux__
   pthread_mutex_destroy(&c->slots_mu);
 #endif
-  pthread_cond_destroy(&c->connected);
   pthread_mutex_destroy(&c->mu);
   dlock__free(c);
 }
@@ -999,8 +1106,7 @@ int dlock__conn_forget(dlock__conn *c) {
     return 0;
   /* Taken by a thread of the parent at the fork: what it guards may be
    * half changed. A writer or sender works outside 'mu' on 'wbuf' and the
-   * context, and a caller connecting outside 'mu' on a context of its own:
-   * the same. Left alone, then. */
+   * context: the same. Left alone, then. */
   if (pthread_mutex_trylock(&c->mu) != 0)
     return -1;
 #ifdef __linux__
@@ -1009,7 +1115,7 @@ int dlock__conn_forget(dlock__conn *c) {
     return -1;
   }
 #endif
-  if (c->writing || c->sending != NULL || c->connecting) {
+  if (c->writing || c->sending != NULL) {
 #ifdef __linux__
     pthread_mutex_unlock(&c->slots_mu);
 #endif
@@ -1030,6 +1136,8 @@ int dlock__conn_forget(dlock__conn *c) {
     dlock__stream_abandon(c->ctx);
   sdsfree(c->wbuf);
   free_slots(c);
+  close(c->wake_fd[0]);
+  close(c->wake_fd[1]);
 #ifdef __linux__
   pthread_mutex_unlock(&c->slots_mu);
   pthread_mutex_destroy(&c->slots_mu);

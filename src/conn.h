@@ -38,7 +38,8 @@ int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out);
  * connected. */
 int64_t dlock__conn_retry_at(dlock__conn *c);
 
-/* Connects now (if not connected), reporting why it cannot. */
+/* Connects now (if not connected) and waits for the handshake, bounded by
+ * the connect and command timeouts, reporting why it cannot. */
 int dlock__conn_open(dlock__conn *c);
 
 /*
@@ -73,6 +74,8 @@ typedef struct dlock__caller {
   int64_t idle_us;  /* paced (> 0): the deadline moves with each reply */
   int64_t limit_us; /* paced: the deadline never moves past this */
   int waiting;      /* in dlock__conn_wait, able to take over reading */
+  int want_ready;   /* dlock__conn_open: drives until the handshake is done */
+  int64_t until_us; /* the end of this turn of waiting (wait_until) */
   int gave_up;      /* its deadline passed before the replies came */
 } dlock__caller;
 
@@ -101,6 +104,23 @@ int dlock__conn_send(dlock__conn *c, size_t n, char *const *cmds,
                      const size_t *lens, int64_t deadline_us,
                      dlock__pending *p);
 int dlock__conn_wait(dlock__pending *p, redisReply **replies);
+
+/*
+ * dlock__conn_wait for a while: returns DLOCK__CONN_AGAIN when 'until_us'
+ * passes first, having taken nothing, the requests still the caller's (a
+ * later wait, or wait_until, collects them), so that one thread can wait
+ * on several servers in turn and take the replies as they come. Past the
+ * caller's deadline it is dlock__conn_wait. A wait always looks at what
+ * has arrived before it returns DLOCK__CONN_AGAIN.
+ */
+#define DLOCK__CONN_AGAIN 1
+int dlock__conn_wait_until(dlock__pending *p, redisReply **replies,
+                           int64_t until_us);
+
+/* Moves the caller's deadline to now: the next wait takes the replies that
+ * have come and gives up on the rest (as at a deadline: the requests stay
+ * in line, their replies dropped). */
+void dlock__conn_expire(dlock__pending *p);
 
 /*
  * A send for a long pipelined batch (a renewal round of many thousand

@@ -328,21 +328,39 @@ static int parallel_part(const dlock_t *sub) {
   return sub->kind->id == DLOCK_REENTRANT || sub->kind->id == DLOCK_SPIN;
 }
 
+/* How long a wait on one node lasts before the next node's turn, while
+ * several are awaited: replies are taken as they come, whichever node
+ * answers first. */
+#define RED_TURN_US 1000
+
+/* Once a majority granted, how long the other nodes are still waited for:
+ * three times as long as the majority took, and at least this, so that a
+ * healthy node that is merely a little later (a busy machine) still counts.
+ * A node that has not answered by then (paused, or accepting connections
+ * and never answering) is given up on, its attempt settled once it answers
+ * (settle.c) and the node not asked again until then, rather than hold
+ * the acquisition for a command timeout and eat the lease. */
+#define RED_GRACE_MIN_US 50000
+#define RED_GRACE_FACTOR 3
+
 /* One attempt on every node at once; 'state[i]' becomes 0 (granted), 1
  * (held by another owner) or an error. Returns how many nodes answered. */
 static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
                           int *state, int64_t *ttl_ms) {
-  size_t n = l->nsubs, answered = 0;
+  size_t n = l->nsubs, answered = 0, granted = 0, quorum = n / 2 + 1;
   dlock__call_args *args = dlock__calloc(n, sizeof(*args));
   dlock__pending *pend = dlock__calloc(n, sizeof(*pend));
-  if (args == NULL || pend == NULL) {
+  unsigned char *awaited = dlock__calloc(n, 1);
+  if (args == NULL || pend == NULL || awaited == NULL) {
     dlock__free(args);
     dlock__free(pend);
+    dlock__free(awaited);
     for (size_t i = 0; i < n; i++)
       state[i] = DLOCK_ENOMEM;
     return 0;
   }
   int64_t sent_us = dlock__now_us();
+  size_t left = 0;
   for (size_t i = 0; i < n; i++) {
     /* A node where an earlier attempt got no answer is settled in the
      * background as soon as it answers; settling it here, one node after
@@ -357,30 +375,67 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
       state[i] = dlock__settle_before_acquire(l->subs[i], owner);
     if (!parallel_part(l->subs[i]) || state[i] != 0)
       continue;
+    /* A node not connected yet starts connecting here and the others go
+     * on at once: every connect runs at the same time. */
     dlock__reentrant_acquire_call(l->subs[i], owner, lease_ms, &args[i]);
     dlock__eval_send(l->subs[i]->c->conn, &args[i].call, 0, &pend[i]);
+    awaited[i] = 1;
+    left++;
   }
+  /* Parts of other kinds, one after the other; the replies of the others
+   * arrive meanwhile. */
   for (size_t i = 0; i < n; i++) {
-    dlock_t *sub = l->subs[i];
+    if (awaited[i] || state[i] != 0)
+      continue;
     dlock__busy busy = {-1, 0};
-    int rc = state[i];
-    if (rc != 0) {
-      /* Settling the part's earlier hold failed; it was not asked. */
-    } else if (parallel_part(sub)) {
+    dlock_t *sub = l->subs[i];
+    state[i] = sub->kind->try_acquire(sub, owner, lease_ms, 0, &busy);
+    answered += state[i] == 0 || state[i] == 1;
+    granted += state[i] == 0;
+    if (state[i] == 1 && busy.ttl_ms > *ttl_ms)
+      *ttl_ms = busy.ttl_ms;
+  }
+  /* The replies as they come, each node waited for a turn at a time (a
+   * lone node until it answers), until every node answered or gave up. */
+  int64_t grace_end = INT64_MAX;
+  while (left > 0) {
+    int expired = dlock__now_us() >= grace_end;
+    for (size_t i = 0; i < n && left > 0; i++) {
+      if (!awaited[i])
+        continue;
+      dlock_t *sub = l->subs[i];
+      int64_t now = dlock__now_us();
+      if (granted >= quorum && grace_end == INT64_MAX) {
+        int64_t grace = (now - sent_us) * RED_GRACE_FACTOR;
+        grace_end = now + (grace > RED_GRACE_MIN_US ? grace : RED_GRACE_MIN_US);
+      }
+      if (expired)
+        dlock__conn_expire(&pend[i]);
+      int64_t until = now + RED_TURN_US;
+      if (until > grace_end)
+        until = grace_end;
+      if (left == 1 && grace_end == INT64_MAX)
+        until = INT64_MAX;
       redisReply *reply;
-      rc = dlock__eval_wait(sub->c->conn, &args[i].call, &pend[i], &reply, 0);
+      int rc = dlock__eval_wait_until(sub->c->conn, &args[i].call, &pend[i],
+                                      &reply, 0, until);
+      if (rc == DLOCK__CONN_AGAIN)
+        continue;
+      awaited[i] = 0;
+      left--;
+      dlock__busy busy = {-1, 0};
       if (rc == 0)
         rc = dlock__finish_acquire(sub, owner, lease_ms, reply, sent_us, &busy);
-    } else {
-      rc = sub->kind->try_acquire(sub, owner, lease_ms, 0, &busy);
+      state[i] = rc;
+      answered += rc == 0 || rc == 1;
+      granted += rc == 0;
+      if (rc == 1 && busy.ttl_ms > *ttl_ms)
+        *ttl_ms = busy.ttl_ms;
     }
-    state[i] = rc;
-    answered += rc == 0 || rc == 1;
-    if (rc == 1 && busy.ttl_ms > *ttl_ms)
-      *ttl_ms = busy.ttl_ms;
   }
   dlock__free(args);
   dlock__free(pend);
+  dlock__free(awaited);
   return answered;
 }
 

@@ -285,13 +285,26 @@ static void on_disconnect_locked(dlock__pubsub *ps) {
   }
 }
 
+/* Asked by a reconnect when the thread's pipe is poked: a stop ends it at
+ * once rather than after the server's answer or the timeouts. Any other
+ * poke (a new subscription) is taken care of once the connect is done,
+ * since the loop then looks at every channel anyway. */
+static int stop_requested(void *arg) {
+  dlock__pubsub *ps = arg;
+  pthread_mutex_lock(&ps->mu);
+  int stop = ps->stopping;
+  pthread_mutex_unlock(&ps->mu);
+  return stop;
+}
+
 static void try_connect_locked(dlock__pubsub *ps) {
   if (ps->connected || dlock__now_us() < ps->retry_at_us)
     return;
   pthread_mutex_unlock(&ps->mu);
   dlock__stream *ctx = NULL;
   int rc = dlock__stream_open(ps->ep, ps->tls, ps->connect_timeout_ms,
-                              ps->command_timeout_ms, INT64_MAX, &ctx);
+                              ps->command_timeout_ms, ps->pipe_fd[0],
+                              stop_requested, ps, &ctx);
   pthread_mutex_lock(&ps->mu);
   if (rc != 0) {
     on_disconnect_locked(ps);
@@ -554,7 +567,7 @@ int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
   /* Connect before returning, so the first waiter finds it ready; a lazy
    * client whose server is down leaves that to the thread. */
   int rc = dlock__stream_open(ep, tls, connect_timeout_ms, command_timeout_ms,
-                              INT64_MAX, &ps->ctx);
+                              -1, NULL, NULL, &ps->ctx);
   if (rc == 0) {
     ps->connected = 1;
     ps->connected_us = dlock__now_us();

@@ -165,8 +165,16 @@ int dlock__eval_send(dlock__conn *conn, const dlock__eval *call,
 int dlock__eval_wait(dlock__conn *conn, const dlock__eval *call,
                      dlock__pending *p, redisReply **reply,
                      int64_t deadline_us) {
+  return dlock__eval_wait_until(conn, call, p, reply, deadline_us, INT64_MAX);
+}
+
+int dlock__eval_wait_until(dlock__conn *conn, const dlock__eval *call,
+                           dlock__pending *p, redisReply **reply,
+                           int64_t deadline_us, int64_t until_us) {
   *reply = NULL;
-  int rc = dlock__conn_wait(p, reply);
+  int rc = dlock__conn_wait_until(p, reply, until_us);
+  if (rc == DLOCK__CONN_AGAIN)
+    return rc;
   if (rc == 0 && is_noscript(*reply)) {
     freeReplyObject(*reply);
     *reply = NULL;

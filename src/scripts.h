@@ -74,4 +74,10 @@ int dlock__eval_wait(dlock__conn *conn, const dlock__eval *call,
                      dlock__pending *p, redisReply **reply,
                      int64_t deadline_us);
 
+/* dlock__eval_wait until 'until_us' at most: DLOCK__CONN_AGAIN when it
+ * passes before the reply came (see dlock__conn_wait_until); wait again. */
+int dlock__eval_wait_until(dlock__conn *conn, const dlock__eval *call,
+                           dlock__pending *p, redisReply **reply,
+                           int64_t deadline_us, int64_t until_us);
+
 #endif

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* As much as one TLS record holds: one read takes a whole record. */
 #define READ_CHUNK 16384
@@ -88,9 +89,12 @@ const char *dlock__stream_proto_error(const dlock__stream *s) {
   return s->reader->err ? s->reader->errstr : "";
 }
 
+static void hs_free(struct dlock__handshake *hs);
+
 static void stream_free(dlock__stream *s, int goodbye) {
   if (s == NULL)
     return;
+  hs_free(s->hs);
   if (goodbye)
     dlock__net_close(s->net);
   else
@@ -107,123 +111,214 @@ void dlock__stream_abandon(dlock__stream *s) { stream_free(s, 0); }
 
 /* ---- the handshake ------------------------------------------------------- */
 
+/* At most AUTH, SELECT and PING. */
+#define HS_MAX 3
+
 /*
- * Waits until the socket is ready for 'events' or 'deadline_us' passes. The
- * handshake polls rather than relying on a socket timeout: a socket timeout
- * bounds each read, and a server that sends one byte at a time restarts it
- * with every byte. 1 when ready, 0 at the deadline, -1 on error (errno).
+ * A handshake under way: the transport connecting (phase 0), then the
+ * commands every connection starts with, sent in one go and answered in
+ * order (phase 1). Sending them together costs one round trip; a refused
+ * AUTH is still the reply that is reported, since it is the first.
  */
-static int wait_fd(int fd, short events, int64_t deadline_us) {
-  for (;;) {
-    struct pollfd p = {.fd = fd, .events = events, .revents = 0};
-    int n = poll(&p, 1, dlock__ms_until(deadline_us));
-    if (n > 0)
-      return 1;
-    if (n == 0 && dlock__now_us() >= deadline_us)
-      return 0;
-    if (n < 0 && errno != EINTR)
-      return -1;
-  }
+struct dlock__handshake {
+  char addr[160];
+  int phase;
+  int64_t command_timeout_ms;
+  int64_t deadline_us; /* of the phase */
+  int64_t budget_us;   /* what the phase had, for the message */
+  sds out;             /* handshake commands not written yet */
+  int n, next;         /* commands, and the next to be answered */
+  const char *name[HS_MAX];
+  const char *expect[HS_MAX]; /* the status reply wanted, or NULL: any */
+};
+
+static void hs_free(struct dlock__handshake *hs) {
+  if (hs == NULL)
+    return;
+  sdsfree(hs->out);
+  dlock__free(hs);
 }
 
-/* Runs one handshake command, all of it (sending and the whole reply) by
- * 'deadline_us', and checks that it did not fail. 'budget_ms' is the time
- * the handshake had, for the message. */
-static int handshake(dlock__stream *s, const char *addr, int64_t deadline_us,
-                     int64_t budget_ms, int argc, const char **argv,
-                     const char *expect) {
-  void *reply = NULL;
-  int done = 0;
-  int rc = dlock__stream_append_argv(s, argc, argv, NULL);
-  while (rc == 0) {
-    rc = dlock__stream_flush(s, &done);
-    if (rc != 0 || done)
-      break;
-    int w = wait_fd(dlock__stream_fd(s), POLLOUT, deadline_us);
-    if (w <= 0)
-      goto no_answer;
-  }
-  while (rc == 0) {
-    if (dlock__stream_reply(s, &reply) != 0)
-      return dlock__fail(DLOCK_EPROTO, "%s %s: not a Redis server? (%s)",
-                         argv[0], addr, dlock__stream_proto_error(s));
-    if (reply != NULL)
-      break;
-    int w = wait_fd(dlock__stream_fd(s), POLLIN, deadline_us);
-    if (w <= 0)
-      goto no_answer;
-    rc = dlock__stream_read(s);
-  }
-  if (rc != 0)
-    return rc;
-  redisReply *r = reply;
+static int hs_add(struct dlock__handshake *hs, int argc, const char **argv,
+                  const char *expect) {
+  char *cmd;
+  int len = redisFormatCommandArgv(&cmd, argc, argv, NULL);
+  if (len < 0)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
+  sds grown = sdscatlen(hs->out, cmd, (size_t)len);
+  redisFreeCommand(cmd);
+  if (grown == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
+  hs->out = grown;
+  hs->name[hs->n] = argv[0];
+  hs->expect[hs->n] = expect;
+  hs->n++;
+  return 0;
+}
+
+/* Checks the answer to handshake command 'i'. */
+static int hs_check(struct dlock__handshake *hs, int i, redisReply *r) {
+  int rc = 0;
   if (r->type == REDIS_REPLY_ERROR) {
     rc = dlock__fail_reply(r->str, r->len);
     /* Some servers say "ERR" to AUTH when no password is configured; to the
      * user that is still a refused password. */
-    if (strcmp(argv[0], "AUTH") == 0)
-      rc = dlock__fail(DLOCK_EAUTH, "AUTH refused by %s: %.200s", addr, r->str);
-  } else if (expect != NULL &&
-             (r->type != REDIS_REPLY_STATUS || strcmp(r->str, expect) != 0)) {
+    if (strcmp(hs->name[i], "AUTH") == 0)
+      rc = dlock__fail(DLOCK_EAUTH, "AUTH refused by %s: %.200s", hs->addr,
+                       r->str);
+  } else if (hs->expect[i] != NULL && (r->type != REDIS_REPLY_STATUS ||
+                                       strcmp(r->str, hs->expect[i]) != 0)) {
     rc = dlock__fail(DLOCK_EPROTO, "%s %s: unexpected reply, not Redis?",
-                     argv[0], addr);
+                     hs->name[i], hs->addr);
   }
-  freeReplyObject(r);
   return rc;
-no_answer:
-  return dlock__fail(DLOCK_EIO, "%s %s: no complete answer within %lld ms",
-                     argv[0], addr, (long long)budget_ms);
 }
 
-static int authenticate(dlock__stream *s, const dlock__endpoint *ep,
-                        const char *addr, int64_t deadline_us,
-                        int64_t budget_ms) {
-  const char *argv[3] = {"AUTH", ep->user, ep->pass};
-  if (ep->pass == NULL && ep->user == NULL)
-    return 0;
-  if (ep->user != NULL)
-    return handshake(s, addr, deadline_us, budget_ms, 3, argv, NULL);
-  argv[1] = ep->pass;
-  return handshake(s, addr, deadline_us, budget_ms, 2, argv, NULL);
-}
-
-int dlock__stream_open(const dlock__endpoint *ep, const dlock__tls *tls,
-                       int64_t connect_timeout_ms, int64_t command_timeout_ms,
-                       int64_t deadline_us, dlock__stream **out) {
+int dlock__stream_start(const dlock__endpoint *ep, const dlock__tls *tls,
+                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                        dlock__stream **out) {
   *out = NULL;
+  dlock__stream *s = dlock__calloc(1, sizeof(*s));
+  struct dlock__handshake *hs = dlock__calloc(1, sizeof(*hs));
   char addr[160];
   dlock__endpoint_describe(ep, addr, sizeof(addr));
-  dlock__stream *s = dlock__calloc(1, sizeof(*s));
-  if (s == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory connecting to %s", addr);
-  s->reader = redisReaderCreate();
-  s->obuf = sdsempty();
-  if (s->reader == NULL || s->obuf == NULL) {
-    dlock__stream_free(s);
+  if (s == NULL || hs == NULL) {
+    dlock__free(s);
+    dlock__free(hs);
     return dlock__fail(DLOCK_ENOMEM, "out of memory connecting to %s", addr);
   }
-  int64_t connect_by = dlock__deadline_ms(connect_timeout_ms);
-  if (connect_by > deadline_us)
-    connect_by = deadline_us;
-  int rc = dlock__net_connect(ep, tls, connect_by, &s->net);
-  /* The whole handshake (AUTH, SELECT, PING) shares one deadline: a
-   * command timeout from now, or the caller's own deadline if sooner. */
-  int64_t now = dlock__now_us();
-  int64_t hs_deadline = dlock__deadline_ms(command_timeout_ms);
-  if (hs_deadline > deadline_us)
-    hs_deadline = deadline_us;
-  int64_t budget_ms = (hs_deadline - now + 999) / 1000;
-  if (rc == 0)
-    rc = authenticate(s, ep, addr, hs_deadline, budget_ms);
+  s->hs = hs;
+  memcpy(hs->addr, addr, sizeof(addr));
+  hs->command_timeout_ms = command_timeout_ms;
+  hs->budget_us = connect_timeout_ms * 1000;
+  hs->deadline_us = dlock__deadline_ms(connect_timeout_ms);
+  s->reader = redisReaderCreate();
+  s->obuf = sdsempty();
+  hs->out = sdsempty();
+  int rc = 0;
+  if (s->reader == NULL || s->obuf == NULL || hs->out == NULL)
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory connecting to %s", addr);
+  if (rc == 0 && ep->user != NULL) {
+    const char *argv[3] = {"AUTH", ep->user, ep->pass ? ep->pass : ""};
+    rc = hs_add(hs, 3, argv, NULL);
+  } else if (rc == 0 && ep->pass != NULL) {
+    const char *argv[2] = {"AUTH", ep->pass};
+    rc = hs_add(hs, 2, argv, NULL);
+  }
   if (rc == 0 && ep->db != 0) {
     char db[16];
     snprintf(db, sizeof(db), "%d", ep->db);
     const char *argv[2] = {"SELECT", db};
-    rc = handshake(s, addr, hs_deadline, budget_ms, 2, argv, "OK");
+    rc = hs_add(hs, 2, argv, "OK");
   }
   if (rc == 0) {
     const char *argv[1] = {"PING"};
-    rc = handshake(s, addr, hs_deadline, budget_ms, 1, argv, "PONG");
+    rc = hs_add(hs, 1, argv, "PONG");
+  }
+  if (rc == 0)
+    rc = dlock__net_start(ep, tls, &s->net);
+  if (rc != 0) {
+    dlock__stream_abandon(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+/* The handshake's answer did not come by the phase's deadline. */
+static int hs_timed_out(dlock__stream *s) {
+  struct dlock__handshake *hs = s->hs;
+  if (hs->phase == 0)
+    return dlock__net_timed_out(s->net, hs->budget_us);
+  return dlock__fail(DLOCK_EIO, "%s %s: no complete answer within %lld ms",
+                     hs->name[hs->next], hs->addr,
+                     (long long)((hs->budget_us + 999) / 1000));
+}
+
+int dlock__stream_step(dlock__stream *s) {
+  struct dlock__handshake *hs = s->hs;
+  if (hs == NULL)
+    return 0;
+  int rc;
+  if (hs->phase == 0) {
+    rc = dlock__net_step(s->net);
+    if (rc == DLOCK__NET_AGAIN)
+      return dlock__now_us() >= hs->deadline_us ? hs_timed_out(s) : rc;
+    if (rc != 0)
+      return rc;
+    /* The commands share one deadline, however the server paces its bytes
+     * (a socket timeout would restart with every byte). */
+    hs->phase = 1;
+    hs->budget_us = hs->command_timeout_ms * 1000;
+    hs->deadline_us = dlock__deadline_ms(hs->command_timeout_ms);
+  }
+  while (sdslen(hs->out) > 0) {
+    long w = dlock__stream_write(s, hs->out, sdslen(hs->out));
+    if (w < 0)
+      return (int)w;
+    if (w == 0)
+      break;
+    sdsrange(hs->out, w, -1);
+  }
+  rc = dlock__stream_read(s);
+  if (rc != 0)
+    return rc;
+  while (hs->next < hs->n) {
+    void *reply = NULL;
+    if (dlock__stream_reply(s, &reply) != 0)
+      return dlock__fail(DLOCK_EPROTO, "%s %s: not a Redis server? (%s)",
+                         hs->name[hs->next], hs->addr,
+                         dlock__stream_proto_error(s));
+    if (reply == NULL)
+      break;
+    rc = hs_check(hs, hs->next, reply);
+    freeReplyObject(reply);
+    if (rc != 0)
+      return rc;
+    hs->next++;
+  }
+  if (hs->next < hs->n)
+    return dlock__now_us() >= hs->deadline_us ? hs_timed_out(s)
+                                              : DLOCK__NET_AGAIN;
+  hs_free(hs);
+  s->hs = NULL;
+  return 0;
+}
+
+short dlock__stream_events(const dlock__stream *s) {
+  if (s->hs == NULL || s->hs->phase == 0)
+    return dlock__net_events(s->net);
+  return (short)(POLLIN | (sdslen(s->hs->out) > 0 ? POLLOUT : 0));
+}
+
+int64_t dlock__stream_deadline(const dlock__stream *s) {
+  return s->hs != NULL ? s->hs->deadline_us : INT64_MAX;
+}
+
+int dlock__stream_ready(const dlock__stream *s) { return s->hs == NULL; }
+
+int dlock__stream_open(const dlock__endpoint *ep, const dlock__tls *tls,
+                       int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                       int cancel_fd, int (*canceled)(void *), void *arg,
+                       dlock__stream **out) {
+  dlock__stream *s;
+  int rc =
+      dlock__stream_start(ep, tls, connect_timeout_ms, command_timeout_ms, &s);
+  while (rc == 0 && (rc = dlock__stream_step(s)) == DLOCK__NET_AGAIN) {
+    rc = 0;
+    struct pollfd p[2] = {
+        {.fd = dlock__stream_fd(s), .events = dlock__stream_events(s)},
+        {.fd = cancel_fd, .events = POLLIN}};
+    int n = poll(p, 2, dlock__ms_until(dlock__stream_deadline(s)));
+    if (n < 0 && errno != EINTR)
+      rc = dlock__fail(DLOCK_EIO, "poll: %s", strerror(errno));
+    else if (n > 0 && (p[1].revents & POLLIN)) {
+      char buf[64];
+      while (read(cancel_fd, buf, sizeof(buf)) > 0) {
+      }
+      if (canceled != NULL && canceled(arg))
+        rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+    }
   }
   if (rc != 0) {
     /* The stream never carried anything the server must see end. */

@@ -6,11 +6,13 @@
  * connections; hiredis remains the protocol (formatting and parsing), and
  * dlock owns the socket.
  *
- * Every call is non-blocking but dlock__stream_open, which connects and
- * runs the handshake every connection starts with (AUTH, SELECT, PING) by
- * a deadline. A stream is used by one thread at a time (its owner holds a
- * mutex around every call); TLS makes that a must even for a read and a
- * write at once.
+ * Every call is non-blocking but dlock__stream_open. A stream starts with
+ * a handshake (connecting, TLS, then AUTH, SELECT and PING) that
+ * dlock__stream_step drives as the socket becomes ready, so that whoever
+ * owns the stream can wait for it together with other things (other
+ * servers, a wake-up that cancels). A stream is used by one thread at a
+ * time (its owner holds a mutex around every call); TLS makes that a must
+ * even for a read and a write at once.
  */
 #ifndef DLOCK_STREAM_H
 #define DLOCK_STREAM_H
@@ -26,22 +28,56 @@
 typedef struct dlock__stream {
   dlock__net *net;
   redisReader *reader;
-  sds obuf; /* formatted commands not written yet; the owner may swap it */
+  /* Formatted commands not written yet; the owner may swap it. While the
+   * handshake runs they wait: nothing of the owner's reaches a server
+   * before AUTH and SELECT have been answered. */
+  sds obuf;
+  struct dlock__handshake *hs; /* the handshake under way; NULL: ready */
 } dlock__stream;
 
 /*
- * Connects to 'ep' ('tls' for a rediss:// endpoint, else NULL; it must
- * outlive the stream) and runs the handshake: connecting (and the TLS
- * handshake) may take 'connect_timeout_ms', the commands after it one
- * 'command_timeout_ms' however the server paces its bytes, and everything
- * ends by 'deadline_us' (CLOCK_MONOTONIC) if that comes first. On 0,
- * '*out' is a ready stream. Fails with DLOCK_EIO (unreachable, no answer
- * in time), DLOCK_EAUTH (password or certificate refused), DLOCK_EPROTO
- * (not Redis, or TLS on one side only), DLOCK_ENOMEM or DLOCK_EINVAL.
+ * Starts connecting to 'ep' ('tls' for a rediss:// endpoint, else NULL; it
+ * must outlive the stream), with the handshake commands queued: the
+ * connect (and the TLS handshake) may take 'connect_timeout_ms', the
+ * commands after it one 'command_timeout_ms', however the server paces its
+ * bytes. Resolving the host name is the one step that may block. On 0,
+ * '*out' is a stream to drive with dlock__stream_step. Fails with
+ * DLOCK_EIO, DLOCK_EINVAL or DLOCK_ENOMEM.
+ */
+int dlock__stream_start(const dlock__endpoint *ep, const dlock__tls *tls,
+                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                        dlock__stream **out);
+
+/*
+ * Drives the handshake: 0 once the stream is ready (and at once for a
+ * ready stream), DLOCK__NET_AGAIN to wait until the socket is ready for
+ * dlock__stream_events() or dlock__stream_deadline() passes (then call
+ * again: past the deadline it fails), or a negative code: DLOCK_EIO
+ * (unreachable, no answer in time), DLOCK_EAUTH (password or certificate
+ * refused), DLOCK_EPROTO (not Redis, or TLS on one side only),
+ * DLOCK_ENOMEM. After a failure the stream can only be freed.
+ */
+int dlock__stream_step(dlock__stream *s);
+
+/* What the handshake waits for, and until when (CLOCK_MONOTONIC us;
+ * INT64_MAX once ready). */
+short dlock__stream_events(const dlock__stream *s);
+int64_t dlock__stream_deadline(const dlock__stream *s);
+
+/* 1 once the handshake is done. */
+int dlock__stream_ready(const dlock__stream *s);
+
+/*
+ * dlock__stream_start and dlock__stream_step until ready, waiting on the
+ * socket and on 'cancel_fd' (-1: none) at once. When 'cancel_fd' becomes
+ * readable it is drained and 'canceled(arg)' asked: 1 ends the connect
+ * with DLOCK_ECANCELED, at once, whatever the server does. On 0, '*out'
+ * is a ready stream; the codes are dlock__stream_step's.
  */
 int dlock__stream_open(const dlock__endpoint *ep, const dlock__tls *tls,
                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
-                       int64_t deadline_us, dlock__stream **out);
+                       int cancel_fd, int (*canceled)(void *), void *arg,
+                       dlock__stream **out);
 
 /* The socket, to poll; for POLLIN always (see dlock__stream_read). */
 int dlock__stream_fd(const dlock__stream *s);

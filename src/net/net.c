@@ -344,8 +344,7 @@ int dlock__net_wait(dlock__net *n, int64_t deadline_us) {
   }
 }
 
-/* What a connect that ran out of time was waiting for. */
-static int connect_timed_out(dlock__net *n, int64_t budget_us) {
+int dlock__net_timed_out(dlock__net *n, int64_t budget_us) {
   long long ms = (long long)(budget_us / 1000);
   if (n->state != NET_HANDSHAKE)
     return dlock__net_fail(
@@ -369,7 +368,7 @@ int dlock__net_connect(const dlock__endpoint *ep, const dlock__tls *tls,
   while ((rc = dlock__net_step(n)) == DLOCK__NET_AGAIN) {
     rc = dlock__net_wait(n, deadline_us);
     if (rc == DLOCK__NET_AGAIN)
-      rc = connect_timed_out(n, budget_us);
+      rc = dlock__net_timed_out(n, budget_us);
     if (rc != 0)
       break;
   }

@@ -142,6 +142,13 @@ void dlock__net_abandon(dlock__net *n);
 int dlock__net_wait(dlock__net *n, int64_t deadline_us);
 
 /*
+ * Fails a connect that ran out of time with DLOCK_EIO, saying what it was
+ * waiting for (and, for a TLS handshake, that the port may be a plain one);
+ * 'budget_us' is the time it had, for the message.
+ */
+int dlock__net_timed_out(dlock__net *n, int64_t budget_us);
+
+/*
  * dlock__net_start and dlock__net_step until ready or 'deadline_us'. On 0,
  * '*out' is a ready transport. A deadline that passes is DLOCK_EIO saying
  * which step had no answer (and, for a TLS handshake, that the port may be
