@@ -70,7 +70,9 @@ extern "C" {
   X(ENOQUORUM, -11, "no majority of Redis nodes could be reached")             \
   X(ENOTLOCK, -12, "the key holds something other than a lock of this kind")   \
   X(EFORKED, -13,                                                              \
-    "client inherited across fork(): open a new one in this process")
+    "client inherited across fork(): open a new one in this process")          \
+  X(ENOSYNC, -14,                                                              \
+    "too few replicas acknowledged the lock in time (replica_sync)")
 
 typedef enum dlock_err {
 #define DLOCK__ERR_ENUM(name, code, text) DLOCK_##name = (code),
@@ -194,7 +196,34 @@ typedef struct dlock_options {
   void *on_lost_data;
   dlock_warning_cb on_warning; /* default NULL: warnings are dropped */
   void *on_warning_data;
+
+  /* ---- Replicated Redis: see "Replicated Redis" below ---- */
+  /* 1 (default): after every write that grants, renews, releases or hands
+   * over a lock or a permit, wait for replicas to acknowledge it (WAIT, in
+   * the same round trip); 0: do not. */
+  int replica_sync;
+  /* How many replicas must acknowledge each such write. 0 (default): as
+   * many as the master has in step, as its INFO replication says (state
+   * online, last acknowledgement under 3 s ago; read at the first write
+   * and again every second, in the round trip of a write); a master
+   * without replicas then asks for none. N > 0: exactly N, whatever the
+   * master has. At most DLOCK_REPLICAS_MAX. */
+  int replica_sync_replicas;
+  /* How long a write waits for them; default 1000 (Redisson's
+   * slavesSyncTimeout). */
+  int64_t replica_sync_timeout_ms;
+  /* How long a call keeps trying while Redis cannot be reached or answers
+   * "not now" (a failover or a restart under way: a connection refused or
+   * reset, READONLY, LOADING, MASTERDOWN, too few replicas), when the call
+   * has no wait of its own to bound it: dlock_lock, dlock_unlock, and a
+   * dlock_trylock with DLOCK_WAIT_FOREVER. A dlock_trylock with a wait
+   * keeps trying within its wait. Default 30000; 0..DLOCK_DURATION_MAX_MS.
+   * 0: every call fails at the first such error, as dlock 0.1 did. */
+  int64_t outage_wait_ms;
 } dlock_options_t;
+
+/* The largest replica_sync_replicas accepted. */
+#define DLOCK_REPLICAS_MAX 1000
 
 /* Fills 'o' with the defaults above. */
 DLOCK_EXPORT void dlock_options_init(dlock_options_t *o);

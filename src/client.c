@@ -29,6 +29,9 @@ void dlock_options_init(dlock_options_t *o) {
   o->watchdog_timeout_ms = 30000;
   o->unlock_retries = 2;
   o->fair_wait_timeout_ms = 300000;
+  o->replica_sync = 1;
+  o->replica_sync_timeout_ms = 1000;
+  o->outage_wait_ms = 30000;
 }
 
 /* A random (version 4) UUID, like Redisson's client ids. */
@@ -73,8 +76,19 @@ static int check_options(const dlock_options_t *o) {
     rc = check_ms("watchdog_timeout_ms", o->watchdog_timeout_ms, 3);
   if (rc == 0)
     rc = check_ms("fair_wait_timeout_ms", o->fair_wait_timeout_ms, 1);
+  if (rc == 0)
+    rc = check_ms("replica_sync_timeout_ms", o->replica_sync_timeout_ms, 1);
+  /* 0 is allowed: no riding through outages. */
+  if (rc == 0)
+    rc = check_ms("outage_wait_ms", o->outage_wait_ms, 0);
   if (rc != 0)
     return rc;
+  if (o->replica_sync_replicas < 0 ||
+      o->replica_sync_replicas > DLOCK_REPLICAS_MAX)
+    return dlock__fail(DLOCK_EINVAL,
+                       "replica_sync_replicas must be 0..DLOCK_REPLICAS_MAX "
+                       "(%d), got %d",
+                       DLOCK_REPLICAS_MAX, o->replica_sync_replicas);
   if (o->unlock_retries < 0 || o->unlock_retries > DLOCK_UNLOCK_RETRIES_MAX)
     return dlock__fail(DLOCK_EINVAL,
                        "unlock_retries must be 0..DLOCK_UNLOCK_RETRIES_MAX "
@@ -224,6 +238,7 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   c->fork_gen = dlock__fork_gen();
   c->pid = getpid();
   c->opt = *o;
+  dlock__sync_init(&c->sync, o);
   const char *url = o->url ? o->url : DEFAULT_URL;
   if ((c->url = dlock__strdup(url)) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");

@@ -14,6 +14,7 @@
 #include "fork.h"
 #include "holds.h"
 #include "pubsub.h"
+#include "sync.h"
 #include "url.h"
 
 typedef struct dlock__watchdog dlock__watchdog;
@@ -45,6 +46,7 @@ struct dlock_client {
   pthread_mutex_t mu; /* guards 'holds' and 'done' */
   dlock__holds holds;
   dlock__done_latches done;
+  dlock__sync sync; /* replica sync (sync.c) */
   atomic_int canceled;
   atomic_uint_fast64_t request_seq; /* numbers unlock requests */
   unsigned fork_gen; /* the process's fork count at open (see fork.h) */

@@ -172,6 +172,7 @@ typedef struct dlock__release {
   char count[24]; /* the hold count the client believes in ("0": unknown) */
   char *latch;    /* redisson_unlock_latch:{name}:<request-id> */
   size_t latch_len;
+  int unsynced; /* answered, but too few replicas acknowledged it */
 } dlock__release;
 
 /* Looks the hold up (failing with DLOCK_ELOST when the watchdog found it

@@ -172,6 +172,7 @@ int cli_exit_status_for(int err) {
   case DLOCK_EPROTO:
   case DLOCK_ESERVER:
   case DLOCK_ENOQUORUM:
+  case DLOCK_ENOSYNC:
     return EXIT_UNAVAILABLE;
   default:
     return EXIT_INTERNAL;
