@@ -309,7 +309,8 @@ static int make_latch(dlock_t *l, dlock__release *r) {
   snprintf(r->lease, sizeof(r->lease), "%" PRId64, r->lease_ms);
   /* The latch must outlive every retry of this request; the scripts take
    * no duration beyond DLOCK_DURATION_MAX_MS (and nobody waits that long). */
-  int64_t latch_ms = c->opt.command_timeout_ms * (c->opt.unlock_retries + 2);
+  int64_t latch_ms = c->opt.command_timeout_ms * (c->opt.unlock_retries + 2) +
+                     c->opt.outage_wait_ms;
   snprintf(r->latch_ttl, sizeof(r->latch_ttl), "%" PRId64,
            latch_ms < DLOCK_DURATION_MAX_MS ? latch_ms : DLOCK_DURATION_MAX_MS);
   char request[DLOCK__FIELD_MAX];
@@ -499,12 +500,26 @@ int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
    * them. */
   latch_call lc;
   const dlock__eval *sent = with_done_latches(c, call, &lc);
+  /* Through an outage (a failover: the server unreachable, then READONLY
+   * or LOADING) it goes on being sent, after the unlock_retries, until
+   * outage_wait_ms have passed since the first failure. */
   dlock__synced sy;
+  int64_t ride_until = 0;
+  int step = 0;
   for (attempt = 0;; attempt++) {
     rc = dlock__eval_write(c, 1, sent, reply, 0, &sy);
-    if (rc != DLOCK_EIO || attempt >= c->opt.unlock_retries || r->lost)
+    if (rc != DLOCK_EIO || r->lost)
       break;
-    wait_for_reconnect(c);
+    if (ride_until == 0)
+      ride_until = dlock__deadline_ms(c->opt.outage_wait_ms);
+    if (attempt < c->opt.unlock_retries) {
+      wait_for_reconnect(c);
+      continue;
+    }
+    if (dlock__now_us() >= ride_until ||
+        dlock__outage_pause(c, &step, ride_until) != 0 ||
+        dlock__now_us() >= ride_until)
+      break;
   }
   latch_call_end(&lc);
   /* A release that fell short is done on the master all the same (a

@@ -126,8 +126,8 @@ static int eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
                     redisReply **replies, int64_t deadline_us, int64_t idle_ms,
                     tail_cmd *tail) {
   memset(replies, 0, n * sizeof(*replies));
-  int rc = send_round(conn, n, calls, NULL, 0, replies, deadline_us, idle_ms,
-                      tail);
+  int rc =
+      send_round(conn, n, calls, NULL, 0, replies, deadline_us, idle_ms, tail);
   if (rc != 0)
     return rc;
   unsigned char *reload = NULL;
@@ -177,9 +177,8 @@ int dlock__eval_run_paced(dlock__conn *conn, size_t n, const dlock__eval *calls,
 
 int dlock__eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
                          redisReply **replies, int64_t deadline_us,
-                         int64_t idle_ms, size_t ntail,
-                         const char *const *tail, const size_t *tail_lens,
-                         redisReply **tail_replies) {
+                         int64_t idle_ms, size_t ntail, const char *const *tail,
+                         const size_t *tail_lens, redisReply **tail_replies) {
   memset(tail_replies, 0, ntail * sizeof(*tail_replies));
   tail_cmd t = {ntail, tail, tail_lens, tail_replies};
   int rc = eval_run(conn, n, calls, replies, deadline_us, idle_ms, &t);

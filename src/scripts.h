@@ -72,9 +72,8 @@ int dlock__eval_run_paced(dlock__conn *conn, size_t n, const dlock__eval *calls,
  */
 int dlock__eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
                          redisReply **replies, int64_t deadline_us,
-                         int64_t idle_ms, size_t ntail,
-                         const char *const *tail, const size_t *tail_lens,
-                         redisReply **tail_replies);
+                         int64_t idle_ms, size_t ntail, const char *const *tail,
+                         const size_t *tail_lens, redisReply **tail_replies);
 
 /*
  * One script call in two halves, so that a caller can send to several

@@ -132,10 +132,10 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
   int refresh = s->on && s->fixed == 0 &&
                 dlock__now_us() - atomic_load(&s->read_us) > REFRESH_US;
   if (wanted == 0 && !refresh)
-    return idle_ms > 0 ? dlock__eval_run_paced(c->conn, n, calls, replies,
-                                               idle_ms, deadline_us)
-                       : dlock__eval_run(c->conn, n, calls, replies,
-                                         deadline_us);
+    return idle_ms > 0
+               ? dlock__eval_run_paced(c->conn, n, calls, replies, idle_ms,
+                                       deadline_us)
+               : dlock__eval_run(c->conn, n, calls, replies, deadline_us);
   char *tail[2];
   size_t lens[2], ntail = 0;
   redisReply *got[2] = {NULL, NULL};
@@ -176,8 +176,8 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
   if (rc == 0 && wanted > 0) {
     const redisReply *w = got[0];
     out->wanted = wanted;
-    out->acked = w != NULL && w->type == REDIS_REPLY_INTEGER ? (int)w->integer
-                                                               : 0;
+    out->acked =
+        w != NULL && w->type == REDIS_REPLY_INTEGER ? (int)w->integer : 0;
     out->ok = out->acked >= wanted;
   }
   if (rc == 0 && refresh)

@@ -21,12 +21,12 @@
 #include "scripts.h"
 
 typedef struct dlock__sync {
-  int on;         /* replica_sync */
-  int fixed;      /* replica_sync_replicas: N > 0, or 0 for those in step */
+  int on;    /* replica_sync */
+  int fixed; /* replica_sync_replicas: N > 0, or 0 for those in step */
   int64_t timeout_ms;
-  atomic_int replicas;      /* the replicas to wait for; -1: not known */
-  _Atomic int64_t read_us;  /* when 'replicas' was read (CLOCK_MONOTONIC) */
-  atomic_int warned;        /* INFO refused: said once through on_warning */
+  atomic_int replicas;     /* the replicas to wait for; -1: not known */
+  _Atomic int64_t read_us; /* when 'replicas' was read (CLOCK_MONOTONIC) */
+  atomic_int warned;       /* INFO refused: said once through on_warning */
 } dlock__sync;
 
 /* What one synced write found. */
