@@ -41,7 +41,8 @@ MAKEFLAGS += --no-print-directory
 # that switching between "make" and "make test" does not rebuild it all.
 CONFIGURE = $(CMAKE) -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
 
-FORMAT_FILES = $(wildcard include/*.h src/*.c src/*.h tools/*.c tools/*.h \
+FORMAT_FILES = $(wildcard include/*.h src/*.c src/*.h src/*/*.c src/*/*.h \
+	tools/*.c tools/*.h \
 	tests/*.c tests/*.h tests/harness/*.c tests/harness/*.h \
 	examples/*.c examples/*.h bench/*.c bench/*.h)
 

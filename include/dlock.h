@@ -47,10 +47,29 @@ extern "C" {
 #define DLOCK_EXPORT
 #endif
 
+/*
+ * The version of this header. CMakeLists.txt reads the three numbers from
+ * here, so the header, the library and dlock.pc never disagree. The
+ * library a program runs with may be newer than the header it was built
+ * with: dlock_version() tells which it is.
+ */
 #define DLOCK_VERSION_MAJOR 0
-#define DLOCK_VERSION_MINOR 1
+#define DLOCK_VERSION_MINOR 2
 #define DLOCK_VERSION_PATCH 0
-#define DLOCK_VERSION_STRING "0.1.0"
+#define DLOCK_VERSION_STRING "0.2.0"
+/* One number that compares in order: 0x000200 for 0.2.0. */
+#define DLOCK_VERSION_NUMBER                                                   \
+  ((DLOCK_VERSION_MAJOR << 16) | (DLOCK_VERSION_MINOR << 8) |                  \
+   DLOCK_VERSION_PATCH)
+/* For "#if DLOCK_VERSION_AT_LEAST(0, 2, 0)" around newer calls. */
+#define DLOCK_VERSION_AT_LEAST(major, minor, patch)                            \
+  (DLOCK_VERSION_NUMBER >= (((major) << 16) | ((minor) << 8) | (patch)))
+
+/* The version of the library running, as DLOCK_VERSION_NUMBER encodes it. */
+DLOCK_EXPORT unsigned dlock_version(void);
+
+/* The same as a string, "0.2.0"; static, never NULL. */
+DLOCK_EXPORT const char *dlock_version_string(void);
 
 /*
  * Error codes. One table generates the enum, dlock_strerror() and
@@ -194,10 +213,57 @@ typedef struct dlock_options {
   int lazy_connect;
   dlock_lost_cb on_lost; /* default NULL */
   void *on_lost_data;
+
+  /* ---- Fields up to here are those of dlock 0.1. ----
+   * The size of the caller's dlock_options_t, set by dlock_options_init():
+   * the library reads only that many bytes, and gives every field it does
+   * not find there its default. So fields added in later versions, which
+   * go at the end, below this one, never make the library read past the
+   * struct of a program built against an older dlock.h. A program built
+   * against a newer dlock.h than the library's may pass a larger struct:
+   * the fields the library does not know must then be left zero, as
+   * dlock_options_init() leaves them, or dlock_client_open() refuses the
+   * options with DLOCK_EINVAL rather than ignore them. A struct filled by
+   * hand without dlock_options_init() (struct_size 0) is read as the
+   * layout of dlock 0.2; calling dlock_options_init() first is always
+   * right. Do not set this field yourself. */
+  size_t struct_size;
+
+  /* ---- Added in dlock 0.2 ---- */
+  /* Told about a deployment that can break locks (see dlock_client_open). */
   dlock_warning_cb on_warning; /* default NULL: warnings are dropped */
   void *on_warning_data;
 
-  /* ---- Replicated Redis: see "Replicated Redis" below ---- */
+  /* TLS, used with rediss:// URLs only.
+   * Every connection of a client to a rediss:// URL checks the server's
+   * certificate chain against the trusted CAs and its name against the
+   * URL's host (or tls_server_name). The files are read at open and not
+   * kept; the strings are not kept either. Setting any of these with a
+   * redis:// or unix:// URL is refused (DLOCK_EINVAL), since a program
+   * that asks for TLS must not quietly get a plain connection. */
+  /* PEM file of the CA certificates to trust. With tls_ca_dir also NULL
+   * (the default), the system's (OpenSSL's default paths). */
+  const char *tls_ca_file;
+  /* Directory of CA certificates, named by hash as "openssl rehash"
+   * makes them. */
+  const char *tls_ca_dir;
+  /* Client certificate (PEM; a chain may follow it) and its private key
+   * (PEM, not encrypted), for servers that require one (mutual TLS:
+   * "tls-auth-clients yes"). Both or neither. */
+  const char *tls_cert_file;
+  const char *tls_key_file;
+  /* The name sent in SNI and checked against the server's certificate;
+   * NULL (default): the URL's host. For a server reached by an address or
+   * an alias its certificate does not name. */
+  const char *tls_server_name;
+  /* 1: check neither the chain nor the name. The connection is encrypted
+   * but anybody in the path can pose as the server: for tests only.
+   * Default 0. */
+  int tls_insecure;
+
+  /* ---- Replicated Redis (see "Replicated Redis" below). These come after
+   * the fields a struct filled by hand (struct_size 0) is read with: such
+   * a struct gets their defaults. ---- */
   /* 1 (default): after every write that grants, renews, releases or hands
    * over a lock or a permit, wait for replicas to acknowledge it (WAIT, in
    * the same round trip); 0: do not. */
@@ -225,8 +291,18 @@ typedef struct dlock_options {
 /* The largest replica_sync_replicas accepted. */
 #define DLOCK_REPLICAS_MAX 1000
 
-/* Fills 'o' with the defaults above. */
-DLOCK_EXPORT void dlock_options_init(dlock_options_t *o);
+/*
+ * Fills the first 'size' bytes of 'o' with the defaults above and records
+ * 'size' in o->struct_size. Call it through dlock_options_init(), which
+ * passes the size of the caller's own dlock_options_t.
+ */
+DLOCK_EXPORT void dlock_options_init_size(dlock_options_t *o, size_t size);
+
+/* Fills 'o' with the defaults above. Inline, so that the size passed is
+ * that of the dlock.h the program was compiled with. */
+static inline void dlock_options_init(dlock_options_t *o) {
+  dlock_options_init_size(o, sizeof(*o));
+}
 
 /*
  * Connects to the server named by 'o->url' (authenticating and selecting

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs what dlock needs to build and test, on Debian or Ubuntu:
 # cmake (>= 3.25), a C compiler, make, pkg-config, libhiredis-dev,
-# redis-server and redis-tools (redis-cli, redis-benchmark), valgrind,
-# under which "make test" runs the suite once more, and nodejs and npm, for
-# the interoperability tests' Redisson-compatible peer (node-redisson, which
-# the tests' own set-up installs with npm: tests/node/setup.sh).
+# libssl-dev (TLS), redis-server and redis-tools (redis-cli,
+# redis-benchmark), openssl (the TLS tests make their certificates with
+# it), valgrind, under which "make test" runs the suite once more, and
+# nodejs and npm, for the interoperability tests' Redisson-compatible peer
+# (node-redisson, which the tests' own set-up installs with npm:
+# tests/node/setup.sh).
 #
 # Prints nothing and exits 0 when everything is there, so "make test" can
 # run it every time. Installs only what is missing, with apt-get, as root or
@@ -45,6 +47,10 @@ hiredis_ok() {
   installed libhiredis-dev || { have pkg-config && pkg-config --exists hiredis; }
 }
 
+openssl_dev_ok() {
+  installed libssl-dev || { have pkg-config && pkg-config --exists openssl; }
+}
+
 check() {
   missing=()
   cmake_ok || missing+=(cmake)
@@ -52,6 +58,8 @@ check() {
   have make || missing+=(make)
   have pkg-config || missing+=(pkg-config)
   hiredis_ok || missing+=(libhiredis-dev)
+  openssl_dev_ok || missing+=(libssl-dev)
+  have openssl || missing+=(openssl)
   have redis-server || installed redis-server || missing+=(redis-server)
   { have redis-cli && have redis-benchmark; } || missing+=(redis-tools)
   have valgrind || missing+=(valgrind)

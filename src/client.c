@@ -6,11 +6,13 @@
 #include "alloc.h"
 
 #include "error.h"
+#include "net/net.h"
 #include "watchdog.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,19 +21,69 @@
 
 #define DEFAULT_URL "redis://127.0.0.1:6379"
 
-void dlock_options_init(dlock_options_t *o) {
+/*
+ * dlock_options_t grows at its end. 'struct_size' tells the library how much
+ * of it the caller's header had: the smallest struct there can be ends with
+ * that field, and one filled by hand (struct_size 0) is read as the layout
+ * of 0.2, the first to have the field. OPTIONS_SIZE_0_2 must never change:
+ * fields added later lie beyond it. Sizes beyond any plausible growth mean
+ * a struct nobody initialized, whose size field holds stack garbage.
+ */
+#define OPTIONS_MIN_SIZE                                                       \
+  (offsetof(dlock_options_t, struct_size) + sizeof(size_t))
+#define OPTIONS_SIZE_0_2 (offsetof(dlock_options_t, tls_insecure) + sizeof(int))
+#define OPTIONS_MAX_SIZE 65536
+
+void dlock_options_init_size(dlock_options_t *o, size_t size) {
   if (o == NULL)
     return;
-  memset(o, 0, sizeof(*o));
-  o->url = DEFAULT_URL;
-  o->connect_timeout_ms = 2000;
-  o->command_timeout_ms = 3000;
-  o->watchdog_timeout_ms = 30000;
-  o->unlock_retries = 2;
-  o->fair_wait_timeout_ms = 300000;
-  o->replica_sync = 1;
-  o->replica_sync_timeout_ms = 1000;
-  o->outage_wait_ms = 30000;
+  dlock_options_t d;
+  memset(&d, 0, sizeof(d));
+  d.url = DEFAULT_URL;
+  d.connect_timeout_ms = 2000;
+  d.command_timeout_ms = 3000;
+  d.watchdog_timeout_ms = 30000;
+  d.unlock_retries = 2;
+  d.fair_wait_timeout_ms = 300000;
+  d.replica_sync = 1;
+  d.replica_sync_timeout_ms = 1000;
+  d.outage_wait_ms = 30000;
+  d.struct_size = size;
+  /* Only the caller's bytes are written: a program built against an older
+   * header has a smaller struct. Fields of a newer header that this
+   * library does not know are zeroed, which is how open recognizes them
+   * as unset. */
+  memset(o, 0, size);
+  memcpy(o, &d, size < sizeof(d) ? size : sizeof(d));
+}
+
+/* Copies the caller's options, of whatever version, into a struct of this
+ * library's layout with defaults for what the caller's did not have. */
+static int read_options(const dlock_options_t *o, dlock_options_t *out) {
+  size_t size = o->struct_size == 0 ? OPTIONS_SIZE_0_2 : o->struct_size;
+  if (size < OPTIONS_MIN_SIZE || size > OPTIONS_MAX_SIZE)
+    return dlock__fail(DLOCK_EINVAL,
+                       "options have struct_size %zu: initialize them with "
+                       "dlock_options_init()",
+                       o->struct_size);
+  dlock_options_init_size(out, sizeof(*out));
+  if (size > sizeof(*out)) {
+    /* A program built against a newer dlock.h: the fields this library
+     * does not know must be unset, else it would silently ignore them. */
+    const unsigned char *tail = (const unsigned char *)o + sizeof(*out);
+    for (size_t i = 0; i < size - sizeof(*out); i++)
+      if (tail[i] != 0)
+        return dlock__fail(
+            DLOCK_EINVAL,
+            "options set a field at byte %zu that dlock %s does not know "
+            "(it knows %zu bytes): the program was built against a newer "
+            "dlock.h than the library it runs with",
+            sizeof(*out) + i, DLOCK_VERSION_STRING, sizeof(*out));
+    size = sizeof(*out);
+  }
+  memcpy(out, o, size);
+  out->struct_size = sizeof(*out);
+  return 0;
 }
 
 /* A random (version 4) UUID, like Redisson's client ids. */
@@ -101,6 +153,33 @@ static int check_options(const dlock_options_t *o) {
   return 0;
 }
 
+/* Whether any TLS option is set. */
+static int wants_tls(const dlock_options_t *o) {
+  return o->tls_ca_file != NULL || o->tls_ca_dir != NULL ||
+         o->tls_cert_file != NULL || o->tls_key_file != NULL ||
+         o->tls_server_name != NULL || o->tls_insecure != 0;
+}
+
+/* Checks the TLS options against the URL, and loads them into '*out'
+ * (reading the CA and certificate files) so that a missing or wrong file is
+ * reported by the open, naming it, rather than by every connection
+ * attempt. */
+static int load_tls(const dlock_options_t *o, const dlock__endpoint *ep,
+                    dlock__tls **out) {
+  *out = NULL;
+  if (!ep->tls) {
+    if (wants_tls(o))
+      return dlock__fail(DLOCK_EINVAL,
+                         "TLS options given for a URL without TLS: use a "
+                         "rediss:// URL");
+    return 0;
+  }
+  dlock__tls_cfg cfg = {o->tls_ca_file,     o->tls_ca_dir,
+                        o->tls_cert_file,   o->tls_key_file,
+                        o->tls_server_name, o->tls_insecure != 0};
+  return dlock__tls_new(&cfg, out);
+}
+
 /* 1 in a child of fork(): the fork count moved, or (should the handler be
  * missing) the process is not the one that opened the client. */
 static int is_forked(const dlock_client_t *c) {
@@ -134,7 +213,10 @@ static void forget_after_fork(dlock_client_t *c) {
     dlock__holds_clear(&c->holds);
     pthread_mutex_unlock(&c->mu);
   }
-  if (c->ps != NULL || c->conn != NULL || c->settle != NULL || holds_left) {
+  /* The TLS settings stay too: freeing them takes OpenSSL's locks, which
+   * a parent thread may have held at the fork. */
+  if (c->ps != NULL || c->conn != NULL || c->settle != NULL || holds_left ||
+      c->tls != NULL) {
     c->forked_next = atomic_load(&forked_leftovers);
     while (
         !atomic_compare_exchange_weak(&forked_leftovers, &c->forked_next, c)) {
@@ -152,6 +234,7 @@ static void destroy(dlock_client_t *c) {
   dlock__settler_free(c->settle);
   dlock__pubsub_stop(c->ps);
   dlock__conn_free(c->conn);
+  dlock__tls_free(c->tls);
   dlock__holds_clear(&c->holds);
   dlock__done_latches_clear(c);
   dlock__endpoint_free(&c->ep);
@@ -226,7 +309,12 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   if (o == NULL || out == NULL)
     return dlock__fail(DLOCK_EINVAL, "options and out must not be NULL");
   *out = NULL;
-  int rc = check_options(o);
+  dlock_options_t opt;
+  int rc = read_options(o, &opt);
+  if (rc != 0)
+    return rc;
+  o = &opt;
+  rc = check_options(o);
   if (rc != 0)
     return rc;
   dlock_client_t *c = dlock__calloc(1, sizeof(*c));
@@ -245,11 +333,14 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   c->opt.url = c->url;
   if (rc == 0)
     rc = dlock__url_parse(url, &c->ep);
+  if (rc == 0)
+    rc = load_tls(o, &c->ep, &c->tls);
   if (rc == 0 && o->client_id != NULL)
     snprintf(c->id, sizeof(c->id), "%s", o->client_id);
   else if (rc == 0)
     rc = make_uuid(c->id);
-  dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms};
+  dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms,
+                         c->tls};
   if (rc == 0)
     rc = dlock__conn_new(&cfg, &c->conn);
   if (rc == 0)
@@ -264,7 +355,7 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
       warn_if_evicting(c);
   }
   if (rc == 0)
-    rc = dlock__pubsub_start(&c->ep, o->connect_timeout_ms,
+    rc = dlock__pubsub_start(&c->ep, c->tls, o->connect_timeout_ms,
                              o->command_timeout_ms, o->lazy_connect, &c->ps);
   if (rc == 0)
     rc = dlock__watchdog_start(c, &c->wd);

@@ -39,6 +39,7 @@ struct dlock_client {
   char *url;
   char id[DLOCK__CLIENT_ID_MAX + 1];
   dlock__endpoint ep;
+  dlock__tls *tls; /* loaded TLS settings for a rediss:// URL, else NULL */
   dlock__conn *conn;
   dlock__pubsub *ps;
   dlock__watchdog *wd;

@@ -1,11 +1,15 @@
 /*
  * The shared command connection (see conn.h for the scheme).
  *
- * Locking: 'mu' guards everything in the struct and the hiredis context.
- * The driver releases 'mu' only around poll(), so the context is never used
- * by two threads at once. While a driver polls, nobody may close the socket
- * under it: a failure noticed by another thread only shuts the socket down,
- * which wakes the driver, and the driver closes it.
+ * Locking: 'mu' guards everything in the struct and the stream (src/link:
+ * the transport, hiredis's reader, the output buffer). The driver releases
+ * 'mu' only around poll(), so the stream is never used by two threads at
+ * once; the one exception is the writer's send() on a plain socket, which
+ * touches the descriptor only (a TLS stream is written under 'mu', since
+ * OpenSSL cannot read and write one connection from two threads). While a
+ * driver polls, nobody may close the socket under it: a failure noticed by
+ * another thread only shuts the socket down, which wakes the driver, and
+ * the driver closes it.
  */
 #define _GNU_SOURCE
 #include "conn.h"
@@ -15,6 +19,7 @@
 
 #include "error.h"
 #include "fork.h"
+#include "link/stream.h"
 #include "monotime.h"
 
 #include <assert.h>
@@ -50,14 +55,14 @@ typedef struct dlock__wake_slot dlock__wake_slot;
 struct dlock__conn {
   pthread_mutex_t mu;
   dlock__conn_cfg cfg;
-  redisContext *ctx;     /* NULL while disconnected */
-  request *head, *tail;  /* sent, awaiting replies, oldest first */
-  int driving;           /* a thread is reading replies */
-  int writing;           /* a thread is writing 'wbuf' (write_out_locked) */
-  sds wbuf;              /* output taken from ctx->obuf, to go out first */
-  redisContext *sending; /* the context a send() is under way on, if any */
-  redisContext *zombie;  /* failed during that send; the writer frees it */
-  int64_t retry_at_us;   /* no reconnect before this */
+  dlock__stream *ctx;     /* NULL while disconnected */
+  request *head, *tail;   /* sent, awaiting replies, oldest first */
+  int driving;            /* a thread is reading replies */
+  int writing;            /* a thread is writing 'wbuf' (write_out_locked) */
+  sds wbuf;               /* output taken from ctx->obuf, to go out first */
+  dlock__stream *sending; /* the stream a send() is under way on, if any */
+  dlock__stream *zombie;  /* failed during that send; the writer frees it */
+  int64_t retry_at_us;    /* no reconnect before this */
   int64_t backoff_us;
   int last_code;            /* why the last connection failed */
   int broken_code;          /* set by break_locked for the driver to report */
@@ -358,201 +363,6 @@ int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out) {
   return 0;
 }
 
-/* ---- opening a connection ------------------------------------------------ */
-
-static struct timeval timeval_of_ms(int64_t ms) {
-  struct timeval tv;
-  tv.tv_sec = (time_t)(ms / 1000);
-  tv.tv_usec = (suseconds_t)(ms % 1000) * 1000;
-  return tv;
-}
-
-/* Turns a failed hiredis context call into a code and detail. */
-static int fail_ctx(redisContext *ctx, const char *where, const char *addr,
-                    int64_t timeout_ms) {
-  if (ctx->err == REDIS_ERR_PROTOCOL)
-    return dlock__fail(DLOCK_EPROTO, "%s %s: not a Redis server? (%s)", where,
-                       addr, ctx->errstr);
-  if (ctx->err == REDIS_ERR_IO &&
-      (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT))
-    return dlock__fail(DLOCK_EIO, "%s %s: no answer within %lld ms", where,
-                       addr, (long long)timeout_ms);
-  if (ctx->err == REDIS_ERR_OOM)
-    return dlock__fail(DLOCK_ENOMEM, "%s %s: out of memory", where, addr);
-  return dlock__fail(DLOCK_EIO, "%s %s: %s", where, addr, ctx->errstr);
-}
-
-/*
- * Waits until 'fd' is ready for 'events' or 'deadline_us' passes. The
- * handshake polls rather than relying on a socket timeout: a socket timeout
- * bounds each read, and a server that sends one byte at a time restarts it
- * with every byte. 1 when ready, 0 at the deadline, -1 on error (errno).
- */
-static int wait_fd(int fd, short events, int64_t deadline_us) {
-  for (;;) {
-    struct pollfd p = {.fd = fd, .events = events};
-    int n = poll(&p, 1, dlock__ms_until(deadline_us));
-    if (n > 0)
-      return 1;
-    if (n == 0 && dlock__now_us() >= deadline_us)
-      return 0;
-    if (n < 0 && errno != EINTR)
-      return -1;
-  }
-}
-
-/* Runs one handshake command on a non-blocking context, all of it (sending
- * and the whole reply) by 'deadline_us', and checks that it did not fail.
- * 'budget_ms' is the time the handshake had, for the message. */
-static int handshake(redisContext *ctx, const char *addr, int64_t deadline_us,
-                     int64_t budget_ms, int argc, const char **argv,
-                     const char *expect) {
-  void *reply = NULL;
-  int done = 0;
-  if (redisAppendCommandArgv(ctx, argc, argv, NULL) != REDIS_OK)
-    return fail_ctx(ctx, argv[0], addr, budget_ms);
-  /* Our own flush: hiredis's write() could raise SIGPIPE when the other
-   * end has already hung up (as a non-Redis server may). */
-  for (;;) {
-    if (dlock__flush_output(ctx, &done) != 0)
-      return fail_ctx(ctx, argv[0], addr, budget_ms);
-    if (done)
-      break;
-    int w = wait_fd(ctx->fd, POLLOUT, deadline_us);
-    if (w <= 0)
-      goto no_answer;
-  }
-  for (;;) {
-    if (redisGetReplyFromReader(ctx, &reply) != REDIS_OK)
-      return fail_ctx(ctx, argv[0], addr, budget_ms);
-    if (reply != NULL)
-      break;
-    int w = wait_fd(ctx->fd, POLLIN, deadline_us);
-    if (w <= 0)
-      goto no_answer;
-    if (redisBufferRead(ctx) != REDIS_OK)
-      return fail_ctx(ctx, argv[0], addr, budget_ms);
-  }
-  redisReply *r = reply;
-  int rc = 0;
-  if (r->type == REDIS_REPLY_ERROR) {
-    rc = dlock__fail_reply(r->str, r->len);
-    /* Some servers say "ERR" to AUTH when no password is configured; to the
-     * user that is still a refused password. */
-    if (strcmp(argv[0], "AUTH") == 0)
-      rc = dlock__fail(DLOCK_EAUTH, "AUTH refused by %s: %.200s", addr, r->str);
-  } else if (expect != NULL &&
-             (r->type != REDIS_REPLY_STATUS || strcmp(r->str, expect) != 0)) {
-    rc = dlock__fail(DLOCK_EPROTO, "%s %s: unexpected reply, not Redis?",
-                     argv[0], addr);
-  }
-  freeReplyObject(r);
-  return rc;
-no_answer:
-  return dlock__fail(DLOCK_EIO, "%s %s: no complete answer within %lld ms",
-                     argv[0], addr, (long long)budget_ms);
-}
-
-static int authenticate(redisContext *ctx, const dlock__endpoint *ep,
-                        const char *addr, int64_t deadline_us,
-                        int64_t budget_ms) {
-  const char *argv[3] = {"AUTH", ep->user, ep->pass};
-  if (ep->pass == NULL && ep->user == NULL)
-    return 0;
-  if (ep->user != NULL)
-    return handshake(ctx, addr, deadline_us, budget_ms, 3, argv, NULL);
-  argv[1] = ep->pass;
-  return handshake(ctx, addr, deadline_us, budget_ms, 2, argv, NULL);
-}
-
-int dlock__connect_until(const dlock__endpoint *ep, int64_t connect_timeout_ms,
-                         int64_t command_timeout_ms, int64_t deadline_us,
-                         redisContext **out) {
-  char addr[160];
-  dlock__endpoint_describe(ep, addr, sizeof(addr));
-  int64_t now = dlock__now_us();
-  int64_t left_ms = deadline_us > now ? (deadline_us - now) / 1000 : 0;
-  if (left_ms < 1)
-    left_ms = 1;
-  if (connect_timeout_ms > left_ms)
-    connect_timeout_ms = left_ms;
-  struct timeval tv = timeval_of_ms(connect_timeout_ms);
-  redisContext *ctx = ep->path
-                          ? redisConnectUnixWithTimeout(ep->path, tv)
-                          : redisConnectWithTimeout(ep->host, ep->port, tv);
-  if (ctx == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory connecting to %s", addr);
-  int rc = 0;
-  if (ctx->err)
-    rc = fail_ctx(ctx, "connect", addr, connect_timeout_ms);
-  /* The whole handshake (AUTH, SELECT, PING) shares one deadline: a
-   * command timeout from now, or the caller's own deadline if sooner. */
-  now = dlock__now_us();
-  int64_t hs_deadline = dlock__deadline_ms(command_timeout_ms);
-  if (hs_deadline > deadline_us)
-    hs_deadline = deadline_us;
-  int64_t budget_ms = (hs_deadline - now + 999) / 1000;
-  if (rc == 0) {
-    /* A child started by the program must not inherit our sockets. */
-    fcntl(ctx->fd, F_SETFD, FD_CLOEXEC);
-    if (dlock__set_nonblocking(ctx) != 0)
-      rc = DLOCK_EIO;
-  }
-  if (rc == 0)
-    rc = authenticate(ctx, ep, addr, hs_deadline, budget_ms);
-  if (rc == 0 && ep->db != 0) {
-    char db[16];
-    snprintf(db, sizeof(db), "%d", ep->db);
-    const char *argv[2] = {"SELECT", db};
-    rc = handshake(ctx, addr, hs_deadline, budget_ms, 2, argv, "OK");
-  }
-  if (rc == 0) {
-    const char *argv[1] = {"PING"};
-    rc = handshake(ctx, addr, hs_deadline, budget_ms, 1, argv, "PONG");
-  }
-  if (rc != 0) {
-    redisFree(ctx);
-    return rc;
-  }
-  *out = ctx;
-  return 0;
-}
-
-int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
-                   int64_t command_timeout_ms, redisContext **out) {
-  return dlock__connect_until(ep, connect_timeout_ms, command_timeout_ms,
-                              INT64_MAX, out);
-}
-
-int dlock__set_nonblocking(redisContext *ctx) {
-  int flags = fcntl(ctx->fd, F_GETFL);
-  if (flags < 0 || fcntl(ctx->fd, F_SETFL, flags | O_NONBLOCK) < 0)
-    return dlock__fail(DLOCK_EIO, "fcntl(O_NONBLOCK): %s", strerror(errno));
-  /* hiredis treats EAGAIN as "try later" only in non-blocking mode. */
-  ctx->flags &= ~REDIS_BLOCK;
-  return 0;
-}
-
-int dlock__flush_output(redisContext *ctx, int *done) {
-  size_t len = sdslen(ctx->obuf);
-  *done = len == 0;
-  if (len == 0)
-    return 0;
-  /* send() with MSG_NOSIGNAL rather than hiredis's write(): a server that
-   * went away must give us EPIPE, not kill the program with SIGPIPE. */
-  ssize_t n = send(ctx->fd, ctx->obuf, len, MSG_NOSIGNAL);
-  if (n < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-      return 0;
-    snprintf(ctx->errstr, sizeof(ctx->errstr), "%s", strerror(errno));
-    ctx->err = REDIS_ERR_IO;
-    return -1;
-  }
-  sdsrange(ctx->obuf, n, -1);
-  *done = sdslen(ctx->obuf) == 0;
-  return 0;
-}
-
 /* ---- failure and reconnection ------------------------------------------- */
 
 /* Fails every waiting request with 'code', closes the socket and arranges
@@ -585,10 +395,10 @@ static void fail_all_locked(dlock__conn *c, int code, const char *why) {
       /* A thread is sending on this socket outside 'mu': closing it now
        * could let the descriptor be reused under that send. It is only
        * shut down, and the writer frees it when it is back. */
-      shutdown(c->ctx->fd, SHUT_RDWR);
+      shutdown(dlock__stream_fd(c->ctx), SHUT_RDWR);
       c->zombie = c->ctx;
     } else {
-      redisFree(c->ctx);
+      dlock__stream_free(c->ctx);
     }
     /* What the socket did not take goes with it; while a send is under way
      * 'wbuf' is the writer's, and it drops it when it sees the change. */
@@ -622,7 +432,7 @@ static void break_locked(dlock__conn *c, int code, const char *why) {
     c->broken_code = code;
     snprintf(c->last_err, sizeof(c->last_err), "%s", why);
   }
-  shutdown(c->ctx->fd, SHUT_RDWR);
+  shutdown(dlock__stream_fd(c->ctx), SHUT_RDWR);
 }
 
 /* An idle connection with something to read has been closed by the server
@@ -634,7 +444,7 @@ static int idle_connection_is_dead(dlock__conn *c) {
   if (c->head != NULL || c->driving || c->writing ||
       dlock__now_us() - c->last_reply_us < 1000)
     return 0;
-  struct pollfd p = {.fd = c->ctx->fd, .events = POLLIN};
+  struct pollfd p = {.fd = dlock__stream_fd(c->ctx), .events = POLLIN};
   return poll(&p, 1, 0) != 0;
 }
 
@@ -678,13 +488,9 @@ static int connect_locked(dlock__conn *c, int64_t deadline_us) {
    * not hold a call for a connect timeout plus a command timeout. */
   c->connecting = 1;
   conn_unlock(c);
-  redisContext *ctx = NULL;
-  int rc = dlock__connect_until(c->cfg.ep, c->cfg.connect_timeout_ms,
-                                c->cfg.command_timeout_ms, deadline_us, &ctx);
-  if (rc == 0 && dlock__set_nonblocking(ctx) != 0) {
-    redisFree(ctx);
-    rc = DLOCK_EIO;
-  }
+  dlock__stream *ctx = NULL;
+  int rc = dlock__stream_open(c->cfg.ep, c->cfg.tls, c->cfg.connect_timeout_ms,
+                              c->cfg.command_timeout_ms, deadline_us, &ctx);
   pthread_mutex_lock(&c->mu);
   c->connecting = 0;
   pthread_cond_broadcast(&c->connected);
@@ -718,7 +524,7 @@ int dlock__conn_open(dlock__conn *c) {
     return dlock__fail_forked();
   pthread_mutex_lock(&c->mu);
   c->retry_at_us = 0;
-  /* Bounded by the connect and command timeouts (dlock__connect_until). */
+  /* Bounded by the connect and command timeouts (dlock__stream_open). */
   int rc = connect_locked(c, INT64_MAX);
   conn_unlock(c);
   return rc;
@@ -736,15 +542,18 @@ int dlock__conn_open(dlock__conn *c) {
  * one segment, which it reads and answers in one go, while a lone caller
  * still costs exactly one send(). Output the socket does not take (it is
  * full) stays in 'wbuf' for the driver, which writes it when the socket
- * drains.
+ * drains. A TLS stream is written under 'mu' instead (OpenSSL must not
+ * write while the driver reads): callers then queue behind the mutex, and
+ * what they queued goes out in the writer's next turn.
  */
 static void write_out_locked(dlock__conn *c) {
-  redisContext *ctx = c->ctx;
+  dlock__stream *ctx = c->ctx;
   int err = 0;
+  char tls_why[200] = "";
   c->writing = 1;
   for (;;) {
     if (sdslen(c->wbuf) == 0) {
-      /* Take the output whole, leaving hiredis an empty buffer (the one
+      /* Take the output whole, leaving the stream an empty buffer (the one
        * just written) to append to. */
       sds empty = c->wbuf;
       c->wbuf = ctx->obuf;
@@ -754,7 +563,20 @@ static void write_out_locked(dlock__conn *c) {
     size_t len = sdslen(buf);
     if (len == 0)
       break;
-    int fd = ctx->fd;
+    if (dlock__net_is_tls(ctx->net)) {
+      /* Under 'mu' (see the top of this file). Commands that others append
+       * meanwhile wait for the mutex and go out in the next turn. */
+      long w = dlock__stream_write(ctx, buf, len);
+      if (w < 0) {
+        snprintf(tls_why, sizeof(tls_why), "write: %s", dlock_last_error());
+        break;
+      }
+      sdsrange(c->wbuf, w, -1);
+      if ((size_t)w < len)
+        break; /* the socket is full */
+      continue;
+    }
+    int fd = dlock__stream_fd(ctx);
     /* Callers to wake are woken after the send: woken first, they would
      * take the CPU from it and the server would wait for the commands. */
     wake_batch wakes;
@@ -775,7 +597,7 @@ static void write_out_locked(dlock__conn *c) {
        * new connection since: those are written now. */
       sdsclear(c->wbuf);
       if (c->zombie != NULL) {
-        redisFree(c->zombie);
+        dlock__stream_free(c->zombie);
         c->zombie = NULL;
       }
       ctx = c->ctx;
@@ -796,13 +618,15 @@ static void write_out_locked(dlock__conn *c) {
   }
   c->writing = 0;
   if (c->zombie != NULL) {
-    redisFree(c->zombie);
+    dlock__stream_free(c->zombie);
     c->zombie = NULL;
   }
   if (err != 0) {
     char why[200];
     snprintf(why, sizeof(why), "write: %s", strerror(err));
     break_locked(c, DLOCK_EIO, why);
+  } else if (tls_why[0] != '\0') {
+    break_locked(c, DLOCK_EIO, tls_why);
   }
 }
 
@@ -816,7 +640,7 @@ static int has_output(const dlock__conn *c) {
 static int dispatch_replies_locked(dlock__conn *c, caller *me) {
   for (;;) {
     void *reply = NULL;
-    if (redisGetReplyFromReader(c->ctx, &reply) != REDIS_OK)
+    if (dlock__stream_reply(c->ctx, &reply) != 0)
       return DLOCK_EPROTO;
     if (reply == NULL)
       return 0;
@@ -905,7 +729,7 @@ static void drive_locked(dlock__conn *c, caller *me) {
     /* Past a deadline the poll does not wait, but replies that already
      * arrived are still read: a caller that waited for another server
      * first (a RedLock) must not lose answers that came in time. */
-    struct pollfd p = {.fd = c->ctx->fd,
+    struct pollfd p = {.fd = dlock__stream_fd(c->ctx),
                        .events =
                            (short)(POLLIN | (has_output(c) ? POLLOUT : 0))};
     conn_unlock(c);
@@ -941,15 +765,16 @@ static void drive_locked(dlock__conn *c, caller *me) {
         break;
     }
     if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
-      if (redisBufferRead(c->ctx) != REDIS_OK) {
-        snprintf(why, sizeof(why), "read: %s", c->ctx->errstr);
+      if (dlock__stream_read(c->ctx) != 0) {
+        snprintf(why, sizeof(why), "read: %s", dlock_last_error());
         fail_all_locked(c, DLOCK_EIO, why);
         break;
       }
       int rc = dispatch_replies_locked(c, me);
       if (rc != 0) {
+        const char *proto = dlock__stream_proto_error(c->ctx);
         snprintf(why, sizeof(why), "bad reply from server: %s",
-                 c->ctx->err ? c->ctx->errstr : "reply without a request");
+                 proto[0] != '\0' ? proto : "reply without a request");
         fail_all_locked(c, rc, why);
         break;
       }
@@ -971,7 +796,7 @@ static void drive_locked(dlock__conn *c, caller *me) {
 static int enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
                           const size_t *lens, request *reqs, caller *me) {
   for (size_t i = 0; i < n; i++) {
-    if (redisAppendFormattedCommand(c->ctx, cmds[i], lens[i]) != REDIS_OK) {
+    if (dlock__stream_append(c->ctx, cmds[i], lens[i]) != 0) {
       /* The partial batch in the output buffer would desynchronise the
        * stream, so the connection goes. */
       break_locked(c, DLOCK_ENOMEM, "out of memory queueing a command");
@@ -1156,7 +981,7 @@ void dlock__conn_free(dlock__conn *c) {
     c->head = next;
   }
   if (c->ctx != NULL)
-    redisFree(c->ctx);
+    dlock__stream_free(c->ctx);
   sdsfree(c->wbuf);
   free_slots(c);
 #ifdef __linux__
@@ -1199,10 +1024,10 @@ int dlock__conn_forget(dlock__conn *c) {
       dlock__free(c->head);
     c->head = next;
   }
-  /* redisFree only closes this process's copy of the descriptor: it sends
-   * nothing, and the parent's socket stays open. */
+  /* Only this process's copy of the descriptor is closed: nothing is sent
+   * (no TLS goodbye), and the parent's connection goes on. */
   if (c->ctx != NULL)
-    redisFree(c->ctx);
+    dlock__stream_abandon(c->ctx);
   sdsfree(c->wbuf);
   free_slots(c);
 #ifdef __linux__

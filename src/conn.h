@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "net/net.h"
 #include "url.h"
 
 typedef struct dlock__conn dlock__conn;
@@ -26,6 +27,8 @@ typedef struct dlock__conn_cfg {
   const dlock__endpoint *ep; /* not copied: must outlive the connection */
   int64_t connect_timeout_ms;
   int64_t command_timeout_ms;
+  /* TLS settings for a rediss:// endpoint, else NULL; not copied. */
+  const dlock__tls *tls;
 } dlock__conn_cfg;
 
 /* Creates an unconnected connection. 0 or DLOCK_ENOMEM. */
@@ -124,30 +127,5 @@ void dlock__conn_free(dlock__conn *c);
  * fork, so that its state cannot be trusted. NULL is ignored.
  */
 int dlock__conn_forget(dlock__conn *c);
-
-/*
- * Opens a connected, authenticated hiredis context for 'ep' in non-blocking
- * mode, with the database selected and the close-on-exec flag set, and
- * checks with PING that the server speaks Redis. Connecting may take
- * 'connect_timeout_ms'; the whole handshake after it (AUTH, SELECT, PING)
- * one 'command_timeout_ms', however the server paces its bytes; and
- * everything ends by 'deadline_us' (CLOCK_MONOTONIC) if that comes first.
- * Shared by the command and pub/sub connections.
- */
-int dlock__connect_until(const dlock__endpoint *ep, int64_t connect_timeout_ms,
-                         int64_t command_timeout_ms, int64_t deadline_us,
-                         redisContext **out);
-
-/* dlock__connect_until with no deadline of the caller's own. */
-int dlock__connect(const dlock__endpoint *ep, int64_t connect_timeout_ms,
-                   int64_t command_timeout_ms, redisContext **out);
-
-/* Writes as much of the context's output buffer as the socket takes, never
- * raising SIGPIPE. Sets '*done' when it is empty. 0, or -1 with ctx->errstr
- * set. */
-int dlock__flush_output(redisContext *ctx, int *done);
-
-/* Switches a context to non-blocking I/O (dlock__connect's already is). */
-int dlock__set_nonblocking(redisContext *ctx);
 
 #endif

@@ -2,8 +2,8 @@
  * The pub/sub connection and its thread (see pubsub.h).
  *
  * Locking: 'mu' guards the channel list, the flags and every use of the
- * hiredis context. Waiters talk to the thread through the channel states
- * and a self-pipe that wakes its poll().
+ * stream (src/link), which TLS requires too. Waiters talk to the thread through
+ * the channel states and a self-pipe that wakes its poll().
  *
  * Reading: a waiter that goes to sleep while nobody else reads the
  * connection reads it itself (it becomes the "reader", polling the socket
@@ -21,6 +21,7 @@
 
 #include "conn.h"
 #include "error.h"
+#include "link/stream.h"
 #include "monotime.h"
 
 #include <assert.h>
@@ -103,16 +104,18 @@ struct dlock__pubsub {
   int waiting;            /* waiters on every channel */
   int thread_left_socket; /* the thread polls without the socket */
   const dlock__endpoint *ep;
+  const dlock__tls *tls; /* for a rediss:// endpoint, else NULL */
   int64_t connect_timeout_ms, command_timeout_ms;
   dlock__sub *subs;
   /* How many channels 'subs' holds, readable without 'mu': most attempts
    * happen when there are none, and then need not take the mutex. */
   atomic_int nsubs;
-  redisContext *ctx; /* the thread's */
+  dlock__stream *ctx; /* the thread's */
   int connected;
   int stopping;
   int canceled;
   int64_t retry_at_us, backoff_us;
+  int64_t connected_us; /* when the current connection was made */
 };
 
 static void init_monotonic_cond(pthread_cond_t *cv) {
@@ -254,15 +257,23 @@ static uint64_t grant_of(const redisReply *r) {
  */
 
 static void on_disconnect_locked(dlock__pubsub *ps) {
+  int64_t now = dlock__now_us();
+  /* A connection that worked for a while ends a run of failures: the next
+   * attempt comes at once. One that breaks soon after it was made (a server
+   * that completes the handshake, then hangs up or answers SUBSCRIBE out of
+   * step) counts as one more failure, so that such a server is not
+   * connected to again and again in a tight loop. */
+  if (ps->connected && now - ps->connected_us >= BACKOFF_MAX_US)
+    ps->backoff_us = 0;
   if (ps->ctx != NULL) {
-    redisFree(ps->ctx);
+    dlock__stream_free(ps->ctx);
     ps->ctx = NULL;
   }
   ps->connected = 0;
   /* A waiter polling the socket just closed would never hear of it. */
   if (ps->reader != NULL)
     poke(ps->reader_pipe[1]);
-  ps->retry_at_us = dlock__now_us() + ps->backoff_us;
+  ps->retry_at_us = now + ps->backoff_us;
   ps->backoff_us = ps->backoff_us ? ps->backoff_us * 2 : BACKOFF_FIRST_US;
   if (ps->backoff_us > BACKOFF_MAX_US)
     ps->backoff_us = BACKOFF_MAX_US;
@@ -278,13 +289,9 @@ static void try_connect_locked(dlock__pubsub *ps) {
   if (ps->connected || dlock__now_us() < ps->retry_at_us)
     return;
   pthread_mutex_unlock(&ps->mu);
-  redisContext *ctx = NULL;
-  int rc = dlock__connect(ps->ep, ps->connect_timeout_ms,
-                          ps->command_timeout_ms, &ctx);
-  if (rc == 0 && dlock__set_nonblocking(ctx) != 0) {
-    redisFree(ctx);
-    rc = -1;
-  }
+  dlock__stream *ctx = NULL;
+  int rc = dlock__stream_open(ps->ep, ps->tls, ps->connect_timeout_ms,
+                              ps->command_timeout_ms, INT64_MAX, &ctx);
   pthread_mutex_lock(&ps->mu);
   if (rc != 0) {
     on_disconnect_locked(ps);
@@ -292,15 +299,15 @@ static void try_connect_locked(dlock__pubsub *ps) {
   }
   ps->ctx = ctx;
   ps->connected = 1;
-  ps->backoff_us = 0;
+  ps->connected_us = dlock__now_us();
 }
 
 /* Appends one SUBSCRIBE or UNSUBSCRIBE for every channel in 'from'. */
-static int append_batch(redisContext *ctx, const char *verb, int n,
+static int append_batch(dlock__stream *ctx, const char *verb, int n,
                         const char **argv, size_t *lens) {
   argv[0] = verb;
   lens[0] = strlen(verb);
-  return n > 0 ? redisAppendCommandArgv(ctx, n + 1, argv, lens) : REDIS_OK;
+  return n > 0 ? dlock__stream_append_argv(ctx, n + 1, argv, lens) : 0;
 }
 
 /* Brings the server's subscriptions in line with the waiters and returns
@@ -344,10 +351,8 @@ static int64_t sync_subscriptions_locked(dlock__pubsub *ps) {
   }
   if (ps->connected && sub_argv != NULL && sub_lens != NULL &&
       uns_argv != NULL && uns_lens != NULL) {
-    if (append_batch(ps->ctx, "SUBSCRIBE", nsub, sub_argv, sub_lens) !=
-            REDIS_OK ||
-        append_batch(ps->ctx, "UNSUBSCRIBE", nuns, uns_argv, uns_lens) !=
-            REDIS_OK)
+    if (append_batch(ps->ctx, "SUBSCRIBE", nsub, sub_argv, sub_lens) != 0 ||
+        append_batch(ps->ctx, "UNSUBSCRIBE", nuns, uns_argv, uns_lens) != 0)
       on_disconnect_locked(ps);
 #ifndef NDEBUG
     /* Every channel with waiters is subscribed, or on its way to be (a
@@ -398,9 +403,14 @@ static int handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
     refuse_pending_locked(ps, r);
     return 0;
   }
+  /* Every other reply on a subscribed connection is a pub/sub frame that
+   * names its channel. An integer, a string, a nil or a short array answers
+   * nothing this client sent (a server or proxy in the wrong state): the
+   * stream is out of step, and the server's subscriptions may not be what
+   * this client thinks they are. */
   if (r->type != REDIS_REPLY_ARRAY || r->elements < 3 ||
       r->element[1]->type != REDIS_REPLY_STRING)
-    return 0;
+    return -1;
   const redisReply *kind = r->element[0], *chan = r->element[1];
   dlock__sub *s = find_sub(ps, chan->str, chan->len);
   if (s == NULL)
@@ -448,13 +458,13 @@ static int handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
 }
 
 static void read_replies_locked(dlock__pubsub *ps) {
-  if (redisBufferRead(ps->ctx) != REDIS_OK) {
+  if (dlock__stream_read(ps->ctx) != 0) {
     on_disconnect_locked(ps);
     return;
   }
   for (;;) {
     void *reply = NULL;
-    if (redisGetReplyFromReader(ps->ctx, &reply) != REDIS_OK) {
+    if (dlock__stream_reply(ps->ctx, &reply) != 0) {
       on_disconnect_locked(ps);
       return;
     }
@@ -487,13 +497,13 @@ static void *pubsub_main(void *arg) {
                           {.fd = -1, .events = POLLIN}};
     if (ps->connected) {
       int done = 0;
-      if (dlock__flush_output(ps->ctx, &done) != 0) {
+      if (dlock__stream_flush(ps->ctx, &done) != 0) {
         on_disconnect_locked(ps);
         continue;
       }
       /* A waiter reading the socket gets the replies; the thread still
        * writes what is pending. */
-      p[1].fd = ps->ctx->fd;
+      p[1].fd = dlock__stream_fd(ps->ctx);
       p[1].events = ps->reader != NULL ? 0 : POLLIN;
       if (!done)
         p[1].events |= POLLOUT;
@@ -518,13 +528,14 @@ static void *pubsub_main(void *arg) {
 /* ---- the waiters' side -----------------------------------------------------
  */
 
-int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
-                        int64_t command_timeout_ms, int lazy,
-                        dlock__pubsub **out) {
+int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
+                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                        int lazy, dlock__pubsub **out) {
   dlock__pubsub *ps = dlock__calloc(1, sizeof(*ps));
   if (ps == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting pub/sub");
   ps->ep = ep;
+  ps->tls = tls;
   ps->connect_timeout_ms = connect_timeout_ms;
   ps->command_timeout_ms = command_timeout_ms;
   if (pipe2(ps->pipe_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -542,15 +553,12 @@ int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
   pthread_mutex_init(&ps->mu, NULL);
   /* Connect before returning, so the first waiter finds it ready; a lazy
    * client whose server is down leaves that to the thread. */
-  int rc = dlock__connect(ep, connect_timeout_ms, command_timeout_ms, &ps->ctx);
-  if (rc == 0)
-    rc = dlock__set_nonblocking(ps->ctx);
-  if (rc == 0)
+  int rc = dlock__stream_open(ep, tls, connect_timeout_ms, command_timeout_ms,
+                              INT64_MAX, &ps->ctx);
+  if (rc == 0) {
     ps->connected = 1;
-  else if (rc == DLOCK_EIO && lazy) {
-    if (ps->ctx != NULL)
-      redisFree(ps->ctx);
-    ps->ctx = NULL;
+    ps->connected_us = dlock__now_us();
+  } else if (rc == DLOCK_EIO && lazy) {
     ps->backoff_us = BACKOFF_FIRST_US;
     ps->retry_at_us = dlock__now_us() + ps->backoff_us;
     rc = 0;
@@ -558,8 +566,7 @@ int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
   if (rc == 0 && pthread_create(&ps->thread, NULL, pubsub_main, ps) != 0)
     rc = dlock__fail(DLOCK_ENOMEM, "pthread_create failed");
   if (rc != 0) {
-    if (ps->ctx != NULL)
-      redisFree(ps->ctx);
+    dlock__stream_free(ps->ctx);
     close(ps->pipe_fd[0]);
     close(ps->pipe_fd[1]);
     close(ps->reader_pipe[0]);
@@ -593,8 +600,7 @@ void dlock__pubsub_stop(dlock__pubsub *ps) {
   pthread_mutex_unlock(&ps->mu);
   poke_thread(ps);
   pthread_join(ps->thread, NULL);
-  if (ps->ctx != NULL)
-    redisFree(ps->ctx);
+  dlock__stream_free(ps->ctx);
   while (ps->subs != NULL) {
     dlock__sub *next = ps->subs->next;
     free_sub(ps->subs);
@@ -761,7 +767,7 @@ int dlock__pubsub_state(dlock__pubsub *ps, const char *channel, size_t len,
  * was called. */
 static void read_as_waiter_locked(dlock__pubsub *ps, dlock__waiter *w,
                                   int64_t until_us) {
-  int fd = ps->ctx->fd;
+  int fd = dlock__stream_fd(ps->ctx);
   ps->reader = w;
   w->reading = 1;
   pthread_mutex_unlock(&ps->mu);
@@ -779,7 +785,7 @@ static void read_as_waiter_locked(dlock__pubsub *ps, dlock__waiter *w,
   /* The connection may have been replaced meanwhile: read only the one
    * that was polled. */
   if (n > 0 && (p[0].revents & (POLLIN | POLLHUP | POLLERR)) && ps->connected &&
-      ps->ctx != NULL && ps->ctx->fd == fd) {
+      ps->ctx != NULL && dlock__stream_fd(ps->ctx) == fd) {
     read_replies_locked(ps);
     /* The reader found the connection broken: the thread, which may be
      * polling without it, reconnects. */
@@ -937,8 +943,8 @@ int dlock__pubsub_forget(dlock__pubsub *ps) {
     dlock__free(ps->subs);
     ps->subs = next;
   }
-  if (ps->ctx != NULL)
-    redisFree(ps->ctx); /* this process's copy of the descriptor only */
+  /* This process's copy of the descriptor only, and no TLS goodbye. */
+  dlock__stream_abandon(ps->ctx);
   close(ps->pipe_fd[0]);
   close(ps->pipe_fd[1]);
   close(ps->reader_pipe[0]);

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "net/net.h"
 #include "url.h"
 
 #include <pthread.h>
@@ -48,11 +49,13 @@ typedef struct dlock__waiter {
   int reserved; /* chosen by a releasing thread; see dlock__pubsub_reserve */
 } dlock__waiter;
 
-/* Connects the pub/sub connection and starts its thread. With 'lazy', an
- * unreachable server is not an error: the thread keeps trying. */
-int dlock__pubsub_start(const dlock__endpoint *ep, int64_t connect_timeout_ms,
-                        int64_t command_timeout_ms, int lazy,
-                        dlock__pubsub **out);
+/* Connects the pub/sub connection ('tls' for a rediss:// endpoint, else
+ * NULL; it must outlive the connection) and starts its thread. With
+ * 'lazy', an unreachable server is not an error: the thread keeps
+ * trying. */
+int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
+                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                        int lazy, dlock__pubsub **out);
 
 /* Wakes every waiter with DLOCK_ECANCELED, now and later. */
 void dlock__pubsub_cancel(dlock__pubsub *ps);

@@ -187,16 +187,17 @@ int dlock__url_parse(const char *url, dlock__endpoint *out) {
     rc = parse_tcp(url + 8, out);
   else if (strncmp(url, "unix://", 7) == 0)
     rc = parse_unix(url + 7, out);
-  else if (strncmp(url, "rediss://", 9) == 0)
-    rc = dlock__fail(DLOCK_EINVAL, "TLS (rediss://) is not supported");
-  else {
+  else if (strncmp(url, "rediss://", 9) == 0) {
+    rc = parse_tcp(url + 9, out);
+    out->tls = 1;
+  } else {
     /* Quoted at most in part (and never with its user information), and
      * an ellipsis says when it was cut. */
     const char *quoted = strchr(url, '@') != NULL ? "..." : url;
-    rc =
-        dlock__fail(DLOCK_EINVAL,
-                    "URL must start with redis:// or unix:// (got \"%.40s%s\")",
-                    quoted, strlen(quoted) > 40 ? "..." : "");
+    rc = dlock__fail(DLOCK_EINVAL,
+                     "URL must start with redis://, rediss:// or unix:// (got "
+                     "\"%.40s%s\")",
+                     quoted, strlen(quoted) > 40 ? "..." : "");
   }
   if (rc != 0)
     dlock__endpoint_free(out);

@@ -1,6 +1,6 @@
 /*
- * Server addresses: parsing "redis://" and "unix://" URLs into an endpoint,
- * and describing an endpoint without its password.
+ * Server addresses: parsing "redis://", "rediss://" (TLS) and "unix://"
+ * URLs into an endpoint, and describing an endpoint without its password.
  */
 #ifndef DLOCK_URL_H
 #define DLOCK_URL_H
@@ -14,11 +14,13 @@ typedef struct dlock__endpoint {
   char *user; /* ACL user name or NULL */
   char *pass; /* password or NULL */
   int db;     /* database number, 0 by default */
+  int tls;    /* 1 for rediss://: TLS over TCP */
 } dlock__endpoint;
 
 /*
  * Parses 'url' into '*out' (which owns its strings afterwards). Accepts
- * redis://[user[:pass]@]host[:port][/db] (host may be [v6]) and
+ * redis://[user[:pass]@]host[:port][/db] (host may be [v6]), the same
+ * with rediss:// for TLS, and
  * unix://[user[:pass]@]/path[?db=N]; user and pass may be %-encoded.
  * Returns 0 or DLOCK_EINVAL with a detail that never shows the password.
  */

@@ -54,14 +54,20 @@ static const char consumer_source[] =
     "  return rc == 0 ? 0 : 2;\n"
     "}\n";
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+/* The version of the header being built, which SameMinorVersion accepts. */
 static const char consumer_cmake[] =
     "cmake_minimum_required(VERSION 3.25)\n"
     "project(consumer C)\n"
-    "find_package(dlock 0.1 REQUIRED)\n"
-    "add_executable(consumer consumer.c)\n"
-    "target_link_libraries(consumer PRIVATE dlock::dlock)\n"
-    "add_executable(consumer_static consumer.c)\n"
-    "target_link_libraries(consumer_static PRIVATE dlock::dlock_static)\n";
+    "find_package(dlock " STR(DLOCK_VERSION_MAJOR) "." STR(
+        DLOCK_VERSION_MINOR) " REQUIRED)\n"
+                             "add_executable(consumer consumer.c)\n"
+                             "target_link_libraries(consumer PRIVATE "
+                             "dlock::dlock)\n"
+                             "add_executable(consumer_static consumer.c)\n"
+                             "target_link_libraries(consumer_static PRIVATE "
+                             "dlock::dlock_static)\n";
 
 static char *text_of_file(const char *path) {
   FILE *f = fopen(path, "r");
@@ -183,9 +189,11 @@ TEST(install_then_build_with_pkg_config_and_cmake) {
   assert_contains(out, "-ldlock", "pkg-config --libs dlock");
   assert_lacks(out, "hiredis", "pkg-config --libs dlock");
   free(out);
-  /* A static link needs hiredis and threads, and is told so. */
+  /* A static link needs hiredis, OpenSSL and threads, and is told so. */
   ASSERT_EQ(sh(&out, "%s --static --libs dlock", pc), 0);
   assert_contains(out, "-lhiredis", "pkg-config --static --libs dlock");
+  assert_contains(out, "-lssl", "pkg-config --static --libs dlock");
+  assert_contains(out, "-lcrypto", "pkg-config --static --libs dlock");
   assert_contains(out, "-pthread", "pkg-config --static --libs dlock");
   free(out);
 

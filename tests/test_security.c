@@ -660,6 +660,9 @@ TEST(passwords_absent_from_open_errors) {
   expect_open_fails(url, DLOCK_EIO, unreachable);
   expect_open_fails("unix://:Unreach-9912@/nonexistent-dlock/redis.sock",
                     DLOCK_EIO, unreachable);
+  /* TLS to a plain port: the handshake fails, the password never went. */
+  snprintf(url, sizeof url, "rediss://:Unreach-9912@127.0.0.1:%d", dead);
+  expect_open_fails(url, DLOCK_EIO, unreachable);
 
   /* URLs refused before any connection. */
   static const char *const invalid[] = {"BadUrlPw-12", NULL};
@@ -669,7 +672,7 @@ TEST(passwords_absent_from_open_errors) {
       "redis://:BadUrlPw-12@127.0.0.1:6379/x",
       "redis://:BadUrlPw-12@:6379",
       "redis://:BadUrlPw-12@[::1",
-      "rediss://:BadUrlPw-12@127.0.0.1",
+      "rediss://:BadUrlPw-12@127.0.0.1:0",
       "http://:BadUrlPw-12@127.0.0.1",
       "BadUrlPw-12",
       "unix://:BadUrlPw-12@relative/path",

@@ -43,6 +43,30 @@ TEST(url_tcp_full) {
   dlock__endpoint_free(&e);
 }
 
+TEST(url_tls) {
+  dlock__endpoint e;
+  parse_ok("redis://h", &e);
+  ASSERT_EQ(e.tls, 0);
+  dlock__endpoint_free(&e);
+  parse_ok("rediss://bob:pw@redis.example.com:6380/2", &e);
+  ASSERT_EQ(e.tls, 1);
+  ASSERT_STR_EQ(e.host, "redis.example.com");
+  ASSERT_EQ(e.port, 6380);
+  ASSERT_STR_EQ(e.user, "bob");
+  ASSERT_STR_EQ(e.pass, "pw");
+  ASSERT_EQ(e.db, 2);
+  dlock__endpoint_free(&e);
+  ASSERT_EQ(e.tls, 0);
+  parse_ok("rediss://[::1]", &e);
+  ASSERT_EQ(e.tls, 1);
+  ASSERT_STR_EQ(e.host, "::1");
+  ASSERT_EQ(e.port, 6379);
+  dlock__endpoint_free(&e);
+  parse_ok("unix:///tmp/x.sock", &e);
+  ASSERT_EQ(e.tls, 0);
+  dlock__endpoint_free(&e);
+}
+
 TEST(url_tcp_password_only) {
   dlock__endpoint e;
   parse_ok("redis://:pw@127.0.0.1:6380", &e);
@@ -151,7 +175,9 @@ TEST(url_invalid) {
       "unix:///tmp/x.sock?db=abc",
       "unix:///tmp/x.sock?foo=1",
       "unix:///tmp/x.sock?db=",
-      "rediss://host",
+      "rediss://",
+      "rediss://host:0",
+      "rediss:/host",
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
     parse_bad(bad[i]);

@@ -30,7 +30,7 @@ enum {
   ARG_ERROR = -4       /* a malformed option, described in 'problem' */
 };
 
-#define ARG_MAX_OPTIONS 16
+#define ARG_MAX_OPTIONS 24
 
 typedef struct arg_parser {
   const arg_option_t *options;

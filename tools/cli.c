@@ -65,6 +65,18 @@ void cli_print_global_options_help(FILE *out) {
       ")\n"
       "  --watchdog DUR  lease of a held lock, renewed every third of it "
       "(default: 30s)\n"
+      "TLS, for rediss:// URLs (the server's certificate and name are "
+      "checked):\n"
+      "  --cacert FILE   CA certificates to trust, PEM (default: the "
+      "system's)\n"
+      "  --cacertdir DIR directory of CA certificates (openssl rehash)\n"
+      "  --cert FILE     client certificate, PEM, for servers that require "
+      "one\n"
+      "  --key FILE      its private key, PEM, not encrypted\n"
+      "  --sni NAME      server name to send and to check instead of the "
+      "URL's host\n"
+      "  --insecure      check neither the certificate nor the name (tests "
+      "only)\n"
       "DUR is a number with a unit: 250ms, 5s, 2m or 1h (0 alone needs "
       "none).\n"
       "\nEnvironment:\n"
@@ -79,13 +91,31 @@ void cli_print_global_options_help(FILE *out) {
 }
 
 void cli_print_global_options_hint(FILE *out) {
-  fputs("\nGlobal options --url URL (repeatable) and --watchdog DUR, and the\n"
-        "environment (DLOCK_URL, DLOCK_PASSWORD): see 'dlock --help'.\n",
+  fputs("\nGlobal options --url URL (repeatable), --watchdog DUR and the TLS\n"
+        "ones (--cacert, --cert, --key...), and the environment (DLOCK_URL,\n"
+        "DLOCK_PASSWORD): see 'dlock --help'.\n",
         out);
 }
 
+/* Where each TLS option is kept in 'g'; NULL for --insecure and others. */
+static const char **tls_slot(cli_globals_t *g, const char *name) {
+  if (strcmp(name, "cacert") == 0)
+    return &g->cacert;
+  if (strcmp(name, "cacertdir") == 0)
+    return &g->cacertdir;
+  if (strcmp(name, "cert") == 0)
+    return &g->cert;
+  if (strcmp(name, "key") == 0)
+    return &g->key;
+  if (strcmp(name, "sni") == 0)
+    return &g->sni;
+  return NULL;
+}
+
 int cli_is_global_option(const char *name) {
-  return strcmp(name, "url") == 0 || strcmp(name, "watchdog") == 0;
+  cli_globals_t unused;
+  return strcmp(name, "url") == 0 || strcmp(name, "watchdog") == 0 ||
+         strcmp(name, "insecure") == 0 || tls_slot(&unused, name) != NULL;
 }
 
 int cli_set_global_option(const cli_command_t *cmd, cli_globals_t *g,
@@ -112,6 +142,21 @@ int cli_set_global_option(const cli_command_t *cmd, cli_globals_t *g,
       return cli_usage_error(cmd, "more than %d --url options", CLI_MAX_URLS);
     g->urls[g->nurls++] = value;
     g->url = g->urls[0];
+    return 0;
+  }
+  if (strcmp(name, "insecure") == 0) {
+    g->insecure = 1;
+    return 0;
+  }
+  const char **slot = tls_slot(g, name);
+  if (slot != NULL) {
+    /* Before and after the command name are two parsers: the repeat is
+     * caught here. */
+    if (*slot != NULL)
+      return cli_usage_error(cmd, "option given more than once: '--%s'", name);
+    if (value[0] == '\0')
+      return cli_usage_error(cmd, "--%s: empty value", name);
+    *slot = value;
     return 0;
   }
   if (g->watchdog_given)
@@ -274,22 +319,56 @@ static void client_options(const cli_globals_t *g, const char *url,
   o->on_lost = on_lost;
   o->on_lost_data = on_lost_data;
   o->on_warning = print_warning;
+  /* Only for TLS URLs: among several --url some may be plain, and the
+   * library refuses TLS options with those. */
+  if (strncmp(url, "rediss://", 9) == 0) {
+    o->tls_ca_file = g->cacert;
+    o->tls_ca_dir = g->cacertdir;
+    o->tls_cert_file = g->cert;
+    o->tls_key_file = g->key;
+    o->tls_server_name = g->sni;
+    o->tls_insecure = g->insecure;
+  }
+}
+
+/* TLS options without any rediss:// URL are a mistake (the connection would
+ * quietly be plain): EXIT_USAGE after a message, else 0. */
+static int check_tls_options(const cli_command_t *cmd, const cli_globals_t *g) {
+  static const char *const names[] = {"cacert", "cacertdir", "cert", "key",
+                                      "sni"};
+  const char *given = g->insecure ? "insecure" : NULL;
+  const char *const values[] = {g->cacert, g->cacertdir, g->cert, g->key,
+                                g->sni};
+  for (size_t i = 0; i < sizeof names / sizeof names[0] && given == NULL; i++)
+    if (values[i] != NULL)
+      given = names[i];
+  if (given == NULL)
+    return 0;
+  for (size_t i = 0; i < g->nurls; i++)
+    if (strncmp(g->urls[i], "rediss://", 9) == 0)
+      return 0;
+  return cli_usage_error(cmd,
+                         "--%s is for TLS, which needs a rediss:// URL "
+                         "(--url or $DLOCK_URL)",
+                         given);
 }
 
 int cli_open_client(const cli_command_t *cmd, const cli_globals_t *g,
                     dlock_lost_cb on_lost, void *on_lost_data,
                     dlock_client_t **out) {
   dlock_options_t o;
-  char *url = cli_effective_url(g->url);
-
   *out = NULL;
+  int rc = check_tls_options(cmd, g);
+  if (rc != 0)
+    return rc;
+  char *url = cli_effective_url(g->url);
   if (url == NULL)
     return cli_fail_with(cmd, DLOCK_ENOMEM, "cannot open the Redis client",
                          NULL);
   client_options(g, url, on_lost, on_lost_data, &o);
   secret_urls = g->urls;
   nsecret_urls = g->nurls;
-  int rc = dlock_client_open(&o, out);
+  rc = dlock_client_open(&o, out);
   cli_free_url(url);
   if (rc == 0)
     return 0;
@@ -406,6 +485,10 @@ int cli_open_nodes(const cli_command_t *cmd, const cli_globals_t *g,
     return 0;
   }
 
+  if ((rc = check_tls_options(cmd, g)) != 0) {
+    cli_close_nodes(nodes, g->nurls);
+    return rc;
+  }
   secret_urls = g->urls;
   nsecret_urls = g->nurls;
   open_all_nodes(g, on_lost, nodes);

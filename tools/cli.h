@@ -27,7 +27,22 @@ typedef struct cli_globals {
   int64_t watchdog_ms; /* --watchdog, default 30 s */
   int url_given;
   int watchdog_given;
+  /* TLS for rediss:// URLs, with redis-cli's names: --cacert, --cacertdir,
+   * --cert, --key, --sni, --insecure. NULL/0 when not given. */
+  const char *cacert;
+  const char *cacertdir;
+  const char *cert;
+  const char *key;
+  const char *sni;
+  int insecure;
 } cli_globals_t;
+
+/* The TLS options, to append to a command's option table. */
+#define CLI_TLS_OPTIONS                                                        \
+  {"cacert", 0, ARG_VALUE}, {"cacertdir", 0, ARG_VALUE},                       \
+      {"cert", 0, ARG_VALUE}, {"key", 0, ARG_VALUE}, {"sni", 0, ARG_VALUE}, {  \
+    "insecure", 0, ARG_FLAG                                                    \
+  }
 
 /* One Redis server of the command line and the client opened on it. */
 typedef struct cli_node {
@@ -78,13 +93,14 @@ void cli_print_global_options_help(FILE *out);
 /* The line a command's --help ends with instead: where to find them. */
 void cli_print_global_options_hint(FILE *out);
 
-/* 1 when --NAME is a global option ("url", "watchdog"). */
+/* 1 when --NAME is a global option ("url", "watchdog", the TLS ones). */
 int cli_is_global_option(const char *name);
 
 /* The majority of 'n' nodes: n/2 + 1. */
 size_t cli_quorum(size_t n);
 
-/* Applies global option --NAME VALUE; 0, or EXIT_USAGE after a message. */
+/* Applies global option --NAME VALUE ('value' NULL for --insecure); 0, or
+ * EXIT_USAGE after a message. */
 int cli_set_global_option(const cli_command_t *cmd, cli_globals_t *g,
                           const char *name, const char *value);
 

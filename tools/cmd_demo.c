@@ -113,10 +113,13 @@ static int apply_demo_option(const cli_command_t *cmd, cli_globals_t *g,
 /* 0, -1 after --help, or EXIT_USAGE. */
 static int parse_demo_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
                            char **argv, demo_options_t *o) {
-  static const arg_option_t options[] = {
-      {"workers", 0, ARG_VALUE}, {"processes", 0, ARG_VALUE},
-      {"stock", 0, ARG_VALUE},   {"help", 'h', ARG_FLAG},
-      {"url", 0, ARG_VALUES},    {"watchdog", 0, ARG_VALUE}};
+  static const arg_option_t options[] = {{"workers", 0, ARG_VALUE},
+                                         {"processes", 0, ARG_VALUE},
+                                         {"stock", 0, ARG_VALUE},
+                                         {"help", 'h', ARG_FLAG},
+                                         {"url", 0, ARG_VALUES},
+                                         {"watchdog", 0, ARG_VALUE},
+                                         CLI_TLS_OPTIONS};
   arg_parser_t p;
   int rc = 0;
 

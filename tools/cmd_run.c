@@ -239,7 +239,8 @@ static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
                                          {"watchdog", 0, ARG_VALUE},
                                          {"quiet", 'q', ARG_FLAG},
                                          {"conflict-exit-code", 'E', ARG_VALUE},
-                                         {"permits", 0, ARG_VALUE}};
+                                         {"permits", 0, ARG_VALUE},
+                                         CLI_TLS_OPTIONS};
   arg_parser_t p;
   int rc = 0;
 
@@ -263,6 +264,8 @@ static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
       return -1;
     } else if (strcmp(options[opt].long_name, "quiet") == 0)
       o->quiet = 1;
+    else if (cli_is_global_option(options[opt].long_name))
+      rc = cli_set_global_option(cmd, g, options[opt].long_name, p.value);
     else if (options[opt].takes_value == ARG_FLAG)
       rc = apply_kind_option(cmd, o, options[opt].long_name);
     else

@@ -414,7 +414,8 @@ static int parse_status_args(const cli_command_t *cmd, cli_globals_t *g,
   static const arg_option_t options[] = {{"json", 0, ARG_FLAG},
                                          {"help", 'h', ARG_FLAG},
                                          {"url", 0, ARG_VALUES},
-                                         {"watchdog", 0, 1}};
+                                         {"watchdog", 0, 1},
+                                         CLI_TLS_OPTIONS};
   arg_parser_t p;
   int rc = 0;
 

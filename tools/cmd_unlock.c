@@ -138,7 +138,7 @@ static int unlock_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
       {"force", 0, ARG_FLAG}, {"help", 'h', ARG_FLAG},
       {"url", 0, ARG_VALUES}, {"watchdog", 0, ARG_VALUE},
       {"fair", 0, ARG_FLAG},  {"read", 0, ARG_FLAG},
-      {"write", 0, ARG_FLAG}};
+      {"write", 0, ARG_FLAG}, CLI_TLS_OPTIONS};
   const char *name = NULL, *kind_name = NULL;
   dlock_kind_t named = KIND_ANY;
   int force = 0, rc = 0, failed = 0;
@@ -163,6 +163,8 @@ static int unlock_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
       return EXIT_OK;
     } else if (strcmp(options[opt].long_name, "force") == 0)
       force = 1;
+    else if (cli_is_global_option(options[opt].long_name))
+      rc = cli_set_global_option(cmd, g, options[opt].long_name, p.value);
     else if (options[opt].takes_value == ARG_FLAG) {
       /* --fair, --read or --write. A read-write lock is one key whichever
        * side names it; the write side's handle wakes all its waiters. */

@@ -64,7 +64,8 @@ int main(int argc, char **argv) {
   static const arg_option_t options[] = {{"help", 'h', ARG_FLAG},
                                          {"version", 'V', ARG_FLAG},
                                          {"url", 0, ARG_VALUES},
-                                         {"watchdog", 0, ARG_VALUE}};
+                                         {"watchdog", 0, ARG_VALUE},
+                                         CLI_TLS_OPTIONS};
   cli_globals_t globals;
   arg_parser_t p;
 

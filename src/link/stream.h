@@ -1,0 +1,89 @@
+/*
+ * A RESP stream to one server: a transport (src/net) that carries the
+ * bytes, hiredis's reader that parses the replies and a buffer of
+ * formatted commands still to be written. It takes the place of a hiredis
+ * redisContext, whose sockets have no TLS, for the command and pub/sub
+ * connections; hiredis remains the protocol (formatting and parsing), and
+ * dlock owns the socket.
+ *
+ * Every call is non-blocking but dlock__stream_open, which connects and
+ * runs the handshake every connection starts with (AUTH, SELECT, PING) by
+ * a deadline. A stream is used by one thread at a time (its owner holds a
+ * mutex around every call); TLS makes that a must even for a read and a
+ * write at once.
+ */
+#ifndef DLOCK_STREAM_H
+#define DLOCK_STREAM_H
+
+#include <hiredis/hiredis.h>
+#include <hiredis/sds.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "net/net.h"
+#include "url.h"
+
+typedef struct dlock__stream {
+  dlock__net *net;
+  redisReader *reader;
+  sds obuf; /* formatted commands not written yet; the owner may swap it */
+} dlock__stream;
+
+/*
+ * Connects to 'ep' ('tls' for a rediss:// endpoint, else NULL; it must
+ * outlive the stream) and runs the handshake: connecting (and the TLS
+ * handshake) may take 'connect_timeout_ms', the commands after it one
+ * 'command_timeout_ms' however the server paces its bytes, and everything
+ * ends by 'deadline_us' (CLOCK_MONOTONIC) if that comes first. On 0,
+ * '*out' is a ready stream. Fails with DLOCK_EIO (unreachable, no answer
+ * in time), DLOCK_EAUTH (password or certificate refused), DLOCK_EPROTO
+ * (not Redis, or TLS on one side only), DLOCK_ENOMEM or DLOCK_EINVAL.
+ */
+int dlock__stream_open(const dlock__endpoint *ep, const dlock__tls *tls,
+                       int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                       int64_t deadline_us, dlock__stream **out);
+
+/* The socket, to poll; for POLLIN always (see dlock__stream_read). */
+int dlock__stream_fd(const dlock__stream *s);
+
+/* Appends a formatted command, or one given as argv ('lens' NULL: C
+ * strings), to the output. 0 or DLOCK_ENOMEM. */
+int dlock__stream_append(dlock__stream *s, const char *cmd, size_t len);
+int dlock__stream_append_argv(dlock__stream *s, int argc, const char **argv,
+                              const size_t *lens);
+
+/*
+ * Writes as much of 'buf' as the transport takes now. Returns the bytes
+ * written (0 when it takes none: poll for POLLOUT), or a negative DLOCK_E*
+ * code with the detail recorded. Never raises SIGPIPE.
+ */
+long dlock__stream_write(dlock__stream *s, const char *buf, size_t len);
+
+/* Writes as much of the output buffer as the transport takes; '*done'
+ * when it is empty. 0 or a negative code. */
+int dlock__stream_flush(dlock__stream *s, int *done);
+
+/*
+ * Reads what the server sent into the reader: everything that can be read
+ * without waiting, including bytes TLS holds decrypted, which poll() cannot
+ * see. 0 (also when nothing came), or a negative code when the connection
+ * is closed or broken, with the detail recorded.
+ */
+int dlock__stream_read(dlock__stream *s);
+
+/* The next complete reply in '*reply' (NULL when none yet), owned by the
+ * caller. 0, or DLOCK_EPROTO when the bytes are not RESP. */
+int dlock__stream_reply(dlock__stream *s, void **reply);
+
+/* The reader's description of a protocol error. */
+const char *dlock__stream_proto_error(const dlock__stream *s);
+
+/* Closes the stream (a TLS goodbye included) and frees it. NULL ignored. */
+void dlock__stream_free(dlock__stream *s);
+
+/* In a child of fork(): frees the stream and closes this process's copy of
+ * the socket without sending anything, since the parent's connection goes
+ * on. NULL ignored. */
+void dlock__stream_abandon(dlock__stream *s);
+
+#endif

@@ -1,0 +1,153 @@
+/*
+ * Transports: a byte stream to one server over TCP (IPv4 or IPv6), a unix
+ * socket, or TLS over TCP, behind one small interface. dlock owns the
+ * socket; what travels on it (RESP, formatted and parsed by hiredis) is the
+ * caller's business.
+ *
+ * Every call is non-blocking. Connecting is a state machine that
+ * dlock__net_step() drives: it returns 0 once the stream is ready for
+ * reads and writes, DLOCK__NET_AGAIN when it must wait until the socket
+ * dlock__net_fd() is ready for dlock__net_events() (POLLIN or POLLOUT), or
+ * a negative DLOCK_E* code. Reads and writes follow the same rule. Nothing
+ * here sleeps or polls except dlock__net_wait() and dlock__net_connect(),
+ * the blocking conveniences built on the rest, which stop at a deadline.
+ *
+ * TLS: a read or a write may need the other readiness (a TLS record must
+ * be read before more can be written, or the reverse); dlock__net_events()
+ * says which after each DLOCK__NET_AGAIN. A TLS stream may also hold bytes
+ * already decrypted that poll() cannot see: read until DLOCK__NET_AGAIN
+ * before polling for more.
+ *
+ * Errors name the server ("TLS with 127.0.0.1:6380: ..."). The detail is
+ * recorded for the calling thread (dlock_last_error()) and kept in the
+ * transport (dlock__net_error()), so that a thread other than the one that
+ * drove it can report it. After an error the transport can only be closed.
+ *
+ * A transport is used by one thread at a time.
+ */
+#ifndef DLOCK_NET_H
+#define DLOCK_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "url.h"
+
+/* "Wait for dlock__net_events() on dlock__net_fd(), then call again." */
+#define DLOCK__NET_AGAIN 1
+
+typedef struct dlock__net dlock__net;
+
+/*
+ * TLS settings, as dlock_options_t has them. The strings are read (the
+ * files loaded) by dlock__tls_new and not kept.
+ */
+typedef struct dlock__tls_cfg {
+  const char *ca_file;     /* PEM CA certificates; NULL: see ca_dir */
+  const char *ca_dir;      /* hashed CA directory; both NULL: system's */
+  const char *cert_file;   /* client certificate chain (PEM) or NULL */
+  const char *key_file;    /* its private key (PEM); with cert_file */
+  const char *server_name; /* SNI and verified name; NULL: the host */
+  int insecure;            /* 1: verify neither chain nor host name */
+} dlock__tls_cfg;
+
+/* A loaded TLS configuration (OpenSSL's SSL_CTX and the server name),
+ * shared by any number of transports and threads. */
+typedef struct dlock__tls dlock__tls;
+
+/*
+ * Loads 'cfg' into a new '*out'. Fails with DLOCK_EINVAL naming the file
+ * that cannot be read or the certificate and key that do not match, or
+ * DLOCK_ENOMEM.
+ */
+int dlock__tls_new(const dlock__tls_cfg *cfg, dlock__tls **out);
+
+/* Frees 't'. Transports made with it keep what they need. NULL is
+ * ignored. */
+void dlock__tls_free(dlock__tls *t);
+
+/*
+ * Starts connecting to 'ep' (TLS when ep->tls, with 'tls', which must then
+ * be given; it must outlive the transport): resolves the host name (which
+ * is the one step that may block, on DNS) and starts a non-blocking
+ * connect on a close-on-exec socket. On 0, '*out' is the transport, to be
+ * driven with dlock__net_step(). Fails with DLOCK_EIO (no address, no
+ * socket), DLOCK_EINVAL or DLOCK_ENOMEM.
+ */
+int dlock__net_start(const dlock__endpoint *ep, const dlock__tls *tls,
+                     dlock__net **out);
+
+/*
+ * Drives the connection: TCP connect (trying each address of the host in
+ * turn), then the TLS handshake. 0 when ready, DLOCK__NET_AGAIN, or:
+ *   DLOCK_EIO    the server cannot be reached, or hung up
+ *   DLOCK_EAUTH  a certificate was refused, either way: the server's is
+ *                not signed by a trusted CA or not for the host name, or
+ *                the server refused the client's (or wanted one)
+ *   DLOCK_EPROTO the server does not speak TLS (a plain port)
+ * A TLS 1.3 server refuses a client certificate only after the client's
+ * side of the handshake is done: that refusal comes from the first read.
+ */
+int dlock__net_step(dlock__net *n);
+
+/* The socket, and what to poll it for after DLOCK__NET_AGAIN. */
+int dlock__net_fd(const dlock__net *n);
+short dlock__net_events(const dlock__net *n);
+
+/*
+ * Reads up to 'cap' bytes into 'buf'; on 0, '*got' > 0 bytes came.
+ * DLOCK__NET_AGAIN, or DLOCK_EIO (the server closed the connection, or an
+ * error), DLOCK_EAUTH (a TLS server refused the client certificate) or
+ * DLOCK_EPROTO (TLS from a server reached with a plain URL, or the
+ * reverse).
+ */
+int dlock__net_read(dlock__net *n, void *buf, size_t cap, size_t *got);
+
+/*
+ * Writes up to 'len' bytes of 'buf'; on 0, '*put' > 0 of them went. Never
+ * raises SIGPIPE. After DLOCK__NET_AGAIN, call it again with the same bytes
+ * (they may have moved in memory). Codes as dlock__net_read.
+ */
+int dlock__net_write(dlock__net *n, const void *buf, size_t len, size_t *put);
+
+/* The detail of the transport's error, "" when none. */
+const char *dlock__net_error(const dlock__net *n);
+
+/* "host:port", "[v6]:port" or the socket path: how errors name it. */
+const char *dlock__net_addr(const dlock__net *n);
+
+/* 1 when the stream is TLS. */
+int dlock__net_is_tls(const dlock__net *n);
+
+/* 1 when a read would return bytes without waiting: TLS holds them,
+ * received and not yet returned, where poll() cannot see them. */
+int dlock__net_pending(const dlock__net *n);
+
+/*
+ * Closes the connection (saying goodbye to a TLS peer, without waiting for
+ * its answer) and frees 'n'. NULL is ignored.
+ */
+void dlock__net_close(dlock__net *n);
+
+/* In a child of fork(): frees 'n' and closes this process's copy of the
+ * socket without sending anything (the parent's connection goes on, and a
+ * TLS goodbye would end it). NULL is ignored. */
+void dlock__net_abandon(dlock__net *n);
+
+/*
+ * Waits until the socket is ready for dlock__net_events() or until
+ * 'deadline_us' (CLOCK_MONOTONIC). 0 when ready, DLOCK__NET_AGAIN when the
+ * deadline passed, DLOCK_EIO when poll() failed.
+ */
+int dlock__net_wait(dlock__net *n, int64_t deadline_us);
+
+/*
+ * dlock__net_start and dlock__net_step until ready or 'deadline_us'. On 0,
+ * '*out' is a ready transport. A deadline that passes is DLOCK_EIO saying
+ * which step had no answer (and, for a TLS handshake, that the port may be
+ * a plain one).
+ */
+int dlock__net_connect(const dlock__endpoint *ep, const dlock__tls *tls,
+                       int64_t deadline_us, dlock__net **out);
+
+#endif
