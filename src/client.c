@@ -215,8 +215,10 @@ static void forget_after_fork(dlock_client_t *c) {
   }
   /* The TLS settings stay too: freeing them takes OpenSSL's locks, which
    * a parent thread may have held at the fork. */
+  /* A Sentinel watcher is the parent's thread, as the others are: its
+   * memory stays with the rest. */
   if (c->ps != NULL || c->conn != NULL || c->settle != NULL || holds_left ||
-      c->tls != NULL) {
+      c->sentinel != NULL || c->tls != NULL) {
     c->forked_next = atomic_load(&forked_leftovers);
     while (
         !atomic_compare_exchange_weak(&forked_leftovers, &c->forked_next, c)) {
@@ -231,9 +233,12 @@ static void forget_after_fork(dlock_client_t *c) {
 
 static void destroy(dlock_client_t *c) {
   dlock__watchdog_stop(c->wd);
+  /* Its watcher pokes the pub/sub thread: stopped before that goes. */
+  dlock__sentinel_stop(c->sentinel);
   dlock__settler_free(c->settle);
   dlock__pubsub_stop(c->ps);
   dlock__conn_free(c->conn);
+  dlock__sentinel_free(c->sentinel);
   dlock__tls_free(c->tls);
   dlock__holds_clear(&c->holds);
   dlock__done_latches_clear(c);
@@ -292,7 +297,10 @@ static void warn_if_evicting(dlock_client_t *c) {
   if (policy[0] == '\0' || strcmp(policy, "noeviction") == 0)
     return;
   char where[256], text[1024];
-  dlock__endpoint_describe(&c->ep, where, sizeof(where));
+  if (c->sentinel != NULL)
+    dlock__sentinel_describe(c->sentinel, where, sizeof(where));
+  else
+    dlock__endpoint_describe(&c->ep, where, sizeof(where));
   snprintf(text, sizeof(text),
            "Redis at %s has maxmemory-policy %s: once it reaches maxmemory "
            "it evicts %s, and an evicted lock is granted to another owner "
@@ -303,6 +311,25 @@ static void warn_if_evicting(dlock_client_t *c) {
                ? "keys that have an expiry, which every lock has"
                : "any key, locks included");
   c->opt.on_warning(c->opt.on_warning_data, text);
+}
+
+/* A redis-sentinel:// URL: the Sentinels and the master's name go to the
+ * discovery, the data nodes' credentials and db to 'c->ep'. */
+static int open_sentinel(dlock_client_t *c, const char *url) {
+  dlock__sentinel_url su;
+  int rc = dlock__url_parse_sentinel(url, &su);
+  if (rc != 0)
+    return rc;
+  c->ep = su.data;
+  memset(&su.data, 0, sizeof(su.data));
+  return dlock__sentinel_new(&su, c->opt.connect_timeout_ms,
+                             c->opt.command_timeout_ms, &c->sentinel);
+}
+
+/* The master moved: the pub/sub thread follows it now. */
+static void on_switch(void *data) {
+  dlock_client_t *c = data;
+  dlock__pubsub_poke(c->ps);
 }
 
 int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
@@ -331,7 +358,9 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   if ((c->url = dlock__strdup(url)) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   c->opt.url = c->url;
-  if (rc == 0)
+  if (rc == 0 && dlock__url_is_sentinel(url))
+    rc = open_sentinel(c, url);
+  else if (rc == 0)
     rc = dlock__url_parse(url, &c->ep);
   if (rc == 0)
     rc = load_tls(o, &c->ep, &c->tls);
@@ -340,7 +369,7 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   else if (rc == 0)
     rc = make_uuid(c->id);
   dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms,
-                         c->tls};
+                         c->tls, c->sentinel};
   if (rc == 0)
     rc = dlock__conn_new(&cfg, &c->conn);
   if (rc == 0)
@@ -355,8 +384,12 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
       warn_if_evicting(c);
   }
   if (rc == 0)
-    rc = dlock__pubsub_start(&c->ep, c->tls, o->connect_timeout_ms,
+    rc = dlock__pubsub_start(&c->ep, c->tls, c->sentinel, o->connect_timeout_ms,
                              o->command_timeout_ms, o->lazy_connect, &c->ps);
+  /* Failovers are followed from now on: the pub/sub thread is told at
+   * once, the command connection at its next use. */
+  if (rc == 0 && c->sentinel != NULL)
+    rc = dlock__sentinel_watch(c->sentinel, on_switch, c);
   if (rc == 0)
     rc = dlock__watchdog_start(c, &c->wd);
   if (rc != 0) {

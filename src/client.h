@@ -14,6 +14,7 @@
 #include "fork.h"
 #include "holds.h"
 #include "pubsub.h"
+#include "sentinel.h"
 #include "sync.h"
 #include "url.h"
 
@@ -39,6 +40,9 @@ struct dlock_client {
   char *url;
   char id[DLOCK__CLIENT_ID_MAX + 1];
   dlock__endpoint ep;
+  /* For a redis-sentinel:// URL: where the master is; 'ep' then holds only
+   * the data nodes' user, password and db. Else NULL. */
+  dlock__sentinel *sentinel;
   dlock__tls *tls; /* loaded TLS settings for a rediss:// URL, else NULL */
   dlock__conn *conn;
   dlock__pubsub *ps;

@@ -21,6 +21,7 @@
 #include "fork.h"
 #include "link/stream.h"
 #include "monotime.h"
+#include "sentinel.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -56,6 +57,7 @@ struct dlock__conn {
   pthread_mutex_t mu;
   dlock__conn_cfg cfg;
   dlock__stream *ctx;     /* NULL while disconnected */
+  unsigned gen;           /* the Sentinel generation 'ctx' was made in */
   request *head, *tail;   /* sent, awaiting replies, oldest first */
   int driving;            /* a thread is reading replies */
   int writing;            /* a thread is writing 'wbuf' (write_out_locked) */
@@ -461,6 +463,12 @@ static int connect_locked(dlock__conn *c, int64_t deadline_us) {
   for (;;) {
     if (c->cancels != cancels)
       return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+    /* The master moved (+switch-master): nothing more goes to the old
+     * one, which may take writes until it is told it is a replica. */
+    if (c->ctx != NULL && c->cfg.sentinel != NULL &&
+        c->gen != dlock__sentinel_gen(c->cfg.sentinel))
+      break_locked(c, DLOCK_EIO,
+                   "the master moved (Sentinel's +switch-master)");
     if (c->ctx != NULL && !idle_connection_is_dead(c))
       return 0;
     if (c->ctx != NULL)
@@ -489,8 +497,12 @@ static int connect_locked(dlock__conn *c, int64_t deadline_us) {
   c->connecting = 1;
   conn_unlock(c);
   dlock__stream *ctx = NULL;
-  int rc = dlock__stream_open(c->cfg.ep, c->cfg.tls, c->cfg.connect_timeout_ms,
-                              c->cfg.command_timeout_ms, deadline_us, &ctx);
+  unsigned gen = 0;
+  int rc =
+      c->cfg.sentinel != NULL
+          ? dlock__sentinel_open(c->cfg.sentinel, deadline_us, &ctx, &gen)
+          : dlock__stream_open(c->cfg.ep, c->cfg.tls, c->cfg.connect_timeout_ms,
+                               c->cfg.command_timeout_ms, deadline_us, &ctx);
   pthread_mutex_lock(&c->mu);
   c->connecting = 0;
   pthread_cond_broadcast(&c->connected);
@@ -503,6 +515,7 @@ static int connect_locked(dlock__conn *c, int64_t deadline_us) {
     return rc;
   }
   c->ctx = ctx;
+  c->gen = gen;
   c->backoff_us = 0;
   c->last_code = 0;
   /* Canceled meanwhile: this call fails, the connection stays for the

@@ -99,8 +99,22 @@ int dlock__sync_wanted(dlock_client_t *c) {
   if (!s->on)
     return 0;
   int n = atomic_load(&s->replicas);
+  if (c->sentinel != NULL && s->fixed == 0 &&
+      atomic_load(&s->gen) != dlock__sentinel_gen(c->sentinel))
+    n = -1;
   if (n >= 0)
     return n;
+  if (c->sentinel != NULL) {
+    unsigned gen = dlock__sentinel_gen(c->sentinel);
+    int rc = dlock__sentinel_replicas(
+        c->sentinel, dlock__deadline_ms(c->opt.command_timeout_ms), &n);
+    if (rc != 0)
+      return rc;
+    atomic_store(&s->gen, gen);
+    atomic_store(&s->replicas, n);
+    atomic_store(&s->read_us, dlock__now_us());
+    return n;
+  }
   /* Not known: read now, a round trip before the write. */
   const char *argv[] = {"INFO", "replication"};
   char *cmd;
@@ -129,7 +143,7 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
   int wanted = dlock__sync_wanted(c);
   if (wanted < 0)
     return wanted;
-  int refresh = s->on && s->fixed == 0 &&
+  int refresh = s->on && s->fixed == 0 && c->sentinel == NULL &&
                 dlock__now_us() - atomic_load(&s->read_us) > REFRESH_US;
   if (wanted == 0 && !refresh)
     return idle_ms > 0

@@ -7,7 +7,10 @@
  * has in step, read from INFO replication: before the first write, after a
  * write that failed (the next connection may reach another master) or fell
  * short, and every second in the round trip of a write (the INFO rides
- * along after the WAIT, so it costs no round trip of its own).
+ * along after the WAIT, so it costs no round trip of its own). Through
+ * Sentinel, n is what the Sentinels see instead (dlock__sentinel_replicas),
+ * read before the first write, after one that failed or fell short, and
+ * when the master moved.
  */
 #ifndef DLOCK_SYNC_H
 #define DLOCK_SYNC_H
@@ -27,6 +30,7 @@ typedef struct dlock__sync {
   atomic_int replicas;     /* the replicas to wait for; -1: not known */
   _Atomic int64_t read_us; /* when 'replicas' was read (CLOCK_MONOTONIC) */
   atomic_int warned;       /* INFO refused: said once through on_warning */
+  atomic_uint gen;         /* the Sentinel generation of 'replicas' */
 } dlock__sync;
 
 /* What one synced write found. */

@@ -126,14 +126,15 @@ static int wait_fd(int fd, short events, int64_t deadline_us) {
   }
 }
 
-/* Runs one handshake command, all of it (sending and the whole reply) by
- * 'deadline_us', and checks that it did not fail. 'budget_ms' is the time
- * the handshake had, for the message. */
-static int handshake(dlock__stream *s, const char *addr, int64_t deadline_us,
+/* Sends one command and reads its whole reply by 'deadline_us', into
+ * '*out' (the caller's; an error reply too). 'budget_ms' is the time it
+ * had, for the message. */
+static int roundtrip(dlock__stream *s, const char *addr, int64_t deadline_us,
                      int64_t budget_ms, int argc, const char **argv,
-                     const char *expect) {
+                     redisReply **out) {
   void *reply = NULL;
   int done = 0;
+  *out = NULL;
   int rc = dlock__stream_append_argv(s, argc, argv, NULL);
   while (rc == 0) {
     rc = dlock__stream_flush(s, &done);
@@ -154,9 +155,31 @@ static int handshake(dlock__stream *s, const char *addr, int64_t deadline_us,
       goto no_answer;
     rc = dlock__stream_read(s);
   }
+  if (rc == 0)
+    *out = reply;
+  return rc;
+no_answer:
+  return dlock__fail(DLOCK_EIO, "%s %s: no complete answer within %lld ms",
+                     argv[0], addr, (long long)budget_ms);
+}
+
+int dlock__stream_command(dlock__stream *s, const char *addr,
+                          int64_t deadline_us, int argc, const char **argv,
+                          redisReply **out) {
+  int64_t budget_ms = (deadline_us - dlock__now_us() + 999) / 1000;
+  return roundtrip(s, addr, deadline_us, budget_ms, argc, argv, out);
+}
+
+/* Runs one handshake command, all of it (sending and the whole reply) by
+ * 'deadline_us', and checks that it did not fail. 'budget_ms' is the time
+ * the handshake had, for the message. */
+static int handshake(dlock__stream *s, const char *addr, int64_t deadline_us,
+                     int64_t budget_ms, int argc, const char **argv,
+                     const char *expect) {
+  redisReply *r;
+  int rc = roundtrip(s, addr, deadline_us, budget_ms, argc, argv, &r);
   if (rc != 0)
     return rc;
-  redisReply *r = reply;
   if (r->type == REDIS_REPLY_ERROR) {
     rc = dlock__fail_reply(r->str, r->len);
     /* Some servers say "ERR" to AUTH when no password is configured; to the
@@ -170,9 +193,6 @@ static int handshake(dlock__stream *s, const char *addr, int64_t deadline_us,
   }
   freeReplyObject(r);
   return rc;
-no_answer:
-  return dlock__fail(DLOCK_EIO, "%s %s: no complete answer within %lld ms",
-                     argv[0], addr, (long long)budget_ms);
 }
 
 static int authenticate(dlock__stream *s, const dlock__endpoint *ep,

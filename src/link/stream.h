@@ -43,6 +43,17 @@ int dlock__stream_open(const dlock__endpoint *ep, const dlock__tls *tls,
                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
                        int64_t deadline_us, dlock__stream **out);
 
+/*
+ * Runs one command on an idle stream and waits for its whole reply until
+ * 'deadline_us', as the handshake does: '*out' is the reply (error replies
+ * included), the caller's. 'addr' names the server in messages. DLOCK_EIO
+ * when no complete answer came in time, DLOCK_EPROTO for bytes that are
+ * not RESP.
+ */
+int dlock__stream_command(dlock__stream *s, const char *addr,
+                          int64_t deadline_us, int argc, const char **argv,
+                          redisReply **out);
+
 /* The socket, to poll; for POLLIN always (see dlock__stream_read). */
 int dlock__stream_fd(const dlock__stream *s);
 
