@@ -297,20 +297,20 @@ TEST(url_sentinel_forms) {
 
 TEST(url_sentinel_rejects) {
   static const char *const bad[] = {
-      "redis-sentinel://h",             /* no master name */
-      "redis-sentinel://h/",            /* empty master name */
-      "redis-sentinel:///m",            /* no Sentinel */
-      "redis-sentinel://h,,g/m",        /* empty host */
-      "redis-sentinel://h,/m",          /* empty host at the end */
-      "redis-sentinel://h:0/m",         /* port out of range */
-      "redis-sentinel://h:x/m",         /* port not a number */
-      "redis-sentinel://h/m?db=x",      /* db not a number */
-      "redis-sentinel://h/m?color=red", /* unknown parameter */
-      "redis-sentinel://h/m?db",        /* no value */
+      "redis-sentinel://h",                   /* no master name */
+      "redis-sentinel://h/",                  /* empty master name */
+      "redis-sentinel:///m",                  /* no Sentinel */
+      "redis-sentinel://h,,g/m",              /* empty host */
+      "redis-sentinel://h,/m",                /* empty host at the end */
+      "redis-sentinel://h:0/m",               /* port out of range */
+      "redis-sentinel://h:x/m",               /* port not a number */
+      "redis-sentinel://h/m?db=x",            /* db not a number */
+      "redis-sentinel://h/m?color=red",       /* unknown parameter */
+      "redis-sentinel://h/m?db",              /* no value */
       "redis-sentinel://h/m?sentinel_user=u", /* user without password */
       "redis-sentinel://h/m?sentinel_password=a&sentinel_password=b",
-      "redis-sentinel://h/a/b",           /* '/' in the name */
-      "redis-sentinel://user@h/m",        /* user without password */
+      "redis-sentinel://h/a/b",    /* '/' in the name */
+      "redis-sentinel://user@h/m", /* user without password */
       "redis-sentinel://h/m?sentinel_password=%zz",
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -323,10 +323,10 @@ TEST(url_sentinel_rejects) {
   }
   /* Never shown: the data nodes' password or the Sentinels'. */
   dlock__sentinel_url u;
-  ASSERT_EQ(dlock__url_parse_sentinel(
-                "redis-sentinel://:Secret1@h/m?sentinel_password=Secret2&x=1",
-                &u),
-            DLOCK_EINVAL);
+  ASSERT_EQ(
+      dlock__url_parse_sentinel(
+          "redis-sentinel://:Secret1@h/m?sentinel_password=Secret2&x=1", &u),
+      DLOCK_EINVAL);
   ASSERT(strstr(dlock_last_error(), "Secret") == NULL);
   /* A Sentinel URL is not a server's. */
   dlock__endpoint e;

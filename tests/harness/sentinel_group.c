@@ -309,6 +309,17 @@ int sg_failover(sg_group_t *g, int timeout_ms) {
   return -1;
 }
 
+int sg_restart_as_replica(sg_group_t *g, int i) {
+  int m = sg_master_index(g);
+  if (m < 0 || m == i || rp_restart(g->node[i]) != 0)
+    return -1;
+  redisReply *r =
+      rp_cmd(g->node[i], "REPLICAOF 127.0.0.1 %d", rp_port(g->node[m]));
+  int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
+  freeReplyObject(r);
+  return ok ? 0 : -1;
+}
+
 void sg_free(sg_group_t *g) {
   if (g == NULL)
     return;

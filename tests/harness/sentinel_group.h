@@ -73,6 +73,11 @@ int sg_failover(sg_group_t *g, int timeout_ms);
  * whole stream (WAIT n), up to 'timeout_ms'. 0 or -1. */
 int sg_wait_replicas(sg_group_t *g, int n, int timeout_ms);
 
+/* Starts node 'i' again (after rp_kill) as a replica of the current
+ * master, as Sentinel would make it on its own some seconds later. 0 or
+ * -1. */
+int sg_restart_as_replica(sg_group_t *g, int i);
+
 /* Stops every process, removes the temp dirs, frees 'g'. NULL ok. */
 void sg_free(sg_group_t *g);
 
