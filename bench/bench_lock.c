@@ -13,6 +13,9 @@
  *                (GET+SET counter inside) and stops. Measures the time from
  *                the release to the last worker done.
  *
+ * --no-sync turns replica sync off (dlock_options_t.replica_sync), to
+ * measure what waiting for replicas costs on a master that has some.
+ *
  * Output is one line of key=value pairs for the driver:
  *   acq (acquisitions) win (those done within the --seconds window) seconds
  *   rate (win/seconds; herd: acq/time to serve all) pair_p50 pair_p99
@@ -44,6 +47,8 @@ static const char *url = "redis://127.0.0.1:6379";
 static const char *prefix = "bench:lock";
 static const char *dist;
 static int nprocs = 1, nthreads = 1, distinct, work, fair, herd;
+/* --no-sync: replica_sync off (the cost of waiting for replicas). */
+static int no_sync;
 static int64_t lease_ms = DLOCK_WATCHDOG;
 static double seconds = 2.0, herd_timeout = 120.0;
 
@@ -155,6 +160,7 @@ static void run_child(int proc, int in, int out) {
     exit(1);
   dlock_options_init(&o);
   o.url = url;
+  o.replica_sync = !no_sync;
   if ((rc = dlock_client_open(&o, &client)) < 0)
     bench_die("client_open", rc);
   if (!distinct && (rc = open_lock(client, prefix, &shared)) < 0)
@@ -239,7 +245,7 @@ static void usage(void) {
           "usage: bench_lock [--url URL] [--mode loop|herd] [--procs P]\n"
           "         [--threads T] [--distinct] [--work] [--fair]\n"
           "         [--seconds S] [--timeout S] [--lease MS] [--name NAME]\n"
-          "         [--dist PREFIX] [--probe]\n");
+          "         [--dist PREFIX] [--probe] [--no-sync]\n");
   exit(2);
 }
 
@@ -265,6 +271,8 @@ int main(int argc, char **argv) {
       fair = 1;
     else if (strcmp(a, "--probe") == 0)
       do_probe = 1;
+    else if (strcmp(a, "--no-sync") == 0)
+      no_sync = 1;
     else if (v == NULL)
       usage();
     else if (strcmp(a, "--url") == 0)

@@ -89,7 +89,9 @@ DLOCK_EXPORT const char *dlock_version_string(void);
   X(ENOQUORUM, -11, "no majority of Redis nodes could be reached")             \
   X(ENOTLOCK, -12, "the key holds something other than a lock of this kind")   \
   X(EFORKED, -13,                                                              \
-    "client inherited across fork(): open a new one in this process")
+    "client inherited across fork(): open a new one in this process")          \
+  X(ENOSYNC, -14,                                                              \
+    "too few replicas acknowledged the lock in time (replica_sync)")
 
 typedef enum dlock_err {
 #define DLOCK__ERR_ENUM(name, code, text) DLOCK_##name = (code),
@@ -184,8 +186,12 @@ typedef void (*dlock_warning_cb)(void *data, const char *text);
  * least 3); dlock_client_open fails with DLOCK_EINVAL, naming the option,
  * for any other value. */
 typedef struct dlock_options {
-  /* "redis://[user:pass@]host[:port][/db]" or "unix:///path[?db=N]";
-   * default "redis://127.0.0.1:6379". Not copied by dlock_options_init. */
+  /* "redis://[user:pass@]host[:port][/db]", "rediss://..." (TLS),
+   * "unix:///path[?db=N]", or Sentinels that name the master:
+   * "redis-sentinel://[user:pass@]host[:port][,host[:port]...]/master
+   * [?db=N&sentinel_user=U&sentinel_password=P]" (see "Replicated Redis"
+   * below); default "redis://127.0.0.1:6379". Not copied by
+   * dlock_options_init. */
   const char *url;
   int64_t connect_timeout_ms;  /* default 2000 */
   int64_t command_timeout_ms;  /* default 3000 */
@@ -258,7 +264,116 @@ typedef struct dlock_options {
    * but anybody in the path can pose as the server: for tests only.
    * Default 0. */
   int tls_insecure;
+
+  /* ---- Replicated Redis (see "Replicated Redis" below). These come after
+   * the fields a struct filled by hand (struct_size 0) is read with: such
+   * a struct gets their defaults. ---- */
+  /* 1 (default): after every write that grants, renews, releases or hands
+   * over a lock or a permit, wait for replicas to acknowledge it (WAIT, in
+   * the same round trip); 0: do not. */
+  int replica_sync;
+  /* How many replicas must acknowledge each such write. 0 (default): as
+   * many as the master has in step, as its INFO replication says (state
+   * online, acknowledged within 2 s; read at the first write and again
+   * every second, in the round trip of a write), or through Sentinel as
+   * many as the Sentinels see replicating; a master without replicas then
+   * asks for none. N > 0: exactly N, whatever the master has. At most
+   * DLOCK_REPLICAS_MAX. */
+  int replica_sync_replicas;
+  /* How long a write waits for them; default 1000 (Redisson's
+   * slavesSyncTimeout). */
+  int64_t replica_sync_timeout_ms;
+  /* How long a call keeps trying while Redis cannot be reached or answers
+   * "not now" (a failover or a restart under way: a connection refused or
+   * reset, READONLY, LOADING, MASTERDOWN, too few replicas), when the call
+   * has no wait of its own to bound it: dlock_lock, dlock_unlock, and a
+   * dlock_trylock with DLOCK_WAIT_FOREVER. A dlock_trylock with a wait
+   * keeps trying within its wait. Default 30000; 0..DLOCK_DURATION_MAX_MS.
+   * 0: every call fails at the first such error, as dlock 0.1 did. */
+  int64_t outage_wait_ms;
 } dlock_options_t;
+
+/* The largest replica_sync_replicas accepted. */
+#define DLOCK_REPLICAS_MAX 1000
+
+/*
+ * Replicated Redis: a master with replicas, failed over by Sentinel.
+ *
+ * Sentinel. A redis-sentinel:// URL lists Sentinels (host[:port], port
+ * 26379 by default, [v6] hosts too) and the name of the master they
+ * monitor. user:pass are the data nodes' (the master's and its
+ * replicas'); Sentinels that require a password of their own get it in
+ * the query, sentinel_password=P (and sentinel_user=U for an ACL user);
+ * db=N selects a database; values may be %-encoded. At each (re)connect
+ * the client tries the master it knew, else asks the Sentinels in turn
+ * (SENTINEL GET-MASTER-ADDR-BY-NAME; one that is down is passed over), and
+ * checks with ROLE on the new connection that the address is a master, so
+ * that nothing is written to a replica a stale Sentinel still names. A
+ * thread subscribed to +switch-master on one Sentinel learns of a failover
+ * at once: nothing more is sent to the old master, which can take writes
+ * until Sentinel demotes it. TLS is not supported through Sentinel.
+ *
+ * Replica sync (replica_sync, on by default). Redis replicates
+ * asynchronously: a lock the master granted but had not yet sent to a
+ * replica is gone after a failover to that replica, and granted again.
+ * So every write that changes a lock or a permit is followed, in the same
+ * round trip, by "WAIT n replica_sync_timeout_ms", and the answer checked:
+ *
+ *  - An acquisition (every single-lock kind, a semaphore's permits, an
+ *    expirable permit) that fewer than n replicas acknowledged is not
+ *    reported held: it is given back on the master at once (or, when
+ *    Redis does not answer that, as soon as it does), and the call fails
+ *    with DLOCK_ENOSYNC, detail "... only a of n replicas acknowledged
+ *    it". dlock_trylock with a wait, and dlock_lock, try again within
+ *    their wait (see outage_wait_ms), as after a connection error.
+ *  - A lock handed over by a release (to a waiter of the same client, or
+ *    a fair lock's next in line) is confirmed by its new holder with a
+ *    renewal of its own, sent with WAIT: acknowledged, it holds everything
+ *    written before it, the hand-over included. Unconfirmed, it is given
+ *    back and the waiter goes on waiting (or fails with DLOCK_ENOSYNC).
+ *  - A renewal round that fell short renews the leases on the master only:
+ *    it confirms none of them, and a lock whose lease runs out without a
+ *    renewal that the replicas acknowledged is reported lost (on_lost,
+ *    then DLOCK_ELOST), as when Redis cannot be reached.
+ *  - A release that fell short is done on the master and reported done. A
+ *    failover can then bring the lock back until its lease ends: it keeps
+ *    others waiting that long, and is never granted twice.
+ *
+ * n is replica_sync_replicas, or by default the replicas the master has in
+ * step (INFO replication: state online, acknowledged within 2 s), or,
+ * through Sentinel, those the Sentinels see up and replicating (SENTINEL
+ * REPLICAS). A master without replicas waits for none, and gives no
+ * replication guarantee. Redisson, which sends the same WAIT, accepts one
+ * acknowledgement; dlock asks for every replica in step by default (set
+ * replica_sync_replicas = 1 for Redisson's rule). WAIT holds up the
+ * client's shared connection while it waits: a replica that stops
+ * acknowledging delays every write by up to the sync timeout until it is
+ * no longer counted. RedLock's parallel attempts are not synced: its
+ * guarantee is the majority of independent masters.
+ *
+ * What that guarantees: a lock reported held is on n replicas. Sentinel
+ * promotes the replica with the most data (among those of the best
+ * replica-priority), so a failover keeps the lock unless every replica
+ * that acknowledged it is lost with the master, or a replica that did not
+ * is promoted (it was not in step, or has a better priority). The fencing
+ * counter is written by the same script, so tokens keep increasing across
+ * such a failover; a failover that loses writes (sync off, a master
+ * without replicas, the cases above) can issue a token twice. A holder
+ * paused past its lease is not helped by any of this: the token is.
+ *
+ * Riding out a failover (outage_wait_ms). While the master is down and
+ * being replaced, calls see refused or reset connections, READONLY (a
+ * demoted master), LOADING, MASTERDOWN, NOREPLICAS or DLOCK_ENOSYNC. A
+ * dlock_trylock with a wait, dlock_lock and dlock_unlock keep trying
+ * through these, with a back-off (20 ms to 640 ms) and rediscovery at
+ * each reconnect, until their wait, or outage_wait_ms, runs out; then they
+ * fail with the last error. An acquisition retried this way is safe: one
+ * that got no answer is given back first (see dlock_trylock), and the
+ * scripts set the owner's count from the client's. The watchdog keeps
+ * renewing through the failover; a lock the failover lost is reported
+ * (on_lost, DLOCK_ELOST), never quietly taken again. Queries
+ * (dlock_is_locked, ...) and dlock_trylock with wait 0 do not retry.
+ */
 
 /*
  * Fills the first 'size' bytes of 'o' with the defaults above and records

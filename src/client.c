@@ -45,6 +45,9 @@ void dlock_options_init_size(dlock_options_t *o, size_t size) {
   d.watchdog_timeout_ms = 30000;
   d.unlock_retries = 2;
   d.fair_wait_timeout_ms = 300000;
+  d.replica_sync = 1;
+  d.replica_sync_timeout_ms = 1000;
+  d.outage_wait_ms = 30000;
   d.struct_size = size;
   /* Only the caller's bytes are written: a program built against an older
    * header has a smaller struct. Fields of a newer header that this
@@ -125,8 +128,19 @@ static int check_options(const dlock_options_t *o) {
     rc = check_ms("watchdog_timeout_ms", o->watchdog_timeout_ms, 3);
   if (rc == 0)
     rc = check_ms("fair_wait_timeout_ms", o->fair_wait_timeout_ms, 1);
+  if (rc == 0)
+    rc = check_ms("replica_sync_timeout_ms", o->replica_sync_timeout_ms, 1);
+  /* 0 is allowed: no riding through outages. */
+  if (rc == 0)
+    rc = check_ms("outage_wait_ms", o->outage_wait_ms, 0);
   if (rc != 0)
     return rc;
+  if (o->replica_sync_replicas < 0 ||
+      o->replica_sync_replicas > DLOCK_REPLICAS_MAX)
+    return dlock__fail(DLOCK_EINVAL,
+                       "replica_sync_replicas must be 0..DLOCK_REPLICAS_MAX "
+                       "(%d), got %d",
+                       DLOCK_REPLICAS_MAX, o->replica_sync_replicas);
   if (o->unlock_retries < 0 || o->unlock_retries > DLOCK_UNLOCK_RETRIES_MAX)
     return dlock__fail(DLOCK_EINVAL,
                        "unlock_retries must be 0..DLOCK_UNLOCK_RETRIES_MAX "
@@ -201,8 +215,10 @@ static void forget_after_fork(dlock_client_t *c) {
   }
   /* The TLS settings stay too: freeing them takes OpenSSL's locks, which
    * a parent thread may have held at the fork. */
+  /* A Sentinel watcher is the parent's thread, as the others are: its
+   * memory stays with the rest. */
   if (c->ps != NULL || c->conn != NULL || c->settle != NULL || holds_left ||
-      c->tls != NULL) {
+      c->sentinel != NULL || c->tls != NULL) {
     c->forked_next = atomic_load(&forked_leftovers);
     while (
         !atomic_compare_exchange_weak(&forked_leftovers, &c->forked_next, c)) {
@@ -217,6 +233,8 @@ static void forget_after_fork(dlock_client_t *c) {
 
 static void destroy(dlock_client_t *c) {
   dlock__watchdog_stop(c->wd);
+  /* Its watcher pokes the pub/sub thread: stopped before that goes. */
+  dlock__sentinel_stop(c->sentinel);
   /* An undo in flight (settle.c) on a server that does not answer would
    * hold the close for a command timeout: it ends now, and what is still
    * unsettled expires with its lease, like every hold left at close. */
@@ -225,6 +243,7 @@ static void destroy(dlock_client_t *c) {
   dlock__settler_free(c->settle);
   dlock__pubsub_stop(c->ps);
   dlock__conn_free(c->conn);
+  dlock__sentinel_free(c->sentinel);
   dlock__tls_free(c->tls);
   dlock__holds_clear(&c->holds);
   dlock__done_latches_clear(c);
@@ -283,7 +302,10 @@ static void warn_if_evicting(dlock_client_t *c) {
   if (policy[0] == '\0' || strcmp(policy, "noeviction") == 0)
     return;
   char where[256], text[1024];
-  dlock__endpoint_describe(&c->ep, where, sizeof(where));
+  if (c->sentinel != NULL)
+    dlock__sentinel_describe(c->sentinel, where, sizeof(where));
+  else
+    dlock__endpoint_describe(&c->ep, where, sizeof(where));
   snprintf(text, sizeof(text),
            "Redis at %s has maxmemory-policy %s: once it reaches maxmemory "
            "it evicts %s, and an evicted lock is granted to another owner "
@@ -294,6 +316,25 @@ static void warn_if_evicting(dlock_client_t *c) {
                ? "keys that have an expiry, which every lock has"
                : "any key, locks included");
   c->opt.on_warning(c->opt.on_warning_data, text);
+}
+
+/* A redis-sentinel:// URL: the Sentinels and the master's name go to the
+ * discovery, the data nodes' credentials and db to 'c->ep'. */
+static int open_sentinel(dlock_client_t *c, const char *url) {
+  dlock__sentinel_url su;
+  int rc = dlock__url_parse_sentinel(url, &su);
+  if (rc != 0)
+    return rc;
+  c->ep = su.data;
+  memset(&su.data, 0, sizeof(su.data));
+  return dlock__sentinel_new(&su, c->opt.connect_timeout_ms,
+                             c->opt.command_timeout_ms, &c->sentinel);
+}
+
+/* The master moved: the pub/sub thread follows it now. */
+static void on_switch(void *data) {
+  dlock_client_t *c = data;
+  dlock__pubsub_poke(c->ps);
 }
 
 int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
@@ -317,11 +358,14 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   c->fork_gen = dlock__fork_gen();
   c->pid = getpid();
   c->opt = *o;
+  dlock__sync_init(&c->sync, o);
   const char *url = o->url ? o->url : DEFAULT_URL;
   if ((c->url = dlock__strdup(url)) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   c->opt.url = c->url;
-  if (rc == 0)
+  if (rc == 0 && dlock__url_is_sentinel(url))
+    rc = open_sentinel(c, url);
+  else if (rc == 0)
     rc = dlock__url_parse(url, &c->ep);
   if (rc == 0)
     rc = load_tls(o, &c->ep, &c->tls);
@@ -330,7 +374,7 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   else if (rc == 0)
     rc = make_uuid(c->id);
   dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms,
-                         c->tls};
+                         c->tls, c->sentinel};
   if (rc == 0)
     rc = dlock__conn_new(&cfg, &c->conn);
   if (rc == 0)
@@ -345,8 +389,12 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
       warn_if_evicting(c);
   }
   if (rc == 0)
-    rc = dlock__pubsub_start(&c->ep, c->tls, o->connect_timeout_ms,
+    rc = dlock__pubsub_start(&c->ep, c->tls, c->sentinel, o->connect_timeout_ms,
                              o->command_timeout_ms, o->lazy_connect, &c->ps);
+  /* Failovers are followed from now on: the pub/sub thread is told at
+   * once, the command connection at its next use. */
+  if (rc == 0 && c->sentinel != NULL)
+    rc = dlock__sentinel_watch(c->sentinel, on_switch, c);
   if (rc == 0)
     rc = dlock__watchdog_start(c, &c->wd);
   if (rc != 0) {

@@ -14,6 +14,8 @@
 #include "fork.h"
 #include "holds.h"
 #include "pubsub.h"
+#include "sentinel.h"
+#include "sync.h"
 #include "url.h"
 
 typedef struct dlock__watchdog dlock__watchdog;
@@ -38,6 +40,9 @@ struct dlock_client {
   char *url;
   char id[DLOCK__CLIENT_ID_MAX + 1];
   dlock__endpoint ep;
+  /* For a redis-sentinel:// URL: where the master is; 'ep' then holds only
+   * the data nodes' user, password and db. Else NULL. */
+  dlock__sentinel *sentinel;
   dlock__tls *tls; /* loaded TLS settings for a rediss:// URL, else NULL */
   dlock__conn *conn;
   dlock__pubsub *ps;
@@ -46,6 +51,7 @@ struct dlock_client {
   pthread_mutex_t mu; /* guards 'holds' and 'done' */
   dlock__holds holds;
   dlock__done_latches done;
+  dlock__sync sync; /* replica sync (sync.c) */
   atomic_int canceled;
   atomic_uint_fast64_t request_seq; /* numbers unlock requests */
   unsigned fork_gen; /* the process's fork count at open (see fork.h) */

@@ -27,6 +27,7 @@
 #include "fork.h"
 #include "link/stream.h"
 #include "monotime.h"
+#include "sentinel.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -62,6 +63,7 @@ struct dlock__conn {
   pthread_mutex_t mu;
   dlock__conn_cfg cfg;
   dlock__stream *ctx;     /* NULL while disconnected */
+  unsigned gen;           /* the Sentinel generation 'ctx' was made in */
   request *head, *tail;   /* sent, awaiting replies, oldest first */
   int driving;            /* a thread is reading replies */
   int writing;            /* a thread is writing 'wbuf' (write_out_locked) */
@@ -483,6 +485,11 @@ static int idle_connection_is_dead(dlock__conn *c) {
  * ends the wait at once.
  */
 static int link_locked(dlock__conn *c) {
+  /* The master moved (+switch-master): nothing more goes to the old one,
+   * which may take writes until it is told it is a replica. */
+  if (c->ctx != NULL && c->cfg.sentinel != NULL &&
+      c->gen != dlock__sentinel_gen(c->cfg.sentinel))
+    break_locked(c, DLOCK_EIO, "the master moved (Sentinel's +switch-master)");
   if (c->ctx != NULL && !idle_connection_is_dead(c))
     return 0;
   if (c->ctx != NULL)
@@ -495,14 +502,33 @@ static int link_locked(dlock__conn *c) {
   /* Resolving the host name may block here, under 'mu'; nothing else
    * does. */
   dlock__stream *ctx = NULL;
-  int rc = dlock__stream_start(c->cfg.ep, c->cfg.tls, c->cfg.connect_timeout_ms,
-                               c->cfg.command_timeout_ms, &ctx);
+  unsigned gen = 0;
+  int rc;
+  if (c->cfg.sentinel != NULL)
+    /* Discovery asks the Sentinels and confirms the master with ROLE, one
+     * command at a time, so it waits for the servers here, under 'mu': the
+     * callers of this master wait with it, for at most its connect and
+     * command timeouts, and nobody else does. */
+    rc = dlock__sentinel_open(c->cfg.sentinel,
+                              dlock__deadline_ms(c->cfg.connect_timeout_ms +
+                                                 c->cfg.command_timeout_ms),
+                              &ctx, &gen);
+  else
+    rc = dlock__stream_start(c->cfg.ep, c->cfg.tls, c->cfg.connect_timeout_ms,
+                             c->cfg.command_timeout_ms, &ctx);
   if (rc != 0) {
     c->timed_out = 1;
     fail_all_locked(c, rc, dlock_last_error());
     return rc;
   }
   c->ctx = ctx;
+  c->gen = gen;
+  if (dlock__stream_ready(ctx)) {
+    /* Sentinel discovery hands over a stream past its handshake: the
+     * reconnect succeeded now rather than in drive_locked. */
+    c->backoff_us = 0;
+    c->last_code = 0;
+  }
   return 0;
 }
 

@@ -21,6 +21,8 @@
 #include "net/net.h"
 #include "url.h"
 
+struct dlock__sentinel;
+
 typedef struct dlock__conn dlock__conn;
 
 typedef struct dlock__conn_cfg {
@@ -29,6 +31,9 @@ typedef struct dlock__conn_cfg {
   int64_t command_timeout_ms;
   /* TLS settings for a rediss:// endpoint, else NULL; not copied. */
   const dlock__tls *tls;
+  /* For a redis-sentinel:// URL: where the master is found at each
+   * (re)connect, instead of 'ep'; else NULL. Not copied. */
+  struct dlock__sentinel *sentinel;
 } dlock__conn_cfg;
 
 /* Creates an unconnected connection. 0 or DLOCK_ENOMEM. */

@@ -82,11 +82,15 @@ int dlock__fail_reply(const char *text, size_t len) {
 }
 
 /* Replies that mean "not now" rather than "no": a server loading its data
- * after a restart, a script still running, a replica without its master.
- * They are reported like an unreachable server, which callers retry. */
+ * after a restart, a script still running, a replica without its master,
+ * a master turned replica by a failover (READONLY: the connection reaches
+ * the new master once it is made again), a master short of the replicas
+ * its min-replicas-to-write asks for. They are reported like an
+ * unreachable server, which callers retry. */
 static int is_transient_error(const char *text, size_t len) {
-  static const char *const prefixes[] = {"LOADING", "BUSY", "MASTERDOWN",
-                                         "TRYAGAIN"};
+  static const char *const prefixes[] = {"LOADING",    "BUSY",     "MASTERDOWN",
+                                         "TRYAGAIN",   "READONLY", "NOREPLICAS",
+                                         "CLUSTERDOWN"};
   for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
     size_t n = strlen(prefixes[i]);
     if (len >= n && memcmp(text, prefixes[i], n) == 0 &&

@@ -476,6 +476,79 @@ static int trylock_single(dlock_t *l, uint64_t owner, int64_t wait_ms,
   return rc == 1 ? timed_out(l, wait_ms) : rc;
 }
 
+/* Errors that a failover or a restart causes, and that go away: Redis
+ * unreachable or saying "not now" (DLOCK_EIO), too few replicas
+ * acknowledging (DLOCK_ENOSYNC). */
+static int rides_out(int rc) { return rc == DLOCK_EIO || rc == DLOCK_ENOSYNC; }
+
+int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us) {
+  /* 20 ms doubling to 640 ms, with jitter, never past 'until_us', and not
+   * before the connection may be tried again: a server that is down gets
+   * a few tries a second, not a busy loop. */
+  int64_t base_us = (int64_t)20000 << (*step < 5 ? *step : 5);
+  if (*step < 5)
+    (*step)++;
+  int64_t now = dlock__now_us();
+  int64_t at =
+      now + base_us / 2 + (int64_t)(jitter() % (uint64_t)(base_us / 2));
+  int64_t reconnect_at = dlock__conn_retry_at(c->conn);
+  if (reconnect_at > at)
+    at = reconnect_at;
+  if (at > until_us)
+    at = until_us;
+  pause_us(at - now);
+  return dlock__check_canceled(c);
+}
+
+/* A single lock's acquisition, kept going through an outage: an attempt
+ * that fails with an error a failover causes is made again, after a pause,
+ * until the wait runs out (or outage_wait_ms after the first such error,
+ * when the wait has no end). A retried acquisition is safe: the attempt
+ * that got no answer is settled first (dlock__settle_before_acquire), and
+ * the scripts set the owner's count from the client's, not by adding. */
+static int trylock_riding(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                          int64_t lease_ms, int64_t deadline_us) {
+  dlock_client_t *c = l->c;
+  int64_t until_us = 0, first_us = 0;
+  int step = 0, tries = 0, rc;
+  for (;;) {
+    rc = trylock_single(l, owner, wait_ms, lease_ms, deadline_us);
+    /* The last attempt got no answer and may have run: what it took is
+     * given back once Redis answers (settle.c). */
+    if (dlock__outcome_unknown(rc))
+      dlock__note_unsettled(l, owner);
+    if (!rides_out(rc) || wait_ms == 0 || c->opt.outage_wait_ms == 0)
+      break;
+    int64_t now = dlock__now_us();
+    if (until_us == 0) {
+      first_us = now;
+      until_us = wait_ms == DLOCK_WAIT_FOREVER
+                     ? dlock__after_ms(now, c->opt.outage_wait_ms)
+                     : deadline_us;
+    }
+    if (now >= until_us)
+      break;
+    char why[300];
+    snprintf(why, sizeof(why), "%s", dlock_last_error());
+    tries++;
+    int prc = dlock__outage_pause(c, &step, until_us);
+    if (prc != 0)
+      return prc;
+    if (dlock__now_us() >= until_us) {
+      /* No time for another attempt: the last error stands. */
+      dlock__fail_text(rc, why);
+      break;
+    }
+  }
+  if (tries > 0 && rides_out(rc)) {
+    char why[300];
+    snprintf(why, sizeof(why), "%s", dlock_last_error());
+    return dlock__fail(rc, "%s (tried %d more times over %lld ms)", why, tries,
+                       (long long)((dlock__now_us() - first_us) / 1000));
+  }
+  return rc;
+}
+
 int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
                      int64_t lease_ms) {
   if (l == NULL)
@@ -489,12 +562,7 @@ int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
       wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
   if (l->kind->acquire != NULL)
     return l->kind->acquire(l, owner, wait_ms, lease_ms, deadline_us);
-  rc = trylock_single(l, owner, wait_ms, lease_ms, deadline_us);
-  /* The last attempt got no answer and may have run: what it took is
-   * given back once Redis answers (settle.c). */
-  if (dlock__outcome_unknown(rc))
-    dlock__note_unsettled(l, owner);
-  return rc;
+  return trylock_riding(l, owner, wait_ms, lease_ms, deadline_us);
 }
 
 int dlock_trylock(dlock_t *l, int64_t wait_ms, int64_t lease_ms) {

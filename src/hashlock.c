@@ -175,9 +175,22 @@ int dlock__settle_before_acquire(dlock_t *l, uint64_t owner) {
   return abandoned ? l->kind->release(l, owner) : 0;
 }
 
-int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                          redisReply *reply, int64_t sent_us,
-                          dlock__busy *busy) {
+/* An acquisition granted on the master that too few replicas
+ * acknowledged: it is not reported held. The grant is given back as an
+ * undo gives back an attempt without an answer (the owner's holds set back
+ * to what it had), at once, or by the settler when Redis does not answer
+ * that either. */
+static int give_back_unsynced(dlock_t *l, uint64_t owner,
+                              const dlock__synced *sy) {
+  int64_t believed = dlock__believed_count(l, owner);
+  if (l->kind->undo == NULL || l->kind->undo(l, owner, believed) != 0)
+    dlock__unsettled_add(l, owner, believed);
+  return dlock__sync_fail(l->c, sy, "lock", l->name, l->len);
+}
+
+static int finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                          redisReply *reply, int64_t sent_us, dlock__busy *busy,
+                          const dlock__synced *sy) {
   dlock__acquired a;
   int rc = dlock__decode_acquire(reply, &a);
   freeReplyObject(reply);
@@ -194,6 +207,8 @@ int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
     busy->counter = a.counter;
     return 1;
   }
+  if (sy != NULL && !sy->ok)
+    return give_back_unsynced(l, owner, sy);
   if (record_hold(l, owner, &a, lease_ms, sent_us) != 0) {
     /* Not recorded means never renewed: give it back at once. */
     l->kind->release(l, owner);
@@ -202,8 +217,60 @@ int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
   return 0;
 }
 
+int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                          redisReply *reply, int64_t sent_us,
+                          dlock__busy *busy) {
+  return finish_acquire(l, owner, lease_ms, reply, sent_us, busy, NULL);
+}
+
+/*
+ * A hold handed over by a release (of this client or another) was written
+ * by the releaser's connection, whose WAIT this client never sees. With
+ * replica sync, the new holder confirms it with a renewal of its own, sent
+ * with WAIT: replicas that acknowledge that write have everything the
+ * master wrote before it, the hand-over included. 0 confirmed (or nothing
+ * to confirm), else an error after the hold was given back.
+ */
+static int confirm_grant(dlock_t *l, uint64_t owner, int64_t lease_ms) {
+  dlock_client_t *c = l->c;
+  int wanted = dlock__sync_wanted(c);
+  if (wanted <= 0)
+    return wanted;
+  char field[DLOCK__FIELD_MAX], lease[24];
+  size_t field_len = l->kind->field(l, owner, field);
+  snprintf(lease, sizeof(lease), "%" PRId64,
+           lease_ms == DLOCK_WATCHDOG ? c->opt.watchdog_timeout_ms : lease_ms);
+  const char *argv[] = {l->name, lease, field};
+  const size_t lens[] = {l->len, strlen(lease), field_len};
+  dlock__eval call = {&dlock__script_renew, 1, 2, argv, lens};
+  redisReply *reply;
+  dlock__synced sy;
+  int rc = dlock__eval_write(c, 1, &call, &reply, 0, &sy);
+  if (rc == 0) {
+    int held = reply->type == REDIS_REPLY_ARRAY && reply->elements == 1 &&
+               reply->element[0]->type == REDIS_REPLY_INTEGER &&
+               reply->element[0]->integer == 1;
+    freeReplyObject(reply);
+    if (!held)
+      return dlock__fail(DLOCK_EIO,
+                         "lock \"%.100s\" was handed over but was gone "
+                         "when its new holder confirmed it",
+                         l->name);
+    if (sy.ok)
+      return 0;
+    rc = dlock__sync_fail(c, &sy, "lock", l->name, l->len);
+  }
+  /* Unconfirmed: given back like an acquisition that was not synced. */
+  if (l->kind->undo == NULL || l->kind->undo(l, owner, 0) != 0)
+    dlock__unsettled_add(l, owner, 0);
+  return rc;
+}
+
 int dlock__record_grant(dlock_t *l, uint64_t owner, int64_t lease_ms,
                         uint64_t token, int64_t since_us) {
+  int rc = confirm_grant(l, owner, lease_ms);
+  if (rc != 0)
+    return rc;
   dlock__acquired a;
   memset(&a, 0, sizeof(a));
   a.held = 1;
@@ -221,12 +288,13 @@ int dlock__run_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
   redisReply *reply;
   int64_t sent_us = dlock__now_us();
   latch_call lc;
+  dlock__synced sy;
   const dlock__eval *sent = with_done_latches(l->c, call, &lc);
-  int rc = dlock__eval_run(l->c->conn, 1, sent, &reply, 0);
+  int rc = dlock__eval_write(l->c, 1, sent, &reply, 0, &sy);
   latch_call_end(&lc);
   if (rc != 0)
     return rc;
-  return dlock__finish_acquire(l, owner, lease_ms, reply, sent_us, busy);
+  return finish_acquire(l, owner, lease_ms, reply, sent_us, busy, &sy);
 }
 
 void dlock__release_end(dlock__release *r) {
@@ -241,7 +309,8 @@ static int make_latch(dlock_t *l, dlock__release *r) {
   snprintf(r->lease, sizeof(r->lease), "%" PRId64, r->lease_ms);
   /* The latch must outlive every retry of this request; the scripts take
    * no duration beyond DLOCK_DURATION_MAX_MS (and nobody waits that long). */
-  int64_t latch_ms = c->opt.command_timeout_ms * (c->opt.unlock_retries + 2);
+  int64_t latch_ms = c->opt.command_timeout_ms * (c->opt.unlock_retries + 2) +
+                     c->opt.outage_wait_ms;
   snprintf(r->latch_ttl, sizeof(r->latch_ttl), "%" PRId64,
            latch_ms < DLOCK_DURATION_MAX_MS ? latch_ms : DLOCK_DURATION_MAX_MS);
   char request[DLOCK__FIELD_MAX];
@@ -431,13 +500,32 @@ int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
    * them. */
   latch_call lc;
   const dlock__eval *sent = with_done_latches(c, call, &lc);
+  /* Through an outage (a failover: the server unreachable, then READONLY
+   * or LOADING) it goes on being sent, after the unlock_retries, until
+   * outage_wait_ms have passed since the first failure. */
+  dlock__synced sy;
+  int64_t ride_until = 0;
+  int step = 0;
   for (attempt = 0;; attempt++) {
-    rc = dlock__eval_run(c->conn, 1, sent, reply, 0);
-    if (rc != DLOCK_EIO || attempt >= c->opt.unlock_retries || r->lost)
+    rc = dlock__eval_write(c, 1, sent, reply, 0, &sy);
+    if (rc != DLOCK_EIO || r->lost)
       break;
-    wait_for_reconnect(c);
+    if (ride_until == 0)
+      ride_until = dlock__deadline_ms(c->opt.outage_wait_ms);
+    if (attempt < c->opt.unlock_retries) {
+      wait_for_reconnect(c);
+      continue;
+    }
+    if (dlock__now_us() >= ride_until ||
+        dlock__outage_pause(c, &step, ride_until) != 0 ||
+        dlock__now_us() >= ride_until)
+      break;
   }
   latch_call_end(&lc);
+  /* A release that fell short is done on the master all the same (a
+   * failover may bring the lock back, until its lease ends); a hand-over
+   * that fell short is not reported to its new holder (handover.c). */
+  r->unsynced = rc == 0 && !sy.ok;
   if (rc == 0 && attempt == 0) {
     /* Answered, and sent once: its latch can go (see latch_done). */
     latch_done(c, r->latch, r->latch_len);
@@ -480,7 +568,8 @@ int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
 
 int dlock__eval_integer(dlock_t *l, const dlock__eval *call, int64_t *out) {
   redisReply *reply;
-  int rc = dlock__eval_run(l->c->conn, 1, call, &reply, 0);
+  dlock__synced sy;
+  int rc = dlock__eval_write(l->c, 1, call, &reply, 0, &sy);
   if (rc != 0)
     return rc;
   rc = dlock__decode_integer(reply, out);

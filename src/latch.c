@@ -79,7 +79,8 @@ const char *dlock_latch_name(const dlock_latch_t *l, size_t *len) {
 static int eval_integer(dlock_client_t *c, const dlock__eval *call,
                         int64_t *out) {
   redisReply *reply;
-  int rc = dlock__eval_run(c->conn, 1, call, &reply, 0);
+  dlock__synced sy;
+  int rc = dlock__eval_write(c, 1, call, &reply, 0, &sy);
   if (rc != 0)
     return rc;
   rc = dlock__decode_integer(reply, out);

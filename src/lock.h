@@ -172,6 +172,7 @@ typedef struct dlock__release {
   char count[24]; /* the hold count the client believes in ("0": unknown) */
   char *latch;    /* redisson_unlock_latch:{name}:<request-id> */
   size_t latch_len;
+  int unsynced; /* answered, but too few replicas acknowledged it */
 } dlock__release;
 
 /* Looks the hold up (failing with DLOCK_ELOST when the watchdog found it
@@ -249,6 +250,12 @@ int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
  * unknown (settle.c) and an abandoned hold's release are settled first. 0
  * to go on. */
 int dlock__settle_before_acquire(dlock_t *l, uint64_t owner);
+
+/* Pauses between the attempts of a call that rides out an outage
+ * (handle.c): a back-off from 20 ms to 640 ms with jitter, not before the
+ * connection may be tried again, never past 'until_us'. 0, or
+ * DLOCK_ECANCELED when the client shuts down meanwhile. */
+int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us);
 
 /* ---- attempts whose outcome is unknown (settle.c) ------------------------ */
 

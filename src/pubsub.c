@@ -23,6 +23,7 @@
 #include "error.h"
 #include "link/stream.h"
 #include "monotime.h"
+#include "sentinel.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -105,6 +106,10 @@ struct dlock__pubsub {
   int thread_left_socket; /* the thread polls without the socket */
   const dlock__endpoint *ep;
   const dlock__tls *tls; /* for a rediss:// endpoint, else NULL */
+  /* For a redis-sentinel:// URL, where the master is found, and the
+   * generation of the master 'ctx' reaches; else NULL. */
+  dlock__sentinel *sentinel;
+  unsigned gen;
   int64_t connect_timeout_ms, command_timeout_ms;
   dlock__sub *subs;
   /* How many channels 'subs' holds, readable without 'mu': most attempts
@@ -297,20 +302,32 @@ static int stop_requested(void *arg) {
   return stop;
 }
 
+/* A stream to the server, or to the master a Sentinel names; 'cancel_fd'
+ * (-1: none) ends a plain connect at once when a stop is requested. */
+static int open_stream(dlock__pubsub *ps, int cancel_fd, dlock__stream **out,
+                       unsigned *gen) {
+  *gen = 0;
+  if (ps->sentinel != NULL)
+    return dlock__sentinel_open(ps->sentinel, INT64_MAX, out, gen);
+  return dlock__stream_open(ps->ep, ps->tls, ps->connect_timeout_ms,
+                            ps->command_timeout_ms, cancel_fd,
+                            cancel_fd >= 0 ? stop_requested : NULL, ps, out);
+}
+
 static void try_connect_locked(dlock__pubsub *ps) {
   if (ps->connected || dlock__now_us() < ps->retry_at_us)
     return;
   pthread_mutex_unlock(&ps->mu);
   dlock__stream *ctx = NULL;
-  int rc = dlock__stream_open(ps->ep, ps->tls, ps->connect_timeout_ms,
-                              ps->command_timeout_ms, ps->pipe_fd[0],
-                              stop_requested, ps, &ctx);
+  unsigned gen = 0;
+  int rc = open_stream(ps, ps->pipe_fd[0], &ctx, &gen);
   pthread_mutex_lock(&ps->mu);
   if (rc != 0) {
     on_disconnect_locked(ps);
     return;
   }
   ps->ctx = ctx;
+  ps->gen = gen;
   ps->connected = 1;
   ps->connected_us = dlock__now_us();
 }
@@ -502,6 +519,13 @@ static void *pubsub_main(void *arg) {
   dlock__pubsub *ps = arg;
   pthread_mutex_lock(&ps->mu);
   while (!ps->stopping) {
+    /* The master moved: the subscriptions follow it at once (unlocks are
+     * published there now), without waiting for the old one to go. */
+    if (ps->connected && ps->sentinel != NULL &&
+        ps->gen != dlock__sentinel_gen(ps->sentinel)) {
+      on_disconnect_locked(ps);
+      ps->retry_at_us = 0;
+    }
     try_connect_locked(ps);
     int64_t due = sync_subscriptions_locked(ps);
     if (!ps->connected && (due == 0 || ps->retry_at_us < due))
@@ -542,13 +566,15 @@ static void *pubsub_main(void *arg) {
  */
 
 int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
-                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
-                        int lazy, dlock__pubsub **out) {
+                        dlock__sentinel *sentinel, int64_t connect_timeout_ms,
+                        int64_t command_timeout_ms, int lazy,
+                        dlock__pubsub **out) {
   dlock__pubsub *ps = dlock__calloc(1, sizeof(*ps));
   if (ps == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting pub/sub");
   ps->ep = ep;
   ps->tls = tls;
+  ps->sentinel = sentinel;
   ps->connect_timeout_ms = connect_timeout_ms;
   ps->command_timeout_ms = command_timeout_ms;
   if (pipe2(ps->pipe_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -566,8 +592,7 @@ int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
   pthread_mutex_init(&ps->mu, NULL);
   /* Connect before returning, so the first waiter finds it ready; a lazy
    * client whose server is down leaves that to the thread. */
-  int rc = dlock__stream_open(ep, tls, connect_timeout_ms, command_timeout_ms,
-                              -1, NULL, NULL, &ps->ctx);
+  int rc = open_stream(ps, -1, &ps->ctx, &ps->gen);
   if (rc == 0) {
     ps->connected = 1;
     ps->connected_us = dlock__now_us();
@@ -590,6 +615,11 @@ int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
   }
   *out = ps;
   return 0;
+}
+
+void dlock__pubsub_poke(dlock__pubsub *ps) {
+  if (ps != NULL)
+    poke_thread(ps);
 }
 
 void dlock__pubsub_cancel(dlock__pubsub *ps) {

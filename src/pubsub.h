@@ -21,6 +21,8 @@
 
 #include <pthread.h>
 
+struct dlock__sentinel;
+
 typedef struct dlock__pubsub dlock__pubsub;
 typedef struct dlock__sub dlock__sub;
 
@@ -50,12 +52,20 @@ typedef struct dlock__waiter {
 } dlock__waiter;
 
 /* Connects the pub/sub connection ('tls' for a rediss:// endpoint, else
- * NULL; it must outlive the connection) and starts its thread. With
+ * NULL; it must outlive the connection; 'sentinel' for a redis-sentinel://
+ * URL, which then gives the master at each connect, else NULL) and starts
+ * its thread. With
  * 'lazy', an unreachable server is not an error: the thread keeps
  * trying. */
 int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
+                        struct dlock__sentinel *sentinel,
                         int64_t connect_timeout_ms, int64_t command_timeout_ms,
                         int lazy, dlock__pubsub **out);
+
+/* Wakes the thread, which then checks whether the master moved (a
+ * redis-sentinel:// client: 'sentinel' given to dlock__pubsub_start) and
+ * follows it. */
+void dlock__pubsub_poke(dlock__pubsub *ps);
 
 /* Wakes every waiter with DLOCK_ECANCELED, now and later. */
 void dlock__pubsub_cancel(dlock__pubsub *ps);

@@ -52,20 +52,32 @@ static int is_noscript(const redisReply *r) {
          memcmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
-/* Sends the calls flagged in 'which' (all when NULL) in one round. */
+/* Plain commands sent after the calls of every round, in the same
+ * pipeline (replica sync's WAIT), and their replies from the last round. */
+typedef struct tail_cmd {
+  size_t n;
+  const char *const *cmds;
+  const size_t *lens;
+  redisReply **replies;
+} tail_cmd;
+
+/* Sends the calls flagged in 'which' (all when NULL) in one round, then
+ * 'tail' (if any). */
 static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
                       const unsigned char *which, int with_body,
                       redisReply **replies, int64_t deadline_us,
-                      int64_t idle_ms) {
+                      int64_t idle_ms, tail_cmd *tail) {
   /* One call (the common case) needs no allocation for the bookkeeping. */
-  char *cmd1;
-  size_t len1, slot1;
-  redisReply *got1;
-  int one = n == 1;
-  char **cmds = one ? &cmd1 : dlock__calloc(n, sizeof(*cmds));
-  size_t *lens = one ? &len1 : dlock__calloc(n, sizeof(*lens));
-  redisReply **got = one ? &got1 : dlock__calloc(n, sizeof(*got));
-  size_t *slot = one ? &slot1 : dlock__calloc(n, sizeof(*slot));
+  char *cmd1[4];
+  size_t len1[4], slot1[4];
+  redisReply *got1[4];
+  size_t ntail = tail != NULL ? tail->n : 0;
+  int one = n == 1 && ntail <= 3;
+  size_t room = n + ntail;
+  char **cmds = one ? cmd1 : dlock__calloc(room, sizeof(*cmds));
+  size_t *lens = one ? len1 : dlock__calloc(room, sizeof(*lens));
+  redisReply **got = one ? got1 : dlock__calloc(room, sizeof(*got));
+  size_t *slot = one ? slot1 : dlock__calloc(room, sizeof(*slot));
   size_t m = 0;
   int rc = 0;
   if (cmds == NULL || lens == NULL || got == NULL || slot == NULL)
@@ -78,17 +90,28 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
     if (rc == 0)
       slot[m++] = i;
   }
+  /* The tail is the caller's text, sent as it is (not freed here). */
+  size_t total = m;
+  for (size_t k = 0; rc == 0 && k < ntail; k++) {
+    cmds[total] = (char *)tail->cmds[k];
+    lens[total++] = tail->lens[k];
+  }
   if (rc == 0 && idle_ms > 0) {
     dlock__pending p;
-    dlock__conn_send_paced(conn, m, cmds, lens, idle_ms, deadline_us, &p);
+    dlock__conn_send_paced(conn, total, cmds, lens, idle_ms, deadline_us, &p);
     rc = dlock__conn_wait(&p, got);
   } else if (rc == 0) {
-    rc = dlock__conn_call(conn, m, cmds, lens, got, deadline_us);
+    rc = dlock__conn_call(conn, total, cmds, lens, got, deadline_us);
   }
   for (size_t j = 0; j < m; j++) {
     if (rc == 0)
       replies[slot[j]] = got[j];
     redisFreeCommand(cmds[j]);
+  }
+  for (size_t k = 0; rc == 0 && k < ntail; k++) {
+    if (tail->replies[k] != NULL)
+      freeReplyObject(tail->replies[k]);
+    tail->replies[k] = got[m + k];
   }
   if (!one) {
     dlock__free(cmds);
@@ -100,10 +123,11 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
 }
 
 static int eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
-                    redisReply **replies, int64_t deadline_us,
-                    int64_t idle_ms) {
+                    redisReply **replies, int64_t deadline_us, int64_t idle_ms,
+                    tail_cmd *tail) {
   memset(replies, 0, n * sizeof(*replies));
-  int rc = send_round(conn, n, calls, NULL, 0, replies, deadline_us, idle_ms);
+  int rc =
+      send_round(conn, n, calls, NULL, 0, replies, deadline_us, idle_ms, tail);
   if (rc != 0)
     return rc;
   unsigned char *reload = NULL;
@@ -118,8 +142,11 @@ static int eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
     freeReplyObject(replies[i]);
     replies[i] = NULL;
   }
+  /* The tail goes again after the scripts that run only now: a WAIT must
+   * come after the writes it is to cover. */
   if (rc == 0 && reload != NULL)
-    rc = send_round(conn, n, calls, reload, 1, replies, deadline_us, idle_ms);
+    rc = send_round(conn, n, calls, reload, 1, replies, deadline_us, idle_ms,
+                    tail);
   dlock__free(reload);
   for (size_t i = 0; i < n && rc == 0; i++) {
     if (replies[i] != NULL && replies[i]->type == REDIS_REPLY_ERROR)
@@ -138,13 +165,29 @@ static int eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
 
 int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
                     redisReply **replies, int64_t deadline_us) {
-  return eval_run(conn, n, calls, replies, deadline_us, 0);
+  return eval_run(conn, n, calls, replies, deadline_us, 0, NULL);
 }
 
 int dlock__eval_run_paced(dlock__conn *conn, size_t n, const dlock__eval *calls,
                           redisReply **replies, int64_t idle_ms,
                           int64_t limit_us) {
-  return eval_run(conn, n, calls, replies, limit_us, idle_ms > 0 ? idle_ms : 1);
+  return eval_run(conn, n, calls, replies, limit_us, idle_ms > 0 ? idle_ms : 1,
+                  NULL);
+}
+
+int dlock__eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
+                         redisReply **replies, int64_t deadline_us,
+                         int64_t idle_ms, size_t ntail, const char *const *tail,
+                         const size_t *tail_lens, redisReply **tail_replies) {
+  memset(tail_replies, 0, ntail * sizeof(*tail_replies));
+  tail_cmd t = {ntail, tail, tail_lens, tail_replies};
+  int rc = eval_run(conn, n, calls, replies, deadline_us, idle_ms, &t);
+  for (size_t k = 0; rc != 0 && k < ntail; k++) {
+    if (tail_replies[k] != NULL)
+      freeReplyObject(tail_replies[k]);
+    tail_replies[k] = NULL;
+  }
+  return rc;
 }
 
 int dlock__eval_send(dlock__conn *conn, const dlock__eval *call,

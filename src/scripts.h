@@ -63,6 +63,19 @@ int dlock__eval_run_paced(dlock__conn *conn, size_t n, const dlock__eval *calls,
                           int64_t limit_us);
 
 /*
+ * dlock__eval_run (paced when 'idle_ms' > 0, see dlock__eval_run_paced)
+ * with the 'ntail' formatted commands 'tail' sent after the calls in the
+ * same pipeline, and again after the scripts reloaded on NOSCRIPT, so that
+ * they always follow the writes they are to cover (replica sync's WAIT).
+ * On 0, 'tail_replies' holds their replies (of the last round), owned by
+ * the caller; on failure they are NULL.
+ */
+int dlock__eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
+                         redisReply **replies, int64_t deadline_us,
+                         int64_t idle_ms, size_t ntail, const char *const *tail,
+                         const size_t *tail_lens, redisReply **tail_replies);
+
+/*
  * One script call in two halves, so that a caller can send to several
  * servers before waiting for any (RedLock). The wait reloads the script on
  * NOSCRIPT and turns error replies into codes, like dlock__eval_run.

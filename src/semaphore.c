@@ -148,7 +148,8 @@ static int element(const redisReply *r, size_t i, int64_t *out) {
 static int eval_integer(dlock_client_t *c, const dlock__eval *call,
                         int64_t *out) {
   redisReply *reply;
-  int rc = dlock__eval_run(c->conn, 1, call, &reply, 0);
+  dlock__synced sy;
+  int rc = dlock__eval_write(c, 1, call, &reply, 0, &sy);
   if (rc != 0)
     return rc;
   rc = dlock__decode_integer(reply, out);
@@ -337,9 +338,10 @@ static int sem_attempt(void *arg, int64_t *sleep_ms, int *pass) {
   const size_t lens[] = {s->len, strlen(t->n)};
   dlock__eval call = {&dlock__script_sem_acquire, 1, 1, argv, lens};
   redisReply *reply;
+  dlock__synced sy;
   int rc = dlock__check_object(s->c);
   if (rc == 0)
-    rc = dlock__eval_run(s->c->conn, 1, &call, &reply, 0);
+    rc = dlock__eval_write(s->c, 1, &call, &reply, 0, &sy);
   if (rc != 0)
     return rc;
   int64_t taken = 0, free_permits = 0;
@@ -349,6 +351,15 @@ static int sem_attempt(void *arg, int64_t *sleep_ms, int *pass) {
   freeReplyObject(reply);
   if (rc != 0)
     return rc;
+  if (taken == 1 && !sy.ok) {
+    /* Taken on the master only: given back, and not reported taken. */
+    const char *rargv[] = {s->name, s->channel, t->n};
+    const size_t rlens[] = {s->len, s->channel_len, strlen(t->n)};
+    dlock__eval back = {&dlock__script_sem_release, 2, 1, rargv, rlens};
+    int64_t ignored;
+    eval_integer(s->c, &back, &ignored);
+    return dlock__sync_fail(s->c, &sy, "semaphore", s->name, s->len);
+  }
   if (taken == 1)
     return 0;
   /* No lease ends here: only a release or a new count frees permits. */
@@ -657,7 +668,8 @@ static int psem_attempt(void *arg, int64_t *sleep_ms, int *pass) {
   if (rc != 0)
     return rc;
   int64_t sent_us = dlock__now_us();
-  rc = dlock__eval_run(s->c->conn, 1, &call, &reply, 0);
+  dlock__synced sy;
+  rc = dlock__eval_write(s->c, 1, &call, &reply, 0, &sy);
   if (rc != 0)
     return rc;
   int64_t taken = 0, a = 0, ends = 0;
@@ -669,6 +681,12 @@ static int psem_attempt(void *arg, int64_t *sleep_ms, int *pass) {
   freeReplyObject(reply);
   if (rc != 0)
     return rc;
+  if (taken == 1 && !sy.ok) {
+    /* Taken on the master only: given back, and not reported taken. */
+    int64_t ignored;
+    psem_give_back(s, t->id, &ignored);
+    return dlock__sync_fail(s->c, &sy, "semaphore", s->name, s->len);
+  }
   if (taken == 1) {
     rc = record_permit(t, (uint64_t)a, sent_us);
     if (rc != 0) {
@@ -826,7 +844,8 @@ int dlock_psem_count(dlock_psem_t *s, int64_t *free_out, int64_t *taken_out) {
   const size_t lens[] = {s->len, s->zset_len, s->channel_len};
   dlock__eval call = {&dlock__script_psem_count, 3, 0, argv, lens};
   redisReply *reply;
-  rc = dlock__eval_run(s->c->conn, 1, &call, &reply, 0);
+  dlock__synced sy;
+  rc = dlock__eval_write(s->c, 1, &call, &reply, 0, &sy);
   if (rc != 0)
     return rc;
   int64_t free_permits = 0, taken = 0;

@@ -190,12 +190,16 @@ int dlock__url_parse(const char *url, dlock__endpoint *out) {
   else if (strncmp(url, "rediss://", 9) == 0) {
     rc = parse_tcp(url + 9, out);
     out->tls = 1;
+  } else if (dlock__url_is_sentinel(url)) {
+    rc = dlock__fail(DLOCK_EINVAL, "a redis-sentinel:// URL names Sentinels, "
+                                   "not one server");
   } else {
     /* Quoted at most in part (and never with its user information), and
      * an ellipsis says when it was cut. */
     const char *quoted = strchr(url, '@') != NULL ? "..." : url;
     rc = dlock__fail(DLOCK_EINVAL,
-                     "URL must start with redis://, rediss:// or unix:// (got "
+                     "URL must start with redis://, rediss://, unix:// or "
+                     "redis-sentinel:// (got "
                      "\"%.40s%s\")",
                      quoted, strlen(quoted) > 40 ? "..." : "");
   }
@@ -225,4 +229,150 @@ void dlock__endpoint_describe(const dlock__endpoint *e, char *buf, size_t n) {
     snprintf(buf, n, "[%s]:%d", e->host, e->port);
   else
     snprintf(buf, n, "%s:%d", e->host ? e->host : "?", e->port);
+}
+
+/* ---- Sentinel URLs ------------------------------------------------------- */
+
+#define SENTINEL_SCHEME "redis-sentinel://"
+#define SENTINEL_DEFAULT_PORT 26379
+
+int dlock__url_is_sentinel(const char *url) {
+  return url != NULL &&
+         strncmp(url, SENTINEL_SCHEME, sizeof(SENTINEL_SCHEME) - 1) == 0;
+}
+
+void dlock__sentinel_url_free(dlock__sentinel_url *u) {
+  if (u == NULL)
+    return;
+  dlock__endpoint_free(&u->data);
+  for (size_t i = 0; i < u->n; i++)
+    dlock__endpoint_free(&u->sentinels[i]);
+  dlock__free(u->sentinels);
+  dlock__free(u->master);
+  memset(u, 0, sizeof(*u));
+}
+
+/* One "name=value" of the query ('p' up to 'end'). */
+static int sentinel_param(const char *p, const char *end,
+                          dlock__sentinel_url *out, char **s_user,
+                          char **s_pass) {
+  const char *eq = memchr(p, '=', (size_t)(end - p));
+  if (eq == NULL)
+    return dlock__fail(DLOCK_EINVAL,
+                       "Sentinel URL query takes name=value pairs");
+  size_t nlen = (size_t)(eq - p);
+  const char *v = eq + 1;
+  size_t vlen = (size_t)(end - v);
+  int nomem = 0;
+  if (nlen == 2 && memcmp(p, "db", 2) == 0) {
+    long db;
+    if (parse_number(v, vlen, 0, 1000000, &db) != 0)
+      return dlock__fail(DLOCK_EINVAL,
+                         "Sentinel URL db must be a database number");
+    out->data.db = (int)db;
+    return 0;
+  }
+  char **dst = NULL;
+  if (nlen == 17 && memcmp(p, "sentinel_password", 17) == 0)
+    dst = s_pass;
+  else if (nlen == 13 && memcmp(p, "sentinel_user", 13) == 0)
+    dst = s_user;
+  if (dst == NULL)
+    return dlock__fail(DLOCK_EINVAL,
+                       "Sentinel URL query: unknown parameter \"%.*s\" (db, "
+                       "sentinel_user, sentinel_password)",
+                       (int)(nlen < 40 ? nlen : 40), p);
+  if (*dst != NULL)
+    return dlock__fail(DLOCK_EINVAL, "Sentinel URL query repeats \"%.*s\"",
+                       (int)nlen, p);
+  *dst = decode(v, vlen, &nomem);
+  if (*dst == NULL)
+    return nomem ? dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL")
+                 : dlock__fail(DLOCK_EINVAL, "bad %%-escape in Sentinel URL "
+                                             "query");
+  return 0;
+}
+
+static int parse_sentinel(const char *rest, dlock__sentinel_url *out) {
+  const char *end = rest + strlen(rest);
+  const char *query = strchr(rest, '?');
+  const char *path_end = query ? query : end;
+  const char *slash = memchr(rest, '/', (size_t)(path_end - rest));
+  if (slash == NULL || slash + 1 >= path_end)
+    return dlock__fail(DLOCK_EINVAL,
+                       "Sentinel URL needs the master's name: "
+                       "redis-sentinel://host:port[,host:port...]/mastername");
+  int rc = parse_userinfo(&rest, slash, &out->data);
+  if (rc != 0)
+    return rc;
+  int nomem = 0;
+  out->master = decode(slash + 1, (size_t)(path_end - slash - 1), &nomem);
+  if (out->master == NULL)
+    return nomem ? dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL")
+                 : dlock__fail(DLOCK_EINVAL, "bad %%-escape in the master's "
+                                             "name");
+  if (strchr(out->master, '/') != NULL || strchr(out->master, ' ') != NULL)
+    return dlock__fail(DLOCK_EINVAL,
+                       "Sentinel URL: the master's name has a '/' or a space");
+  /* The Sentinels: comma-separated host[:port], [v6] allowed. */
+  size_t count = 1;
+  for (const char *p = rest; p < slash; p++)
+    count += *p == ',';
+  if (count > DLOCK__SENTINELS_MAX)
+    return dlock__fail(DLOCK_EINVAL,
+                       "Sentinel URL names more than %d "
+                       "Sentinels",
+                       DLOCK__SENTINELS_MAX);
+  out->sentinels = dlock__calloc(count, sizeof(*out->sentinels));
+  if (out->sentinels == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL");
+  for (const char *p = rest; p <= slash && rc == 0;) {
+    const char *comma = memchr(p, ',', (size_t)(slash - p));
+    const char *item_end = comma ? comma : slash;
+    if (item_end == p)
+      return dlock__fail(DLOCK_EINVAL, "Sentinel URL has an empty host");
+    dlock__endpoint *e = &out->sentinels[out->n++];
+    rc = parse_host_port(p, item_end, e);
+    if (rc == 0 && memchr(p, ':', (size_t)(item_end - p)) == NULL)
+      e->port = SENTINEL_DEFAULT_PORT;
+    if (rc == 0 && *p == '[' && item_end[-1] == ']')
+      e->port = SENTINEL_DEFAULT_PORT;
+    p = item_end + 1;
+  }
+  if (rc != 0)
+    return rc;
+  char *s_user = NULL, *s_pass = NULL;
+  for (const char *p = query ? query + 1 : end; p < end && rc == 0;) {
+    const char *amp = memchr(p, '&', (size_t)(end - p));
+    const char *item_end = amp ? amp : end;
+    rc = sentinel_param(p, item_end, out, &s_user, &s_pass);
+    p = item_end + 1;
+  }
+  if (rc == 0 && s_user != NULL && s_pass == NULL)
+    rc = dlock__fail(DLOCK_EINVAL, "Sentinel URL has sentinel_user but no "
+                                   "sentinel_password");
+  for (size_t i = 0; i < out->n && rc == 0; i++) {
+    dlock__endpoint *e = &out->sentinels[i];
+    if ((s_user != NULL && (e->user = dlock__strdup(s_user)) == NULL) ||
+        (s_pass != NULL && (e->pass = dlock__strdup(s_pass)) == NULL))
+      rc = dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL");
+  }
+  dlock__free(s_user);
+  if (s_pass != NULL) {
+    memset(s_pass, 0, strlen(s_pass));
+    dlock__free(s_pass);
+  }
+  return rc;
+}
+
+int dlock__url_parse_sentinel(const char *url, dlock__sentinel_url *out) {
+  if (out == NULL)
+    return dlock__fail(DLOCK_EINVAL, "no Sentinel URL to fill");
+  memset(out, 0, sizeof(*out));
+  if (!dlock__url_is_sentinel(url))
+    return dlock__fail(DLOCK_EINVAL, "not a redis-sentinel:// URL");
+  int rc = parse_sentinel(url + sizeof(SENTINEL_SCHEME) - 1, out);
+  if (rc != 0)
+    dlock__sentinel_url_free(out);
+  return rc;
 }

@@ -26,6 +26,37 @@ typedef struct dlock__endpoint {
  */
 int dlock__url_parse(const char *url, dlock__endpoint *out);
 
+/*
+ * A Sentinel URL:
+ *
+ *   redis-sentinel://[user:pass@]host[:port][,host[:port]...]/master
+ *                    [?db=N&sentinel_user=U&sentinel_password=P]
+ *
+ * The hosts are the Sentinels (port 26379 by default; [v6] hosts too),
+ * 'master' the name they monitor. user and pass are those of the data
+ * nodes (the master and its replicas), as in a redis:// URL; Sentinels
+ * that require a password of their own get sentinel_password (and
+ * sentinel_user for an ACL user). Values may be %-encoded.
+ */
+typedef struct dlock__sentinel_url {
+  dlock__endpoint data;       /* user, pass and db of the data nodes */
+  dlock__endpoint *sentinels; /* host, port and the Sentinels' user/pass */
+  size_t n;
+  char *master; /* the master's name */
+} dlock__sentinel_url;
+
+#define DLOCK__SENTINELS_MAX 32
+
+/* 1 when 'url' has the redis-sentinel:// scheme. */
+int dlock__url_is_sentinel(const char *url);
+
+/* Parses a Sentinel URL into '*out' (which owns its strings afterwards). 0
+ * or DLOCK_EINVAL with a detail that never shows a password. */
+int dlock__url_parse_sentinel(const char *url, dlock__sentinel_url *out);
+
+/* Frees what '*u' owns and zeroes it; safe on a zeroed one. */
+void dlock__sentinel_url_free(dlock__sentinel_url *u);
+
 /* Frees the strings of 'e' and zeroes it; safe on a zeroed endpoint. */
 void dlock__endpoint_free(dlock__endpoint *e);
 

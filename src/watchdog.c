@@ -136,7 +136,8 @@ static int group_of(const renewal *it) {
  * RENEW_BATCH locks per call. Fills 'renewed' (1/0 per item) and returns 0,
  * or an error code.
  */
-static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
+static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed,
+                         int *synced) {
   size_t ingroup[NGROUPS] = {0}, ncalls = 0;
   for (size_t i = 0; i < r->n; i++)
     ingroup[group_of(&r->items[i])]++;
@@ -209,8 +210,10 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed) {
   int64_t expiry = lease_end(c, r->oldest_us);
   if (expiry <= now)
     expiry = now + 1000;
-  rc = dlock__eval_run_paced(c->conn, ncalls, calls, replies,
-                             c->opt.command_timeout_ms, expiry);
+  dlock__synced sy;
+  rc = dlock__eval_write_paced(c, ncalls, calls, replies,
+                               c->opt.command_timeout_ms, expiry, &sy);
+  *synced = rc == 0 && sy.ok;
   for (k = 0; k < ncalls && rc == 0; k++) {
     const redisReply *rep = replies[k];
     size_t count = (size_t)calls[k].nargs - 1;
@@ -239,8 +242,11 @@ out:
  * items were found lost (their indexes are set in 'lost'). A hold that was
  * released or re-acquired meanwhile (another seq) is left alone. Sets
  * '*next_end_us' to the earliest lease end still to come among the holds
- * left unrenewed (0 when none). */
-static size_t apply_round(dlock_client_t *c, round *r, int rc,
+ * left unrenewed (0 when none). A round that too few replicas acknowledged
+ * ('synced' 0) renewed the holds on the master only, where a failover
+ * could lose the new lease: it confirms none of them, and a hold whose
+ * lease runs out with no synced renewal is reported lost. */
+static size_t apply_round(dlock_client_t *c, round *r, int rc, int synced,
                           const unsigned char *renewed, int64_t sent_us,
                           unsigned char *lost, int64_t *next_end_us) {
   size_t nlost = 0;
@@ -254,11 +260,11 @@ static size_t apply_round(dlock_client_t *c, round *r, int rc,
                                        it->owner, it->kind);
     if (h == NULL || h->seq != it->seq || h->lost)
       continue;
-    if (rc == 0 && renewed[i]) {
+    if (rc == 0 && renewed[i] && synced) {
       h->confirmed_us = sent_us;
     } else if (h->releasing > 0) {
       /* An unlock in flight may have run first: its answer decides. */
-    } else if (rc == 0 || now - h->confirmed_us >= lease_us) {
+    } else if ((rc == 0 && !renewed[i]) || now - h->confirmed_us >= lease_us) {
       /* Gone, or unreachable for so long that the key has expired. */
       h->lost = 1;
       lost[i] = 1;
@@ -266,7 +272,7 @@ static size_t apply_round(dlock_client_t *c, round *r, int rc,
       continue;
     }
     int64_t end = lease_end(c, h->confirmed_us);
-    if (!(rc == 0 && renewed[i]) && end > now &&
+    if (!(rc == 0 && renewed[i] && synced) && end > now &&
         (*next_end_us == 0 || end < *next_end_us))
       *next_end_us = end;
   }
@@ -307,8 +313,13 @@ static int renew_round(dlock_client_t *c, int64_t *lease_end_us) {
   int rc = DLOCK_ENOMEM;
   if (renewed != NULL && lost != NULL) {
     int64_t sent_us = dlock__now_us();
-    rc = send_renewals(c, &r, renewed);
-    size_t nlost = apply_round(c, &r, rc, renewed, sent_us, lost, lease_end_us);
+    int synced = 0;
+    rc = send_renewals(c, &r, renewed, &synced);
+    size_t nlost =
+        apply_round(c, &r, rc, synced, renewed, sent_us, lost, lease_end_us);
+    /* Retried sooner, like a round without an answer. */
+    if (rc == 0 && !synced)
+      rc = DLOCK_ENOSYNC;
     for (size_t i = 0; i < r.n && nlost > 0; i++)
       if (lost[i] && c->opt.on_lost != NULL)
         c->opt.on_lost(c->opt.on_lost_data, r.items[i].name,

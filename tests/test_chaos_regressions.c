@@ -35,6 +35,8 @@ static dlock_client_t *repro_client(rp_server_t *s, int64_t command_timeout_ms,
     o.watchdog_timeout_ms = watchdog_timeout_ms;
   if (unlock_retries >= 0)
     o.unlock_retries = unlock_retries;
+  /* The calls under test fail, rather than ride the outage out. */
+  o.outage_wait_ms = 0;
   dlock_client_t *c = NULL;
   ASSERT_DLOCK_OK(dlock_client_open(&o, &c));
   return c;

@@ -35,7 +35,7 @@ static void tc_new(tconn *t, const char *url, int64_t connect_ms,
                    int64_t command_ms) {
   memset(t, 0, sizeof(*t));
   ASSERT_DLOCK_OK(dlock__url_parse(url, &t->ep));
-  dlock__conn_cfg cfg = {&t->ep, connect_ms, command_ms, NULL};
+  dlock__conn_cfg cfg = {&t->ep, connect_ms, command_ms, NULL, NULL};
   ASSERT_DLOCK_OK(dlock__conn_new(&cfg, &t->c));
 }
 

@@ -25,6 +25,9 @@ static dlock_client_t *fast_client(rp_server_t *s, lu_lost_t *rec) {
   lu_options(&o, s);
   o.connect_timeout_ms = 500;
   o.command_timeout_ms = 500;
+  /* Calls fail at the first error, as they are asserted to (riding an
+   * outage out is tested in test_failover.c). */
+  o.outage_wait_ms = 0;
   if (rec) {
     o.on_lost = lu_lost_cb;
     o.on_lost_data = rec;

@@ -54,7 +54,7 @@ TEST(err_codes_distinct) {
 }
 
 TEST(err_unknown_codes) {
-  static const int unknown[] = {-14, -64, -100,    -1000,   1,
+  static const int unknown[] = {-15, -64, -100,    -1000,   1,
                                 2,   42,  INT_MIN, INT_MAX, -(INT_MAX)};
   for (size_t i = 0; i < sizeof(unknown) / sizeof(unknown[0]); i++) {
     const char *s = dlock_strerror(unknown[i]);

@@ -248,3 +248,88 @@ TEST(url_free_zeroed_is_safe) {
   dlock__endpoint_free(&e);
   ASSERT_NULL(e.host);
 }
+
+/* ---- Sentinel URLs ------------------------------------------------------ */
+
+TEST(url_sentinel_forms) {
+  dlock__sentinel_url u;
+  int rc = dlock__url_parse_sentinel(
+      "redis-sentinel://app:pw%40x@s1:26380,10.0.0.2,[::1]:26381,[fe80::1]/"
+      "my%2Dmaster?db=3&sentinel_password=sp%26w",
+      &u);
+  if (rc != 0)
+    fprintf(stderr, "%s\n", dlock_last_error());
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(u.n, 4);
+  ASSERT_STR_EQ(u.sentinels[0].host, "s1");
+  ASSERT_EQ(u.sentinels[0].port, 26380);
+  ASSERT_STR_EQ(u.sentinels[1].host, "10.0.0.2");
+  ASSERT_EQ(u.sentinels[1].port, 26379);
+  ASSERT_STR_EQ(u.sentinels[2].host, "::1");
+  ASSERT_EQ(u.sentinels[2].port, 26381);
+  ASSERT_STR_EQ(u.sentinels[3].host, "fe80::1");
+  ASSERT_EQ(u.sentinels[3].port, 26379);
+  for (size_t i = 0; i < u.n; i++) {
+    ASSERT_NULL(u.sentinels[i].user);
+    ASSERT_STR_EQ(u.sentinels[i].pass, "sp&w");
+  }
+  ASSERT_STR_EQ(u.master, "my-master");
+  ASSERT_STR_EQ(u.data.user, "app");
+  ASSERT_STR_EQ(u.data.pass, "pw@x");
+  ASSERT_EQ(u.data.db, 3);
+  ASSERT_NULL(u.data.host);
+  dlock__sentinel_url_free(&u);
+  ASSERT_EQ(u.n, 0);
+
+  rc = dlock__url_parse_sentinel("redis-sentinel://h/m?sentinel_user=su&"
+                                 "sentinel_password=sp",
+                                 &u);
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(u.n, 1);
+  ASSERT_STR_EQ(u.sentinels[0].user, "su");
+  ASSERT_STR_EQ(u.sentinels[0].pass, "sp");
+  ASSERT_NULL(u.data.pass);
+  ASSERT_EQ(u.data.db, 0);
+  dlock__sentinel_url_free(&u);
+  ASSERT_EQ(dlock__url_is_sentinel("redis-sentinel://h/m"), 1);
+  ASSERT_EQ(dlock__url_is_sentinel("redis://h"), 0);
+}
+
+TEST(url_sentinel_rejects) {
+  static const char *const bad[] = {
+      "redis-sentinel://h",                   /* no master name */
+      "redis-sentinel://h/",                  /* empty master name */
+      "redis-sentinel:///m",                  /* no Sentinel */
+      "redis-sentinel://h,,g/m",              /* empty host */
+      "redis-sentinel://h,/m",                /* empty host at the end */
+      "redis-sentinel://h:0/m",               /* port out of range */
+      "redis-sentinel://h:x/m",               /* port not a number */
+      "redis-sentinel://h/m?db=x",            /* db not a number */
+      "redis-sentinel://h/m?color=red",       /* unknown parameter */
+      "redis-sentinel://h/m?db",              /* no value */
+      "redis-sentinel://h/m?sentinel_user=u", /* user without password */
+      "redis-sentinel://h/m?sentinel_password=a&sentinel_password=b",
+      "redis-sentinel://h/a/b",    /* '/' in the name */
+      "redis-sentinel://user@h/m", /* user without password */
+      "redis-sentinel://h/m?sentinel_password=%zz",
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    dlock__sentinel_url u;
+    int rc = dlock__url_parse_sentinel(bad[i], &u);
+    printf("%s -> %s (%s)\n", bad[i], dlock_err_name(rc), dlock_last_error());
+    ASSERT_EQ(rc, DLOCK_EINVAL);
+    ASSERT_EQ(u.n, 0);
+    ASSERT_NULL(u.master);
+  }
+  /* Never shown: the data nodes' password or the Sentinels'. */
+  dlock__sentinel_url u;
+  ASSERT_EQ(
+      dlock__url_parse_sentinel(
+          "redis-sentinel://:Secret1@h/m?sentinel_password=Secret2&x=1", &u),
+      DLOCK_EINVAL);
+  ASSERT(strstr(dlock_last_error(), "Secret") == NULL);
+  /* A Sentinel URL is not a server's. */
+  dlock__endpoint e;
+  ASSERT_EQ(dlock__url_parse("redis-sentinel://h/m", &e), DLOCK_EINVAL);
+  ASSERT(strstr(dlock_last_error(), "Sentinel") != NULL);
+}

@@ -59,7 +59,9 @@ void cli_print_global_options_help(FILE *out) {
   fputs(
       "Global options (before or after the command name):\n"
       "  --url URL       Redis server, redis://[user@]host[:port][/db] or\n"
-      "                  unix:///path[?db=N]; repeat it for a RedLock over "
+      "                  unix:///path[?db=N], or Sentinels,\n"
+      "                  redis-sentinel://host:port[,host:port...]/master;\n"
+      "                  repeat it for a RedLock over "
       "independent\n"
       "                  masters (default: $DLOCK_URL, else " DLOCK_DEFAULT_URL
       ")\n"
@@ -217,6 +219,7 @@ int cli_exit_status_for(int err) {
   case DLOCK_EPROTO:
   case DLOCK_ESERVER:
   case DLOCK_ENOQUORUM:
+  case DLOCK_ENOSYNC:
     return EXIT_UNAVAILABLE;
   default:
     return EXIT_INTERNAL;

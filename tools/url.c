@@ -52,11 +52,26 @@ static char *replace_all(const char *text, const char *what, const char *with) {
   return out;
 }
 
-char *url_masked(const char *url) {
-  size_t start, len;
+/* The query parameter of a redis-sentinel:// URL that holds the
+ * Sentinels' own password. */
+#define SENTINEL_PASSWORD "sentinel_password="
 
-  if (!find_password(url, &start, &len))
-    return strdup(url);
+/* Finds the value of the Sentinels' password in a URL's query. */
+static int find_sentinel_password(const char *url, size_t *start, size_t *len) {
+  const char *query = strchr(url, '?');
+  for (const char *p = query; p != NULL; p = strchr(p + 1, '&')) {
+    if (strncmp(p + 1, SENTINEL_PASSWORD, strlen(SENTINEL_PASSWORD)) == 0) {
+      const char *value = p + 1 + strlen(SENTINEL_PASSWORD);
+      *start = (size_t)(value - url);
+      *len = strcspn(value, "&");
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* A copy of 'url' with 'len' bytes from 'start' replaced by the mask. */
+static char *mask_span(const char *url, size_t start, size_t len) {
   size_t rest = strlen(url + start + len);
   char *out = malloc(start + strlen(MASK) + rest + 1);
   if (out == NULL)
@@ -67,6 +82,19 @@ char *url_masked(const char *url) {
   return out;
 }
 
+char *url_masked(const char *url) {
+  size_t start, len;
+  char *out = find_password(url, &start, &len) ? mask_span(url, start, len)
+                                               : strdup(url);
+  /* A Sentinel URL may carry the Sentinels' password in its query too. */
+  if (out != NULL && find_sentinel_password(out, &start, &len) && len > 0) {
+    char *masked = mask_span(out, start, len);
+    free(out);
+    out = masked;
+  }
+  return out;
+}
+
 char *url_scrub(const char *text, const char *url) {
   size_t start, len;
   char *masked = url_masked(url);
@@ -74,6 +102,13 @@ char *url_scrub(const char *text, const char *url) {
 
   free(masked);
   if (out != NULL && find_password(url, &start, &len) && len >= 4) {
+    char *password = strndup(url + start, len);
+    char *scrubbed = password ? replace_all(out, password, MASK) : NULL;
+    free(password);
+    free(out);
+    out = scrubbed;
+  }
+  if (out != NULL && find_sentinel_password(url, &start, &len) && len >= 4) {
     char *password = strndup(url + start, len);
     char *scrubbed = password ? replace_all(out, password, MASK) : NULL;
     free(password);

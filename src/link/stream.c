@@ -297,19 +297,30 @@ int64_t dlock__stream_deadline(const dlock__stream *s) {
 
 int dlock__stream_ready(const dlock__stream *s) { return s->hs == NULL; }
 
-int dlock__stream_open(const dlock__endpoint *ep, const dlock__tls *tls,
-                       int64_t connect_timeout_ms, int64_t command_timeout_ms,
-                       int cancel_fd, int (*canceled)(void *), void *arg,
-                       dlock__stream **out) {
+int dlock__stream_open_until(const dlock__endpoint *ep, const dlock__tls *tls,
+                             int64_t connect_timeout_ms,
+                             int64_t command_timeout_ms, int64_t deadline_us,
+                             int cancel_fd, int (*canceled)(void *), void *arg,
+                             dlock__stream **out) {
   dlock__stream *s;
   int rc =
       dlock__stream_start(ep, tls, connect_timeout_ms, command_timeout_ms, &s);
   while (rc == 0 && (rc = dlock__stream_step(s)) == DLOCK__NET_AGAIN) {
     rc = 0;
+    int64_t until = dlock__stream_deadline(s);
+    if (deadline_us < until)
+      until = deadline_us;
+    if (dlock__now_us() >= deadline_us) {
+      char addr[160];
+      dlock__endpoint_describe(ep, addr, sizeof(addr));
+      rc = dlock__fail(DLOCK_EIO, "connect %s: not ready in the time left",
+                       addr);
+      break;
+    }
     struct pollfd p[2] = {
         {.fd = dlock__stream_fd(s), .events = dlock__stream_events(s)},
         {.fd = cancel_fd, .events = POLLIN}};
-    int n = poll(p, 2, dlock__ms_until(dlock__stream_deadline(s)));
+    int n = poll(p, 2, dlock__ms_until(until));
     if (n < 0 && errno != EINTR)
       rc = dlock__fail(DLOCK_EIO, "poll: %s", strerror(errno));
     else if (n > 0 && (p[1].revents & POLLIN)) {
@@ -327,4 +338,78 @@ int dlock__stream_open(const dlock__endpoint *ep, const dlock__tls *tls,
   }
   *out = s;
   return 0;
+}
+
+int dlock__stream_open(const dlock__endpoint *ep, const dlock__tls *tls,
+                       int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                       int cancel_fd, int (*canceled)(void *), void *arg,
+                       dlock__stream **out) {
+  return dlock__stream_open_until(ep, tls, connect_timeout_ms,
+                                  command_timeout_ms, INT64_MAX, cancel_fd,
+                                  canceled, arg, out);
+}
+
+/* ---- one command at a time ---------------------------------------------- */
+
+/*
+ * Waits until the socket is ready for 'events' or 'deadline_us' passes. It
+ * polls rather than relying on a socket timeout: a socket timeout bounds
+ * each read, and a server that sends one byte at a time restarts it with
+ * every byte. 1 when ready, 0 at the deadline, -1 on error (errno).
+ */
+static int wait_fd(int fd, short events, int64_t deadline_us) {
+  for (;;) {
+    struct pollfd p = {.fd = fd, .events = events, .revents = 0};
+    int n = poll(&p, 1, dlock__ms_until(deadline_us));
+    if (n > 0)
+      return 1;
+    if (n == 0 && dlock__now_us() >= deadline_us)
+      return 0;
+    if (n < 0 && errno != EINTR)
+      return -1;
+  }
+}
+
+/* Sends one command and reads its whole reply by 'deadline_us', into
+ * '*out' (the caller's; an error reply too). 'budget_ms' is the time it
+ * had, for the message. */
+static int roundtrip(dlock__stream *s, const char *addr, int64_t deadline_us,
+                     int64_t budget_ms, int argc, const char **argv,
+                     redisReply **out) {
+  void *reply = NULL;
+  int done = 0;
+  *out = NULL;
+  int rc = dlock__stream_append_argv(s, argc, argv, NULL);
+  while (rc == 0) {
+    rc = dlock__stream_flush(s, &done);
+    if (rc != 0 || done)
+      break;
+    int w = wait_fd(dlock__stream_fd(s), POLLOUT, deadline_us);
+    if (w <= 0)
+      goto no_answer;
+  }
+  while (rc == 0) {
+    if (dlock__stream_reply(s, &reply) != 0)
+      return dlock__fail(DLOCK_EPROTO, "%s %s: not a Redis server? (%s)",
+                         argv[0], addr, dlock__stream_proto_error(s));
+    if (reply != NULL)
+      break;
+    int w = wait_fd(dlock__stream_fd(s), POLLIN, deadline_us);
+    if (w <= 0)
+      goto no_answer;
+    rc = dlock__stream_read(s);
+  }
+  if (rc == 0)
+    *out = reply;
+  return rc;
+no_answer:
+  return dlock__fail(DLOCK_EIO, "%s %s: no complete answer within %lld ms",
+                     argv[0], addr, (long long)budget_ms);
+}
+
+int dlock__stream_command(dlock__stream *s, const char *addr,
+                          int64_t deadline_us, int argc, const char **argv,
+                          redisReply **out) {
+  int64_t budget_ms = (deadline_us - dlock__now_us() + 999) / 1000;
+  return roundtrip(s, addr, deadline_us, budget_ms, argc, argv, out);
 }

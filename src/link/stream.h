@@ -79,6 +79,25 @@ int dlock__stream_open(const dlock__endpoint *ep, const dlock__tls *tls,
                        int cancel_fd, int (*canceled)(void *), void *arg,
                        dlock__stream **out);
 
+/* dlock__stream_open that also gives up with DLOCK_EIO at 'deadline_us'
+ * (CLOCK_MONOTONIC), whatever is left of the stream's own timeouts. */
+int dlock__stream_open_until(const dlock__endpoint *ep, const dlock__tls *tls,
+                             int64_t connect_timeout_ms,
+                             int64_t command_timeout_ms, int64_t deadline_us,
+                             int cancel_fd, int (*canceled)(void *), void *arg,
+                             dlock__stream **out);
+
+/*
+ * Runs one command on an idle stream and waits for its whole reply until
+ * 'deadline_us', as the handshake does: '*out' is the reply (error replies
+ * included), the caller's. 'addr' names the server in messages. DLOCK_EIO
+ * when no complete answer came in time, DLOCK_EPROTO for bytes that are
+ * not RESP.
+ */
+int dlock__stream_command(dlock__stream *s, const char *addr,
+                          int64_t deadline_us, int argc, const char **argv,
+                          redisReply **out);
+
 /* The socket, to poll; for POLLIN always (see dlock__stream_read). */
 int dlock__stream_fd(const dlock__stream *s);
 

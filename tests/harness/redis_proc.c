@@ -47,6 +47,7 @@ struct rp_server {
   pid_t pid;         /* 0 while not running */
   int paused;
   int unix_socket;
+  int sentinel;
   int port;
   char *requirepass;
   char dir[256];
@@ -376,7 +377,8 @@ static void close_from_3(void) {
 
 static int spawn(rp_server_t *s) {
   static char arg0[] = "redis-server";
-  char *argv[] = {arg0, s->conf, NULL};
+  static char sentinel_flag[] = "--sentinel";
+  char *argv[] = {arg0, s->conf, s->sentinel ? sentinel_flag : NULL, NULL};
   const char *bin = redis_server_path();
   int out = open(s->out, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -570,6 +572,7 @@ int rp_start(const rp_options_t *o, rp_server_t **out) {
     return -1;
   s->owner = getpid();
   s->unix_socket = o->unix_socket;
+  s->sentinel = o->sentinel;
   if (o->requirepass)
     s->requirepass = xprintf("%s", o->requirepass);
   if (make_dir(s) != 0) {

@@ -36,6 +36,10 @@ typedef struct rp_options {
   const char *requirepass; /* NULL: no password */
   int appendonly;         /* 1: AOF on (appendfsync always), survives restart */
   const char *extra_conf; /* extra redis.conf lines, may be NULL */
+  /* 1: run as a Sentinel ("redis-server redis.conf --sentinel"), whose
+   * "sentinel monitor ..." lines go in extra_conf. Sentinel rewrites its
+   * config file as it learns the deployment; it is in the temp dir. */
+  int sentinel;
 } rp_options_t;
 
 void rp_options_init(rp_options_t *o);

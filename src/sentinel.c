@@ -1,0 +1,505 @@
+/*
+ * Finding the master through Sentinel (see sentinel.h).
+ */
+#define _GNU_SOURCE
+#include "sentinel.h"
+
+#include "alloc.h"
+#include "error.h"
+#include "monotime.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The watcher's pause before it tries the next Sentinel, doubling. */
+#define WATCH_BACKOFF_FIRST_MS 100
+#define WATCH_BACKOFF_MAX_MS 2000
+/* The watcher pings its Sentinel this often, and calls the connection
+ * dead after three periods (or three command timeouts) of silence. */
+#define WATCH_PING_MS 1000
+
+struct dlock__sentinel {
+  dlock__sentinel_url url;
+  int64_t connect_timeout_ms, command_timeout_ms;
+  pthread_mutex_t mu; /* guards the master, 'next' */
+  char *master_host;  /* the master last known, or NULL */
+  int master_port;
+  size_t next; /* the Sentinel to ask first */
+  atomic_uint gen;
+  /* The watcher. */
+  pthread_t thread;
+  int started;
+  atomic_int stopping;
+  int wake[2]; /* written to stop it */
+  dlock__sentinel_cb cb;
+  void *cb_data;
+};
+
+int dlock__sentinel_new(dlock__sentinel_url *url, int64_t connect_timeout_ms,
+                        int64_t command_timeout_ms, dlock__sentinel **out) {
+  *out = NULL;
+  dlock__sentinel *s = dlock__calloc(1, sizeof(*s));
+  if (s == NULL) {
+    dlock__sentinel_url_free(url);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory for Sentinel discovery");
+  }
+  s->url = *url;
+  memset(url, 0, sizeof(*url));
+  s->connect_timeout_ms = connect_timeout_ms;
+  s->command_timeout_ms = command_timeout_ms;
+  s->wake[0] = s->wake[1] = -1;
+  pthread_mutex_init(&s->mu, NULL);
+  *out = s;
+  return 0;
+}
+
+unsigned dlock__sentinel_gen(dlock__sentinel *s) {
+  return atomic_load(&s->gen);
+}
+
+void dlock__sentinel_describe(dlock__sentinel *s, char *buf, size_t n) {
+  pthread_mutex_lock(&s->mu);
+  if (s->master_host == NULL)
+    snprintf(buf, n, "master \"%s\" (not found yet)", s->url.master);
+  else if (strchr(s->master_host, ':') != NULL)
+    snprintf(buf, n, "[%s]:%d", s->master_host, s->master_port);
+  else
+    snprintf(buf, n, "%s:%d", s->master_host, s->master_port);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Records the master 'host':'port'; a change moves the generation on.
+ * Returns 1 when it changed. */
+static int set_master(dlock__sentinel *s, const char *host, size_t host_len,
+                      int port) {
+  char *copy = dlock__memdup(host, host_len);
+  if (copy == NULL)
+    return 0;
+  pthread_mutex_lock(&s->mu);
+  int changed = s->master_host == NULL || s->master_port != port ||
+                strcmp(s->master_host, copy) != 0;
+  if (changed) {
+    dlock__free(s->master_host);
+    s->master_host = copy;
+    s->master_port = port;
+    atomic_fetch_add(&s->gen, 1);
+  } else {
+    dlock__free(copy);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return changed;
+}
+
+/* Appends 'text' to the reasons gathered in 'why'. */
+static void add_reason(char *why, size_t n, const char *text) {
+  size_t len = strlen(why);
+  if (len + 3 < n)
+    snprintf(why + len, n - len, "%s%s", len > 0 ? "; " : "", text);
+}
+
+static int64_t earlier(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Opens a stream to the data node 'host':'port' and checks with ROLE that
+ * it is a master. */
+static int open_master(dlock__sentinel *s, const char *host, int port,
+                       int64_t deadline_us, dlock__stream **out) {
+  *out = NULL;
+  dlock__endpoint ep = s->url.data;
+  ep.host = (char *)host;
+  ep.port = port;
+  ep.path = NULL;
+  char addr[160];
+  dlock__endpoint_describe(&ep, addr, sizeof(addr));
+  dlock__stream *st = NULL;
+  int rc = dlock__stream_open_until(&ep, NULL, s->connect_timeout_ms,
+                                    s->command_timeout_ms, deadline_us, -1,
+                                    NULL, NULL, &st);
+  if (rc != 0)
+    return rc;
+  const char *argv[] = {"ROLE"};
+  redisReply *r = NULL;
+  rc = dlock__stream_command(
+      st, addr, earlier(deadline_us, dlock__deadline_ms(s->command_timeout_ms)),
+      1, argv, &r);
+  if (rc == 0 && r->type == REDIS_REPLY_ERROR) {
+    /* A user not allowed ROLE cannot confirm the master this way; a
+     * replica would refuse its writes with READONLY all the same. */
+    if (dlock__fail_reply(r->str, r->len) != DLOCK_EAUTH)
+      rc = dlock__fail(DLOCK_EIO, "ROLE %s: %.200s", addr, r->str);
+  } else if (rc == 0 && (r->type != REDIS_REPLY_ARRAY || r->elements < 1 ||
+                         r->element[0]->type != REDIS_REPLY_STRING ||
+                         strcmp(r->element[0]->str, "master") != 0)) {
+    rc = dlock__fail(DLOCK_EIO,
+                     "%s, named master of \"%s\", is not a master (ROLE says "
+                     "%s): a failover is under way or the Sentinel is stale",
+                     addr, s->url.master,
+                     r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+                             r->element[0]->type == REDIS_REPLY_STRING
+                         ? r->element[0]->str
+                         : "something else");
+  }
+  if (r != NULL)
+    freeReplyObject(r);
+  if (rc != 0) {
+    dlock__stream_free(st);
+    return rc;
+  }
+  *out = st;
+  return 0;
+}
+
+/* Asks Sentinel 'i' for the master's address: 0 with '*host' (the
+ * caller's) and '*port', or an error. */
+static int ask_sentinel(dlock__sentinel *s, size_t i, int64_t deadline_us,
+                        char **host, int *port) {
+  *host = NULL;
+  const dlock__endpoint *ep = &s->url.sentinels[i];
+  char addr[160];
+  dlock__endpoint_describe(ep, addr, sizeof(addr));
+  dlock__stream *st = NULL;
+  int rc = dlock__stream_open_until(ep, NULL, s->connect_timeout_ms,
+                                    s->command_timeout_ms, deadline_us, -1,
+                                    NULL, NULL, &st);
+  if (rc != 0) {
+    char why[300];
+    snprintf(why, sizeof(why), "%s", dlock_last_error());
+    return dlock__fail(rc, "Sentinel %s: %s", addr, why);
+  }
+  const char *argv[] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", s->url.master};
+  redisReply *r = NULL;
+  rc = dlock__stream_command(
+      st, addr, earlier(deadline_us, dlock__deadline_ms(s->command_timeout_ms)),
+      3, argv, &r);
+  dlock__stream_free(st);
+  if (rc != 0)
+    return rc;
+  if (r->type == REDIS_REPLY_ERROR) {
+    rc = dlock__fail_reply(r->str, r->len);
+    char why[300];
+    snprintf(why, sizeof(why), "%s", dlock_last_error());
+    rc = dlock__fail(rc == DLOCK_EAUTH ? DLOCK_EAUTH : DLOCK_EIO,
+                     "Sentinel %s: %s", addr, why);
+  } else if (r->type == REDIS_REPLY_NIL) {
+    rc = dlock__fail(DLOCK_EIO, "Sentinel %s does not know master \"%s\"", addr,
+                     s->url.master);
+  } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+             r->element[0]->type != REDIS_REPLY_STRING ||
+             r->element[1]->type != REDIS_REPLY_STRING ||
+             atoi(r->element[1]->str) <= 0 ||
+             atoi(r->element[1]->str) > 65535) {
+    rc = dlock__fail(DLOCK_EPROTO,
+                     "Sentinel %s gave an unexpected answer to "
+                     "GET-MASTER-ADDR-BY-NAME",
+                     addr);
+  } else {
+    *host = dlock__memdup(r->element[0]->str, r->element[0]->len);
+    *port = atoi(r->element[1]->str);
+    if (*host == NULL)
+      rc = dlock__fail(DLOCK_ENOMEM, "out of memory asking a Sentinel");
+  }
+  freeReplyObject(r);
+  return rc;
+}
+
+int dlock__sentinel_open(dlock__sentinel *s, int64_t deadline_us,
+                         dlock__stream **out, unsigned *gen) {
+  *out = NULL;
+  char why[1024] = "";
+  /* The master last known first: after a reconnect it is usually still
+   * the master, and a Sentinel need not be asked. */
+  pthread_mutex_lock(&s->mu);
+  char *known = s->master_host ? dlock__strdup(s->master_host) : NULL;
+  int known_port = s->master_port;
+  size_t first = s->next;
+  pthread_mutex_unlock(&s->mu);
+  int rc = DLOCK_EIO;
+  if (known != NULL) {
+    unsigned g = dlock__sentinel_gen(s);
+    rc = open_master(s, known, known_port, deadline_us, out);
+    dlock__free(known);
+    if (rc == 0) {
+      *gen = g;
+      return 0;
+    }
+    if (rc == DLOCK_EAUTH || rc == DLOCK_ENOMEM)
+      return rc;
+    add_reason(why, sizeof(why), dlock_last_error());
+  }
+  for (size_t k = 0; k < s->url.n; k++) {
+    if (dlock__now_us() >= deadline_us)
+      break;
+    size_t i = (first + k) % s->url.n;
+    char *host;
+    int port = 0;
+    rc = ask_sentinel(s, i, deadline_us, &host, &port);
+    if (rc == DLOCK_ENOMEM)
+      return rc;
+    if (rc != 0) {
+      add_reason(why, sizeof(why), dlock_last_error());
+      continue;
+    }
+    set_master(s, host, strlen(host), port);
+    pthread_mutex_lock(&s->mu);
+    s->next = i;
+    pthread_mutex_unlock(&s->mu);
+    unsigned g = dlock__sentinel_gen(s);
+    rc = open_master(s, host, port, deadline_us, out);
+    dlock__free(host);
+    if (rc == 0) {
+      *gen = g;
+      return 0;
+    }
+    if (rc == DLOCK_EAUTH || rc == DLOCK_ENOMEM)
+      return rc;
+    add_reason(why, sizeof(why), dlock_last_error());
+  }
+  return dlock__fail(DLOCK_EIO,
+                     "no master \"%s\" found through %zu "
+                     "Sentinel(s): %s",
+                     s->url.master, s->url.n, why[0] ? why : "out of time");
+}
+
+/* The value of field 'name' in one entry of SENTINEL REPLICAS (a flat
+ * array of names and values), or "". */
+static const char *entry_field(const redisReply *e, const char *name) {
+  if (e->type != REDIS_REPLY_ARRAY)
+    return "";
+  for (size_t i = 0; i + 1 < e->elements; i += 2)
+    if (e->element[i]->type == REDIS_REPLY_STRING &&
+        strcmp(e->element[i]->str, name) == 0 &&
+        e->element[i + 1]->type == REDIS_REPLY_STRING)
+      return e->element[i + 1]->str;
+  return "";
+}
+
+/* 1 when 'flags' (comma-separated) has 'flag'. */
+static int has_flag(const char *flags, const char *flag) {
+  size_t n = strlen(flag);
+  for (const char *p = flags; (p = strstr(p, flag)) != NULL; p += n)
+    if ((p == flags || p[-1] == ',') && (p[n] == '\0' || p[n] == ','))
+      return 1;
+  return 0;
+}
+
+int dlock__sentinel_replicas(dlock__sentinel *s, int64_t deadline_us,
+                             int *out) {
+  char why[1024] = "";
+  pthread_mutex_lock(&s->mu);
+  size_t first = s->next;
+  pthread_mutex_unlock(&s->mu);
+  for (size_t k = 0; k < s->url.n; k++) {
+    if (dlock__now_us() >= deadline_us)
+      break;
+    size_t i = (first + k) % s->url.n;
+    const dlock__endpoint *ep = &s->url.sentinels[i];
+    char addr[160];
+    dlock__endpoint_describe(ep, addr, sizeof(addr));
+    dlock__stream *st = NULL;
+    int rc = dlock__stream_open_until(ep, NULL, s->connect_timeout_ms,
+                                      s->command_timeout_ms, deadline_us, -1,
+                                      NULL, NULL, &st);
+    redisReply *r = NULL;
+    const char *argv[] = {"SENTINEL", "REPLICAS", s->url.master};
+    if (rc == 0)
+      rc = dlock__stream_command(
+          st, addr,
+          earlier(deadline_us, dlock__deadline_ms(s->command_timeout_ms)), 3,
+          argv, &r);
+    dlock__stream_free(st);
+    if (rc == 0 && r->type == REDIS_REPLY_ARRAY) {
+      /* Replicas the Sentinel sees up and replicating: not down, not
+       * disconnected, and saying they are replicas (a master demoted by a
+       * failover is listed before it has been told so). */
+      int n = 0;
+      for (size_t j = 0; j < r->elements; j++) {
+        const char *flags = entry_field(r->element[j], "flags");
+        if (!has_flag(flags, "s_down") && !has_flag(flags, "o_down") &&
+            !has_flag(flags, "disconnected") &&
+            strcmp(entry_field(r->element[j], "role-reported"), "slave") == 0)
+          n++;
+      }
+      freeReplyObject(r);
+      *out = n;
+      return 0;
+    }
+    if (rc == 0)
+      rc = dlock__fail(DLOCK_EIO, "Sentinel %s: SENTINEL REPLICAS %s: %.200s",
+                       addr, s->url.master,
+                       r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+    if (r != NULL)
+      freeReplyObject(r);
+    add_reason(why, sizeof(why), dlock_last_error());
+  }
+  return dlock__fail(DLOCK_EIO, "no Sentinel told the replicas of \"%s\": %s",
+                     s->url.master, why[0] ? why : "out of time");
+}
+
+/* ---- the +switch-master watcher ------------------------------------------ */
+
+/* Sleeps 'ms' or until stopped; 1 when stopping. */
+static int watch_pause(dlock__sentinel *s, int64_t ms) {
+  struct pollfd p = {.fd = s->wake[0], .events = POLLIN, .revents = 0};
+  poll(&p, 1, (int)ms);
+  return atomic_load(&s->stopping);
+}
+
+/* Handles one message of the subscription: "+switch-master" with
+ * "<name> <old-ip> <old-port> <new-ip> <new-port>". */
+static void on_message(dlock__sentinel *s, const redisReply *r) {
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+      r->element[0]->type != REDIS_REPLY_STRING ||
+      strcmp(r->element[0]->str, "message") != 0 ||
+      r->element[2]->type != REDIS_REPLY_STRING)
+    return;
+  const char *text = r->element[2]->str;
+  size_t nlen = strlen(s->url.master);
+  if (strncmp(text, s->url.master, nlen) != 0 || text[nlen] != ' ')
+    return;
+  char oldip[64], newip[64];
+  int oldport, newport;
+  if (sscanf(text + nlen, " %63s %d %63s %d", oldip, &oldport, newip,
+             &newport) != 4)
+    return;
+  if (set_master(s, newip, strlen(newip), newport) && s->cb != NULL)
+    s->cb(s->cb_data);
+}
+
+/* Watches Sentinel 'i' until its connection fails or the watcher stops.
+ * 1 when it got as far as subscribing. */
+static int watch_one(dlock__sentinel *s, size_t i) {
+  const dlock__endpoint *ep = &s->url.sentinels[i];
+  char addr[160];
+  dlock__endpoint_describe(ep, addr, sizeof(addr));
+  dlock__stream *st = NULL;
+  int64_t budget = s->connect_timeout_ms + s->command_timeout_ms;
+  if (dlock__stream_open_until(
+          ep, NULL, s->connect_timeout_ms, s->command_timeout_ms,
+          dlock__deadline_ms(budget), -1, NULL, NULL, &st) != 0)
+    return 0;
+  /* A switch made while nobody watched is caught here. */
+  const char *ask[] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", s->url.master};
+  redisReply *r = NULL;
+  if (dlock__stream_command(st, addr, dlock__deadline_ms(s->command_timeout_ms),
+                            3, ask, &r) != 0) {
+    dlock__stream_free(st);
+    return 0;
+  }
+  if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+      r->element[0]->type == REDIS_REPLY_STRING &&
+      r->element[1]->type == REDIS_REPLY_STRING) {
+    pthread_mutex_lock(&s->mu);
+    int known = s->master_host != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (known &&
+        set_master(s, r->element[0]->str, r->element[0]->len,
+                   atoi(r->element[1]->str)) &&
+        s->cb != NULL)
+      s->cb(s->cb_data);
+  }
+  freeReplyObject(r);
+  const char *sub[] = {"SUBSCRIBE", "+switch-master"};
+  int rc = dlock__stream_append_argv(st, 2, sub, NULL);
+  int64_t silence_ms =
+      3 * (s->command_timeout_ms > WATCH_PING_MS ? s->command_timeout_ms
+                                                 : WATCH_PING_MS);
+  int64_t last_rx = dlock__now_us(), next_ping = last_rx + WATCH_PING_MS * 1000;
+  while (rc == 0 && !atomic_load(&s->stopping)) {
+    int done = 0;
+    if (dlock__stream_flush(st, &done) != 0)
+      break;
+    struct pollfd p[2] = {{.fd = s->wake[0], .events = POLLIN, .revents = 0},
+                          {.fd = dlock__stream_fd(st),
+                           .events = (short)(POLLIN | (done ? 0 : POLLOUT)),
+                           .revents = 0}};
+    int64_t now = dlock__now_us();
+    if (now - last_rx > silence_ms * 1000)
+      break; /* a silent Sentinel: the next one */
+    if (now >= next_ping) {
+      const char *ping[] = {"PING"};
+      rc = dlock__stream_append_argv(st, 1, ping, NULL);
+      next_ping = now + WATCH_PING_MS * 1000;
+      continue;
+    }
+    int n = poll(p, 2, dlock__ms_until(next_ping));
+    if (n < 0 && errno != EINTR)
+      break;
+    if (n <= 0 || !(p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+      continue;
+    if (dlock__stream_read(st) != 0)
+      break;
+    void *reply;
+    while (dlock__stream_reply(st, &reply) == 0 && reply != NULL) {
+      last_rx = dlock__now_us();
+      on_message(s, reply);
+      freeReplyObject(reply);
+    }
+    if (st->reader->err)
+      break;
+  }
+  dlock__stream_free(st);
+  return 1;
+}
+
+static void *watch_main(void *arg) {
+  dlock__sentinel *s = arg;
+  pthread_mutex_lock(&s->mu);
+  size_t i = s->next;
+  pthread_mutex_unlock(&s->mu);
+  int64_t backoff = WATCH_BACKOFF_FIRST_MS;
+  while (!atomic_load(&s->stopping)) {
+    if (watch_one(s, i))
+      backoff = WATCH_BACKOFF_FIRST_MS;
+    i = (i + 1) % s->url.n;
+    if (watch_pause(s, backoff))
+      break;
+    backoff =
+        backoff * 2 > WATCH_BACKOFF_MAX_MS ? WATCH_BACKOFF_MAX_MS : backoff * 2;
+  }
+  return NULL;
+}
+
+int dlock__sentinel_watch(dlock__sentinel *s, dlock__sentinel_cb cb,
+                          void *data) {
+  s->cb = cb;
+  s->cb_data = data;
+  if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0)
+    return dlock__fail(DLOCK_EIO, "pipe2: %s", strerror(errno));
+  if (pthread_create(&s->thread, NULL, watch_main, s) != 0)
+    return dlock__fail(DLOCK_ENOMEM, "pthread_create failed");
+  s->started = 1;
+  return 0;
+}
+
+void dlock__sentinel_stop(dlock__sentinel *s) {
+  if (s == NULL)
+    return;
+  atomic_store(&s->stopping, 1);
+  if (s->wake[1] >= 0) {
+    ssize_t w = write(s->wake[1], "x", 1);
+    (void)w;
+  }
+  if (s->started)
+    pthread_join(s->thread, NULL);
+  s->started = 0;
+}
+
+void dlock__sentinel_free(dlock__sentinel *s) {
+  if (s == NULL)
+    return;
+  dlock__sentinel_stop(s);
+  if (s->wake[0] >= 0) {
+    close(s->wake[0]);
+    close(s->wake[1]);
+  }
+  dlock__sentinel_url_free(&s->url);
+  dlock__free(s->master_host);
+  pthread_mutex_destroy(&s->mu);
+  dlock__free(s);
+}

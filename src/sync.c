@@ -1,0 +1,233 @@
+/*
+ * Replica sync (see sync.h).
+ */
+#include "sync.h"
+
+#include "client.h"
+#include "error.h"
+#include "monotime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* How often the replicas in step are read again, in the round trip of a
+ * write. */
+#define REFRESH_US 1000000
+/* A replica acknowledges its master every second; one silent for longer
+ * than this (in whole seconds, as INFO counts) is not counted in step: it
+ * is cut off or far behind, and every write would wait for it in vain. */
+#define LAG_MAX_S 2
+
+void dlock__sync_init(dlock__sync *s, const dlock_options_t *o) {
+  s->on = o->replica_sync != 0;
+  s->fixed = o->replica_sync_replicas;
+  s->timeout_ms = o->replica_sync_timeout_ms;
+  atomic_store(&s->replicas, s->fixed > 0 ? s->fixed : -1);
+  atomic_store(&s->read_us, 0);
+  atomic_store(&s->warned, 0);
+}
+
+/* The value of 'key=' in one "slaveN:ip=...,state=online,...,lag=0" line
+ * ('line' up to 'end'), or NULL. */
+static const char *field_in(const char *line, const char *end,
+                            const char *key) {
+  size_t klen = strlen(key);
+  for (const char *p = line; p + klen <= end; p++)
+    if ((p == line || p[-1] == ',' || p[-1] == ':') &&
+        memcmp(p, key, klen) == 0)
+      return p + klen;
+  return NULL;
+}
+
+int dlock__sync_count_info(const char *text, size_t len) {
+  const char *end = text + len;
+  int master = 0, n = 0;
+  for (const char *line = text; line < end;) {
+    const char *eol = memchr(line, '\n', (size_t)(end - line));
+    if (eol == NULL)
+      eol = end;
+    size_t ll = (size_t)(eol - line);
+    if (ll >= 11 && memcmp(line, "role:master", 11) == 0)
+      master = 1;
+    if (ll > 6 && memcmp(line, "slave", 5) == 0 && line[5] >= '0' &&
+        line[5] <= '9') {
+      const char *state = field_in(line, eol, "state=");
+      const char *lag = field_in(line, eol, "lag=");
+      if (state != NULL && (size_t)(eol - state) >= 6 &&
+          memcmp(state, "online", 6) == 0 && lag != NULL &&
+          atol(lag) <= LAG_MAX_S)
+        n++;
+    }
+    line = eol + 1;
+  }
+  return master ? n : -1;
+}
+
+/* Takes the replicas from an INFO replication reply. */
+static void apply_info(dlock_client_t *c, const redisReply *r) {
+  dlock__sync *s = &c->sync;
+  if (r == NULL)
+    return;
+  if (r->type == REDIS_REPLY_STRING) {
+    int n = dlock__sync_count_info(r->str, r->len);
+    /* Not a master: the write failed with READONLY; the next one reads
+     * again on whatever master it reaches. */
+    atomic_store(&s->replicas, n);
+    atomic_store(&s->read_us, dlock__now_us());
+    return;
+  }
+  if (r->type == REDIS_REPLY_ERROR) {
+    /* INFO refused (an ACL without it): nothing says how many replicas
+     * there are, so none is waited for; said once. */
+    atomic_store(&s->replicas, 0);
+    atomic_store(&s->read_us, dlock__now_us());
+    if (c->opt.on_warning != NULL && atomic_exchange(&s->warned, 1) == 0) {
+      char text[400];
+      snprintf(text, sizeof(text),
+               "replica sync cannot read INFO replication (%.*s): writes "
+               "wait for no replica; allow the user INFO, or set "
+               "replica_sync_replicas",
+               (int)(r->len < 200 ? r->len : 200), r->str);
+      c->opt.on_warning(c->opt.on_warning_data, text);
+    }
+  }
+}
+
+int dlock__sync_wanted(dlock_client_t *c) {
+  dlock__sync *s = &c->sync;
+  if (!s->on)
+    return 0;
+  int n = atomic_load(&s->replicas);
+  if (c->sentinel != NULL && s->fixed == 0 &&
+      atomic_load(&s->gen) != dlock__sentinel_gen(c->sentinel))
+    n = -1;
+  if (n >= 0)
+    return n;
+  if (c->sentinel != NULL) {
+    unsigned gen = dlock__sentinel_gen(c->sentinel);
+    int rc = dlock__sentinel_replicas(
+        c->sentinel, dlock__deadline_ms(c->opt.command_timeout_ms), &n);
+    if (rc != 0)
+      return rc;
+    atomic_store(&s->gen, gen);
+    atomic_store(&s->replicas, n);
+    atomic_store(&s->read_us, dlock__now_us());
+    return n;
+  }
+  /* Not known: read now, a round trip before the write. */
+  const char *argv[] = {"INFO", "replication"};
+  char *cmd;
+  int len = redisFormatCommandArgv(&cmd, 2, argv, NULL);
+  if (len < 0)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory formatting INFO");
+  size_t slen = (size_t)len;
+  redisReply *r = NULL;
+  int rc = dlock__conn_call(c->conn, 1, &cmd, &slen, &r, 0);
+  redisFreeCommand(cmd);
+  if (rc != 0)
+    return rc;
+  apply_info(c, r);
+  freeReplyObject(r);
+  n = atomic_load(&s->replicas);
+  /* A replica answered: the write will fail with READONLY and say so. */
+  return n >= 0 ? n : 0;
+}
+
+static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
+                       redisReply **replies, int64_t deadline_us,
+                       int64_t idle_ms, dlock__synced *out) {
+  dlock__sync *s = &c->sync;
+  out->ok = 1;
+  out->acked = out->wanted = 0;
+  int wanted = dlock__sync_wanted(c);
+  if (wanted < 0)
+    return wanted;
+  int refresh = s->on && s->fixed == 0 && c->sentinel == NULL &&
+                dlock__now_us() - atomic_load(&s->read_us) > REFRESH_US;
+  if (wanted == 0 && !refresh)
+    return idle_ms > 0
+               ? dlock__eval_run_paced(c->conn, n, calls, replies, idle_ms,
+                                       deadline_us)
+               : dlock__eval_run(c->conn, n, calls, replies, deadline_us);
+  char *tail[2];
+  size_t lens[2], ntail = 0;
+  redisReply *got[2] = {NULL, NULL};
+  char nrep[16], tmo[24];
+  snprintf(nrep, sizeof(nrep), "%d", wanted);
+  snprintf(tmo, sizeof(tmo), "%lld", (long long)s->timeout_ms);
+  const char *wait_argv[] = {"WAIT", nrep, tmo};
+  const char *info_argv[] = {"INFO", "replication"};
+  int len;
+  int rc = 0;
+  if (wanted > 0) {
+    if ((len = redisFormatCommandArgv(&tail[ntail], 3, wait_argv, NULL)) < 0)
+      rc = DLOCK_ENOMEM;
+    else
+      lens[ntail++] = (size_t)len;
+  }
+  if (rc == 0 && refresh) {
+    if ((len = redisFormatCommandArgv(&tail[ntail], 2, info_argv, NULL)) < 0)
+      rc = DLOCK_ENOMEM;
+    else
+      lens[ntail++] = (size_t)len;
+  }
+  if (rc != 0) {
+    for (size_t k = 0; k < ntail; k++)
+      redisFreeCommand(tail[k]);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory formatting WAIT");
+  }
+  /* The WAIT may take its whole timeout on top of the command's. */
+  int64_t extra_ms = wanted > 0 ? s->timeout_ms : 0;
+  if (idle_ms > 0)
+    idle_ms += extra_ms;
+  else if (deadline_us == 0)
+    deadline_us = dlock__deadline_ms(c->opt.command_timeout_ms + extra_ms);
+  rc = dlock__eval_run_tail(c->conn, n, calls, replies, deadline_us, idle_ms,
+                            ntail, (const char *const *)tail, lens, got);
+  for (size_t k = 0; k < ntail; k++)
+    redisFreeCommand(tail[k]);
+  if (rc == 0 && wanted > 0) {
+    const redisReply *w = got[0];
+    out->wanted = wanted;
+    out->acked =
+        w != NULL && w->type == REDIS_REPLY_INTEGER ? (int)w->integer : 0;
+    out->ok = out->acked >= wanted;
+  }
+  if (rc == 0 && refresh)
+    apply_info(c, got[ntail - 1]);
+  for (size_t k = 0; k < ntail; k++)
+    if (got[k] != NULL)
+      freeReplyObject(got[k]);
+  /* A write that failed may be followed by a connection to another master
+   * (a failover), and one that fell short by a replica gone: either way
+   * the replicas are read again before the next write. */
+  if (s->on && s->fixed == 0 && (rc != 0 || !out->ok))
+    atomic_store(&s->replicas, -1);
+  return rc;
+}
+
+int dlock__eval_write(dlock_client_t *c, size_t n, const dlock__eval *calls,
+                      redisReply **replies, int64_t deadline_us,
+                      dlock__synced *out) {
+  return write_round(c, n, calls, replies, deadline_us, 0, out);
+}
+
+int dlock__eval_write_paced(dlock_client_t *c, size_t n,
+                            const dlock__eval *calls, redisReply **replies,
+                            int64_t idle_ms, int64_t limit_us,
+                            dlock__synced *out) {
+  return write_round(c, n, calls, replies, limit_us, idle_ms > 0 ? idle_ms : 1,
+                     out);
+}
+
+int dlock__sync_fail(const dlock_client_t *c, const dlock__synced *s,
+                     const char *what, const char *name, size_t len) {
+  return dlock__fail(DLOCK_ENOSYNC,
+                     "%s \"%.*s\" was written on the master but only %d of "
+                     "%d replicas acknowledged it within %lld ms "
+                     "(replica_sync): a failover could lose it, so it was "
+                     "given back",
+                     what, (int)(len < 100 ? len : 100), name, s->acked,
+                     s->wanted, (long long)c->sync.timeout_ms);
+}

@@ -1,0 +1,75 @@
+/*
+ * Replica sync: every write that changes a lock is followed, in the same
+ * round trip, by "WAIT n timeout", and the number of replicas that
+ * acknowledged it is checked (see "Replicated Redis" in dlock.h).
+ *
+ * n is the client's replica_sync_replicas, or else the replicas the master
+ * has in step, read from INFO replication: before the first write, after a
+ * write that failed (the next connection may reach another master) or fell
+ * short, and every second in the round trip of a write (the INFO rides
+ * along after the WAIT, so it costs no round trip of its own). Through
+ * Sentinel, n is what the Sentinels see instead (dlock__sentinel_replicas),
+ * read before the first write, after one that failed or fell short, and
+ * when the master moved.
+ */
+#ifndef DLOCK_SYNC_H
+#define DLOCK_SYNC_H
+
+#include <hiredis/hiredis.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlock.h"
+#include "scripts.h"
+
+typedef struct dlock__sync {
+  int on;    /* replica_sync */
+  int fixed; /* replica_sync_replicas: N > 0, or 0 for those in step */
+  int64_t timeout_ms;
+  atomic_int replicas;     /* the replicas to wait for; -1: not known */
+  _Atomic int64_t read_us; /* when 'replicas' was read (CLOCK_MONOTONIC) */
+  atomic_int warned;       /* INFO refused: said once through on_warning */
+  atomic_uint gen;         /* the Sentinel generation of 'replicas' */
+} dlock__sync;
+
+/* What one synced write found. */
+typedef struct dlock__synced {
+  int ok;     /* 1: enough replicas acknowledged (or none was asked for) */
+  int acked;  /* how many did */
+  int wanted; /* how many were asked for */
+} dlock__synced;
+
+void dlock__sync_init(dlock__sync *s, const dlock_options_t *o);
+
+/*
+ * dlock__eval_run on the client's connection, followed by WAIT when the
+ * client syncs with replicas; '*out' says whether they acknowledged. The
+ * replies are as dlock__eval_run's: a write that fell short is still done
+ * on the master, and the caller decides what that means. 'deadline_us' 0:
+ * a command timeout plus the sync timeout from now.
+ */
+int dlock__eval_write(dlock_client_t *c, size_t n, const dlock__eval *calls,
+                      redisReply **replies, int64_t deadline_us,
+                      dlock__synced *out);
+
+/* The same for a long round (dlock__eval_run_paced): the sync timeout is
+ * added to 'idle_ms', as the WAIT at its end may be silent that long. */
+int dlock__eval_write_paced(dlock_client_t *c, size_t n,
+                            const dlock__eval *calls, redisReply **replies,
+                            int64_t idle_ms, int64_t limit_us,
+                            dlock__synced *out);
+
+/* DLOCK_ENOSYNC with a detail naming 'what' and lock 'name'. */
+int dlock__sync_fail(const dlock_client_t *c, const dlock__synced *s,
+                     const char *what, const char *name, size_t len);
+
+/* The replicas a write of 'c' waits for now, reading them first when they
+ * are not known: >= 0, or a negative code when Redis does not answer. */
+int dlock__sync_wanted(dlock_client_t *c);
+
+/* Counts the replicas in step in the text of INFO replication ('len'
+ * bytes): -1 when it is not a master's. For tests too. */
+int dlock__sync_count_info(const char *text, size_t len);
+
+#endif

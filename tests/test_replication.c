@@ -1,0 +1,328 @@
+/*
+ * Replica sync on a master with a replica (a plain redis:// URL), and
+ * calls that ride an outage out (a server killed and restarted) instead of
+ * failing at the first error. The Sentinel deployments are in
+ * test_sentinel.c.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+
+#include "lock_util.h"
+
+/* ---- replica sync ------------------------------------------------------- */
+
+static int link_up(rp_server_t *replica) {
+  redisReply *r = rp_cmd(replica, "INFO replication");
+  int up = r != NULL && r->type == REDIS_REPLY_STRING &&
+           strstr(r->str, "master_link_status:up") != NULL;
+  freeReplyObject(r);
+  return up;
+}
+
+/* A master and one replica in sync. */
+static void pair(rp_server_t **m, rp_server_t **r) {
+  *m = lu_server(0);
+  *r = lu_server(0);
+  lu_ok(rp_cmd(*r, "REPLICAOF 127.0.0.1 %d", rp_port(*m)));
+  int64_t until = lu_now_ms() + 10000;
+  while (!link_up(*r) && lu_now_ms() < until)
+    lu_sleep_ms(20);
+  ASSERT(link_up(*r));
+  /* The master counts the replica in step once it has acknowledged. */
+  until = lu_now_ms() + 10000;
+  for (;;) {
+    redisReply *w = rp_cmd(*m, "WAIT 1 100");
+    int ok = w != NULL && w->integer == 1;
+    freeReplyObject(w);
+    if (ok || lu_now_ms() > until)
+      break;
+  }
+}
+
+static dlock_client_t *client_of(rp_server_t *m, int sync, int replicas,
+                                 int64_t timeout_ms) {
+  dlock_options_t o;
+  lu_options(&o, m);
+  o.watchdog_timeout_ms = 3000;
+  o.replica_sync = sync;
+  o.replica_sync_replicas = replicas;
+  o.replica_sync_timeout_ms = timeout_ms;
+  return lu_client_opts(&o);
+}
+
+/*
+ * With replica sync (the default), an acquisition returns only once the
+ * replica has it. With the replica stopped, the acquisition is refused
+ * with DLOCK_ENOSYNC after the sync timeout and given back on the master,
+ * so that nobody holds a lock a failover could lose.
+ */
+TEST(replica_sync_acquisition_waits_for_the_replica) {
+  rp_server_t *m, *r;
+  pair(&m, &r);
+  dlock_client_t *c = client_of(m, 1, 0, 500);
+  dlock_t *l = lu_get(c, "rs:a");
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  ASSERT_EQ(lu_exists(r, "rs:a"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+
+  ASSERT_EQ(rp_pause(r), 0);
+  int64_t t0 = lu_now_ms();
+  int rc = dlock_trylock(l, 0, 30000);
+  int64_t took = lu_now_ms() - t0;
+  printf("replica stopped: %s after %" PRId64 " ms: %s\n", dlock_err_name(rc),
+         took, dlock_last_error());
+  ASSERT_EQ(rc, DLOCK_ENOSYNC);
+  ASSERT(strstr(dlock_last_error(), "0 of 1 replicas") != NULL);
+  ASSERT_GE(took, 450);
+  ASSERT_EQ(dlock_is_held(l), 0);
+  /* Given back on the master (the release that did it waited too). */
+  ASSERT_EQ(lu_exists(m, "rs:a"), 0);
+  ASSERT_EQ(rp_resume(r), 0);
+
+  /* Back in step: granted again. */
+  int64_t until = lu_now_ms() + 10000;
+  while ((rc = dlock_trylock(l, 0, 30000)) == DLOCK_ENOSYNC &&
+         lu_now_ms() < until)
+    lu_sleep_ms(50);
+  ASSERT_DLOCK_OK(rc);
+  ASSERT_EQ(lu_exists(r, "rs:a"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(r);
+  rp_free(m);
+}
+
+/* Resumes a paused server after a while (a server is restarted from the
+ * main thread only: see redis_proc.h on PR_SET_PDEATHSIG). */
+typedef struct later {
+  rp_server_t *s;
+  int64_t after_ms;
+} later_t;
+
+static void *do_later(void *p) {
+  later_t *l = p;
+  lu_sleep_ms(l->after_ms);
+  rp_resume(l->s);
+  return NULL;
+}
+
+/* A call made in a thread of its own while the main thread restarts the
+ * server. */
+typedef struct call {
+  dlock_t *l;
+  int unlock; /* 1: dlock_unlock_as, else dlock_trylock_as */
+  uint64_t owner;
+  int64_t wait_ms;
+  int rc;
+  int64_t done_ms;
+} call_t;
+
+static void *do_call(void *p) {
+  call_t *c = p;
+  c->rc = c->unlock ? dlock_unlock_as(c->l, c->owner)
+                    : dlock_trylock_as(c->l, c->owner, c->wait_ms, 30000);
+  c->done_ms = lu_now_ms();
+  return NULL;
+}
+
+/* A trylock with a wait rides a replica's pause out as it rides an
+ * outage: it gets the lock once the replica acknowledges again. */
+TEST(replica_sync_trylock_with_wait_retries) {
+  rp_server_t *m, *r;
+  pair(&m, &r);
+  dlock_client_t *c = client_of(m, 1, 0, 300);
+  dlock_t *l = lu_get(c, "rs:wait");
+  ASSERT_DLOCK_OK(dlock_trylock(l, 0, 30000)); /* reads the replicas */
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_EQ(rp_pause(r), 0);
+  later_t back = {r, 1000};
+  pthread_t t;
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(pthread_create(&t, NULL, do_later, &back), 0);
+  int rc = dlock_trylock(l, 10000, 30000);
+  int64_t took = lu_now_ms() - t0;
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  printf("trylock(10 s) with the replica stopped for 1 s: %s after %" PRId64
+         " ms\n",
+         dlock_err_name(rc), took);
+  ASSERT_DLOCK_OK(rc);
+  ASSERT_GE(took, 900);
+  ASSERT_EQ(lu_exists(r, "rs:wait"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(r);
+  rp_free(m);
+}
+
+/* replica_sync_replicas asks for exactly that many: two of a master that
+ * has one are never there. replica_sync = 0 waits for none. */
+TEST(replica_sync_options) {
+  rp_server_t *m, *r;
+  pair(&m, &r);
+  dlock_client_t *two = client_of(m, 1, 2, 200);
+  dlock_t *l = lu_get(two, "rs:opt");
+  ASSERT_EQ(dlock_trylock(l, 0, 30000), DLOCK_ENOSYNC);
+  ASSERT(strstr(dlock_last_error(), "of 2 replicas") != NULL);
+  ASSERT_EQ(lu_exists(m, "rs:opt"), 0);
+  dlock_free(l);
+  dlock_client_close(two);
+
+  dlock_client_t *off = client_of(m, 0, 0, 1000);
+  l = lu_get(off, "rs:opt");
+  ASSERT_EQ(rp_pause(r), 0);
+  int64_t t0 = lu_now_ms();
+  ASSERT_DLOCK_OK(dlock_trylock(l, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  int64_t took = lu_now_ms() - t0;
+  ASSERT_EQ(rp_resume(r), 0);
+  printf("sync off, replica stopped: lock and unlock in %" PRId64 " ms\n",
+         took);
+  ASSERT_LT(took, 900); /* no WAIT: not its 1000 ms timeout */
+  dlock_free(l);
+  dlock_client_close(off);
+
+  dlock_options_t o;
+  lu_options(&o, m);
+  o.replica_sync_replicas = -1;
+  dlock_client_t *bad = NULL;
+  ASSERT_EQ(dlock_client_open(&o, &bad), DLOCK_EINVAL);
+  o.replica_sync_replicas = DLOCK_REPLICAS_MAX + 1;
+  ASSERT_EQ(dlock_client_open(&o, &bad), DLOCK_EINVAL);
+  o.replica_sync_replicas = 0;
+  o.replica_sync_timeout_ms = 0;
+  ASSERT_EQ(dlock_client_open(&o, &bad), DLOCK_EINVAL);
+  o.replica_sync_timeout_ms = 1000;
+  o.outage_wait_ms = -1;
+  ASSERT_EQ(dlock_client_open(&o, &bad), DLOCK_EINVAL);
+  ASSERT_NULL(bad);
+  rp_free(r);
+  rp_free(m);
+}
+
+/*
+ * A renewal that the replica does not acknowledge renews the lease on the
+ * master only, where a failover could lose it: it confirms nothing, and
+ * when the lease runs out without a synced renewal the hold is reported
+ * lost (on_lost, then DLOCK_ELOST), though the master still has it.
+ */
+TEST(replica_sync_unsynced_renewals_do_not_keep_a_lock) {
+  rp_server_t *m, *r;
+  pair(&m, &r);
+  lu_lost_t lost;
+  lu_lost_init(&lost);
+  dlock_options_t o;
+  lu_options(&o, m);
+  o.watchdog_timeout_ms = 1500;
+  o.command_timeout_ms = 1000;
+  o.replica_sync_timeout_ms = 200;
+  o.on_lost = lu_lost_cb;
+  o.on_lost_data = &lost;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "rs:renew");
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  /* Renewed, in sync, through three leases. */
+  lu_sleep_ms(4500);
+  ASSERT_EQ(lu_lost_count(&lost), 0);
+  ASSERT_EQ(rp_pause(r), 0);
+  int n = lu_lost_wait(&lost, 5000);
+  ASSERT_EQ(rp_resume(r), 0);
+  ASSERT_EQ(n, 1);
+  ASSERT_EQ(lu_exists(m, "rs:renew"), 1); /* renewed on the master only */
+  ASSERT_DLOCK_ERR(dlock_unlock(l), DLOCK_ELOST);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(r);
+  rp_free(m);
+}
+
+/* ---- riding an outage out ------------------------------------------------
+ */
+
+/* A trylock with a wait, made while the server is down, waits for it to
+ * come back within its wait and gets the lock (it used to fail with
+ * DLOCK_EIO at the first refused connection). */
+TEST(outage_trylock_rides_a_restart) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = lu_get(c, "out:try");
+  ASSERT_DLOCK_OK(dlock_trylock(l, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_EQ(rp_kill(s), 0);
+  call_t call = {l, 0, dlock_owner_new(), 10000, -100, 0};
+  pthread_t t;
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(pthread_create(&t, NULL, do_call, &call), 0);
+  lu_sleep_ms(1500);
+  ASSERT_EQ(rp_restart(s), 0);
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  int64_t took = call.done_ms - t0;
+  printf("trylock(10 s) through a 1.5 s outage: %s after %" PRId64 " ms\n",
+         dlock_err_name(call.rc), took);
+  ASSERT_DLOCK_OK(call.rc);
+  ASSERT_GE(took, 1400);
+  ASSERT_EQ(lu_exists(s, "out:try"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock_as(l, call.owner));
+
+  /* A wait shorter than the outage fails when the wait is over. */
+  ASSERT_EQ(rp_kill(s), 0);
+  t0 = lu_now_ms();
+  int rc = dlock_trylock(l, 700, 30000);
+  took = lu_now_ms() - t0;
+  printf("trylock(0.7 s) while down: %s after %" PRId64 " ms: %s\n",
+         dlock_err_name(rc), took, dlock_last_error());
+  ASSERT_EQ(rc, DLOCK_EIO);
+  ASSERT_GE(took, 600);
+  ASSERT_LT(took, 5000);
+  ASSERT(strstr(dlock_last_error(), "tried") != NULL);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+/* An unlock made while the server is down is sent again until it comes
+ * back (with AOF, the lock came back with it), within outage_wait_ms. */
+TEST(outage_unlock_rides_a_restart) {
+  rp_options_t ro;
+  rp_options_init(&ro);
+  ro.appendonly = 1;
+  rp_server_t *s = lu_server_opts(&ro);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = lu_get(c, "out:unlock");
+  call_t call = {l, 1, dlock_owner_new(), 0, -100, 0};
+  ASSERT_DLOCK_OK(dlock_lock_as(l, call.owner, 60000));
+  ASSERT_EQ(rp_kill(s), 0);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, do_call, &call), 0);
+  lu_sleep_ms(1500);
+  ASSERT_EQ(rp_restart(s), 0);
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  printf("unlock through a 1.5 s outage: %s\n", dlock_err_name(call.rc));
+  ASSERT_DLOCK_OK(call.rc);
+  ASSERT_EQ(lu_exists(s, "out:unlock"), 0);
+  int rc;
+
+  /* A lock whose wait has no end gives up after outage_wait_ms. */
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.outage_wait_ms = 800;
+  dlock_client_t *short_wait = lu_client_opts(&o);
+  dlock_t *l2 = lu_get(short_wait, "out:unlock");
+  ASSERT_EQ(rp_kill(s), 0);
+  int64_t t0 = lu_now_ms();
+  rc = dlock_lock(l2, 30000);
+  int64_t took = lu_now_ms() - t0;
+  printf("lock while down, outage_wait_ms 800: %s after %" PRId64 " ms\n",
+         dlock_err_name(rc), took);
+  ASSERT_EQ(rc, DLOCK_EIO);
+  ASSERT_GE(took, 700);
+  ASSERT_LT(took, 5000);
+  dlock_free(l2);
+  dlock_client_close(short_wait);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
