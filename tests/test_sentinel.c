@@ -255,6 +255,13 @@ typedef struct round_result {
   int kept; /* the new master had A's lock */
 } round_result;
 
+/* SIGSTOPs every node of 'g' but 'old'. */
+static void pause_others(sg_group_t *g, int old) {
+  for (int i = 0; i < sg_nnodes(g); i++)
+    if (i != old)
+      ASSERT_EQ(rp_pause(sg_node(g, i)), 0);
+}
+
 static void failover_round(sg_group_t *g, int round, int sync,
                            int64_t sync_timeout_ms, int pause_replicas,
                            round_result *out) {
@@ -273,18 +280,20 @@ static void failover_round(sg_group_t *g, int round, int sync,
 
   int old = sg_master_index(g);
   ASSERT_GE(old, 0);
+  /* Without sync the replicas are paused before their links are cut, so
+   * that none reconnects in time to be sent A's lock; with sync, after, so
+   * that the master still counts them and waits for them. */
+  if (pause_replicas && !sync)
+    pause_others(g, old);
   redisReply *r = rp_cmd(sg_node(g, old), "CLIENT KILL TYPE replica");
   ASSERT_NOT_NULL(r);
   freeReplyObject(r);
-  if (pause_replicas) {
-    for (int i = 0; i < sg_nnodes(g); i++)
-      if (i != old)
-        ASSERT_EQ(rp_pause(sg_node(g, i)), 0);
-  }
+  if (pause_replicas && sync)
+    pause_others(g, old);
   out->a_rc = dlock_trylock(la, 0, 60000);
-  /* Without sync the master dies before the paused replicas go on, so that
-   * none of them can have A's lock, however slowly this runs (valgrind):
-   * the loss does not depend on a replica's reconnect being slow. */
+  /* Without sync the master dies before the paused replicas go on: with
+   * their links cut before A's acquisition, none of them can have A's
+   * lock, however slowly this runs (valgrind). */
   if (pause_replicas && !sync)
     ASSERT_EQ(rp_kill(sg_node(g, old)), 0);
   if (pause_replicas) {
