@@ -64,6 +64,10 @@ int dlock__sentinel_open(dlock__sentinel *s, int64_t deadline_us,
  */
 int dlock__sentinel_replicas(dlock__sentinel *s, int64_t deadline_us, int *out);
 
+/* The replicas replica sync waits for, from a SENTINEL REPLICAS reply: those
+ * up and replicating, and the one a failover under way is promoting. */
+int dlock__sentinel_count_replicas(const redisReply *r);
+
 /* The current generation: it moves on each time the master changes. */
 unsigned dlock__sentinel_gen(dlock__sentinel *s);
 
