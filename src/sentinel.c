@@ -302,11 +302,14 @@ int dlock__sentinel_count_replicas(const redisReply *r) {
       n++;
       continue;
     }
-    /* Replicas the Sentinel sees up and replicating: not down, not
-     * disconnected, and saying they are replicas (a master demoted by a
-     * failover is listed before it has been told so). */
+    /* Replicas not down and saying they are replicas (a master demoted by
+     * a failover is listed before it has been told so). One the Sentinel
+     * has no link to counts too: right after +switch-master the Sentinel
+     * lists every replica of the new master afresh, "disconnected" until
+     * it reaches them, and a client still on the old master would
+     * otherwise wait for none and write there unsynced; a replica really
+     * gone is "s_down" after down-after-milliseconds. */
     if (!has_flag(flags, "s_down") && !has_flag(flags, "o_down") &&
-        !has_flag(flags, "disconnected") &&
         strcmp(entry_field(r->element[j], "role-reported"), "slave") == 0)
       n++;
   }

@@ -56,7 +56,7 @@ int dlock__sentinel_open(dlock__sentinel *s, int64_t deadline_us,
                          dlock__stream **out, unsigned *gen);
 
 /*
- * How many replicas of the master the Sentinels see up and replicating
+ * How many replicas of the master the Sentinels list and do not flag down
  * (SENTINEL REPLICAS, asked of the Sentinels in turn): what replica sync
  * waits for in a Sentinel deployment. Unlike the master's own INFO, it
  * does not drop when a failover takes replicas away from a master that is
@@ -65,7 +65,8 @@ int dlock__sentinel_open(dlock__sentinel *s, int64_t deadline_us,
 int dlock__sentinel_replicas(dlock__sentinel *s, int64_t deadline_us, int *out);
 
 /* The replicas replica sync waits for, from a SENTINEL REPLICAS reply: those
- * up and replicating, and the one a failover under way is promoting. */
+ * not flagged down that say they are replicas, and the one a failover under
+ * way is promoting. */
 int dlock__sentinel_count_replicas(const redisReply *r);
 
 /* The current generation: it moves on each time the master changes. */
