@@ -71,6 +71,8 @@ LABELS = {
     "dlock-psem": "dlock expirable-permit semaphore",
     "redis-semaphore": "redis-semaphore 5.8.0 Semaphore",
     "redis-semaphore-tuned": "redis-semaphore 5.8.0 Semaphore tuned",
+    "dlock-sync": "dlock, 1 replica, replica sync on",
+    "dlock-nosync": "dlock, 1 replica, replica sync off",
 }
 
 
@@ -103,23 +105,34 @@ class Progress:
 class Server:
     """A private redis-server on a free loopback port, persistence off."""
 
-    def __init__(self, tmp, tag):
+    def __init__(self, tmp, tag, extra=(), conf=None):
+        """'extra': more redis-server arguments; 'conf': the text of a
+        config file to start from (a Sentinel's, which it rewrites)."""
         self.dir = os.path.join(tmp, tag)
         os.makedirs(self.dir)
         self.proc = None
+        head = []
+        if conf is not None:
+            path = os.path.join(self.dir, "redis.conf")
+            with open(path, "w") as f:
+                f.write(conf)
+            head = [path]
         for _ in range(20):
             port = random.randint(20000, 49999)
             proc = subprocess.Popen(
-                ["redis-server", "--bind", "127.0.0.1", "--port", str(port),
-                 "--save", "", "--appendonly", "no", "--dir", self.dir,
-                 "--logfile", os.path.join(self.dir, "redis.log")],
+                ["redis-server"] + head + ["--bind", "127.0.0.1", "--port", str(port),
+                                           "--save", "", "--appendonly", "no", "--dir", self.dir,
+                                           "--logfile", os.path.join(self.dir, "redis.log")] + list(extra),
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             r = redis.Redis(host="127.0.0.1", port=port)
             for _ in range(100):
                 if proc.poll() is not None:
                     break
                 try:
-                    r.ping()
+                    try:
+                        r.ping()
+                    except redis.ResponseError:
+                        pass  # up, as a replica not yet in step (MASTERDOWN)
                     self.proc, self.port, self.r = proc, port, r
                     self.url = f"redis://127.0.0.1:{port}"
                     return
@@ -185,7 +198,7 @@ class Bench:
         self.sweep = {}  # peer base -> [{delay, rate, cpu, ok}]
         self.bin = {}
         for prog in ("bench_lock", "bench_handoff", "bench_interleave", "bench_watchdog", "bench_redlock",
-                     "bench_sem"):
+                     "bench_sem", "bench_failover"):
             path = self.find_binary(prog)
             if path is None:
                 raise SystemExit(f"bench: {prog} is not built in {args.build}; run 'make' first")
@@ -198,8 +211,8 @@ class Bench:
                 return p
         return None
 
-    def server(self, tag):
-        s = Server(self.tmp, tag)
+    def server(self, tag, extra=(), conf=None):
+        s = Server(self.tmp, tag, extra, conf)
         self.servers.append(s)
         return s
 
@@ -493,6 +506,133 @@ class Bench:
                 s.stop()
         self.results["redlock"] = {"dlock": {"rounds": runs, "median": median_round(runs, "red_p50")}}
 
+    def replica_of(self, master, tag):
+        """A replica of 'master' (redis-server --replicaof), in step with it.
+        Like the test harness's, it serves nothing stale while its master is
+        gone."""
+        rep = self.server(tag, ["--replicaof", "127.0.0.1", str(master.port),
+                                "--replica-serve-stale-data", "no"])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            master.r.set("bench:probe", 1)
+            if master.r.execute_command("WAIT", 1, 500) >= 1:
+                return rep
+            time.sleep(0.05)
+        raise RuntimeError(f"replica {tag} did not come in step with its master")
+
+    def replsync(self, progress):
+        """solo lock+unlock on a master with one replica, replica sync on
+        (WAIT 1 after every write, in the same round trip) and off."""
+        master = self.server("rs-master")
+        rep = self.replica_of(master, "rs-replica")
+        main, self.main = self.main, master
+        w = {"name": "replsync", "mode": "loop", "procs": 1, "threads": 1}
+        res = {"dlock-sync": {"rounds": []}, "dlock-nosync": {"rounds": []}}
+        try:
+            for r in range(self.rounds):
+                order = ["dlock-sync", "dlock-nosync"]
+                for c in order if r % 2 == 0 else order[::-1]:
+                    progress.step(f"replsync, round {r + 1}/{self.rounds}: {LABELS[c]}")
+                    dist = os.path.join(self.dist_dir, f"replsync.{c}.{r}")
+                    argv = self.lock_argv("dlock", w, dist) + (["--no-sync"] if c == "dlock-nosync" else [])
+                    v = self.run(argv, self.timeout_for(w), f"replsync/{c}")
+                    v["dist"] = dist
+                    res[c]["rounds"].append(v)
+        finally:
+            self.main = main
+            rep.stop()
+            master.stop()
+        for d in res.values():
+            d["median"] = median_round(d["rounds"], "rate")
+        self.results["replsync"] = res
+
+    # Sentinel timing of the failover rows, as in tests/harness/sentinel_group.c.
+    DOWN_AFTER_MS = 1000
+    FAILOVER_TIMEOUT_MS = 3000
+
+    def sentinel_group(self, tag):
+        """A master, one replica and 3 Sentinels (quorum 2) that agree on
+        them. Returns (master, replica, sentinels)."""
+        master = self.server(f"{tag}-master", ["--replica-serve-stale-data", "no"])
+        rep = self.replica_of(master, f"{tag}-replica")
+        conf = (f"sentinel monitor fo 127.0.0.1 {master.port} 2\n"
+                f"sentinel down-after-milliseconds fo {self.DOWN_AFTER_MS}\n"
+                f"sentinel failover-timeout fo {self.FAILOVER_TIMEOUT_MS}\n")
+        sents = [self.server(f"{tag}-sentinel{i}", ["--sentinel"], conf) for i in range(3)]
+        deadline = time.monotonic() + 60
+        while True:
+            ok = True
+            for s in sents:
+                try:
+                    raw = s.r.execute_command("SENTINEL", "MASTER", "fo")
+                except redis.RedisError:
+                    ok = False
+                    break
+                f = dict(zip(raw[::2], raw[1::2])) if isinstance(raw, list) else raw
+                f = {(k.decode() if isinstance(k, bytes) else k): v for k, v in f.items()}
+                if int(f.get("num-slaves", 0)) < 1 or int(f.get("num-other-sentinels", 0)) < 2:
+                    ok = False
+            if ok:
+                return master, rep, sents
+            if time.monotonic() > deadline:
+                raise RuntimeError("the Sentinels did not learn the deployment in time")
+            time.sleep(0.1)
+
+    def failover_round(self, r):
+        """SIGKILL of the master while a dlock client is connected through
+        the Sentinels: the time until the client has a lock again, and until
+        a Sentinel names the new master."""
+        master, rep, sents = self.sentinel_group(f"fo{r}")
+        url = "redis-sentinel://" + ",".join(f"127.0.0.1:{s.port}" for s in sents) + "/fo"
+        t0 = time.monotonic()
+        p = subprocess.Popen([self.bin["bench_failover"], "--url", url, "--wait", "30000"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        v = {"ok": False}
+        try:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError("bench_failover did not get ready")
+            killed = time.monotonic_ns()
+            os.kill(master.proc.pid, signal.SIGKILL)
+            p.stdin.write(f"{killed}\n")
+            p.stdin.flush()
+            sentinel_ms = None
+            while sentinel_ms is None and time.monotonic_ns() - killed < 60e9:
+                for s in sents:
+                    try:
+                        addr = s.r.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "fo")
+                    except redis.RedisError:
+                        continue
+                    if addr and int(addr[1]) == rep.port:
+                        sentinel_ms = (time.monotonic_ns() - killed) / 1e6
+                        break
+                time.sleep(0.005)
+            out, err = p.communicate(timeout=90)
+            v = parse_line(out)
+            v["sentinel_ms"] = sentinel_ms
+            v["ok"] = p.returncode == 0 and sentinel_ms is not None and "recovery_ms" in v
+            if not v["ok"]:
+                raise RuntimeError(f"exit status {p.returncode}, sentinel {sentinel_ms} ms; "
+                                   f"{err.strip()[-600:]}")
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+            self.failures.append(f"failover round {r + 1}: {e}")
+            log(f"\nbench: FAILED failover round {r + 1}: {e}")
+        finally:
+            v["wall"] = time.monotonic() - t0
+            for s in sents + [rep, master]:
+                s.stop()
+        return v
+
+    def failover(self, progress):
+        runs = []
+        for r in range(self.rounds):
+            progress.step(f"failover, round {r + 1}/{self.rounds}: SIGKILL of the master")
+            runs.append(self.failover_round(r))
+        self.results["failover"] = {"dlock": {"rounds": runs, "median": median_round(runs, "recovery_ms")}}
+
     # ---- the whole run ------------------------------------------------------
 
     def main_run(self):
@@ -504,7 +644,8 @@ class Bench:
         only = set(self.args.only.split(",")) if self.args.only else None
         ws = [w for w in self.workloads() if only is None or w["name"] in only]
         steps = sum(w.get("rounds", self.rounds) * (len(w["contenders"]) + len(w["raw"])) for w in ws)
-        steps += self.rounds * sum(only is None or n in only for n in ("watchdog", "redlock"))
+        steps += self.rounds * sum(only is None or n in only for n in ("watchdog", "redlock", "failover"))
+        steps += 2 * self.rounds * (only is None or "replsync" in only)
         steps += len(self.swept(ws)) * len(SWEEP_MS)
         progress = Progress(steps)
         machine = machine_info()
@@ -527,7 +668,8 @@ class Bench:
             progress.clear()
             for row in table_rows(w["name"], res, self.results):
                 print_row(row)
-        for name, fn in (("watchdog", self.watchdog), ("redlock", self.redlock)):
+        for name, fn in (("watchdog", self.watchdog), ("redlock", self.redlock), ("replsync", self.replsync),
+                         ("failover", self.failover)):
             if only is None or name in only:
                 fn(progress)
                 progress.clear()
@@ -637,7 +779,7 @@ def table_rows(workload, res, results):
     """The table rows of one workload: the median round of each contender."""
     rows = []
     order = [c for c in ["raw", "raw-pipelined", "dlock-interleaved"] + DLOCKS + PEERS_ALL + SEM_DLOCKS
-             + SEM_PEERS_ALL if c in res]
+             + SEM_PEERS_ALL + ["dlock-sync", "dlock-nosync"] if c in res]
     for c in order:
         m = res[c]["median"]
         label = LABELS[c]
@@ -697,6 +839,24 @@ def table_rows(workload, res, results):
                          f"{m['round_max']:.1f} ms", fmt(m["cmds"]), "-", cpu,
                          f"per renewal round (p50 / max of {fmt(m['rounds'])}); "
                          f"{fmt(m['cmds_all'])} commands with the scripts' own"])
+        elif workload == "replsync":
+            off = res.get("dlock-nosync", {}).get("median", {})
+            note = "WAIT 1 in the same round trip as each write" if c == "dlock-sync" else "no WAIT"
+            if c == "dlock-sync" and off.get("ok") and off.get("pair_p50"):
+                note += f"; p50 {m['pair_p50'] / off['pair_p50']:.2f} x sync off"
+            rows.append([workload, label, f"{fmt(m['rate'])}/s", us(m.get("pair_p50")), us(m.get("pair_p99")),
+                         fmt(per(m.get("cmds"), m.get("acq")), 1), "-", cpu, note])
+        elif workload == "failover":
+            rs = [x for x in results["failover"]["dlock"]["rounds"] if x.get("ok")]
+            kept = sum(int(x.get("held_kept", 0)) for x in rs)
+            rows.append([workload, "Sentinels name the new master", "-", f"{m['sentinel_ms']:.0f} ms", "-",
+                         "-", "-", "-", "from SIGKILL of the master to GET-MASTER-ADDR-BY-NAME naming the "
+                         "replica (down-after 1000 ms, failover-timeout 3000 ms)"])
+            rows.append([workload, "dlock, redis-sentinel://, sync on", "-", f"{m['recovery_ms']:.0f} ms", "-",
+                         "-", "-", "-", f"from SIGKILL to the first acquisition (a trylock with a 30 s wait "
+                         f"started at the kill); {m['recovery_ms'] - m['sentinel_ms']:+.0f} ms after the "
+                         f"Sentinels; a watchdog lock held across kept in {kept}/{len(rs)} round(s); "
+                         f"median of {len(rs)}: " + ", ".join(f"{x['recovery_ms']:.0f}" for x in rs) + " ms"])
         elif workload == "redlock":
             rows.append([workload, "dlock, 1 server", "-", us(m["single_p50"]), us(m["single_p99"]),
                          "-", "-", "-", "lock+unlock"])
@@ -884,7 +1044,8 @@ def report_markdown(doc, plots):
     w("## Results\n\n")
     w("| " + " | ".join(n for n, _ in COLUMNS) + " |\n")
     w("|" + "---|" * len(COLUMNS) + "\n")
-    for wl in ["solo", "spread", "contended", "handoff", "herd", "watchdog", "redlock"] + list(SEM_WORKLOADS):
+    for wl in ["solo", "spread", "contended", "handoff", "herd", "watchdog", "redlock"] + list(SEM_WORKLOADS) + \
+            ["replsync", "failover"]:
         if wl in res:
             for row in table_rows(wl, res[wl], res):
                 w("| " + " | ".join(str(v) for v in row) + " |\n")
@@ -934,6 +1095,13 @@ def report_markdown(doc, plots):
   wait by pub/sub; redis-semaphore's Semaphore (a zset of holders, 10 s lease refreshed
   every 8 s) polls, by default every 10 ms, tuned as above on sem-contended; its release
   is a ZREM, counted in cmds/op.
+* **replsync**: solo on a master with one replica, replica sync on (WAIT 1 in the same
+  round trip as each write) and off.
+* **failover**: a master, one replica and 3 Sentinels (down-after 1000 ms, failover-timeout
+  3000 ms), fresh each round; SIGKILL of the master while a client on the
+  redis-sentinel:// URL holds a watchdog lock; the time from the kill to the first
+  acquisition of another lock (a trylock with a 30 s wait started at the kill), beside the
+  time until a Sentinel names the new master.
 """ % (int(cfg["overload_cpu"] * 100), ", ".join(str(x) for x in cfg["sweep_ms"])))
     if doc["sweep"] and any(doc["sweep"].values()):
         w("\n## Tuning sweep (contended workload of the peer's kind)\n\n| peer | retry delay | acquisitions/s | Redis CPU | "
@@ -966,7 +1134,7 @@ def report_markdown(doc, plots):
                 w(f"* {wl}, {LABELS[c]}: " + ", ".join(f"{k} {n / m['acq']:.2f}" for k, n in top) + "\n")
     w("\n## Every round\n\n")
     for wl, cs in res.items():
-        k = {"watchdog": "round_p50", "redlock": "red_p50"}.get(wl, key_for(wl))
+        k = {"watchdog": "round_p50", "redlock": "red_p50", "failover": "recovery_ms"}.get(wl, key_for(wl))
         w(f"* {wl} ({k}): " + "; ".join(
             f"{LABELS.get(c, c)} " + " ".join(fmt(r.get(k)) if r.get("ok") else "failed" for r in d["rounds"])
             for c, d in cs.items()) + "\n")

@@ -276,9 +276,10 @@ typedef struct dlock_options {
    * many as the master has in step, as its INFO replication says (state
    * online, acknowledged within 2 s; read at the first write and again
    * every second, in the round trip of a write), or through Sentinel as
-   * many as the Sentinels see replicating; a master without replicas then
-   * asks for none. N > 0: exactly N, whatever the master has. At most
-   * DLOCK_REPLICAS_MAX. */
+   * many as the Sentinels list and do not flag down (the one a failover
+   * under way is promoting included); a master without replicas then asks
+   * for none. N > 0:
+   * exactly N, whatever the master has. At most DLOCK_REPLICAS_MAX. */
   int replica_sync_replicas;
   /* How long a write waits for them; default 1000 (Redisson's
    * slavesSyncTimeout). */

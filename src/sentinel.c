@@ -288,6 +288,34 @@ static int has_flag(const char *flags, const char *flag) {
   return 0;
 }
 
+int dlock__sentinel_count_replicas(const redisReply *r) {
+  int n = 0;
+  for (size_t j = 0; r->type == REDIS_REPLY_ARRAY && j < r->elements; j++) {
+    const char *flags = entry_field(r->element[j], "flags");
+    /* The replica a failover is promoting (flag "promoted", on the
+     * Sentinel leading it) has left the master, or is about to, and the
+     * other replicas will follow it and drop whatever the master wrote
+     * since: it still counts, so that no write on the old master reads as
+     * synced in the meantime (WAIT cannot reach the count), until
+     * +switch-master names the new master. */
+    if (has_flag(flags, "promoted")) {
+      n++;
+      continue;
+    }
+    /* Replicas not down and saying they are replicas (a master demoted by
+     * a failover is listed before it has been told so). One the Sentinel
+     * has no link to counts too: right after +switch-master the Sentinel
+     * lists every replica of the new master afresh, "disconnected" until
+     * it reaches them, and a client still on the old master would
+     * otherwise wait for none and write there unsynced; a replica really
+     * gone is "s_down" after down-after-milliseconds. */
+    if (!has_flag(flags, "s_down") && !has_flag(flags, "o_down") &&
+        strcmp(entry_field(r->element[j], "role-reported"), "slave") == 0)
+      n++;
+  }
+  return n;
+}
+
 int dlock__sentinel_replicas(dlock__sentinel *s, int64_t deadline_us,
                              int *out) {
   char why[1024] = "";
@@ -314,19 +342,8 @@ int dlock__sentinel_replicas(dlock__sentinel *s, int64_t deadline_us,
           argv, &r);
     dlock__stream_free(st);
     if (rc == 0 && r->type == REDIS_REPLY_ARRAY) {
-      /* Replicas the Sentinel sees up and replicating: not down, not
-       * disconnected, and saying they are replicas (a master demoted by a
-       * failover is listed before it has been told so). */
-      int n = 0;
-      for (size_t j = 0; j < r->elements; j++) {
-        const char *flags = entry_field(r->element[j], "flags");
-        if (!has_flag(flags, "s_down") && !has_flag(flags, "o_down") &&
-            !has_flag(flags, "disconnected") &&
-            strcmp(entry_field(r->element[j], "role-reported"), "slave") == 0)
-          n++;
-      }
+      *out = dlock__sentinel_count_replicas(r);
       freeReplyObject(r);
-      *out = n;
       return 0;
     }
     if (rc == 0)

@@ -56,13 +56,18 @@ int dlock__sentinel_open(dlock__sentinel *s, int64_t deadline_us,
                          dlock__stream **out, unsigned *gen);
 
 /*
- * How many replicas of the master the Sentinels see up and replicating
+ * How many replicas of the master the Sentinels list and do not flag down
  * (SENTINEL REPLICAS, asked of the Sentinels in turn): what replica sync
  * waits for in a Sentinel deployment. Unlike the master's own INFO, it
  * does not drop when a failover takes replicas away from a master that is
  * being replaced, whose writes those replicas will never have.
  */
 int dlock__sentinel_replicas(dlock__sentinel *s, int64_t deadline_us, int *out);
+
+/* The replicas replica sync waits for, from a SENTINEL REPLICAS reply: those
+ * not flagged down that say they are replicas, and the one a failover under
+ * way is promoting. */
+int dlock__sentinel_count_replicas(const redisReply *r);
 
 /* The current generation: it moves on each time the master changes. */
 unsigned dlock__sentinel_gen(dlock__sentinel *s);

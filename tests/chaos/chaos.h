@@ -35,6 +35,10 @@ typedef enum chaos_fault {
   CHAOS_RED_KILL_MINORITY, /* RedLock: 2 of 5 nodes killed, restarted */
   CHAOS_RED_PAUSE_MINORITY, /* RedLock: 2 of 5 nodes stopped, resumed */
   CHAOS_RED_KILL_MAJORITY,  /* RedLock: 3 of 5 nodes killed, restarted */
+  CHAOS_SENTINEL_FAILOVER,  /* Sentinel: SENTINEL FAILOVER */
+  CHAOS_MASTER_KILL,        /* Sentinel: the master SIGKILLed; once the
+                               Sentinels promoted a replica, it comes back
+                               as a replica of the new master (no data) */
   CHAOS_FAULT_COUNT
 } chaos_fault_t;
 
@@ -51,6 +55,10 @@ typedef struct chaos_config {
   const char *name; /* the scenario's name, for the summary */
   unsigned faults;  /* CHAOS_BIT()s the nemesis draws from; 0: none */
   int redlock;      /* 1: a RedLock over five lock servers */
+  /* 1: the lock server is a master with two replicas behind three
+   * Sentinels (tests/harness/sentinel_group.h), which the workers reach
+   * by a redis-sentinel:// URL, with replica sync on. */
+  int sentinel;
   /* 0: the workers take a lock. N > 0: they take permits of an
    * expirable-permit semaphore of N permits instead (one Redis only), and
    * the checker's bound is N holders at once rather than one. */
@@ -89,6 +97,7 @@ typedef struct chaos_result {
   int64_t final_counter, fence_log_length;
 
   int64_t faults[CHAOS_FAULT_COUNT]; /* injected, by kind */
+  int64_t failovers; /* Sentinel runs: new masters the Sentinels named */
 
   /*
    * Violations: each is a broken promise when the scenario is one where
@@ -151,7 +160,9 @@ const char *chaos_fault_name(chaos_fault_t f);
  * the test suite (watchdog 600 ms, commands 300 ms, fixed lease 500 ms,
  * 3 processes x 2 threads, 5 s). Scenarios: none, kill, stop, pause,
  * restart-aof, restart-empty, clients, redlock-minority, redlock-majority,
- * mixed, redlock-mixed; and "sem-" before any of the single-Redis ones
+ * mixed, redlock-mixed, sentinel-failover (SENTINEL FAILOVER and SIGKILL of
+ * the master, with longer leases than the others: 5 s, beyond the
+ * failover's outage); and "sem-" before any of the single-Redis ones
  * (sem-kill, sem-mixed, ...): the same faults on an expirable-permit
  * semaphore of CHAOS_SEM_PERMITS permits. Returns 0, or -1 for an unknown
  * name.

@@ -21,6 +21,7 @@ const char *const chaos_scenarios[] = {"none",
                                        "redlock-majority",
                                        "mixed",
                                        "redlock-mixed",
+                                       "sentinel-failover",
                                        "sem-none",
                                        "sem-kill",
                                        "sem-stop",
@@ -95,6 +96,18 @@ int chaos_config_init(chaos_config_t *c, const char *scenario) {
                 CHAOS_BIT(CHAOS_RED_PAUSE_MINORITY) |
                 CHAOS_BIT(CHAOS_RED_KILL_MAJORITY) |
                 CHAOS_BIT(CHAOS_STOP_HOLDER) | CHAOS_BIT(CHAOS_KILL_HOLDER);
+  } else if (strcmp(scenario, "sentinel-failover") == 0) {
+    c->sentinel = 1;
+    c->faults =
+        CHAOS_BIT(CHAOS_SENTINEL_FAILOVER) | CHAOS_BIT(CHAOS_MASTER_KILL);
+    /* Leases that outlast the outage of a failover (the Sentinels take
+     * about 2 s to act on a dead master), so that holds live through it
+     * and replica sync, not expiry, is what keeps them single. */
+    c->watchdog_timeout_ms = 5000;
+    c->fixed_lease_ms = 5000;
+    c->wait_ms = 3000;
+    c->gap_ms = 1000;
+    c->duration_ms = 20000;
   } else {
     return -1;
   }
@@ -162,6 +175,7 @@ int chaos_verdict(const chaos_config_t *c, const chaos_result_t *r, char *why,
   BROKEN(r->slow_recoveries, "%" PRId64 " slow recoveries", r->slow_recoveries);
   BROKEN(r->held_at_end, "the lock was still held after the run");
   BROKEN(r->acquired == 0, "no acquisition succeeded");
+  BROKEN(c->sentinel && r->failovers == 0, "no failover took place");
   return 1;
 }
 
@@ -186,6 +200,8 @@ void chaos_print_summary(FILE *out, const chaos_config_t *c,
           "%" PRId64 " ms\n",
           c->name, r->seconds, c->procs, c->threads,
           c->redlock       ? "RedLock over 5 servers"
+          : c->sentinel    ? "a master, 2 replicas and 3 Sentinels, replica "
+                             "sync on"
           : c->permits > 0 ? "one Redis, expirable-permit semaphore"
                            : "one Redis",
           lease, c->watchdog_timeout_ms, c->fixed_lease_ms,
@@ -217,6 +233,9 @@ void chaos_print_summary(FILE *out, const chaos_config_t *c,
       total += r->faults[f];
     }
   fprintf(out, " total %" PRId64 "\n", total);
+  if (c->sentinel)
+    fprintf(out, "failovers    %" PRId64 " (a new master named by the Sentinels)\n",
+            r->failovers);
   fprintf(out,
           "violations   silent overlaps %" PRId64
           ", unconfirmed overlaps %" PRId64

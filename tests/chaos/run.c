@@ -30,6 +30,7 @@
 
 #include "dlock.h"
 #include "redis_proc.h"
+#include "sentinel_group.h"
 
 static const char *const fault_names[CHAOS_FAULT_COUNT] = {
     "kill-holder",
@@ -43,7 +44,9 @@ static const char *const fault_names[CHAOS_FAULT_COUNT] = {
     "script-flush",
     "redlock-kill-minority",
     "redlock-pause-minority",
-    "redlock-kill-majority"};
+    "redlock-kill-majority",
+    "sentinel-failover",
+    "master-kill"};
 
 const char *chaos_fault_name(chaos_fault_t f) {
   return (int)f >= 0 && f < CHAOS_FAULT_COUNT ? fault_names[f] : "?";
@@ -63,7 +66,10 @@ typedef struct nemesis {
   const chaos_config_t *cfg;
   chaos_result_t *r;
   chaos_env_t env;
+  /* In a Sentinel run, nodes[0] is the current master of 'group', which
+   * owns it. */
   rp_server_t *nodes[CHAOS_NODES_MAX];
+  sg_group_t *group;
   int down[CHAOS_NODES_MAX]; /* 1 killed, 2 paused */
   rp_server_t *resource;
   int fd;
@@ -107,6 +113,15 @@ static int start_servers(nemesis *nm) {
             (c->redlock || (c->faults & CHAOS_BIT(CHAOS_RESTART_AOF)));
   o.appendonly = aof;
   nm->env.nnodes = c->redlock ? CHAOS_NODES_MAX : 1;
+  if (c->sentinel) {
+    /* The harness's group: down-after 1 s, failover-timeout 3 s. */
+    if (sg_start(NULL, &nm->group) != 0)
+      return -1;
+    nm->nodes[0] = sg_node(nm->group, sg_master_index(nm->group));
+    nm->env.urls[0] = sg_url(nm->group);
+    nm->env.resource_port = rp_port(nm->resource);
+    return 0;
+  }
   for (int i = 0; i < nm->env.nnodes; i++) {
     if (rp_start(&o, &nm->nodes[i]) != 0)
       return -1;
@@ -408,6 +423,36 @@ static void fault_command(nemesis *nm, chaos_fault_t kind) {
   note(nm, EV_HEAL, kind, 0, 0);
 }
 
+/* A failover of the Sentinel group: asked of the Sentinels, or forced by
+ * SIGKILL of the master, which then comes back as a replica of the new
+ * one, empty (no persistence), as a replaced machine would. Healed once
+ * the new master is named and both replicas are in step with it again, so
+ * that the next failover has a replica in step to promote. */
+static void fault_failover(nemesis *nm, chaos_fault_t kind) {
+  sg_group_t *g = nm->group;
+  int old = sg_master_index(g), m;
+  if (old < 0)
+    return;
+  nm->r->faults[kind]++;
+  note(nm, EV_FAULT, kind, 0, old);
+  if (kind == CHAOS_SENTINEL_FAILOVER) {
+    m = sg_failover(g, 30000);
+  } else {
+    rp_kill(sg_node(g, old));
+    m = sg_wait_new_master(g, old, 30000);
+    if (m >= 0 && sg_restart_as_replica(g, old) != 0)
+      fprintf(stderr, "chaos: the old master did not come back\n");
+  }
+  if (m >= 0) {
+    nm->nodes[0] = sg_node(g, m);
+    nm->r->failovers++;
+  } else {
+    fprintf(stderr, "chaos: no new master after %s\n", chaos_fault_name(kind));
+  }
+  sg_wait_replicas(g, sg_nnodes(g) - 1, 30000);
+  note(nm, EV_HEAL, kind, 0, m);
+}
+
 /* Picks 'k' distinct nodes into the bitmask it returns. */
 static int pick_nodes(nemesis *nm, int k) {
   int mask = 0;
@@ -469,6 +514,10 @@ static void inject(nemesis *nm, chaos_fault_t kind) {
   case CHAOS_SCRIPT_FLUSH:
     fault_command(nm, kind);
     break;
+  case CHAOS_SENTINEL_FAILOVER:
+  case CHAOS_MASTER_KILL:
+    fault_failover(nm, kind);
+    break;
   default:
     fault_redlock(nm, kind);
     break;
@@ -503,6 +552,10 @@ static int64_t fault_ms(const nemesis *nm, chaos_fault_t kind) {
     return stop_ms(nm) + 300;
   case CHAOS_PAUSE_LONG:
     return nm->max_lease_ms;
+  case CHAOS_SENTINEL_FAILOVER:
+  case CHAOS_MASTER_KILL:
+    /* Detection (down-after 1 s), election, the replicas' resync. */
+    return 6000;
   default:
     return 300;
   }
@@ -682,6 +735,12 @@ int chaos_run(const chaos_config_t *c, chaos_result_t *r) {
     nm.max_lease_ms = c->fixed_lease_ms;
   r->lease_limit_ms = nm.max_lease_ms + 1000;
 
+  if ((c->permits > 0 || c->redlock) && c->sentinel) {
+    fprintf(stderr, "chaos: a Sentinel run takes a lock, not a RedLock or "
+                    "a semaphore\n");
+    r->setup_failed = 1;
+    return -1;
+  }
   if (c->permits > 0 && c->redlock) {
     fprintf(stderr, "chaos: a semaphore run takes one Redis, not a RedLock\n");
     r->setup_failed = 1;
@@ -738,6 +797,10 @@ out:
       while (waitpid(nm.w[i].pid, NULL, 0) < 0 && errno == EINTR) {
       }
     }
+  if (nm.group != NULL) {
+    nm.nodes[0] = NULL;
+    sg_free(nm.group);
+  }
   for (int i = 0; i < CHAOS_NODES_MAX; i++)
     rp_free(nm.nodes[i]);
   rp_free(nm.resource);
