@@ -143,8 +143,16 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
   int wanted = dlock__sync_wanted(c);
   if (wanted < 0)
     return wanted;
-  int refresh = s->on && s->fixed == 0 && c->sentinel == NULL &&
-                dlock__now_us() - atomic_load(&s->read_us) > REFRESH_US;
+  int refresh = 0;
+  if (s->on && s->fixed == 0 && c->sentinel == NULL) {
+    /* One write per period asks: the thread that moves 'read_us' on claims
+     * the refresh, so that threads writing at once do not all pipeline an
+     * INFO (16 threads asked 34 times in 2 s before). A refresh that fails
+     * leaves the count as it was until the next period. */
+    int64_t now = dlock__now_us(), read = atomic_load(&s->read_us);
+    refresh = now - read > REFRESH_US &&
+              atomic_compare_exchange_strong(&s->read_us, &read, now);
+  }
   if (wanted == 0 && !refresh)
     return idle_ms > 0
                ? dlock__eval_run_paced(c->conn, n, calls, replies, idle_ms,
