@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/sentinel.h"
+#include "../src/topo/sentinel.h"
 #include "dlock.h"
 #include "harness/test.h"
 

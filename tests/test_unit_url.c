@@ -7,7 +7,7 @@
 #endif
 #include <string.h>
 
-#include "../src/url.h"
+#include "../src/proto/url.h"
 #include "dlock.h"
 #include "harness/test.h"
 

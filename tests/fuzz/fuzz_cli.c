@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/url.h"
+#include "../../src/proto/url.h"
 #include "../../tools/args.h"
 #include "../../tools/duration.h"
 #include "../../tools/exit_codes.h"
