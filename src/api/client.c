@@ -1,6 +1,6 @@
 /*
- * Opening and closing clients, and the small services they give the lock
- * code: owner fields and plain commands.
+ * Opening and closing clients. (The small services a client gives the code
+ * below the API are in services.c.)
  */
 #include "client.h"
 #include "alloc.h"
@@ -331,6 +331,14 @@ static int open_sentinel(dlock_client_t *c, const char *url) {
                              c->opt.command_timeout_ms, &c->sentinel);
 }
 
+/* The Sentinel discovery as the command connection's locator. */
+static int locate_master(void *s, int64_t deadline_us, dlock__stream **out,
+                         unsigned *gen) {
+  return dlock__sentinel_open(s, deadline_us, out, gen);
+}
+
+static unsigned master_gen(void *s) { return dlock__sentinel_gen(s); }
+
 /* The master moved: the pub/sub thread follows it now. */
 static void on_switch(void *data) {
   dlock_client_t *c = data;
@@ -373,8 +381,9 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
     snprintf(c->id, sizeof(c->id), "%s", o->client_id);
   else if (rc == 0)
     rc = make_uuid(c->id);
+  c->locator = (dlock__locator){locate_master, master_gen, c->sentinel};
   dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms,
-                         c->tls, c->sentinel};
+                         c->tls, c->sentinel != NULL ? &c->locator : NULL};
   if (rc == 0)
     rc = dlock__conn_new(&cfg, &c->conn);
   if (rc == 0)
@@ -426,35 +435,4 @@ void dlock_client_close(dlock_client_t *c) {
 
 const char *dlock_client_id(const dlock_client_t *c) {
   return c != NULL ? c->id : "";
-}
-
-size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,
-                          char buf[DLOCK__FIELD_MAX]) {
-  int n = snprintf(buf, DLOCK__FIELD_MAX, "%s:%" PRIu64, c->id, owner);
-  return (size_t)n;
-}
-
-int dlock__check_canceled(dlock_client_t *c) {
-  if (dlock__forked_since(c->fork_gen))
-    return dlock__fail_forked();
-  if (atomic_load(&c->canceled))
-    return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
-  return 0;
-}
-
-int dlock__command(dlock_client_t *c, int argc, const char **argv,
-                   const size_t *lens, redisReply **out) {
-  char *cmd;
-  int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
-  if (len < 0)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
-  size_t slen = (size_t)len;
-  int rc = dlock__conn_call(c->conn, 1, &cmd, &slen, out, 0);
-  redisFreeCommand(cmd);
-  if (rc == 0 && (*out)->type == REDIS_REPLY_ERROR) {
-    rc = dlock__fail_reply((*out)->str, (*out)->len);
-    freeReplyObject(*out);
-    *out = NULL;
-  }
-  return rc;
 }

@@ -1,192 +1,17 @@
 /*
- * Lock handles: creation, key names, and the verbs every kind shares,
- * including the wait for a lock that is taken.
+ * The verbs every kind shares, including the wait for a lock that is taken.
+ * (Handles are made in object.c, of the kinds that registry.c names.)
  */
 #include "alloc.h"
 #include "lock.h"
 
 #include "error.h"
 #include "monotime.h"
+#include "sleep.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-int dlock__prefixed(const char *prefix, const char *name, size_t len,
-                    char **out, size_t *out_len) {
-  return dlock__prefixed_suffix(prefix, name, len, NULL, out, out_len);
-}
-
-int dlock__prefixed_suffix(const char *prefix, const char *name, size_t len,
-                           const char *suffix, char **out, size_t *out_len) {
-  size_t plen = strlen(prefix), slen = suffix != NULL ? strlen(suffix) : 0;
-  int tagged = memchr(name, '{', len) != NULL;
-  size_t n = plen + 1 + len + (tagged ? 0 : 2) + (suffix ? 1 + slen : 0);
-  char *s = dlock__malloc(n + 1);
-  if (s == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory building key names");
-  char *p = s;
-  memcpy(p, prefix, plen);
-  p += plen;
-  *p++ = ':';
-  if (!tagged)
-    *p++ = '{';
-  memcpy(p, name, len);
-  p += len;
-  if (!tagged)
-    *p++ = '}';
-  if (suffix != NULL) {
-    *p++ = ':';
-    memcpy(p, suffix, slen);
-    p += slen;
-  }
-  *p = '\0';
-  *out = s;
-  *out_len = n;
-  return 0;
-}
-
-int dlock__suffixed(const char *name, size_t len, const char *suffix,
-                    size_t suffix_len, char **out, size_t *out_len) {
-  int tagged = memchr(name, '{', len) != NULL;
-  size_t n = len + 1 + suffix_len + (tagged ? 0 : 2);
-  char *s = dlock__malloc(n + 1);
-  if (s == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory building key names");
-  char *p = s;
-  if (!tagged)
-    *p++ = '{';
-  memcpy(p, name, len);
-  p += len;
-  if (!tagged)
-    *p++ = '}';
-  *p++ = ':';
-  memcpy(p, suffix, suffix_len);
-  p[suffix_len] = '\0';
-  *out = s;
-  *out_len = n;
-  return 0;
-}
-
-size_t dlock__field_plain(dlock_t *l, uint64_t owner,
-                          char buf[DLOCK__FIELD_MAX]) {
-  return dlock__owner_field(l->c, owner, buf);
-}
-
-static int check_name(const char *name, size_t len) {
-  if (name == NULL)
-    return dlock__fail(DLOCK_EINVAL, "lock name is NULL");
-  if (len == 0)
-    return dlock__fail(DLOCK_EINVAL, "lock name is empty");
-  if (len > DLOCK_NAME_MAX)
-    return dlock__fail(DLOCK_EINVAL,
-                       "lock name is %zu bytes long; the limit is %d", len,
-                       DLOCK_NAME_MAX);
-  return 0;
-}
-
-int dlock__handle_new(dlock_client_t *c, const dlock__kind *kind,
-                      const char *name, size_t len, dlock_t **out) {
-  if (out != NULL)
-    *out = NULL;
-  if (c == NULL || out == NULL)
-    return dlock__fail(DLOCK_EINVAL, "client and out must not be NULL");
-  if (dlock__forked_since(c->fork_gen))
-    return dlock__fail_forked();
-  int rc = check_name(name, len);
-  if (rc != 0)
-    return rc;
-  dlock_t *l = dlock__calloc(1, sizeof(*l));
-  if (l == NULL || (l->name = dlock__memdup(name, len)) == NULL) {
-    dlock__free(l);
-    return dlock__fail(DLOCK_ENOMEM, "out of memory creating a lock handle");
-  }
-  l->len = len;
-  l->c = c;
-  l->kind = kind;
-  int rw = kind->id == DLOCK_READ || kind->id == DLOCK_WRITE;
-  rc = dlock__prefixed(rw ? "redisson_rwlock" : "redisson_lock__channel", name,
-                       len, &l->channel, &l->channel_len);
-  if (rc == 0)
-    rc = dlock__prefixed("redisson_lock_token", name, len, &l->token_key,
-                         &l->token_key_len);
-  if (rc != 0) {
-    dlock_free(l);
-    return rc;
-  }
-  *out = l;
-  return 0;
-}
-
-int dlock_get(dlock_client_t *c, const char *name, dlock_t **out) {
-  return dlock__handle_new(c, &dlock__kind_reentrant, name,
-                           name ? strlen(name) : 0, out);
-}
-
-int dlock_getn(dlock_client_t *c, const char *name, size_t len, dlock_t **out) {
-  return dlock__handle_new(c, &dlock__kind_reentrant, name, len, out);
-}
-
-int dlock_get_kind(dlock_client_t *c, dlock_kind_t kind, const char *name,
-                   size_t len, dlock_t **out) {
-  static const dlock__kind *const single[] = {
-      &dlock__kind_reentrant, &dlock__kind_fair, &dlock__kind_spin,
-      &dlock__kind_read, &dlock__kind_write};
-  if ((int)kind < 0 || (size_t)kind >= sizeof(single) / sizeof(single[0])) {
-    if (out != NULL)
-      *out = NULL;
-    return dlock__fail(DLOCK_EINVAL,
-                       "dlock_get_kind makes single locks only (kind %d)",
-                       (int)kind);
-  }
-  return dlock__handle_new(c, single[kind], name, len, out);
-}
-
-int dlock_get_fair(dlock_client_t *c, const char *name, dlock_t **out) {
-  return dlock__handle_new(c, &dlock__kind_fair, name, name ? strlen(name) : 0,
-                           out);
-}
-
-int dlock_get_spin(dlock_client_t *c, const char *name, dlock_t **out) {
-  return dlock__handle_new(c, &dlock__kind_spin, name, name ? strlen(name) : 0,
-                           out);
-}
-
-int dlock_get_rw(dlock_client_t *c, const char *name, dlock_t **read,
-                 dlock_t **write) {
-  size_t len = name ? strlen(name) : 0;
-  if (read == NULL || write == NULL)
-    return dlock__fail(DLOCK_EINVAL, "read and write must not be NULL");
-  *write = NULL;
-  int rc = dlock__handle_new(c, &dlock__kind_read, name, len, read);
-  if (rc == 0 &&
-      (rc = dlock__handle_new(c, &dlock__kind_write, name, len, write)) != 0) {
-    dlock_free(*read);
-    *read = NULL;
-  }
-  return rc;
-}
-
-dlock_kind_t dlock_kind(const dlock_t *l) {
-  return l != NULL ? l->kind->id : DLOCK_REENTRANT;
-}
-
-void dlock_free(dlock_t *l) {
-  if (l == NULL)
-    return;
-  dlock__free(l->name);
-  dlock__free(l->channel);
-  dlock__free(l->token_key);
-  if (l->subs != NULL)
-    dlock__composite_free(l);
-  dlock__free(l);
-}
-
-const char *dlock_name(const dlock_t *l, size_t *len) {
-  if (len != NULL)
-    *len = l ? l->len : 0;
-  return l ? l->name : NULL;
-}
 
 /* ---- acquiring, with waiting ----------------------------------------------
  */
@@ -228,17 +53,6 @@ static int timed_out(const dlock_t *l, int64_t wait_ms) {
                      l->name, (long long)wait_ms);
 }
 
-/* A per-thread xorshift generator: cheap, and good enough for jitter. */
-static uint64_t jitter(void) {
-  static _Thread_local uint64_t x;
-  if (x == 0)
-    x = (uint64_t)dlock__now_us() ^ (dlock_self() * 0x9e3779b97f4a7c15ULL) ^ 1;
-  x ^= x << 13;
-  x ^= x >> 7;
-  x ^= x << 17;
-  return x;
-}
-
 /* Sleeps with exponential back-off and jitter (the spin lock's way):
  * 1 ms doubling to 128 ms, never past the deadline. */
 static int backoff_sleep(dlock_client_t *c, int *step, int64_t until_us) {
@@ -247,7 +61,7 @@ static int backoff_sleep(dlock_client_t *c, int *step, int64_t until_us) {
     (*step)++;
   /* Jitter keeps contending spinners from retrying in lockstep. */
   int64_t sleep_us =
-      base_us / 2 + (int64_t)(jitter() % (uint64_t)(base_us / 2 + 1));
+      base_us / 2 + (int64_t)(dlock__jitter() % (uint64_t)(base_us / 2 + 1));
   int64_t now = dlock__now_us();
   if (now + sleep_us > until_us)
     sleep_us = until_us - now;
@@ -268,13 +82,6 @@ static int turn_channel(dlock_t *l, uint64_t owner, char **channel,
   if (l->kind->wait_channel == NULL)
     return 0;
   return l->kind->wait_channel(l, owner, channel, len);
-}
-
-static void pause_us(int64_t us) {
-  if (us > 0) {
-    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-  }
 }
 
 /* Says whose waiter 'w' is; a waiter of a kind that takes hand-overs
@@ -388,7 +195,8 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
   while (rc == 0) {
     if (!tried) {
       if (woken)
-        pause_us(dlock__pubsub_contention_pause(c->ps, sub, jitter()));
+        dlock__sleep_us(
+            dlock__pubsub_contention_pause(c->ps, sub, dlock__jitter()));
       tried_us = dlock__now_us();
       rc = l->kind->try_acquire(l, owner, lease_ms, 1, &busy);
       if (woken && rc >= 0)
@@ -480,25 +288,6 @@ static int trylock_single(dlock_t *l, uint64_t owner, int64_t wait_ms,
  * unreachable or saying "not now" (DLOCK_EIO), too few replicas
  * acknowledging (DLOCK_ENOSYNC). */
 static int rides_out(int rc) { return rc == DLOCK_EIO || rc == DLOCK_ENOSYNC; }
-
-int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us) {
-  /* 20 ms doubling to 640 ms, with jitter, never past 'until_us', and not
-   * before the connection may be tried again: a server that is down gets
-   * a few tries a second, not a busy loop. */
-  int64_t base_us = (int64_t)20000 << (*step < 5 ? *step : 5);
-  if (*step < 5)
-    (*step)++;
-  int64_t now = dlock__now_us();
-  int64_t at =
-      now + base_us / 2 + (int64_t)(jitter() % (uint64_t)(base_us / 2));
-  int64_t reconnect_at = dlock__conn_retry_at(c->conn);
-  if (reconnect_at > at)
-    at = reconnect_at;
-  if (at > until_us)
-    at = until_us;
-  pause_us(at - now);
-  return dlock__check_canceled(c);
-}
 
 /* A single lock's acquisition, kept going through an outage: an attempt
  * that fails with an error a failover causes is made again, after a pause,

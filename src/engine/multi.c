@@ -317,6 +317,7 @@ const dlock__kind dlock__kind_multi = {
     .acquire = multi_acquire,
     .query = composite_query,
     .token = composite_token,
+    .free = dlock__composite_free,
 };
 
 /* ---- RedLock ----------------------------------------------------------- */
@@ -699,4 +700,5 @@ const dlock__kind dlock__kind_red = {
     .acquire = red_acquire,
     .query = composite_query,
     .token = composite_token,
+    .free = dlock__composite_free,
 };

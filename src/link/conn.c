@@ -27,7 +27,6 @@
 #include "fork.h"
 #include "link/stream.h"
 #include "monotime.h"
-#include "sentinel.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -487,8 +486,8 @@ static int idle_connection_is_dead(dlock__conn *c) {
 static int link_locked(dlock__conn *c) {
   /* The master moved (+switch-master): nothing more goes to the old one,
    * which may take writes until it is told it is a replica. */
-  if (c->ctx != NULL && c->cfg.sentinel != NULL &&
-      c->gen != dlock__sentinel_gen(c->cfg.sentinel))
+  if (c->ctx != NULL && c->cfg.locator != NULL &&
+      c->gen != c->cfg.locator->gen(c->cfg.locator->ctx))
     break_locked(c, DLOCK_EIO, "the master moved (Sentinel's +switch-master)");
   if (c->ctx != NULL && !idle_connection_is_dead(c))
     return 0;
@@ -504,12 +503,12 @@ static int link_locked(dlock__conn *c) {
   dlock__stream *ctx = NULL;
   unsigned gen = 0;
   int rc;
-  if (c->cfg.sentinel != NULL)
+  if (c->cfg.locator != NULL)
     /* Discovery asks the Sentinels and confirms the master with ROLE, one
      * command at a time, so it waits for the servers here, under 'mu': the
      * callers of this master wait with it, for at most its connect and
      * command timeouts, and nobody else does. */
-    rc = dlock__sentinel_open(c->cfg.sentinel,
+    rc = c->cfg.locator->open(c->cfg.locator->ctx,
                               dlock__deadline_ms(c->cfg.connect_timeout_ms +
                                                  c->cfg.command_timeout_ms),
                               &ctx, &gen);

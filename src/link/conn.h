@@ -18,10 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "locator.h"
 #include "net/net.h"
 #include "url.h"
-
-struct dlock__sentinel;
 
 typedef struct dlock__conn dlock__conn;
 
@@ -33,7 +32,7 @@ typedef struct dlock__conn_cfg {
   const dlock__tls *tls;
   /* For a redis-sentinel:// URL: where the master is found at each
    * (re)connect, instead of 'ep'; else NULL. Not copied. */
-  struct dlock__sentinel *sentinel;
+  const dlock__locator *locator;
 } dlock__conn_cfg;
 
 /* Creates an unconnected connection. 0 or DLOCK_ENOMEM. */

@@ -43,6 +43,7 @@ struct dlock_client {
   /* For a redis-sentinel:// URL: where the master is; 'ep' then holds only
    * the data nodes' user, password and db. Else NULL. */
   dlock__sentinel *sentinel;
+  dlock__locator locator; /* 'sentinel' as the connection's locator */
   dlock__tls *tls; /* loaded TLS settings for a rediss:// URL, else NULL */
   dlock__conn *conn;
   dlock__pubsub *ps;

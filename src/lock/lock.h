@@ -11,6 +11,7 @@
 #define DLOCK_LOCK_H
 
 #include "client.h"
+#include "keys.h"
 #include "scripts.h"
 
 typedef struct dlock__kind dlock__kind;
@@ -95,6 +96,9 @@ struct dlock__kind {
                  int64_t deadline_us);
   int (*query)(dlock_t *l, uint64_t owner, int what, int64_t *out);
   uint64_t (*token)(dlock_t *l, uint64_t owner);
+  /* Frees what the kind keeps beyond the handle's names (a composite's
+   * records), when the handle is freed. May be NULL. */
+  void (*free)(dlock_t *l);
 };
 
 /* What dlock__kind.query answers. */
@@ -116,19 +120,6 @@ extern const dlock__kind dlock__kind_red;
 /* A query on a single lock, whatever its kind (composites use it on their
  * parts). */
 int dlock__query_single(dlock_t *l, uint64_t owner, int what, int64_t *out);
-
-/* Builds "prefix:{name}", or "prefix:name" when the name holds a '{' (it is
- * then taken to carry its own hash tag), as Redisson does. */
-int dlock__prefixed(const char *prefix, const char *name, size_t len,
-                    char **out, size_t *out_len);
-
-/* The same with ":suffix" appended, in one allocation. */
-int dlock__prefixed_suffix(const char *prefix, const char *name, size_t len,
-                           const char *suffix, char **out, size_t *out_len);
-
-/* Builds "{name}:suffix" (or "name:suffix" when the name holds a '{'). */
-int dlock__suffixed(const char *name, size_t len, const char *suffix,
-                    size_t suffix_len, char **out, size_t *out_len);
 
 /* Creates a handle of 'kind' on 'name' after checking the arguments. */
 int dlock__handle_new(dlock_client_t *c, const dlock__kind *kind,
