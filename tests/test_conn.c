@@ -1,5 +1,5 @@
 /*
- * The command connection (src/conn.c) against the scripted fake server
+ * The command connection (src/link/conn.c) against the scripted fake server
  * (harness/fake_server.h): every call ends by its own deadline whatever the
  * server does (trickles its handshake, answers late, hangs up mid-reply),
  * and a caller's replies are read even when the thread that was to read

@@ -1,5 +1,5 @@
 /*
- * The pub/sub layer (src/pubsub.c) against the scripted fake server
+ * The pub/sub layer (src/sub/pubsub.c) against the scripted fake server
  * (harness/fake_server.h): subscription confirmations that come late, one
  * byte at a time or never, messages in pieces, a server that hangs up in
  * the middle of a reply or stays away, replies in the wrong state and

@@ -1,6 +1,6 @@
 /*
  * Unit tests of how replica sync counts the replicas of a Sentinel
- * deployment (dlock__sentinel_count_replicas, src/sentinel.c), from
+ * deployment (dlock__sentinel_count_replicas, src/topo/sentinel.c), from
  * SENTINEL REPLICAS replies built by hand.
  */
 #ifndef _GNU_SOURCE

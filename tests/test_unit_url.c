@@ -1,5 +1,5 @@
 /*
- * Unit tests of the URL parser (src/url.c): every accepted form, and
+ * Unit tests of the URL parser (src/proto/url.c): every accepted form, and
  * rejection of malformed URLs with a detail that never shows the password.
  */
 #ifndef _GNU_SOURCE

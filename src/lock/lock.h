@@ -243,7 +243,7 @@ int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
 int dlock__settle_before_acquire(dlock_t *l, uint64_t owner);
 
 /* Pauses between the attempts of a call that rides out an outage
- * (handle.c): a back-off from 20 ms to 640 ms with jitter, not before the
+ * (services.c): a back-off from 20 ms to 640 ms with jitter, not before the
  * connection may be tried again, never past 'until_us'. 0, or
  * DLOCK_ECANCELED when the client shuts down meanwhile. */
 int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us);
