@@ -32,6 +32,8 @@ static int composite_new(dlock_t *const *locks, size_t n,
   dlock_t *l = dlock__calloc(1, sizeof(*l));
   if (l == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory creating a composite");
+  /* Set first: dlock_free frees the parts' records through it. */
+  l->kind = kind;
   pthread_mutex_init(&l->cmu, NULL);
   l->subs = dlock__calloc(n, sizeof(*l->subs));
   l->name = dlock__strdup(kind->id == DLOCK_RED ? "(redlock)" : "(multilock)");
@@ -44,7 +46,6 @@ static int composite_new(dlock_t *const *locks, size_t n,
   memcpy(l->subs, locks, n * sizeof(*locks));
   l->nsubs = n;
   l->len = strlen(l->name);
-  l->kind = kind;
   *out = l;
   return 0;
 }
@@ -317,7 +318,7 @@ const dlock__kind dlock__kind_multi = {
     .acquire = multi_acquire,
     .query = composite_query,
     .token = composite_token,
-    .free = dlock__composite_free,
+    .dispose = dlock__composite_free,
 };
 
 /* ---- RedLock ----------------------------------------------------------- */
@@ -700,5 +701,5 @@ const dlock__kind dlock__kind_red = {
     .acquire = red_acquire,
     .query = composite_query,
     .token = composite_token,
-    .free = dlock__composite_free,
+    .dispose = dlock__composite_free,
 };

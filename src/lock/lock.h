@@ -96,9 +96,9 @@ struct dlock__kind {
                  int64_t deadline_us);
   int (*query)(dlock_t *l, uint64_t owner, int what, int64_t *out);
   uint64_t (*token)(dlock_t *l, uint64_t owner);
-  /* Frees what the kind keeps beyond the handle's names (a composite's
-   * records), when the handle is freed. May be NULL. */
-  void (*free)(dlock_t *l);
+  /* Frees what a composite keeps beyond the handle's names (its records),
+   * when a handle whose 'subs' is set is freed. May be NULL. */
+  void (*dispose)(dlock_t *l);
 };
 
 /* What dlock__kind.query answers. */

@@ -69,8 +69,8 @@ void dlock_free(dlock_t *l) {
   dlock__free(l->name);
   dlock__free(l->channel);
   dlock__free(l->token_key);
-  if (l->kind->free != NULL)
-    l->kind->free(l);
+  if (l->subs != NULL && l->kind->dispose != NULL)
+    l->kind->dispose(l);
   dlock__free(l);
 }
 
