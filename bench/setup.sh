@@ -2,7 +2,8 @@
 # Installs what the benchmark needs beyond the build's own dependencies:
 #   * redis-py for its Lock (Debian python3-redis, for /usr/bin/python3);
 #   * gnuplot for the plots (Debian gnuplot-nox);
-#   * node-redlock v4 and v5 beta and redis-semaphore with ioredis, pinned in
+#   * node-redlock v4 and v5 beta, @sesamecare-oss/redlock and redis-semaphore
+#     with ioredis, pinned in
 #     bench/peers/package.json and package-lock.json (npm ci);
 # and checks for node, npm, redis-server, redis-cli and redis-benchmark.
 # Debian packages are installed with apt-get as root, or through sudo.
@@ -54,12 +55,13 @@ stamp=$peers/node_modules/.installed-from
 want=$(sha256sum "$peers/package-lock.json" | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] ||
   [ ! -d "$peers/node_modules/redlock4" ] || [ ! -d "$peers/node_modules/redlock5" ] ||
-  [ ! -d "$peers/node_modules/ioredis" ] || [ ! -d "$peers/node_modules/redis-semaphore" ]; then
-  echo "bench setup: npm ci in bench/peers (node-redlock v4, v5 beta, redis-semaphore, ioredis)" >&2
+  [ ! -d "$peers/node_modules/ioredis" ] || [ ! -d "$peers/node_modules/redis-semaphore" ] ||
+  [ ! -d "$peers/node_modules/@sesamecare-oss/redlock" ]; then
+  echo "bench setup: npm ci in bench/peers (node-redlock v4, v5 beta, @sesamecare-oss/redlock, redis-semaphore, ioredis)" >&2
   if ! (cd "$peers" && npm ci --no-audit --no-fund --loglevel=error >&2); then
     fail "npm ci in bench/peers failed (is the npm registry reachable?); the node peers cannot run"
   fi
   echo "$want" >"$stamp"
 fi
-node -e 'for (const m of ["redlock4", "redlock5", "redis-semaphore", "ioredis"]) require(process.argv[1] + "/node_modules/" + m)' "$peers" ||
+node -e 'for (const m of ["redlock4", "redlock5", "@sesamecare-oss/redlock", "redis-semaphore", "ioredis"]) require(process.argv[1] + "/node_modules/" + m)' "$peers" ||
   fail "node cannot load redlock/redis-semaphore/ioredis from bench/peers/node_modules"

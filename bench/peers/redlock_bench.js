@@ -1,18 +1,23 @@
 #!/usr/bin/env node
-// node-redlock (v4 or v5 beta, over ioredis) under the lock workloads of
-// bench/run.sh. Same options and the same one-line key=value output as
-// bench_lock / bench_handoff, so the driver treats every contender alike.
+// The node lock libraries (over ioredis) under the lock workloads of
+// bench/run.sh: node-redlock v4 and v5 beta (--lib 4, 5), its maintained
+// successor @sesamecare-oss/redlock (--lib sesame) and redis-semaphore's
+// Mutex (--lib mutex). Same options and the same one-line key=value output
+// as bench_lock / bench_handoff, so the driver treats every contender alike.
 //
-//   node redlock_bench.js --lib 4|5 --port P --mode loop|herd|handoff
+//   node redlock_bench.js --lib 4|5|sesame|mutex --port P --mode loop|herd|handoff
 //        [--procs N] [--threads T] [--distinct] [--work] [--seconds S]
 //        [--retry-delay MS] [--timeout S] [--name NAME] [--dist PREFIX]
 //
 // A "thread" is an async worker; the workers of a process share one ioredis
 // client and one Redlock instance, as the C workers of a process share one
 // dlock client. Without --retry-delay the library runs with its defaults
-// (10 retries 200 +- 100 ms apart; when they run out the worker simply asks
-// again, as an application would); with it the delay is that, the jitter
-// half of it, and the retries unlimited. Every lock has a 10 s lease.
+// (the redlocks: 10 retries 200 +- 100 ms apart; the Mutex: an attempt every
+// 10 ms for up to 10 s; when they run out the worker simply asks again, as
+// an application would); with it the delay is that (the redlocks' jitter
+// half of it) and the retries unlimited. Every lock has a 10 s lease. The
+// Mutex refreshes its lease every 8 s, which no run here lasts long enough
+// to see.
 'use strict';
 const { fork } = require('child_process');
 const fs = require('fs');
@@ -31,17 +36,23 @@ const LEASE = 10000;
 const now = () => Number(process.hrtime.bigint()); // CLOCK_MONOTONIC, ns
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// The Redlock instance for one process.
+// The lock library for one process: { redis, acquire(name, deadline) ->
+// lock or null, release(lock) }.
 function makeLock() {
   const redis = new Redis({ host: '127.0.0.1', port: opt.port });
+  if (opt.lib === 'mutex') return makeMutex(redis);
   const tuned = opt.retryDelay !== undefined;
   const settings = tuned
     ? { retryDelay: Number(opt.retryDelay), retryJitter: Math.floor(opt.retryDelay / 2), retryCount: -1 }
     : {};
-  const Redlock = require(opt.lib === '4' ? 'redlock4' : 'redlock5');
-  const redlock = opt.lib === '4' ? new Redlock([redis], settings) : new Redlock.default([redis], settings);
-  // v5 reports every refused attempt as an 'error' event; v4 reports client
-  // errors. A taken lock is the normal case here; anything else is fatal.
+  const v4 = opt.lib === '4';
+  let redlock;
+  if (v4) redlock = new (require('redlock4'))([redis], settings);
+  else if (opt.lib === '5') redlock = new (require('redlock5').default)([redis], settings);
+  else redlock = new (require('@sesamecare-oss/redlock').Redlock)([redis], settings);
+  // v5 and its successor report every refused attempt as an 'error' event;
+  // v4 reports client errors. A taken lock is the normal case here;
+  // anything else is fatal.
   redlock.on('error', (e) => {
     if (!/ResourceLocked|LockError|ExecutionError/.test(e.name)) throw e;
   });
@@ -50,15 +61,32 @@ function makeLock() {
   async function acquire(name, deadline) {
     while (now() < deadline) {
       try {
-        return opt.lib === '4' ? await redlock.lock(name, LEASE) : await redlock.acquire([name], LEASE);
+        return v4 ? await redlock.lock(name, LEASE) : await redlock.acquire([name], LEASE);
       } catch (e) {
         if (!/LockError|ExecutionError/.test(e.name)) throw e;
       }
     }
     return null;
   }
-  const release = (lock) => (opt.lib === '4' ? lock.unlock() : lock.release());
+  const release = (lock) => (v4 ? lock.unlock() : lock.release());
   return { redis, acquire, release };
+}
+
+// redis-semaphore's Mutex: one object per acquisition, as it keeps the
+// holder's identifier. tryAcquire() keeps trying for acquireTimeout (10 s)
+// and then returns false.
+function makeMutex(redis) {
+  const { Mutex } = require('redis-semaphore');
+  const settings = { lockTimeout: LEASE };
+  if (opt.retryDelay !== undefined) settings.retryInterval = Number(opt.retryDelay);
+  async function acquire(name, deadline) {
+    while (now() < deadline) {
+      const m = new Mutex(redis, name, settings);
+      if (await m.tryAcquire()) return m;
+    }
+    return null;
+  }
+  return { redis, acquire, release: (m) => m.release() };
 }
 
 // The critical section: a non-atomic read-modify-write of the counter.

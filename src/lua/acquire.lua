@@ -13,20 +13,25 @@ if invalid then
 end
 
 local function run()
-  local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
-  if count == nil then
+  -- A free lock is the common case: one EXISTS tells it, without asking for
+  -- the owner's field first.
+  if redis.call('exists', KEYS[1]) == 0 then
     if tonumber(ARGV[3]) > 0 then
       -- The client believes the owner holds it, but its hold expired or was
       -- deleted: report that rather than quietly start a new hold.
       return {2, 0}
     end
-    if redis.call('exists', KEYS[1]) == 1 then
-      return {0, redis.call('pttl', KEYS[1])}
-    end
     -- Free: a new hold, and the only place a new fencing token is issued.
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, redis.call('incr', KEYS[2]), 1}
+  end
+  local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+  if count == nil then
+    if tonumber(ARGV[3]) > 0 then
+      return {2, 0}
+    end
+    return {0, redis.call('pttl', KEYS[1])}
   end
   -- Held by this owner already: one more hold than the client counts. Set,
   -- not incremented, so that an earlier try whose reply was lost (and may or
