@@ -5,27 +5,33 @@
 #include "scripts.h"
 
 #include "error.h"
+#include "proto/format.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Room on the stack for a script call's command: an EVALSHA of a lock or
+ * an unlock with names of ordinary length fits, and then costs no
+ * allocation. */
+#define CMD_LOCAL 1024
+
 /* Formats one call as EVALSHA (or EVAL with the body when 'with_body'). */
-static int format_eval(const dlock__eval *e, int with_body, char **cmd,
-                       size_t *len) {
+static int format_eval(const dlock__eval *e, int with_body, char *buf,
+                       size_t cap, char **cmd, size_t *len) {
   int argc = 3 + e->nkeys + e->nargs;
   const char *local_argv[16];
   size_t local_lens[16];
   const char **argv =
       argc <= 16 ? local_argv : dlock__malloc(argc * sizeof(*argv));
   size_t *lens = argc <= 16 ? local_lens : dlock__malloc(argc * sizeof(*lens));
-  char nkeys[16];
+  char nkeys[DLOCK__DEC_MAX];
   int rc = 0;
   if (argv == NULL || lens == NULL) {
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory formatting a script call");
     goto out;
   }
-  snprintf(nkeys, sizeof(nkeys), "%d", e->nkeys);
+  dlock__fmt_i64(nkeys, e->nkeys);
   argv[0] = with_body ? "EVAL" : "EVALSHA";
   lens[0] = strlen(argv[0]);
   argv[1] = with_body ? e->script->body : e->script->sha;
@@ -34,7 +40,7 @@ static int format_eval(const dlock__eval *e, int with_body, char **cmd,
   lens[2] = strlen(nkeys);
   memcpy(argv + 3, e->argv, (size_t)(argc - 3) * sizeof(*argv));
   memcpy(lens + 3, e->lens, (size_t)(argc - 3) * sizeof(*lens));
-  int n = redisFormatCommandArgv(cmd, argc, argv, lens);
+  int n = dlock__format_argv_into(buf, cap, cmd, argc, argv, lens);
   if (n < 0)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory formatting a script call");
   else
@@ -67,8 +73,9 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
                       const unsigned char *which, int with_body,
                       redisReply **replies, int64_t deadline_us,
                       int64_t idle_ms, tail_cmd *tail) {
-  /* One call (the common case) needs no allocation for the bookkeeping. */
-  char *cmd1[4];
+  /* One call (the common case) needs no allocation for the bookkeeping,
+   * nor, unless it is long, for its command. */
+  char *cmd1[4], first[CMD_LOCAL];
   size_t len1[4], slot1[4];
   redisReply *got1[4];
   size_t ntail = tail != NULL ? tail->n : 0;
@@ -85,7 +92,8 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
   for (size_t i = 0; i < n && rc == 0; i++) {
     if (which != NULL && !which[i])
       continue;
-    rc = format_eval(&calls[i], with_body, &cmds[m], &lens[m]);
+    rc = format_eval(&calls[i], with_body, first, m == 0 ? sizeof(first) : 0,
+                     &cmds[m], &lens[m]);
     /* A command that could not be formatted is not there to be freed. */
     if (rc == 0)
       slot[m++] = i;
@@ -106,7 +114,7 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
   for (size_t j = 0; j < m; j++) {
     if (rc == 0)
       replies[slot[j]] = got[j];
-    redisFreeCommand(cmds[j]);
+    dlock__format_done(cmds[j], first);
   }
   for (size_t k = 0; rc == 0 && k < ntail; k++) {
     if (tail->replies[k] != NULL)
@@ -192,16 +200,16 @@ int dlock__eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
 
 int dlock__eval_send(dlock__conn *conn, const dlock__eval *call,
                      int64_t deadline_us, dlock__pending *p) {
-  char *cmd;
+  char *cmd, buf[CMD_LOCAL];
   size_t len;
-  int rc = format_eval(call, 0, &cmd, &len);
+  int rc = format_eval(call, 0, buf, sizeof(buf), &cmd, &len);
   if (rc != 0) {
     memset(p, 0, sizeof(*p));
     p->rc = rc;
     return rc;
   }
   rc = dlock__conn_send(conn, 1, &cmd, &len, deadline_us, p);
-  redisFreeCommand(cmd);
+  dlock__format_done(cmd, buf);
   return rc;
 }
 

@@ -7,6 +7,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "monotime.h"
+#include "proto/format.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -30,11 +31,11 @@ int dlock__stream_append(dlock__stream *s, const char *cmd, size_t len) {
 int dlock__stream_append_argv(dlock__stream *s, int argc, const char **argv,
                               const size_t *lens) {
   char *cmd;
-  int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+  int len = dlock__format_argv(&cmd, argc, argv, lens);
   if (len < 0)
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
   int rc = dlock__stream_append(s, cmd, (size_t)len);
-  redisFreeCommand(cmd);
+  dlock__format_free(cmd);
   return rc;
 }
 
@@ -142,11 +143,11 @@ static void hs_free(struct dlock__handshake *hs) {
 static int hs_add(struct dlock__handshake *hs, int argc, const char **argv,
                   const char *expect) {
   char *cmd;
-  int len = redisFormatCommandArgv(&cmd, argc, argv, NULL);
+  int len = dlock__format_argv(&cmd, argc, argv, NULL);
   if (len < 0)
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
   sds grown = sdscatlen(hs->out, cmd, (size_t)len);
-  redisFreeCommand(cmd);
+  dlock__format_free(cmd);
   if (grown == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
   hs->out = grown;
