@@ -328,7 +328,7 @@ int main(int argc, char **argv) {
     int rc;
     dlock_options_init(&o);
     o.url = url;
-  o.tls_ca_file = cacert;
+    o.tls_ca_file = cacert;
     if ((rc = dlock_client_open(&o, &holder)) < 0)
       bench_die("client_open", rc);
     if ((rc = open_lock(holder, prefix, &held)) < 0)
