@@ -44,6 +44,11 @@
 
 /* Settings from the command line; read-only once the run starts. */
 static const char *url = "redis://127.0.0.1:6379";
+/* For a rediss:// URL: the CA to trust, and a plain URL of the same server
+ * for the benchmark's own hiredis connections (counter, statistics), which
+ * speak no TLS. */
+static const char *cacert = NULL;
+static const char *stats_url = NULL;
 static const char *prefix = "bench:lock";
 static const char *dist;
 static int nprocs = 1, nthreads = 1, distinct, work, fair, herd;
@@ -160,6 +165,7 @@ static void run_child(int proc, int in, int out) {
     exit(1);
   dlock_options_init(&o);
   o.url = url;
+  o.tls_ca_file = cacert;
   o.replica_sync = !no_sync;
   if ((rc = dlock_client_open(&o, &client)) < 0)
     bench_die("client_open", rc);
@@ -175,7 +181,7 @@ static void run_child(int proc, int in, int out) {
         bench_die("get", rc);
     }
     if (work || herd)
-      w[i].redis = bench_connect(url);
+      w[i].redis = bench_connect(stats_url ? stats_url : url);
     if (pthread_create(&w[i].tid, NULL, herd ? herd_thread : loop_thread,
                        &w[i]) != 0)
       bench_fail("pthread_create failed");
@@ -226,6 +232,7 @@ static int probe(void) {
   int rc;
   dlock_options_init(&o);
   o.url = url;
+  o.tls_ca_file = cacert;
   if ((rc = dlock_client_open(&o, &client)) < 0)
     bench_die("client_open", rc);
   if ((rc = dlock_get(client, prefix, &l)) < 0)
@@ -242,7 +249,8 @@ static int probe(void) {
 
 static void usage(void) {
   fprintf(stderr,
-          "usage: bench_lock [--url URL] [--mode loop|herd] [--procs P]\n"
+          "usage: bench_lock [--url URL] [--cacert FILE] [--stats-url URL]\n"
+          "         [--mode loop|herd] [--procs P]\n"
           "         [--threads T] [--distinct] [--work] [--fair]\n"
           "         [--seconds S] [--timeout S] [--lease MS] [--name NAME]\n"
           "         [--dist PREFIX] [--probe] [--no-sync]\n");
@@ -277,6 +285,10 @@ int main(int argc, char **argv) {
       usage();
     else if (strcmp(a, "--url") == 0)
       url = v, i++;
+    else if (strcmp(a, "--cacert") == 0)
+      cacert = v, i++;
+    else if (strcmp(a, "--stats-url") == 0)
+      stats_url = v, i++;
     else if (strcmp(a, "--mode") == 0) {
       if (strcmp(v, "herd") == 0)
         herd = 1;
@@ -306,7 +318,7 @@ int main(int argc, char **argv) {
   if (do_probe)
     return probe();
 
-  redisContext *r = bench_connect(url);
+  redisContext *r = bench_connect(stats_url ? stats_url : url);
   freeReplyObject(redisCommand(r, "SET " COUNTER_KEY " 0"));
   /* In a herd the parent holds the lock while the workers line up. */
   dlock_client_t *holder = NULL;
@@ -316,6 +328,7 @@ int main(int argc, char **argv) {
     int rc;
     dlock_options_init(&o);
     o.url = url;
+    o.tls_ca_file = cacert;
     if ((rc = dlock_client_open(&o, &holder)) < 0)
       bench_die("client_open", rc);
     if ((rc = open_lock(holder, prefix, &held)) < 0)

@@ -80,6 +80,8 @@ LABELS = {
     "redis-semaphore-tuned": "redis-semaphore 5.8.0 Semaphore tuned",
     "dlock-sync": "dlock, 1 replica, replica sync on",
     "dlock-nosync": "dlock, 1 replica, replica sync off",
+    "raw-tls": "raw limit over TLS (redis-benchmark --tls)",
+    "dlock-tls": "dlock, rediss://",
 }
 
 
@@ -343,11 +345,12 @@ class Bench:
                 return sha, words[2:]
         raise SystemExit("bench: no EVALSHA for the probe lock was seen on MONITOR")
 
-    def raw(self, clients, pipeline, n):
+    def raw(self, clients, pipeline, n, port=None, extra=()):
         """redis-benchmark running the acquire call: calls/s and per-call
-        p50/p99 in us."""
-        argv = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(self.main.port), "-c", str(clients),
-                "-n", str(n), "-P", str(pipeline), "--csv", "EVALSHA", self.sha] + self.sha_args
+        p50/p99 in us. 'port' and 'extra' (its TLS options): another port
+        of the main server."""
+        argv = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port or self.main.port), "-c", str(clients),
+                "-n", str(n), "-P", str(pipeline)] + list(extra) + ["--csv", "EVALSHA", self.sha] + self.sha_args
         self.main.r.flushall()
         cpu0, t0, ru0 = self.main.cpu(), time.monotonic(), client_cpu()
         stats0 = self.main.commandstats()
@@ -553,6 +556,64 @@ class Bench:
             d["median"] = median_round(d["rounds"], "rate")
         self.results["replsync"] = res
 
+    def tls_files(self):
+        """A CA and a certificate for 127.0.0.1 that it signed, made with
+        openssl as the tests do. Returns (ca, cert, key) paths."""
+        d = os.path.join(self.tmp, "tls-files")
+        os.makedirs(d)
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        run = lambda argv: subprocess.run(argv, cwd=d, check=True, capture_output=True)  # noqa: E731
+        run(["openssl", "req", "-x509"] + ec + ["-keyout", "ca.key", "-out", "ca.crt", "-days", "3",
+                                               "-subj", "/CN=dlock bench CA"])
+        with open(os.path.join(d, "server.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1\n")
+        run(["openssl", "req"] + ec + ["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"])
+        run(["openssl", "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "server.crt", "-days", "3", "-extfile", "server.ext"])
+        return tuple(os.path.join(d, n) for n in ("ca.crt", "server.crt", "server.key"))
+
+    def tls(self, progress):
+        """solo lock+unlock over TLS (rediss://) against redis-benchmark
+        --tls running the same acquire call on the same server, turn about
+        round by round."""
+        ca, crt, key = self.tls_files()
+        tls_port = random.randint(20000, 49999)
+        srv = self.server("tls-server", ["--tls-port", str(tls_port), "--tls-cert-file", crt, "--tls-key-file", key,
+                                  "--tls-ca-cert-file", ca, "--tls-auth-clients", "no"])
+        # redis-benchmark calls the script by its digest: load it first, as
+        # the library would at its first call.
+        lua = os.path.join(ROOT, "src", "lua")
+        body = open(os.path.join(lua, "lib", "numbers.lua")).read() + open(os.path.join(lua, "acquire.lua")).read()
+        if srv.r.script_load(body) != self.sha:
+            raise SystemExit("bench: the acquire script's digest differs from the library's")
+        w = {"name": "tls", "mode": "loop", "procs": 1, "threads": 1}
+        res = {"raw-tls": {"rounds": []}, "dlock-tls": {"rounds": []}}
+        main, self.main = self.main, srv
+        est = None
+        try:
+            for r in range(self.rounds):
+                order = ["dlock-tls", "raw-tls"]
+                for c in order if r % 2 == 0 else order[::-1]:
+                    progress.step(f"tls, round {r + 1}/{self.rounds}: {LABELS[c]}")
+                    if c == "raw-tls":
+                        extra = ["--tls", "--cacert", ca]
+                        est = est or self.raw(1, 1, 2000, tls_port, extra)["calls_per_s"]
+                        v = self.raw(1, 1, max(1000, int(est * self.seconds)), tls_port, extra)
+                    else:
+                        dist = os.path.join(self.dist_dir, f"tls.{c}.{r}")
+                        argv = self.lock_argv("dlock", w, dist)
+                        argv[argv.index("--url") + 1] = f"rediss://127.0.0.1:{tls_port}"
+                        argv += ["--cacert", ca, "--stats-url", srv.url]
+                        v = self.run(argv, self.timeout_for(w), f"tls/{c}")
+                        v["dist"] = dist
+                    res[c]["rounds"].append(v)
+        finally:
+            self.main = main
+            srv.stop()
+        for c, d in res.items():
+            d["median"] = median_round(d["rounds"], "rate")
+        self.results["tls"] = res
+
     # Sentinel timing of the failover rows, as in tests/harness/sentinel_group.c.
     DOWN_AFTER_MS = 1000
     FAILOVER_TIMEOUT_MS = 3000
@@ -653,6 +714,7 @@ class Bench:
         steps = sum(w.get("rounds", self.rounds) * (len(w["contenders"]) + len(w["raw"])) for w in ws)
         steps += self.rounds * sum(only is None or n in only for n in ("watchdog", "redlock", "failover"))
         steps += 2 * self.rounds * (only is None or "replsync" in only)
+        steps += 2 * self.rounds * (only is None or "tls" in only)
         steps += len(self.swept(ws)) * len(SWEEP_MS)
         progress = Progress(steps)
         machine = machine_info()
@@ -676,7 +738,7 @@ class Bench:
             for row in table_rows(w["name"], res, self.results):
                 print_row(row)
         for name, fn in (("watchdog", self.watchdog), ("redlock", self.redlock), ("replsync", self.replsync),
-                         ("failover", self.failover)):
+                         ("tls", self.tls), ("failover", self.failover)):
             if only is None or name in only:
                 fn(progress)
                 progress.clear()
@@ -786,7 +848,7 @@ def table_rows(workload, res, results):
     """The table rows of one workload: the median round of each contender."""
     rows = []
     order = [c for c in ["raw", "raw-pipelined", "dlock-interleaved"] + DLOCKS + PEERS_ALL + SEM_DLOCKS
-             + SEM_PEERS_ALL + ["dlock-sync", "dlock-nosync"] if c in res]
+             + SEM_PEERS_ALL + ["dlock-sync", "dlock-nosync", "raw-tls", "dlock-tls"] if c in res]
     for c in order:
         m = res[c]["median"]
         label = LABELS[c]
@@ -801,6 +863,14 @@ def table_rows(workload, res, results):
                          "alternating with dlock's pairs below"])
             rows.append([workload, label, f"{fmt(m['rate'])}/s", us(m["p50"]), us(m["p99"]), "2", "-",
                          cpu, f"{m['rate'] / m['raw_rate']:.2f} x raw above"])
+        elif workload == "tls" and c == "raw-tls":
+            rows.append([workload, label, f"{fmt(m['rate'])}/s", us(m["pair_p50"]), us(m["pair_p99"]),
+                         "2", "-", cpu, f"{fmt(m['calls_per_s'])} calls/s, c=1 P=1; latency = 2 calls"])
+        elif workload == "tls":
+            raw = res.get("raw-tls", {}).get("median", {})
+            note = f"{m['rate'] / raw['rate']:.2f} x raw over TLS" if raw.get("ok") and raw.get("rate") else ""
+            rows.append([workload, label, f"{fmt(m['rate'])}/s", us(m.get("pair_p50")), us(m.get("pair_p99")),
+                         fmt(per(m.get("cmds"), m.get("acq")), 1), "-", cpu, note])
         elif workload in ("solo", "spread") and c.startswith("raw"):
             rows.append([workload, label, f"{fmt(m['rate'])}/s", us(m["pair_p50"]), us(m["pair_p99"]),
                          "2", "-", cpu, f"{fmt(m['calls_per_s'])} calls/s, c={m['clients']} "
@@ -923,6 +993,8 @@ def evaluate_targets(results):
     ratio_target("solo >= 0.95 x raw two-round-trip limit (redis-benchmark)", "solo", "dlock", ["raw"], 0.95,
                  "pairs/s")
     ratio_target("solo >= 1.1 x node-redlock", "solo", "dlock", redlocks, 1.1, "pairs/s")
+    ratio_target("solo over TLS >= 0.9 x raw two-round-trip limit (redis-benchmark --tls)", "tls",
+                 "dlock-tls", ["raw-tls"], 0.9, "pairs/s")
     # The same limit measured head to head: one thread taking turns, so that
     # the machine's ups and downs fall on both sides alike.
     v, rs = per_round("solo", "dlock-interleaved", "rate", "raw_rate")

@@ -202,6 +202,22 @@ TEST(client_kill_and_script_flush) {
   }
 }
 
+/* The single-Redis faults (holders killed and stopped, Redis paused and
+ * restarted with its AOF, connections killed) with every client on
+ * rediss://: reconnects go through the TLS handshake again, and every
+ * promise holds as over plain TCP. */
+TEST(tls_mixed_faults) {
+  chaos_result_t r;
+  run("tls-mixed", 6000, &r);
+  ASSERT_EQ(r.token_regressions, 0);
+  if (at_full_speed()) {
+    int faults = 0;
+    for (int f = 0; f < CHAOS_FAULT_COUNT; f++)
+      faults += r.faults[f];
+    ASSERT_GE(faults, 3);
+  }
+}
+
 /* RedLock over five servers, two of them killed or paused at a time:
  * still safe, still making progress. */
 TEST(redlock_minority_down) {

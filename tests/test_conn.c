@@ -107,7 +107,7 @@ TEST(conn_plain_calls_and_reconnect_after_close_mid_reply) {
   fs_server_t *fs = fs_start();
   tconn t;
   tc_new(&t, fs_url(fs), 1000, 1000);
-  ASSERT_DLOCK_OK(dlock__conn_open(t.c));
+  ASSERT_DLOCK_OK(dlock__conn_open(t.c, INT64_MAX));
   char got[64];
   ASSERT_DLOCK_OK(tc_echo(t.c, "one", 1000, got, sizeof(got)));
   ASSERT_STR_EQ(got, "one");
@@ -129,7 +129,7 @@ TEST(conn_silent_server_bounded_by_deadline) {
   fs_server_t *fs = fs_start();
   tconn t;
   tc_new(&t, fs_url(fs), 1000, 10000);
-  ASSERT_DLOCK_OK(dlock__conn_open(t.c));
+  ASSERT_DLOCK_OK(dlock__conn_open(t.c, INT64_MAX));
   /* A server that reads and never answers (paused): the caller leaves at
    * its own deadline, long before the command timeout. */
   fs_set(fs, NULL, &(fs_action_t){.how = FS_SILENT});
@@ -185,7 +185,7 @@ TEST(conn_caller_not_held_behind_a_reconnect) {
   snprintf(url, sizeof(url), "redis://:pw@127.0.0.1:%d", fs_port(fs));
   tconn t;
   tc_new(&t, url, 5000, 5000);
-  ASSERT_DLOCK_OK(dlock__conn_open(t.c));
+  ASSERT_DLOCK_OK(dlock__conn_open(t.c, INT64_MAX));
   fs_set(fs, NULL, &(fs_action_t){.how = FS_TRICKLE, .every_ms = 200});
   fs_close_all(fs);
 
@@ -255,7 +255,7 @@ TEST(conn_reader_role_survives_a_late_waiter) {
   fs_server_t *fs = fs_start();
   tconn t;
   tc_new(&t, fs_url(fs), 2000, 10000);
-  ASSERT_DLOCK_OK(dlock__conn_open(t.c));
+  ASSERT_DLOCK_OK(dlock__conn_open(t.c, INT64_MAX));
   /* The newest rule matches first: A's ECHO is answered after 600 ms,
    * B's after 1 s, C's at once (but after B's: replies keep order). */
   fs_set(fs, "ECHO", &(fs_action_t){.delay_ms = 1000, .times = 1});
@@ -298,7 +298,7 @@ TEST(conn_unsolicited_bytes_never_taken_for_a_reply) {
   fs_server_t *fs = fs_start();
   tconn t;
   tc_new(&t, fs_url(fs), 1000, 2000);
-  ASSERT_DLOCK_OK(dlock__conn_open(t.c));
+  ASSERT_DLOCK_OK(dlock__conn_open(t.c, INT64_MAX));
   char got[64];
   ASSERT_DLOCK_OK(tc_echo(t.c, "one", 1000, got, sizeof(got)));
 

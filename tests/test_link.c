@@ -8,15 +8,22 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
 #include "harness/fake_server.h"
 #include "lock_util.h"
 #include "monotime.h"
+#include "net/net.h"
 
 /* Connect and command timeouts far above every bound asserted here. */
 enum { LONG_TIMEOUT_MS = 10000, PROMPT_MS = 1500 };
+
+/* The connect timeout of an open against a silent server, and how much
+ * later than it the open may end on a loaded machine (far below the
+ * command timeout it used to wait for). */
+enum { OPEN_CONNECT_MS = 1000, OPEN_SLACK_MS = 8000 };
 
 typedef struct call_run {
   dlock_t *l;
@@ -78,6 +85,116 @@ TEST(shutdown_ends_a_call_waiting_for_a_silent_handshake) {
   printf("close during the pub/sub thread's handshake: %" PRId64 " ms\n",
          close_ms);
   ASSERT_LT(close_ms, PROMPT_MS);
+  fs_free(fs);
+}
+
+/* ---- opening against a server that does not answer --------------------- */
+
+/* Opens a client of the silent fake server with a short connect timeout
+ * and a command timeout far longer; returns how long the open took. */
+static int64_t open_silent(fs_server_t *fs, int lazy, int *rc,
+                           dlock_client_t **c) {
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = fs_url(fs);
+  o.connect_timeout_ms = OPEN_CONNECT_MS;
+  o.command_timeout_ms = 40000;
+  o.lazy_connect = lazy;
+  int64_t t0 = lu_now_ms();
+  *rc = dlock_client_open(&o, c);
+  return lu_now_ms() - t0;
+}
+
+/*
+ * The connect succeeds (the server accepts) and the handshake's PING is
+ * never answered: the open ends at its connect timeout, with an error
+ * naming the server, instead of waiting a command timeout for each
+ * connection's handshake (40 s here; 3 s with the defaults). A lazy client
+ * opens in the same time and keeps trying behind the scenes.
+ */
+TEST(open_against_a_silent_server_ends_at_its_connect_timeout) {
+  fs_server_t *fs = fs_start();
+  fs_set(fs, NULL, &(fs_action_t){.how = FS_SILENT});
+  dlock_client_t *c = NULL;
+  int rc;
+  int64_t ms = open_silent(fs, 0, &rc, &c);
+  printf("open: %s after %" PRId64 " ms (%s)\n", dlock_err_name(rc), ms,
+         dlock_last_error());
+  ASSERT_EQ(rc, DLOCK_EIO);
+  ASSERT_NULL(c);
+  ASSERT(strstr(dlock_last_error(), fs_url(fs) + strlen("redis://")) != NULL);
+  ASSERT_GE(ms, OPEN_CONNECT_MS - 50);
+  ASSERT_LT(ms, OPEN_CONNECT_MS + OPEN_SLACK_MS);
+
+  ms = open_silent(fs, 1, &rc, &c);
+  printf("lazy open: %s after %" PRId64 " ms\n", dlock_err_name(rc), ms);
+  ASSERT_EQ(rc, 0);
+  ASSERT_LT(ms, OPEN_CONNECT_MS + OPEN_SLACK_MS);
+  int64_t t0 = lu_now_ms();
+  dlock_client_shutdown(c);
+  dlock_client_close(c);
+  ASSERT_LT(lu_now_ms() - t0, PROMPT_MS);
+  fs_free(fs);
+}
+
+/* ---- a slow host name lookup ------------------------------------------- */
+
+/* A resolver that holds the threads that ask it to be slow until told to
+ * go on (or 10 s have passed, so that a failing test ends). */
+static _Thread_local int slow_here;
+static atomic_int lookup_entered, lookup_go;
+
+static int slow_getaddrinfo(const char *node, const char *service,
+                            const struct addrinfo *hints,
+                            struct addrinfo **res) {
+  if (slow_here) {
+    atomic_store(&lookup_entered, 1);
+    for (int i = 0; i < 10000 && !atomic_load(&lookup_go); i++)
+      lu_sleep_ms(1);
+  }
+  return getaddrinfo(node, service, hints, res);
+}
+
+static void *slow_call_main(void *arg) {
+  slow_here = 1;
+  return call_main(arg);
+}
+
+/*
+ * A caller that reconnects resolves the host name without holding the
+ * connection's mutex: shutting the client down while the lookup hangs
+ * returns at once (it blocked on that mutex for the whole lookup before),
+ * and the caller ends with DLOCK_ECANCELED once its lookup returns.
+ */
+TEST(shutdown_is_not_held_by_a_slow_host_name_lookup) {
+  atomic_store(&lookup_entered, 0);
+  atomic_store(&lookup_go, 0);
+  fs_server_t *fs = fs_start();
+  dlock_client_t *c = fake_client(fs);
+  dlock_t *l = lu_get(c, "link:dns");
+  /* The connections go: the next call connects again, and resolves. */
+  fs_close_all(fs);
+  lu_sleep_ms(100);
+  dlock__net_getaddrinfo = slow_getaddrinfo;
+  call_run r = {.l = l};
+  ASSERT_EQ(pthread_create(&r.thread, NULL, slow_call_main, &r), 0);
+  for (int i = 0; i < 20000 && !atomic_load(&lookup_entered); i++)
+    lu_sleep_ms(1);
+  ASSERT(atomic_load(&lookup_entered));
+  lu_sleep_ms(50);
+
+  int64_t t0 = lu_now_ms();
+  dlock_client_shutdown(c);
+  int64_t shutdown_ms = lu_now_ms() - t0;
+  atomic_store(&lookup_go, 1);
+  pthread_join(r.thread, NULL);
+  dlock__net_getaddrinfo = getaddrinfo;
+  printf("shutdown during a lookup: %" PRId64 " ms; the call: %s\n",
+         shutdown_ms, dlock_err_name(r.rc));
+  ASSERT_LT(shutdown_ms, PROMPT_MS);
+  ASSERT_EQ(r.rc, DLOCK_ECANCELED);
+  dlock_free(l);
+  dlock_client_close(c);
   fs_free(fs);
 }
 

@@ -39,7 +39,7 @@ static int tps_start(tps *t, const char *url, int64_t connect_ms,
   memset(t, 0, sizeof(*t));
   ASSERT_DLOCK_OK(dlock__url_parse(url, &t->ep));
   int rc = dlock__pubsub_start(&t->ep, NULL, NULL, connect_ms, command_ms, lazy,
-                               &t->ps);
+                               INT64_MAX, &t->ps);
   if (rc != 0)
     t->ps = NULL;
   return rc;

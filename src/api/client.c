@@ -6,7 +6,9 @@
 #include "alloc.h"
 
 #include "error.h"
+#include "monotime.h"
 #include "net/net.h"
+#include "proto/format.h"
 #include "watchdog.h"
 
 #include <errno.h>
@@ -388,8 +390,12 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
     rc = dlock__conn_new(&cfg, &c->conn);
   if (rc == 0)
     rc = dlock__settler_new(c, &c->settle);
+  /* Opening waits for the server(s) for the connect timeout in all: a
+   * server that accepts and never answers makes it fail then, not after a
+   * command timeout more for each connection's handshake. */
+  int64_t open_deadline = dlock__deadline_ms(o->connect_timeout_ms);
   if (rc == 0) {
-    rc = dlock__conn_open(c->conn);
+    rc = dlock__conn_open(c->conn, open_deadline);
     /* A lazy client starts while its server is unreachable (a RedLock node
      * that is down); wrong passwords and non-Redis servers still fail. */
     if (rc == DLOCK_EIO && o->lazy_connect)
@@ -399,7 +405,8 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   }
   if (rc == 0)
     rc = dlock__pubsub_start(&c->ep, c->tls, c->sentinel, o->connect_timeout_ms,
-                             o->command_timeout_ms, o->lazy_connect, &c->ps);
+                             o->command_timeout_ms, o->lazy_connect,
+                             open_deadline, &c->ps);
   /* Failovers are followed from now on: the pub/sub thread is told at
    * once, the command connection at its next use. */
   if (rc == 0 && c->sentinel != NULL)

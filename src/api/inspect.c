@@ -7,6 +7,7 @@
 #include "lock.h"
 
 #include "error.h"
+#include "proto/format.h"
 #include "reply.h"
 
 #include <stdlib.h>
@@ -122,12 +123,11 @@ static int send_queries(dlock_client_t *c, const char *name, size_t len,
     const char *zrange[] = {"ZRANGE", keys[2], "0", "-1", "WITHSCORES"};
     const size_t zrange_l[] = {6, klen[2], 1, 2, 10};
     int n[Q_COUNT];
-    n[Q_HASH] = redisFormatCommandArgv(&cmds[Q_HASH], 2, hash, hash_l);
-    n[Q_PTTL] = redisFormatCommandArgv(&cmds[Q_PTTL], 2, pttl, pttl_l);
-    n[Q_TOKEN] = redisFormatCommandArgv(&cmds[Q_TOKEN], 2, get, get_l);
-    n[Q_QUEUE] = redisFormatCommandArgv(&cmds[Q_QUEUE], 4, lrange, lrange_l);
-    n[Q_TIMEOUTS] =
-        redisFormatCommandArgv(&cmds[Q_TIMEOUTS], 5, zrange, zrange_l);
+    n[Q_HASH] = dlock__format_argv(&cmds[Q_HASH], 2, hash, hash_l);
+    n[Q_PTTL] = dlock__format_argv(&cmds[Q_PTTL], 2, pttl, pttl_l);
+    n[Q_TOKEN] = dlock__format_argv(&cmds[Q_TOKEN], 2, get, get_l);
+    n[Q_QUEUE] = dlock__format_argv(&cmds[Q_QUEUE], 4, lrange, lrange_l);
+    n[Q_TIMEOUTS] = dlock__format_argv(&cmds[Q_TIMEOUTS], 5, zrange, zrange_l);
     for (int i = 0; i < Q_COUNT; i++) {
       if (n[i] < 0)
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a lock");
@@ -138,7 +138,7 @@ static int send_queries(dlock_client_t *c, const char *name, size_t len,
     rc = dlock__conn_call(c->conn, Q_COUNT, cmds, lens, r, 0);
   for (int i = 0; i < Q_COUNT; i++)
     if (cmds[i] != NULL)
-      redisFreeCommand(cmds[i]);
+      dlock__format_free(cmds[i]);
   for (int i = 0; i < 3; i++)
     dlock__free(keys[i]);
   return rc;

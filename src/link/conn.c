@@ -12,10 +12,10 @@
  * to the wake-up pipe), which wakes the driver, and the driver closes it.
  *
  * Connecting: the sender that finds no connection starts one (resolving
- * the host name is the one step that may block, under 'mu') and queues its
- * commands behind the handshake; the driver steps the connect and the
- * handshake (src/link/stream.c) as the socket becomes ready, exactly as it
- * reads replies, and writes the queued commands once it is done.
+ * the host name first, the one step that may block, with 'mu' released)
+ * and queues its commands behind the handshake; the driver steps the connect
+ * and the handshake (src/link/stream.c) as the socket becomes ready, exactly as
+ * it reads replies, and writes the queued commands once it is done.
  */
 #define _GNU_SOURCE
 #include "conn.h"
@@ -79,6 +79,10 @@ struct dlock__conn {
    * by another thread (dlock__conn_cancel), also while it is still
    * connecting, when there may be no socket worth shutting down. */
   int wake_fd[2];
+  /* A thread is resolving the host name with 'mu' released (link_locked);
+   * others that need a connection wait for it. */
+  int resolving;
+  unsigned cancels; /* dlock__conn_cancel calls so far */
   char last_err[256];
   unsigned fork_gen; /* the process's fork count when it was made */
 #ifdef __linux__
@@ -483,7 +487,9 @@ static int idle_connection_is_dead(dlock__conn *c) {
  * the callers waiting for it, each until its own deadline, and a cancel
  * ends the wait at once.
  */
-static int link_locked(dlock__conn *c) {
+static int link_locked(dlock__conn *c, int64_t deadline_us) {
+  unsigned cancels = c->cancels;
+again:
   /* The master moved (+switch-master): nothing more goes to the old one,
    * which may take writes until it is told it is a replica. */
   if (c->ctx != NULL && c->cfg.locator != NULL &&
@@ -498,11 +504,43 @@ static int link_locked(dlock__conn *c) {
     return dlock__fail(c->last_code ? c->last_code : DLOCK_EIO,
                        "%s (next reconnect in %lld ms)", c->last_err,
                        (long long)((c->retry_at_us - now + 999) / 1000));
-  /* Resolving the host name may block here, under 'mu'; nothing else
-   * does. */
+  if (c->resolving) {
+    /* Another caller resolves the host name for this connection: wait for
+     * it (rarely: only at a connect), then look again. */
+    if (c->cancels != cancels)
+      return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+    if (dlock__now_us() >= deadline_us)
+      return dlock__fail(DLOCK_EIO, "no reply from Redis: still resolving "
+                                    "its host name");
+    conn_unlock(c);
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&c->mu);
+    goto again;
+  }
   dlock__stream *ctx = NULL;
   unsigned gen = 0;
   int rc;
+  struct addrinfo *addrs = NULL;
+  if (c->cfg.locator == NULL && c->cfg.ep->path == NULL) {
+    /* Resolving may block on DNS: not under 'mu', which the callers of
+     * this server, a cancel and the driver of any other request need. */
+    c->resolving = 1;
+    conn_unlock(c);
+    rc = dlock__net_resolve(c->cfg.ep, &addrs);
+    pthread_mutex_lock(&c->mu);
+    c->resolving = 0;
+    if (rc == 0 && c->cancels != cancels)
+      rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+    if (rc != 0) {
+      dlock__net_addrs_free(addrs);
+      if (rc != DLOCK_ECANCELED) {
+        c->timed_out = 1;
+        fail_all_locked(c, rc, dlock_last_error());
+      }
+      return rc;
+    }
+  }
   if (c->cfg.locator != NULL)
     /* Discovery asks the Sentinels and confirms the master with ROLE, one
      * command at a time, so it waits for the servers here, under 'mu': the
@@ -513,8 +551,9 @@ static int link_locked(dlock__conn *c) {
                                                  c->cfg.command_timeout_ms),
                               &ctx, &gen);
   else
-    rc = dlock__stream_start(c->cfg.ep, c->cfg.tls, c->cfg.connect_timeout_ms,
-                             c->cfg.command_timeout_ms, &ctx);
+    rc = dlock__stream_start_at(c->cfg.ep, c->cfg.tls, addrs,
+                                c->cfg.connect_timeout_ms,
+                                c->cfg.command_timeout_ms, &ctx);
   if (rc != 0) {
     c->timed_out = 1;
     fail_all_locked(c, rc, dlock_last_error());
@@ -540,21 +579,35 @@ int64_t dlock__conn_retry_at(dlock__conn *c) {
 
 static void drive_locked(dlock__conn *c, caller *me);
 
-int dlock__conn_open(dlock__conn *c) {
+/* An opener's deadline passed before the handshake was done: the
+ * connection fails, as at the handshake's own deadline, and backs off. */
+static void handshake_overdue_locked(dlock__conn *c, caller *me) {
+  int rc = dlock__stream_overdue(c->ctx, dlock__now_us() - me->start_us);
+  c->timed_out = 1;
+  fail_all_locked(c, rc != 0 ? rc : DLOCK_EIO, dlock_last_error());
+}
+
+int dlock__conn_open(dlock__conn *c, int64_t deadline_us) {
   if (dlock__forked_since(c->fork_gen))
     return dlock__fail_forked();
   pthread_mutex_lock(&c->mu);
   c->retry_at_us = 0;
-  int rc = link_locked(c);
+  int rc = link_locked(c, deadline_us);
   /* A caller without requests that drives until the handshake is done,
-   * bounded by the connect and command timeouts (the stream's own). */
+   * bounded by the connect and command timeouts (the stream's own) and by
+   * its deadline. */
   caller me;
   memset(&me, 0, sizeof(me));
   me.want_ready = 1;
   me.waiting = 1;
-  me.deadline_us = INT64_MAX;
+  me.start_us = dlock__now_us();
+  me.deadline_us = deadline_us;
   me.until_us = INT64_MAX;
   while (rc == 0 && c->ctx != NULL && !is_ready(c)) {
+    if (dlock__now_us() >= deadline_us) {
+      handshake_overdue_locked(c, &me);
+      break;
+    }
     if (!c->driving) {
       drive_locked(c, &me);
       continue;
@@ -842,7 +895,13 @@ static void drive_locked(dlock__conn *c, caller *me) {
     }
     if (!ready) {
       /* The handshake's own deadline is checked by the next step; the
-       * caller's, here. */
+       * caller's, here. An opener (dlock__conn_open) past its deadline
+       * ends the connection it waits for. */
+      if (c->ctx != NULL && me->want_ready && me->remaining == 0 &&
+          dlock__now_us() >= caller_deadline(c, me)) {
+        handshake_overdue_locked(c, me);
+        break;
+      }
       if (c->ctx != NULL && dlock__now_us() >= caller_deadline(c, me) &&
           dlock__now_us() < dead_at(c) && me->remaining > 0) {
         if (give_up_requests_locked(c, me) != 0)
@@ -956,7 +1015,7 @@ static int send_common(dlock__conn *c, size_t n, char *const *cmds,
   }
 
   pthread_mutex_lock(&c->mu);
-  int rc = link_locked(c);
+  int rc = link_locked(c, me->deadline_us);
   if (rc == 0)
     rc = enqueue_locked(c, n, cmds, lens, p->reqs, me);
   /* A thread already writing sends these commands too; on a connection
@@ -1095,7 +1154,9 @@ void dlock__conn_cancel(dlock__conn *c) {
   /* Only what is in flight fails: later calls are refused by the client
    * itself, while its own clean-up (a fair waiter leaving the queue) may
    * still talk to Redis. Callers waiting for a connect or its handshake
-   * fail too, at once: the driver's poll() wakes on the pipe. */
+   * fail too, at once: the driver's poll() wakes on the pipe, and those
+   * waiting for the host name to be resolved stop waiting. */
+  c->cancels++;
   if (c->ctx != NULL)
     break_locked(c, DLOCK_ECANCELED, "client is shutting down");
   conn_unlock(c);

@@ -42,9 +42,11 @@ int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out);
  * connected. */
 int64_t dlock__conn_retry_at(dlock__conn *c);
 
-/* Connects now (if not connected) and waits for the handshake, bounded by
- * the connect and command timeouts, reporting why it cannot. */
-int dlock__conn_open(dlock__conn *c);
+/* Connects now (if not connected) and waits for the handshake, reporting
+ * why it cannot: bounded by the connect and command timeouts, and by
+ * 'deadline_us' (CLOCK_MONOTONIC; INT64_MAX: none), past which a
+ * handshake still unanswered fails the connection with DLOCK_EIO. */
+int dlock__conn_open(dlock__conn *c, int64_t deadline_us);
 
 /*
  * Sends 'n' formatted commands (one pipelined batch) and waits for their

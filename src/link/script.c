@@ -5,6 +5,7 @@
 #include "scripts.h"
 
 #include "error.h"
+#include "proto/format.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,13 +20,13 @@ static int format_eval(const dlock__eval *e, int with_body, char **cmd,
   const char **argv =
       argc <= 16 ? local_argv : dlock__malloc(argc * sizeof(*argv));
   size_t *lens = argc <= 16 ? local_lens : dlock__malloc(argc * sizeof(*lens));
-  char nkeys[16];
+  char nkeys[DLOCK__DEC_MAX];
   int rc = 0;
   if (argv == NULL || lens == NULL) {
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory formatting a script call");
     goto out;
   }
-  snprintf(nkeys, sizeof(nkeys), "%d", e->nkeys);
+  dlock__fmt_i64(nkeys, e->nkeys);
   argv[0] = with_body ? "EVAL" : "EVALSHA";
   lens[0] = strlen(argv[0]);
   argv[1] = with_body ? e->script->body : e->script->sha;
@@ -34,7 +35,7 @@ static int format_eval(const dlock__eval *e, int with_body, char **cmd,
   lens[2] = strlen(nkeys);
   memcpy(argv + 3, e->argv, (size_t)(argc - 3) * sizeof(*argv));
   memcpy(lens + 3, e->lens, (size_t)(argc - 3) * sizeof(*lens));
-  int n = redisFormatCommandArgv(cmd, argc, argv, lens);
+  int n = dlock__format_argv(cmd, argc, argv, lens);
   if (n < 0)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory formatting a script call");
   else
@@ -106,7 +107,7 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
   for (size_t j = 0; j < m; j++) {
     if (rc == 0)
       replies[slot[j]] = got[j];
-    redisFreeCommand(cmds[j]);
+    dlock__format_free(cmds[j]);
   }
   for (size_t k = 0; rc == 0 && k < ntail; k++) {
     if (tail->replies[k] != NULL)
@@ -201,7 +202,7 @@ int dlock__eval_send(dlock__conn *conn, const dlock__eval *call,
     return rc;
   }
   rc = dlock__conn_send(conn, 1, &cmd, &len, deadline_us, p);
-  redisFreeCommand(cmd);
+  dlock__format_free(cmd);
   return rc;
 }
 

@@ -7,6 +7,7 @@
 #include "alloc.h"
 #include "error.h"
 #include "monotime.h"
+#include "proto/format.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -30,11 +31,11 @@ int dlock__stream_append(dlock__stream *s, const char *cmd, size_t len) {
 int dlock__stream_append_argv(dlock__stream *s, int argc, const char **argv,
                               const size_t *lens) {
   char *cmd;
-  int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+  int len = dlock__format_argv(&cmd, argc, argv, lens);
   if (len < 0)
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
   int rc = dlock__stream_append(s, cmd, (size_t)len);
-  redisFreeCommand(cmd);
+  dlock__format_free(cmd);
   return rc;
 }
 
@@ -142,11 +143,11 @@ static void hs_free(struct dlock__handshake *hs) {
 static int hs_add(struct dlock__handshake *hs, int argc, const char **argv,
                   const char *expect) {
   char *cmd;
-  int len = redisFormatCommandArgv(&cmd, argc, argv, NULL);
+  int len = dlock__format_argv(&cmd, argc, argv, NULL);
   if (len < 0)
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
   sds grown = sdscatlen(hs->out, cmd, (size_t)len);
-  redisFreeCommand(cmd);
+  dlock__format_free(cmd);
   if (grown == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
   hs->out = grown;
@@ -177,12 +178,20 @@ static int hs_check(struct dlock__handshake *hs, int i, redisReply *r) {
 int dlock__stream_start(const dlock__endpoint *ep, const dlock__tls *tls,
                         int64_t connect_timeout_ms, int64_t command_timeout_ms,
                         dlock__stream **out) {
+  return dlock__stream_start_at(ep, tls, NULL, connect_timeout_ms,
+                                command_timeout_ms, out);
+}
+
+int dlock__stream_start_at(const dlock__endpoint *ep, const dlock__tls *tls,
+                           struct addrinfo *addrs, int64_t connect_timeout_ms,
+                           int64_t command_timeout_ms, dlock__stream **out) {
   *out = NULL;
   dlock__stream *s = dlock__calloc(1, sizeof(*s));
   struct dlock__handshake *hs = dlock__calloc(1, sizeof(*hs));
   char addr[160];
   dlock__endpoint_describe(ep, addr, sizeof(addr));
   if (s == NULL || hs == NULL) {
+    dlock__net_addrs_free(addrs);
     dlock__free(s);
     dlock__free(hs);
     return dlock__fail(DLOCK_ENOMEM, "out of memory connecting to %s", addr);
@@ -216,7 +225,9 @@ int dlock__stream_start(const dlock__endpoint *ep, const dlock__tls *tls,
     rc = hs_add(hs, 1, argv, "PONG");
   }
   if (rc == 0)
-    rc = dlock__net_start(ep, tls, &s->net);
+    rc = dlock__net_start_at(ep, tls, addrs, &s->net);
+  else
+    dlock__net_addrs_free(addrs);
   if (rc != 0) {
     dlock__stream_abandon(s);
     return rc;
@@ -233,6 +244,17 @@ static int hs_timed_out(dlock__stream *s) {
   return dlock__fail(DLOCK_EIO, "%s %s: no complete answer within %lld ms",
                      hs->name[hs->next], hs->addr,
                      (long long)((hs->budget_us + 999) / 1000));
+}
+
+int dlock__stream_overdue(dlock__stream *s, int64_t waited_us) {
+  struct dlock__handshake *hs = s->hs;
+  if (hs == NULL)
+    return 0;
+  if (hs->phase == 0)
+    return dlock__net_timed_out(s->net, waited_us);
+  return dlock__fail(DLOCK_EIO, "%s %s: no complete answer within %lld ms",
+                     hs->name[hs->next], hs->addr,
+                     (long long)((waited_us + 999) / 1000));
 }
 
 int dlock__stream_step(dlock__stream *s) {

@@ -48,6 +48,13 @@ int dlock__stream_start(const dlock__endpoint *ep, const dlock__tls *tls,
                         int64_t connect_timeout_ms, int64_t command_timeout_ms,
                         dlock__stream **out);
 
+/* The same with the host's addresses resolved already (see
+ * dlock__net_resolve; NULL: resolves them), which it takes in every case:
+ * then nothing in it blocks. */
+int dlock__stream_start_at(const dlock__endpoint *ep, const dlock__tls *tls,
+                           struct addrinfo *addrs, int64_t connect_timeout_ms,
+                           int64_t command_timeout_ms, dlock__stream **out);
+
 /*
  * Drives the handshake: 0 once the stream is ready (and at once for a
  * ready stream), DLOCK__NET_AGAIN to wait until the socket is ready for
@@ -58,6 +65,12 @@ int dlock__stream_start(const dlock__endpoint *ep, const dlock__tls *tls,
  * DLOCK_ENOMEM. After a failure the stream can only be freed.
  */
 int dlock__stream_step(dlock__stream *s);
+
+/* The error of a handshake not done after 'waited_us' (an opener's own
+ * deadline, before the stream's): as the stream's timeout would say it,
+ * naming the server and the step it waits for. DLOCK_EIO or DLOCK_EPROTO;
+ * 0 for a ready stream. */
+int dlock__stream_overdue(dlock__stream *s, int64_t waited_us);
 
 /* What the handshake waits for, and until when (CLOCK_MONOTONIC us;
  * INT64_MAX once ready). */

@@ -7,6 +7,7 @@
 
 #include "error.h"
 #include "monotime.h"
+#include "proto/format.h"
 #include "reply.h"
 
 #include <inttypes.h>
@@ -306,16 +307,21 @@ void dlock__release_end(dlock__release *r) {
  * release; 'r->lease_ms' is set. */
 static int make_latch(dlock_t *l, dlock__release *r) {
   dlock_client_t *c = l->c;
-  snprintf(r->lease, sizeof(r->lease), "%" PRId64, r->lease_ms);
+  dlock__fmt_i64(r->lease, r->lease_ms);
   /* The latch must outlive every retry of this request; the scripts take
    * no duration beyond DLOCK_DURATION_MAX_MS (and nobody waits that long). */
   int64_t latch_ms = c->opt.command_timeout_ms * (c->opt.unlock_retries + 2) +
                      c->opt.outage_wait_ms;
-  snprintf(r->latch_ttl, sizeof(r->latch_ttl), "%" PRId64,
-           latch_ms < DLOCK_DURATION_MAX_MS ? latch_ms : DLOCK_DURATION_MAX_MS);
+  dlock__fmt_i64(r->latch_ttl, latch_ms < DLOCK_DURATION_MAX_MS
+                                   ? latch_ms
+                                   : DLOCK_DURATION_MAX_MS);
+  /* "<client id>:<sequence>", built without stdio (a hot path). */
   char request[DLOCK__FIELD_MAX];
-  snprintf(request, sizeof(request), "%s:%" PRIuFAST64, c->id,
-           (uint_fast64_t)atomic_fetch_add(&c->request_seq, 1));
+  size_t id_len = strlen(c->id);
+  memcpy(request, c->id, id_len);
+  request[id_len] = ':';
+  dlock__fmt_u64(request + id_len + 1,
+                 (uint64_t)atomic_fetch_add(&c->request_seq, 1));
   /* One allocation per unlock, on its hot path. */
   return dlock__prefixed_suffix("redisson_unlock_latch", l->name, l->len,
                                 request, &r->latch, &r->latch_len);
@@ -352,7 +358,7 @@ int dlock__undo_begin(dlock_t *l, uint64_t owner, int64_t believed,
   /* Only a hold that stays needs a lease restored. */
   r->lease_ms = h != NULL ? h->lease_ms : c->opt.watchdog_timeout_ms;
   pthread_mutex_unlock(&c->mu);
-  snprintf(r->count, sizeof(r->count), "%" PRId64, believed + 1);
+  dlock__fmt_i64(r->count, believed + 1);
   return make_latch(l, r);
 }
 
@@ -383,7 +389,7 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
   r->abandoned = h != NULL && h->abandoned;
   r->lease_ms = h != NULL ? h->lease_ms : c->opt.watchdog_timeout_ms;
   r->lost = lost;
-  snprintf(r->count, sizeof(r->count), "%d", h != NULL && !lost ? h->count : 0);
+  dlock__fmt_i64(r->count, h != NULL && !lost ? h->count : 0);
   if (lost && --h->count <= 0)
     dlock__holds_remove(&c->holds, h);
   pthread_mutex_unlock(&c->mu);

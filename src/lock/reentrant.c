@@ -6,6 +6,7 @@
 #include "lock.h"
 
 #include "error.h"
+#include "proto/format.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,10 +16,10 @@ void dlock__reentrant_acquire_call(dlock_t *l, uint64_t owner, int64_t lease_ms,
                                    dlock__call_args *a) {
   dlock_client_t *c = l->c;
   size_t field_len = dlock__field_plain(l, owner, a->field);
-  snprintf(a->lease, sizeof(a->lease), "%" PRId64,
-           lease_ms == DLOCK_WATCHDOG ? c->opt.watchdog_timeout_ms : lease_ms);
-  snprintf(a->count, sizeof(a->count), "%" PRId64,
-           dlock__believed_count(l, owner));
+  dlock__fmt_i64(a->lease, lease_ms == DLOCK_WATCHDOG
+                               ? c->opt.watchdog_timeout_ms
+                               : lease_ms);
+  dlock__fmt_i64(a->count, dlock__believed_count(l, owner));
   a->argv[0] = l->name;
   a->lens[0] = l->len;
   a->argv[1] = l->token_key;

@@ -10,6 +10,7 @@
 #include "error.h"
 #include "lock.h"
 #include "monotime.h"
+#include "proto/format.h"
 #include "reply.h"
 
 #include <errno.h>
@@ -954,13 +955,13 @@ int dlock_inspect_counter(dlock_client_t *c, const char *name, size_t len,
     const char *zrange[] = {"ZRANGE", zset, "0", "-1", "WITHSCORES"};
     const size_t zrange_l[] = {6, zlen, 1, 2, 10};
     int n[Q_COUNT];
-    n[Q_TYPE] = redisFormatCommandArgv(&cmds[Q_TYPE], 2, type, type_l);
+    n[Q_TYPE] = dlock__format_argv(&cmds[Q_TYPE], 2, type, type_l);
     /* GET of a key of another type is an error reply, which TYPE explains
      * better: it is read only when TYPE says string (see decode_counter). */
-    n[Q_GET] = redisFormatCommandArgv(&cmds[Q_GET], 2, get, get_l);
-    n[Q_PTTL] = redisFormatCommandArgv(&cmds[Q_PTTL], 2, pttl, pttl_l);
-    n[Q_ZTYPE] = redisFormatCommandArgv(&cmds[Q_ZTYPE], 2, ztype, ztype_l);
-    n[Q_ZRANGE] = redisFormatCommandArgv(&cmds[Q_ZRANGE], 5, zrange, zrange_l);
+    n[Q_GET] = dlock__format_argv(&cmds[Q_GET], 2, get, get_l);
+    n[Q_PTTL] = dlock__format_argv(&cmds[Q_PTTL], 2, pttl, pttl_l);
+    n[Q_ZTYPE] = dlock__format_argv(&cmds[Q_ZTYPE], 2, ztype, ztype_l);
+    n[Q_ZRANGE] = dlock__format_argv(&cmds[Q_ZRANGE], 5, zrange, zrange_l);
     for (int i = 0; i < Q_COUNT; i++) {
       if (n[i] < 0)
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a semaphore");
@@ -992,7 +993,7 @@ int dlock_inspect_counter(dlock_client_t *c, const char *name, size_t len,
   }
   for (int i = 0; i < Q_COUNT; i++) {
     if (cmds[i] != NULL)
-      redisFreeCommand(cmds[i]);
+      dlock__format_free(cmds[i]);
     if (r[i] != NULL)
       freeReplyObject(r[i]);
   }

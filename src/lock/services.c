@@ -8,15 +8,18 @@
 
 #include "error.h"
 #include "monotime.h"
+#include "proto/format.h"
 #include "sleep.h"
 
-#include <inttypes.h>
-#include <stdio.h>
+#include <string.h>
 
 size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,
                           char buf[DLOCK__FIELD_MAX]) {
-  int n = snprintf(buf, DLOCK__FIELD_MAX, "%s:%" PRIu64, c->id, owner);
-  return (size_t)n;
+  /* "<client id>:<owner>" without stdio: this is on every call's path. */
+  size_t id_len = strlen(c->id);
+  memcpy(buf, c->id, id_len);
+  buf[id_len] = ':';
+  return id_len + 1 + dlock__fmt_u64(buf + id_len + 1, owner);
 }
 
 int dlock__check_canceled(dlock_client_t *c) {
@@ -30,12 +33,12 @@ int dlock__check_canceled(dlock_client_t *c) {
 int dlock__command(dlock_client_t *c, int argc, const char **argv,
                    const size_t *lens, redisReply **out) {
   char *cmd;
-  int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
+  int len = dlock__format_argv(&cmd, argc, argv, lens);
   if (len < 0)
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
   size_t slen = (size_t)len;
   int rc = dlock__conn_call(c->conn, 1, &cmd, &slen, out, 0);
-  redisFreeCommand(cmd);
+  dlock__format_free(cmd);
   if (rc == 0 && (*out)->type == REDIS_REPLY_ERROR) {
     rc = dlock__fail_reply((*out)->str, (*out)->len);
     freeReplyObject(*out);

@@ -6,6 +6,7 @@
 #include "client.h"
 #include "error.h"
 #include "monotime.h"
+#include "proto/format.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,13 +119,13 @@ int dlock__sync_wanted(dlock_client_t *c) {
   /* Not known: read now, a round trip before the write. */
   const char *argv[] = {"INFO", "replication"};
   char *cmd;
-  int len = redisFormatCommandArgv(&cmd, 2, argv, NULL);
+  int len = dlock__format_argv(&cmd, 2, argv, NULL);
   if (len < 0)
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting INFO");
   size_t slen = (size_t)len;
   redisReply *r = NULL;
   int rc = dlock__conn_call(c->conn, 1, &cmd, &slen, &r, 0);
-  redisFreeCommand(cmd);
+  dlock__format_free(cmd);
   if (rc != 0)
     return rc;
   apply_info(c, r);
@@ -169,20 +170,20 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
   int len;
   int rc = 0;
   if (wanted > 0) {
-    if ((len = redisFormatCommandArgv(&tail[ntail], 3, wait_argv, NULL)) < 0)
+    if ((len = dlock__format_argv(&tail[ntail], 3, wait_argv, NULL)) < 0)
       rc = DLOCK_ENOMEM;
     else
       lens[ntail++] = (size_t)len;
   }
   if (rc == 0 && refresh) {
-    if ((len = redisFormatCommandArgv(&tail[ntail], 2, info_argv, NULL)) < 0)
+    if ((len = dlock__format_argv(&tail[ntail], 2, info_argv, NULL)) < 0)
       rc = DLOCK_ENOMEM;
     else
       lens[ntail++] = (size_t)len;
   }
   if (rc != 0) {
     for (size_t k = 0; k < ntail; k++)
-      redisFreeCommand(tail[k]);
+      dlock__format_free(tail[k]);
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting WAIT");
   }
   /* The WAIT may take its whole timeout on top of the command's. */
@@ -194,7 +195,7 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
   rc = dlock__eval_run_tail(c->conn, n, calls, replies, deadline_us, idle_ms,
                             ntail, (const char *const *)tail, lens, got);
   for (size_t k = 0; k < ntail; k++)
-    redisFreeCommand(tail[k]);
+    dlock__format_free(tail[k]);
   if (rc == 0 && wanted > 0) {
     const redisReply *w = got[0];
     out->wanted = wanted;

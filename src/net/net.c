@@ -116,7 +116,12 @@ static int connect_unix(dlock__net *n, const char *path) {
                          strerror(errno));
 }
 
-static int resolve(dlock__net *n, const dlock__endpoint *ep) {
+int (*dlock__net_getaddrinfo)(const char *, const char *,
+                              const struct addrinfo *,
+                              struct addrinfo **) = getaddrinfo;
+
+static int lookup(const dlock__endpoint *ep, struct addrinfo **out,
+                  const char *addr) {
   char port[16];
   snprintf(port, sizeof(port), "%d", ep->port);
   struct addrinfo hints;
@@ -125,31 +130,72 @@ static int resolve(dlock__net *n, const dlock__endpoint *ep) {
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_protocol = IPPROTO_TCP;
   hints.ai_flags = AI_NUMERICSERV;
-  int g = getaddrinfo(ep->host, port, &hints, &n->addrs);
+  *out = NULL;
+  int g = dlock__net_getaddrinfo(ep->host, port, &hints, out);
   if (g == EAI_MEMORY)
-    return dlock__net_fail(n, DLOCK_ENOMEM, "out of memory resolving %s",
-                           n->addr);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory resolving %s", addr);
   if (g != 0)
-    return dlock__net_fail(n, DLOCK_EIO, "resolve %s: %s", n->addr,
-                           g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
+    return dlock__fail(DLOCK_EIO, "resolve %s: %s", addr,
+                       g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
+  return 0;
+}
+
+static int resolve(dlock__net *n, const dlock__endpoint *ep) {
+  int rc = lookup(ep, &n->addrs, n->addr);
+  if (rc != 0)
+    return dlock__net_fail(n, rc, "%s", dlock_last_error());
   n->next = n->addrs;
   return 0;
 }
 
+int dlock__net_resolve(const dlock__endpoint *ep, struct addrinfo **out) {
+  *out = NULL;
+  if (ep->path != NULL)
+    return 0;
+  char addr[160];
+  dlock__endpoint_describe(ep, addr, sizeof(addr));
+  return lookup(ep, out, addr);
+}
+
+void dlock__net_addrs_free(struct addrinfo *addrs) {
+  if (addrs != NULL)
+    freeaddrinfo(addrs);
+}
+
 int dlock__net_start(const dlock__endpoint *ep, const dlock__tls *tls,
                      dlock__net **out) {
+  return dlock__net_start_at(ep, tls, NULL, out);
+}
+
+int dlock__net_start_at(const dlock__endpoint *ep, const dlock__tls *tls,
+                        struct addrinfo *addrs, dlock__net **out) {
   *out = NULL;
-  if (ep->tls && tls == NULL)
+  if (ep->tls && tls == NULL) {
+    dlock__net_addrs_free(addrs);
     return dlock__fail(DLOCK_EINVAL, "a TLS endpoint needs TLS settings");
-  if (ep->tls && ep->path != NULL)
+  }
+  if (ep->tls && ep->path != NULL) {
+    dlock__net_addrs_free(addrs);
     return dlock__fail(DLOCK_EINVAL, "TLS over a unix socket is not offered");
+  }
   dlock__net *n = dlock__calloc(1, sizeof(*n));
-  if (n == NULL)
+  if (n == NULL) {
+    dlock__net_addrs_free(addrs);
     return dlock__fail(DLOCK_ENOMEM, "out of memory connecting");
+  }
   n->fd = -1;
   n->state = NET_CONNECTING;
   dlock__endpoint_describe(ep, n->addr, sizeof(n->addr));
-  int rc = ep->path != NULL ? connect_unix(n, ep->path) : resolve(n, ep);
+  int rc;
+  if (ep->path != NULL) {
+    dlock__net_addrs_free(addrs);
+    rc = connect_unix(n, ep->path);
+  } else if (addrs != NULL) {
+    n->addrs = n->next = addrs;
+    rc = 0;
+  } else {
+    rc = resolve(n, ep);
+  }
   if (rc == 0 && ep->path == NULL)
     rc = connect_next(n);
   if (rc == 0 && ep->tls)

@@ -33,6 +33,8 @@
 
 #include "url.h"
 
+struct addrinfo;
+
 /* "Wait for dlock__net_events() on dlock__net_fd(), then call again." */
 #define DLOCK__NET_AGAIN 1
 
@@ -76,6 +78,23 @@ void dlock__tls_free(dlock__tls *t);
  */
 int dlock__net_start(const dlock__endpoint *ep, const dlock__tls *tls,
                      dlock__net **out);
+
+/*
+ * Resolving apart, so that a caller can do it without holding a lock
+ * others need: dlock__net_resolve looks up a TCP endpoint's host (NULL for
+ * a unix socket), blocking on DNS; dlock__net_start_at starts as
+ * dlock__net_start does with those addresses (NULL: resolves itself),
+ * taking them in every case. DLOCK_EIO or DLOCK_ENOMEM.
+ */
+int dlock__net_resolve(const dlock__endpoint *ep, struct addrinfo **out);
+int dlock__net_start_at(const dlock__endpoint *ep, const dlock__tls *tls,
+                        struct addrinfo *addrs, dlock__net **out);
+void dlock__net_addrs_free(struct addrinfo *addrs);
+
+/* getaddrinfo, replaceable by tests (a resolver that takes its time). */
+extern int (*dlock__net_getaddrinfo)(const char *, const char *,
+                                     const struct addrinfo *,
+                                     struct addrinfo **);
 
 /*
  * Drives the connection: TCP connect (trying each address of the host in

@@ -568,7 +568,7 @@ static void *pubsub_main(void *arg) {
 int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
                         dlock__sentinel *sentinel, int64_t connect_timeout_ms,
                         int64_t command_timeout_ms, int lazy,
-                        dlock__pubsub **out) {
+                        int64_t open_deadline_us, dlock__pubsub **out) {
   dlock__pubsub *ps = dlock__calloc(1, sizeof(*ps));
   if (ps == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting pub/sub");
@@ -592,7 +592,11 @@ int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
   pthread_mutex_init(&ps->mu, NULL);
   /* Connect before returning, so the first waiter finds it ready; a lazy
    * client whose server is down leaves that to the thread. */
-  int rc = open_stream(ps, -1, &ps->ctx, &ps->gen);
+  int rc = ps->sentinel != NULL
+               ? open_stream(ps, -1, &ps->ctx, &ps->gen)
+               : dlock__stream_open_until(ep, tls, connect_timeout_ms,
+                                          command_timeout_ms, open_deadline_us,
+                                          -1, NULL, NULL, &ps->ctx);
   if (rc == 0) {
     ps->connected = 1;
     ps->connected_us = dlock__now_us();

@@ -54,13 +54,15 @@ typedef struct dlock__waiter {
 /* Connects the pub/sub connection ('tls' for a rediss:// endpoint, else
  * NULL; it must outlive the connection; 'sentinel' for a redis-sentinel://
  * URL, which then gives the master at each connect, else NULL) and starts
- * its thread. With
+ * its thread. The first connect waits until 'open_deadline_us' at most
+ * (CLOCK_MONOTONIC; INT64_MAX: the timeouts alone). With
  * 'lazy', an unreachable server is not an error: the thread keeps
  * trying. */
 int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
                         struct dlock__sentinel *sentinel,
                         int64_t connect_timeout_ms, int64_t command_timeout_ms,
-                        int lazy, dlock__pubsub **out);
+                        int lazy, int64_t open_deadline_us,
+                        dlock__pubsub **out);
 
 /* Wakes the thread, which then checks whether the master moved (a
  * redis-sentinel:// client: 'sentinel' given to dlock__pubsub_start) and

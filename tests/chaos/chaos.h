@@ -63,6 +63,9 @@ typedef struct chaos_config {
    * expirable-permit semaphore of N permits instead (one Redis only), and
    * the checker's bound is N holders at once rather than one. */
   int permits;
+  /* 1: the lock servers are reached over TLS (rediss://, a CA made with
+   * openssl for the run); the nemesis still uses their plain ports. */
+  int tls;
   int64_t duration_ms; /* how long the workers run */
   int procs;           /* worker processes */
   int threads;         /* threads per process, each with its own client */
@@ -164,8 +167,10 @@ const char *chaos_fault_name(chaos_fault_t f);
  * the master, with longer leases than the others: 5 s, beyond the
  * failover's outage); and "sem-" before any of the single-Redis ones
  * (sem-kill, sem-mixed, ...): the same faults on an expirable-permit
- * semaphore of CHAOS_SEM_PERMITS permits. Returns 0, or -1 for an unknown
- * name.
+ * semaphore of CHAOS_SEM_PERMITS permits; and "tls-" before any of the
+ * single-Redis ones (tls-kill, tls-pause, tls-restart-aof, tls-mixed...):
+ * the same faults with the workers on rediss://. Returns 0, or -1 for an
+ * unknown name.
  */
 #define CHAOS_SEM_PERMITS 3
 

@@ -111,6 +111,7 @@ int main(int argc, char **argv) {
         failed += !run_one(chaos_scenarios[i], o.each_ms, &o, runs++);
     failed += !run_one("redlock-mixed", o.each_ms * 3, &o, runs++);
     failed += !run_one("sem-mixed", o.each_ms * 3, &o, runs++);
+    failed += !run_one("tls-mixed", o.each_ms * 3, &o, runs++);
     failed += !run_one("mixed", o.mixed_ms, &o, runs++);
   } else {
     for (int i = first; i < argc; i++) {

@@ -30,6 +30,10 @@ const char *const chaos_scenarios[] = {"none",
                                        "sem-restart-empty",
                                        "sem-clients",
                                        "sem-mixed",
+                                       "tls-kill",
+                                       "tls-pause",
+                                       "tls-restart-aof",
+                                       "tls-mixed",
                                        NULL};
 
 /* The faults where dlock promises safety, on a single Redis; the stopped
@@ -48,6 +52,14 @@ int chaos_config_init(chaos_config_t *c, const char *scenario) {
       return -1;
     c->name = scenario;
     c->permits = CHAOS_SEM_PERMITS;
+    return 0;
+  }
+  /* "tls-X": scenario X's faults with the clients on rediss://. */
+  if (strncmp(scenario, "tls-", 4) == 0) {
+    if (chaos_config_init(c, scenario + 4) != 0 || c->redlock || c->sentinel)
+      return -1;
+    c->name = scenario;
+    c->tls = 1;
     return 0;
   }
   memset(c, 0, sizeof(*c));

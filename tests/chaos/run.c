@@ -31,6 +31,7 @@
 #include "dlock.h"
 #include "redis_proc.h"
 #include "sentinel_group.h"
+#include "tls_server.h"
 
 static const char *const fault_names[CHAOS_FAULT_COUNT] = {
     "kill-holder",
@@ -80,6 +81,9 @@ typedef struct nemesis {
   int client_kills;
   int64_t max_lease_ms;
   char dir[512];
+  /* A TLS run: the certificates, and the rediss:// URLs of the nodes. */
+  tls_files_t *tls;
+  char tls_urls[CHAOS_NODES_MAX][64];
 } nemesis;
 
 static void note(const nemesis *nm, chaos_ev_t ev, int kind, int pid,
@@ -122,7 +126,22 @@ static int start_servers(nemesis *nm) {
     nm->env.resource_port = rp_port(nm->resource);
     return 0;
   }
+  if (c->tls && tls_files_make(&nm->tls) != 0)
+    return -1;
+  if (c->tls)
+    nm->env.tls_ca = nm->tls->ca_crt;
   for (int i = 0; i < nm->env.nnodes; i++) {
+    if (c->tls) {
+      /* Both ports stay across a restart; the nemesis keeps the plain
+       * one for its own commands. */
+      int port;
+      if (tls_server_start_with(nm->tls, "no", &o, &nm->nodes[i], &port) != 0)
+        return -1;
+      snprintf(nm->tls_urls[i], sizeof(nm->tls_urls[i]),
+               "rediss://127.0.0.1:%d", port);
+      nm->env.urls[i] = nm->tls_urls[i];
+      continue;
+    }
     if (rp_start(&o, &nm->nodes[i]) != 0)
       return -1;
     nm->env.urls[i] = rp_url(nm->nodes[i]);
@@ -804,6 +823,7 @@ out:
   for (int i = 0; i < CHAOS_NODES_MAX; i++)
     rp_free(nm.nodes[i]);
   rp_free(nm.resource);
+  tls_files_free(nm.tls);
   if (nm.fd >= 0)
     close(nm.fd);
   if (c->keep_dir == NULL)

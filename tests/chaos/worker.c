@@ -92,6 +92,7 @@ static int open_clients(wthread *w) {
     dlock_options_t o;
     dlock_options_init(&o);
     o.url = w->env->urls[i];
+    o.tls_ca_file = w->env->tls_ca;
     o.client_id = id;
     o.connect_timeout_ms = cfg->command_timeout_ms;
     o.command_timeout_ms = cfg->command_timeout_ms;

@@ -156,6 +156,15 @@ int tls_have_ipv6(void) {
 int tls_server_start(const tls_files_t *f, const char *auth_clients,
                      const char *requirepass, rp_server_t **out,
                      int *tls_port) {
+  rp_options_t o;
+  rp_options_init(&o);
+  o.requirepass = requirepass;
+  return tls_server_start_with(f, auth_clients, &o, out, tls_port);
+}
+
+int tls_server_start_with(const tls_files_t *f, const char *auth_clients,
+                          const rp_options_t *base, rp_server_t **out,
+                          int *tls_port) {
   *out = NULL;
   /* The TLS port is picked here and may be taken before the server binds
    * it, so a start that fails is tried again with another. */
@@ -173,9 +182,7 @@ int tls_server_start(const tls_files_t *f, const char *auth_clients,
              "tls-auth-clients %s\n",
              tls_have_ipv6() ? " ::1" : "", port, f->server_crt, f->server_key,
              f->ca_crt, auth_clients);
-    rp_options_t o;
-    rp_options_init(&o);
-    o.requirepass = requirepass;
+    rp_options_t o = *base;
     o.extra_conf = conf;
     if (rp_start(&o, out) == 0) {
       *tls_port = port;

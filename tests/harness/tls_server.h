@@ -46,6 +46,12 @@ void tls_files_free(tls_files_t *f);
 int tls_server_start(const tls_files_t *f, const char *auth_clients,
                      const char *requirepass, rp_server_t **out, int *tls_port);
 
+/* The same from the caller's options ('base': persistence, password...),
+ * whose extra_conf it replaces. */
+int tls_server_start_with(const tls_files_t *f, const char *auth_clients,
+                          const rp_options_t *base, rp_server_t **out,
+                          int *tls_port);
+
 /* 1 when ::1 can be bound on this host. */
 int tls_have_ipv6(void);
 
