@@ -7,6 +7,7 @@
 
 #include "error.h"
 #include "net/net.h"
+#include "proto/slot.h"
 #include "watchdog.h"
 
 #include <errno.h>
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -206,7 +208,13 @@ static void forget_after_fork(dlock_client_t *c) {
     c->settle = NULL;
   if (dlock__pubsub_forget(c->ps) == 0)
     c->ps = NULL;
-  if (dlock__conn_forget(c->conn) == 0)
+  if (c->cluster != NULL) {
+    if (dlock__cluster_forget(c->cluster) == 0) {
+      c->conn = NULL;
+      dlock__cluster_free(c->cluster);
+      c->cluster = NULL;
+    }
+  } else if (dlock__conn_forget(c->conn) == 0)
     c->conn = NULL;
   int holds_left = pthread_mutex_trylock(&c->mu) != 0;
   if (!holds_left) {
@@ -238,11 +246,16 @@ static void destroy(dlock_client_t *c) {
   /* An undo in flight (settle.c) on a server that does not answer would
    * hold the close for a command timeout: it ends now, and what is still
    * unsettled expires with its lease, like every hold left at close. */
-  if (c->conn != NULL)
+  if (c->cluster != NULL)
+    dlock__cluster_cancel(c->cluster);
+  else if (c->conn != NULL)
     dlock__conn_cancel(c->conn);
   dlock__settler_free(c->settle);
   dlock__pubsub_stop(c->ps);
-  dlock__conn_free(c->conn);
+  if (c->cluster != NULL)
+    dlock__cluster_free(c->cluster); /* 'conn' is one of its nodes' */
+  else
+    dlock__conn_free(c->conn);
   dlock__sentinel_free(c->sentinel);
   dlock__tls_free(c->tls);
   dlock__holds_clear(&c->holds);
@@ -331,6 +344,26 @@ static int open_sentinel(dlock_client_t *c, const char *url) {
                              c->opt.command_timeout_ms, &c->sentinel);
 }
 
+/* A redis-cluster:// URL: the seeds go to the topology (made once the TLS
+ * settings are loaded), and the first seed, with the credentials, to
+ * 'c->ep', where the pub/sub connection goes: a classic PUBLISH reaches
+ * every node of a cluster. */
+static int parse_cluster(dlock_client_t *c, const char *url,
+                         dlock__cluster_url *cu) {
+  int rc = dlock__url_parse_cluster(url, cu);
+  if (rc != 0)
+    return rc;
+  c->ep.port = cu->seeds[0].port;
+  c->ep.tls = cu->data.tls;
+  c->ep.host = dlock__strdup(cu->seeds[0].host);
+  c->ep.user = cu->data.user ? dlock__strdup(cu->data.user) : NULL;
+  c->ep.pass = cu->data.pass ? dlock__strdup(cu->data.pass) : NULL;
+  if (c->ep.host == NULL || (cu->data.user != NULL && c->ep.user == NULL) ||
+      (cu->data.pass != NULL && c->ep.pass == NULL))
+    return dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
+  return 0;
+}
+
 /* The master moved: the pub/sub thread follows it now. */
 static void on_switch(void *data) {
   dlock_client_t *c = data;
@@ -363,8 +396,12 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   if ((c->url = dlock__strdup(url)) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   c->opt.url = c->url;
+  dlock__cluster_url cu;
+  memset(&cu, 0, sizeof(cu));
   if (rc == 0 && dlock__url_is_sentinel(url))
     rc = open_sentinel(c, url);
+  else if (rc == 0 && dlock__url_is_cluster(url))
+    rc = parse_cluster(c, url, &cu);
   else if (rc == 0)
     rc = dlock__url_parse(url, &c->ep);
   if (rc == 0)
@@ -375,12 +412,19 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
     rc = make_uuid(c->id);
   dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms,
                          c->tls, c->sentinel};
-  if (rc == 0)
+  if (rc == 0 && cu.n > 0) {
+    rc = dlock__cluster_new(&cu, c->tls, o->connect_timeout_ms,
+                            o->command_timeout_ms, &c->cluster);
+    if (rc == 0)
+      c->conn = dlock__cluster_any(c->cluster);
+  } else if (rc == 0)
     rc = dlock__conn_new(&cfg, &c->conn);
+  dlock__cluster_url_free(&cu);
   if (rc == 0)
     rc = dlock__settler_new(c, &c->settle);
   if (rc == 0) {
-    rc = dlock__conn_open(c->conn);
+    rc = c->cluster != NULL ? dlock__cluster_refresh(c->cluster, 0)
+                            : dlock__conn_open(c->conn);
     /* A lazy client starts while its server is unreachable (a RedLock node
      * that is down); wrong passwords and non-Redis servers still fail. */
     if (rc == DLOCK_EIO && o->lazy_connect)
@@ -411,7 +455,10 @@ void dlock_client_shutdown(dlock_client_t *c) {
   if (c == NULL || is_forked(c))
     return;
   atomic_store(&c->canceled, 1);
-  dlock__conn_cancel(c->conn);
+  if (c->cluster != NULL)
+    dlock__cluster_cancel(c->cluster);
+  else
+    dlock__conn_cancel(c->conn);
   dlock__pubsub_cancel(c->ps);
 }
 
@@ -442,14 +489,52 @@ int dlock__check_canceled(dlock_client_t *c) {
   return 0;
 }
 
+int dlock__client_call(dlock_client_t *c, const char *key, size_t key_len,
+                       size_t n, char *const *cmds, const size_t *lens,
+                       redisReply **replies, int64_t deadline_us) {
+  if (c->cluster != NULL && key != NULL)
+    return dlock__cluster_call(c->cluster, dlock__key_slot(key, key_len), n,
+                               cmds, lens, replies, deadline_us);
+  return dlock__conn_call(c->conn, n, cmds, lens, replies, deadline_us);
+}
+
+/* The argument that names the key of a plain command, for routing it on a
+ * cluster: none for commands about the server, the third for those whose
+ * second word is a subcommand, else the second. */
+static int key_arg(int argc, const char **argv, const size_t *lens) {
+  static const char *const keyless[] = {
+      "INFO",   "CONFIG", "PING",  "CLUSTER",  "CLIENT",  "SCRIPT",
+      "WAIT",   "DBSIZE", "TIME",  "ROLE",     "COMMAND", "HELLO",
+      "SCAN",   "KEYS",   "ECHO",  "FUNCTION", "LATENCY", "SLOWLOG",
+      "MEMORY", "ACL",    "DEBUG", "PUBLISH",  "PUBSUB",  "LASTSAVE"};
+  static const char *const sub[] = {"OBJECT"};
+  for (size_t i = 0; i < sizeof(keyless) / sizeof(*keyless); i++)
+    if (lens[0] == strlen(keyless[i]) &&
+        strncasecmp(argv[0], keyless[i], lens[0]) == 0)
+      return -1;
+  for (size_t i = 0; i < sizeof(sub) / sizeof(*sub); i++)
+    if (lens[0] == strlen(sub[i]) && strncasecmp(argv[0], sub[i], lens[0]) == 0)
+      return argc > 2 ? 2 : -1;
+  return argc > 1 ? 1 : -1;
+}
+
 int dlock__command(dlock_client_t *c, int argc, const char **argv,
                    const size_t *lens, redisReply **out) {
   char *cmd;
+  size_t local[16];
+  if (lens == NULL && argc <= 16) {
+    for (int i = 0; i < argc; i++)
+      local[i] = strlen(argv[i]);
+  }
+  const size_t *l = lens != NULL ? lens : argc <= 16 ? local : NULL;
   int len = redisFormatCommandArgv(&cmd, argc, argv, lens);
   if (len < 0)
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
   size_t slen = (size_t)len;
-  int rc = dlock__conn_call(c->conn, 1, &cmd, &slen, out, 0);
+  int k =
+      c->cluster != NULL && l != NULL && argc > 0 ? key_arg(argc, argv, l) : -1;
+  int rc = dlock__client_call(c, k >= 0 ? argv[k] : NULL, k >= 0 ? l[k] : 0, 1,
+                              &cmd, &slen, out, 0);
   redisFreeCommand(cmd);
   if (rc == 0 && (*out)->type == REDIS_REPLY_ERROR) {
     rc = dlock__fail_reply((*out)->str, (*out)->len);
