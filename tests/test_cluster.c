@@ -1,0 +1,394 @@
+/*
+ * Redis Cluster: 3 masters and 3 replicas on loopback
+ * (harness/cluster_group.h) behind a redis-cluster:// URL. Key slots as the
+ * servers compute them; every lock kind on names spread over all masters,
+ * each lock's keys on the master of its slot; exclusion across processes;
+ * wake-up after a release; a held and awaited lock whose slot is migrated
+ * (TRYAGAIN, ASK, then MOVED, for real); and CLUSTER FAILOVER under a held
+ * lock with a waiter.
+ *
+ * Each test starts its own cluster (a few seconds), so there are few
+ * tests, each checking much. Waits are bounded generously.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../src/proto/slot.h"
+#include "harness/cluster_group.h"
+#include "lock_util.h"
+
+static cg_group_t *cluster(void) {
+  cg_group_t *g = NULL;
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(cg_start(&g), 0);
+  printf("cluster up in %" PRId64 " ms: %s\n", lu_now_ms() - t0, cg_url(g));
+  return g;
+}
+
+static dlock_client_t *cluster_client(cg_group_t *g, int64_t watchdog_ms) {
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = cg_url(g);
+  o.connect_timeout_ms = 2000;
+  o.command_timeout_ms = 5000;
+  o.watchdog_timeout_ms = watchdog_ms;
+  return lu_client_opts(&o);
+}
+
+/* Fills 'names' with 'per' names on each of the 3 masters ("<prefix>N"),
+ * and 'owner' with the node that serves each. Returns how many. */
+static int spread_names(cg_group_t *g, const char *prefix, int per,
+                        char names[][32], int *owner) {
+  int masters[6], nm = cg_masters(g, masters), n = 0;
+  ASSERT_EQ(nm, 3);
+  int count[6] = {0};
+  for (int i = 0; n < 3 * per && i < 10000; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "%s%d", prefix, i);
+    int m = cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name)));
+    ASSERT_GE(m, 0);
+    if (count[m] >= per)
+      continue;
+    count[m]++;
+    snprintf(names[n], 32, "%s", name);
+    owner[n++] = m;
+  }
+  ASSERT_EQ(n, 3 * per);
+  return n;
+}
+
+TEST(cluster_every_kind) {
+  cg_group_t *g = cluster();
+  /* Slots as the servers compute them, hash tags included. */
+  const char *odd[] = {"a{b}c", "{}x", "x{", "{a}{b}", "redisson_lock__channel:{k}",
+                       "\xff\x01", "lock:orders:42"};
+  for (size_t i = 0; i < sizeof(odd) / sizeof(*odd); i++)
+    ASSERT_EQ(dlock__key_slot(odd[i], strlen(odd[i])), cg_keyslot(g, odd[i]));
+  for (int i = 0; i < 200; i++) {
+    char k[32];
+    snprintf(k, sizeof(k), "k%d", i * 7919);
+    ASSERT_EQ(dlock__key_slot(k, strlen(k)), cg_keyslot(g, k));
+  }
+
+  dlock_client_t *c = cluster_client(g, 30000);
+  dlock_client_t *c2 = cluster_client(g, 30000);
+  char names[6][32];
+  int owner[6];
+  int n = spread_names(g, "kind", 2, names, owner);
+  for (int i = 0; i < n; i++) {
+    /* Reentrant: held twice, its hash on the master of its slot, a token
+     * from the same slot's counter; refused to another client. */
+    dlock_t *l = lu_get(c, names[i]), *other = lu_get(c2, names[i]);
+    ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+    uint64_t t1 = dlock_token(l);
+    ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+    ASSERT_EQ(dlock_hold_count(l), 2);
+    ASSERT_EQ(lu_exists(cg_node(g, owner[i]), names[i]), 1);
+    ASSERT_EQ(dlock_trylock(other, 0, 5000), DLOCK_ETIMEDOUT);
+    ASSERT_GT(t1, 0);
+    char tk[64];
+    snprintf(tk, sizeof(tk), "redisson_lock_token:{%s}", names[i]);
+    ASSERT_EQ(lu_exists(cg_node(g, owner[i]), tk), 1);
+    dlock_info_t *info = NULL;
+    ASSERT_DLOCK_OK(dlock_inspect(c2, names[i], strlen(names[i]), &info));
+    ASSERT_EQ(info->locked, 1);
+    ASSERT_EQ(info->nholders, 1);
+    dlock_info_free(info);
+    ASSERT_DLOCK_OK(dlock_unlock(l));
+    ASSERT_DLOCK_OK(dlock_unlock(l));
+    ASSERT_EQ(lu_exists(cg_node(g, owner[i]), names[i]), 0);
+    ASSERT_DLOCK_OK(dlock_trylock(other, 0, 5000));
+    ASSERT_DLOCK_OK(dlock_unlock(other));
+    dlock_free(l);
+    dlock_free(other);
+
+    /* Fair, spin, read-write under other names in the same slot. */
+    char fair[48], spin[48], rw[48];
+    snprintf(fair, sizeof(fair), "{%s}:fair", names[i]);
+    snprintf(spin, sizeof(spin), "{%s}:spin", names[i]);
+    snprintf(rw, sizeof(rw), "{%s}:rw", names[i]);
+    dlock_t *f = NULL, *s = NULL, *r = NULL, *w = NULL, *r2 = NULL, *w2 = NULL;
+    ASSERT_DLOCK_OK(dlock_get_fair(c, fair, &f));
+    ASSERT_DLOCK_OK(dlock_get_spin(c, spin, &s));
+    ASSERT_DLOCK_OK(dlock_get_rw(c, rw, &r, &w));
+    ASSERT_DLOCK_OK(dlock_get_rw(c2, rw, &r2, &w2));
+    ASSERT_DLOCK_OK(dlock_lock(f, DLOCK_WATCHDOG));
+    ASSERT_DLOCK_OK(dlock_lock(s, 10000));
+    ASSERT_DLOCK_OK(dlock_lock(r, DLOCK_WATCHDOG));
+    ASSERT_DLOCK_OK(dlock_lock(r2, 10000));
+    ASSERT_EQ(dlock_trylock(w2, 0, 10000), DLOCK_ETIMEDOUT);
+    ASSERT_DLOCK_OK(dlock_unlock(r));
+    ASSERT_DLOCK_OK(dlock_unlock(r2));
+    ASSERT_DLOCK_OK(dlock_lock(w, DLOCK_WATCHDOG));
+    ASSERT_DLOCK_OK(dlock_unlock(w));
+    ASSERT_DLOCK_OK(dlock_unlock(s));
+    ASSERT_DLOCK_OK(dlock_unlock(f));
+    ASSERT_EQ(lu_dbsize(cg_node(g, owner[i])) >= 0, 1);
+    dlock_free(f);
+    dlock_free(s);
+    dlock_free(r);
+    dlock_free(w);
+    dlock_free(r2);
+    dlock_free(w2);
+  }
+
+  /* A MultiLock over names on every master, and the watchdog renewing
+   * them all (lease 1.5 s, held 4 s) in rounds grouped by slot. */
+  dlock_client_t *cw = cluster_client(g, 1500);
+  dlock_t *parts[6], *parts2[6], *m = NULL, *m2 = NULL;
+  for (int i = 0; i < n; i++) {
+    parts[i] = lu_get(cw, names[i]);
+    parts2[i] = lu_get(c2, names[i]);
+  }
+  ASSERT_DLOCK_OK(dlock_get_multi(parts, (size_t)n, &m));
+  ASSERT_DLOCK_OK(dlock_get_multi(parts2, (size_t)n, &m2));
+  ASSERT_DLOCK_OK(dlock_lock(m, DLOCK_WATCHDOG));
+  ASSERT_EQ(dlock_trylock(m2, 0, 5000), DLOCK_ETIMEDOUT);
+  lu_sleep_ms(4000);
+  for (int i = 0; i < n; i++) {
+    ASSERT_EQ(lu_exists(cg_node(g, owner[i]), names[i]), 1);
+    ASSERT_GT(lu_pttl(cg_node(g, owner[i]), names[i]), 0);
+  }
+  ASSERT_DLOCK_OK(dlock_unlock(m));
+  ASSERT_DLOCK_OK(dlock_trylock(m2, 0, 5000));
+  ASSERT_DLOCK_OK(dlock_unlock(m2));
+  dlock_free(m);
+  dlock_free(m2);
+  for (int i = 0; i < n; i++) {
+    dlock_free(parts[i]);
+    dlock_free(parts2[i]);
+  }
+  dlock_client_close(cw);
+  dlock_client_close(c2);
+  dlock_client_close(c);
+  cg_free(g);
+}
+
+/* ---- exclusion across processes, wake-up ------------------------------ */
+
+/* In a child: 'rounds' read-modify-writes of a counter file under lock
+ * 'name', each lock on the cluster. Exit status 0 when all went well. */
+static int child_rounds(const char *url, const char *name, const char *path,
+                        int rounds) {
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 5000;
+  dlock_client_t *c = NULL;
+  dlock_t *l = NULL;
+  if (dlock_client_open(&o, &c) != 0 || dlock_get(c, name, &l) != 0)
+    return 2;
+  for (int i = 0; i < rounds; i++) {
+    if (dlock_lock(l, 30000) != 0)
+      return 3;
+    int fd = open(path, O_RDWR);
+    char buf[32] = {0};
+    if (fd < 0 || pread(fd, buf, sizeof(buf) - 1, 0) < 0)
+      return 4;
+    int v = atoi(buf);
+    snprintf(buf, sizeof(buf), "%d\n", v + 1);
+    if (pwrite(fd, buf, strlen(buf), 0) < 0)
+      return 4;
+    close(fd);
+    if (dlock_unlock(l) != 0)
+      return 5;
+  }
+  dlock_free(l);
+  dlock_client_close(c);
+  return 0;
+}
+
+typedef struct waiter_arg {
+  dlock_t *l;
+  int rc;
+  int64_t got_ms;
+} waiter_arg;
+
+static void *waiter(void *p) {
+  waiter_arg *a = p;
+  a->rc = dlock_trylock(a->l, 60000, 30000);
+  a->got_ms = lu_now_ms();
+  return NULL;
+}
+
+TEST(cluster_exclusion_and_wakeup) {
+  cg_group_t *g = cluster();
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "excl", 1, names, owner);
+  char dir[] = "/tmp/dlock-cluster-XXXXXX";
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  const int procs = 3, rounds = 30;
+  pid_t pids[9];
+  char paths[3][64];
+  for (int k = 0; k < 3; k++) {
+    snprintf(paths[k], sizeof(paths[k]), "%s/c%d", dir, k);
+    int fd = open(paths[k], O_CREAT | O_WRONLY, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, "0\n", 2), 2);
+    close(fd);
+  }
+  for (int p = 0; p < procs * 3; p++) {
+    pids[p] = fork();
+    ASSERT_GE(pids[p], 0);
+    if (pids[p] == 0)
+      _exit(child_rounds(cg_url(g), names[p % 3], paths[p % 3], rounds));
+  }
+  for (int p = 0; p < procs * 3; p++) {
+    int st;
+    ASSERT_EQ(waitpid(pids[p], &st, 0), pids[p]);
+    ASSERT(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+  }
+  for (int k = 0; k < 3; k++) {
+    char buf[32] = {0};
+    int fd = open(paths[k], O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_GT(read(fd, buf, sizeof(buf) - 1), 0);
+    close(fd);
+    ASSERT_EQ(atoi(buf), procs * rounds);
+    unlink(paths[k]);
+  }
+  rmdir(dir);
+
+  /* A waiter on each master is woken by the release, long before the
+   * 30 s lease would have let it in. */
+  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
+  for (int k = 0; k < 3; k++) {
+    dlock_t *h = lu_get(a, names[k]);
+    waiter_arg w = {lu_get(b, names[k]), 1, 0};
+    ASSERT_DLOCK_OK(dlock_lock(h, 30000));
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
+    lu_sleep_ms(300);
+    int64_t released = lu_now_ms();
+    ASSERT_DLOCK_OK(dlock_unlock(h));
+    pthread_join(t, NULL);
+    ASSERT_DLOCK_OK(w.rc);
+    printf("%s: woken %" PRId64 " ms after the release\n", names[k],
+           w.got_ms - released);
+    ASSERT_LT(w.got_ms - released, 10000);
+    ASSERT_DLOCK_OK(dlock_unlock(w.l));
+    dlock_free(h);
+    dlock_free(w.l);
+  }
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}
+
+/* ---- slot migration ----------------------------------------------------- */
+
+typedef struct unlock_arg {
+  dlock_t *l;
+  int rc;
+} unlock_arg;
+
+static void *unlocker(void *p) {
+  unlock_arg *a = p;
+  a->rc = dlock_unlock(a->l);
+  return NULL;
+}
+
+TEST(cluster_slot_migrated_while_held) {
+  cg_group_t *g = cluster();
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "mig", 1, names, owner);
+  const char *name = names[0];
+  int slot = dlock__key_slot(name, strlen(name));
+  int from = owner[0], to = owner[1];
+  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
+  dlock_t *h = lu_get(a, name);
+  waiter_arg w = {lu_get(b, name), 1, 0};
+  ASSERT_DLOCK_OK(dlock_lock(h, 30000));
+  uint64_t token = dlock_token(h);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
+  lu_sleep_ms(200);
+
+  /* The slot's keys move to another master while the lock is held and
+   * waited on. */
+  ASSERT_EQ(cg_migrate_begin(g, slot, from, to), 0);
+  ASSERT_EQ(cg_migrate_keys(g, slot, from, to), 0);
+  ASSERT_EQ(lu_exists(cg_node(g, to), name), 1);
+  /* Mid-migration: the old master answers ASK for the moved key, which a
+   * query follows with ASKING. */
+  dlock_info_t *info = NULL;
+  ASSERT_DLOCK_OK(dlock_inspect(b, name, strlen(name), &info));
+  ASSERT_EQ(info->locked, 1);
+  dlock_info_free(info);
+  ASSERT_EQ(w.rc, 1); /* still waiting */
+  /* An unlock now meets TRYAGAIN (a script on several keys of a slot in
+   * migration) and is retried until the migration ends, then MOVED. */
+  unlock_arg u = {h, 1};
+  pthread_t tu;
+  ASSERT_EQ(pthread_create(&tu, NULL, unlocker, &u), 0);
+  lu_sleep_ms(300);
+  ASSERT_EQ(cg_migrate_end(g, slot, to), 0);
+  pthread_join(tu, NULL);
+  ASSERT_DLOCK_OK(u.rc);
+  pthread_join(t, NULL);
+  ASSERT_DLOCK_OK(w.rc);
+  /* The waiter holds it on the new master, with a later token. */
+  ASSERT_EQ(lu_exists(cg_node(g, to), name), 1);
+  ASSERT_GT(dlock_token(w.l), token);
+  ASSERT_EQ(dlock_trylock(h, 0, 30000), DLOCK_ETIMEDOUT);
+  ASSERT_DLOCK_OK(dlock_unlock(w.l));
+  ASSERT_DLOCK_OK(dlock_trylock(h, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  dlock_free(h);
+  dlock_free(w.l);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}
+
+/* ---- failover ----------------------------------------------------------- */
+
+TEST(cluster_failover_while_held) {
+  cg_group_t *g = cluster();
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "fo", 1, names, owner);
+  const char *name = names[0];
+  int old = owner[0];
+  int replica = cg_replica_of(g, old);
+  ASSERT_GE(replica, 0);
+  /* Lease 3 s, renewed every second: the failover must not lose it. */
+  dlock_client_t *a = cluster_client(g, 3000), *b = cluster_client(g, 30000);
+  lu_lost_t lost;
+  (void)lost;
+  dlock_t *h = lu_get(a, name);
+  waiter_arg w = {lu_get(b, name), 1, 0};
+  ASSERT_DLOCK_OK(dlock_lock(h, DLOCK_WATCHDOG));
+  uint64_t token = dlock_token(h);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
+  lu_sleep_ms(300);
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(cg_failover(g, replica, 30000), 0);
+  printf("failover done in %" PRId64 " ms\n", lu_now_ms() - t0);
+  ASSERT_EQ(cg_master_of_slot(g, replica, dlock__key_slot(name, strlen(name))),
+            replica);
+  /* Several leases later the lock is still there, renewed on the new
+   * master (the watchdog followed the MOVED). */
+  lu_sleep_ms(7000);
+  ASSERT_EQ(lu_exists(cg_node(g, replica), name), 1);
+  ASSERT_EQ(w.rc, 1);
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  pthread_join(t, NULL);
+  ASSERT_DLOCK_OK(w.rc);
+  ASSERT_GT(dlock_token(w.l), token);
+  ASSERT_DLOCK_OK(dlock_unlock(w.l));
+  dlock_free(h);
+  dlock_free(w.l);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}
