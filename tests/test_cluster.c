@@ -65,8 +65,9 @@ static int spread_names(cg_group_t *g, const char *prefix, int per,
 TEST(cluster_every_kind) {
   cg_group_t *g = cluster();
   /* Slots as the servers compute them, hash tags included. */
-  const char *odd[] = {"a{b}c", "{}x", "x{", "{a}{b}", "redisson_lock__channel:{k}",
-                       "\xff\x01", "lock:orders:42"};
+  const char *odd[] = {
+      "a{b}c",    "{}x",           "x{", "{a}{b}", "redisson_lock__channel:{k}",
+      "\xff\x01", "lock:orders:42"};
   for (size_t i = 0; i < sizeof(odd) / sizeof(*odd); i++)
     ASSERT_EQ(dlock__key_slot(odd[i], strlen(odd[i])), cg_keyslot(g, odd[i]));
   for (int i = 0; i < 200; i++) {
@@ -203,15 +204,18 @@ static int child_rounds(const char *url, const char *name, const char *path,
   return 0;
 }
 
+/* A waiter in a thread of its own, for an owner that the test's main
+ * thread then releases as. */
 typedef struct waiter_arg {
   dlock_t *l;
   int rc;
   int64_t got_ms;
+  uint64_t owner;
 } waiter_arg;
 
 static void *waiter(void *p) {
   waiter_arg *a = p;
-  a->rc = dlock_trylock(a->l, 60000, 30000);
+  a->rc = dlock_trylock_as(a->l, a->owner, 60000, 30000);
   a->got_ms = lu_now_ms();
   return NULL;
 }
@@ -261,7 +265,7 @@ TEST(cluster_exclusion_and_wakeup) {
   dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
   for (int k = 0; k < 3; k++) {
     dlock_t *h = lu_get(a, names[k]);
-    waiter_arg w = {lu_get(b, names[k]), 1, 0};
+    waiter_arg w = {lu_get(b, names[k]), 1, 0, dlock_owner_new()};
     ASSERT_DLOCK_OK(dlock_lock(h, 30000));
     pthread_t t;
     ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
@@ -273,7 +277,7 @@ TEST(cluster_exclusion_and_wakeup) {
     printf("%s: woken %" PRId64 " ms after the release\n", names[k],
            w.got_ms - released);
     ASSERT_LT(w.got_ms - released, 10000);
-    ASSERT_DLOCK_OK(dlock_unlock(w.l));
+    ASSERT_DLOCK_OK(dlock_unlock_as(w.l, w.owner));
     dlock_free(h);
     dlock_free(w.l);
   }
@@ -287,11 +291,12 @@ TEST(cluster_exclusion_and_wakeup) {
 typedef struct unlock_arg {
   dlock_t *l;
   int rc;
+  uint64_t owner;
 } unlock_arg;
 
 static void *unlocker(void *p) {
   unlock_arg *a = p;
-  a->rc = dlock_unlock(a->l);
+  a->rc = dlock_unlock_as(a->l, a->owner);
   return NULL;
 }
 
@@ -305,7 +310,7 @@ TEST(cluster_slot_migrated_while_held) {
   int from = owner[0], to = owner[1];
   dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
   dlock_t *h = lu_get(a, name);
-  waiter_arg w = {lu_get(b, name), 1, 0};
+  waiter_arg w = {lu_get(b, name), 1, 0, dlock_owner_new()};
   ASSERT_DLOCK_OK(dlock_lock(h, 30000));
   uint64_t token = dlock_token(h);
   pthread_t t;
@@ -316,7 +321,10 @@ TEST(cluster_slot_migrated_while_held) {
    * waited on. */
   ASSERT_EQ(cg_migrate_begin(g, slot, from, to), 0);
   ASSERT_EQ(cg_migrate_keys(g, slot, from, to), 0);
-  ASSERT_EQ(lu_exists(cg_node(g, to), name), 1);
+  redisReply *r = rp_cmd(cg_node(g, to), "CLUSTER COUNTKEYSINSLOT %d", slot);
+  ASSERT_GT(lu_reply_int(r), 0);
+  r = rp_cmd(cg_node(g, from), "CLUSTER COUNTKEYSINSLOT %d", slot);
+  ASSERT_EQ(lu_reply_int(r), 0);
   /* Mid-migration: the old master answers ASK for the moved key, which a
    * query follows with ASKING. */
   dlock_info_t *info = NULL;
@@ -326,7 +334,7 @@ TEST(cluster_slot_migrated_while_held) {
   ASSERT_EQ(w.rc, 1); /* still waiting */
   /* An unlock now meets TRYAGAIN (a script on several keys of a slot in
    * migration) and is retried until the migration ends, then MOVED. */
-  unlock_arg u = {h, 1};
+  unlock_arg u = {h, 1, dlock_self()};
   pthread_t tu;
   ASSERT_EQ(pthread_create(&tu, NULL, unlocker, &u), 0);
   lu_sleep_ms(300);
@@ -337,9 +345,9 @@ TEST(cluster_slot_migrated_while_held) {
   ASSERT_DLOCK_OK(w.rc);
   /* The waiter holds it on the new master, with a later token. */
   ASSERT_EQ(lu_exists(cg_node(g, to), name), 1);
-  ASSERT_GT(dlock_token(w.l), token);
+  ASSERT_GT(dlock_token_as(w.l, w.owner), token);
   ASSERT_EQ(dlock_trylock(h, 0, 30000), DLOCK_ETIMEDOUT);
-  ASSERT_DLOCK_OK(dlock_unlock(w.l));
+  ASSERT_DLOCK_OK(dlock_unlock_as(w.l, w.owner));
   ASSERT_DLOCK_OK(dlock_trylock(h, 0, 30000));
   ASSERT_DLOCK_OK(dlock_unlock(h));
   dlock_free(h);
@@ -360,12 +368,12 @@ TEST(cluster_failover_while_held) {
   int old = owner[0];
   int replica = cg_replica_of(g, old);
   ASSERT_GE(replica, 0);
-  /* Lease 3 s, renewed every second: the failover must not lose it. */
-  dlock_client_t *a = cluster_client(g, 3000), *b = cluster_client(g, 30000);
-  lu_lost_t lost;
-  (void)lost;
+  /* Lease 10 s, renewed every 3.3 s: longer than a manual failover takes
+   * (about 5 s here: the old master pauses writes meanwhile, and a lease
+   * shorter than that runs out on the new master). */
+  dlock_client_t *a = cluster_client(g, 10000), *b = cluster_client(g, 30000);
   dlock_t *h = lu_get(a, name);
-  waiter_arg w = {lu_get(b, name), 1, 0};
+  waiter_arg w = {lu_get(b, name), 1, 0, dlock_owner_new()};
   ASSERT_DLOCK_OK(dlock_lock(h, DLOCK_WATCHDOG));
   uint64_t token = dlock_token(h);
   pthread_t t;
@@ -376,16 +384,22 @@ TEST(cluster_failover_while_held) {
   printf("failover done in %" PRId64 " ms\n", lu_now_ms() - t0);
   ASSERT_EQ(cg_master_of_slot(g, replica, dlock__key_slot(name, strlen(name))),
             replica);
-  /* Several leases later the lock is still there, renewed on the new
-   * master (the watchdog followed the MOVED). */
-  lu_sleep_ms(7000);
+  /* More than a renewal period later the lock is there with a lease
+   * renewed on the new master (the watchdog followed the MOVED): without
+   * a renewal since the failover began, less than 10 - 4.9 - 4 s would
+   * be left. */
+  lu_sleep_ms(4000);
   ASSERT_EQ(lu_exists(cg_node(g, replica), name), 1);
+  ASSERT_GT(lu_pttl(cg_node(g, replica), name), 5000);
+  if (w.rc != 1)
+    printf("waiter got it %" PRId64 " ms after the failover began\n",
+           w.got_ms - t0);
   ASSERT_EQ(w.rc, 1);
   ASSERT_DLOCK_OK(dlock_unlock(h));
   pthread_join(t, NULL);
   ASSERT_DLOCK_OK(w.rc);
-  ASSERT_GT(dlock_token(w.l), token);
-  ASSERT_DLOCK_OK(dlock_unlock(w.l));
+  ASSERT_GT(dlock_token_as(w.l, w.owner), token);
+  ASSERT_DLOCK_OK(dlock_unlock_as(w.l, w.owner));
   dlock_free(h);
   dlock_free(w.l);
   dlock_client_close(a);

@@ -43,10 +43,10 @@ TEST(slot_hash_tags) {
 
 TEST(url_cluster_seeds) {
   dlock__cluster_url u;
-  ASSERT_EQ(dlock__url_parse_cluster(
-                "redis-cluster://app:s%40cret@10.0.0.1:7000,10.0.0.2,[::1]:7002",
-                &u),
-            0);
+  ASSERT_EQ(
+      dlock__url_parse_cluster(
+          "redis-cluster://app:s%40cret@10.0.0.1:7000,10.0.0.2,[::1]:7002", &u),
+      0);
   ASSERT_EQ(u.n, 3);
   ASSERT_STR_EQ(u.seeds[0].host, "10.0.0.1");
   ASSERT_EQ(u.seeds[0].port, 7000);
@@ -66,12 +66,9 @@ TEST(url_cluster_seeds) {
 
 TEST(url_cluster_refused) {
   dlock__cluster_url u;
-  const char *bad[] = {"redis-cluster://",
-                       "redis-cluster://h:1/2",
-                       "redis-cluster://h:1?db=2",
-                       "redis-cluster://h:1,,h:2",
-                       "redis-cluster://h:99999",
-                       "redis-cluster://user@h:1"};
+  const char *bad[] = {"redis-cluster://",         "redis-cluster://h:1/2",
+                       "redis-cluster://h:1?db=2", "redis-cluster://h:1,,h:2",
+                       "redis-cluster://h:99999",  "redis-cluster://user@h:1"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
     ASSERT_EQ(dlock__url_parse_cluster(bad[i], &u), DLOCK_EINVAL);
     ASSERT_EQ(u.n, 0);

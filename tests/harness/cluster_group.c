@@ -163,8 +163,8 @@ int cg_wait_agree(cg_group_t *g, int slot, int timeout_ms) {
       if (rp_pid(g->node[i]) == 0)
         continue;
       ok = info_ok(g->node[i]);
-      for (int s = slot < 0 ? 0 : slot;
-           ok && s <= (slot < 0 ? 16383 : slot); s += slot < 0 ? 5461 : 1) {
+      for (int s = slot < 0 ? 0 : slot; ok && s <= (slot < 0 ? 16383 : slot);
+           s += slot < 0 ? 5461 : 1) {
         int m = cg_master_of_slot(g, i, s);
         if (slot >= 0) {
           ok = m >= 0 && (owner < 0 || owner == m);
@@ -178,8 +178,7 @@ int cg_wait_agree(cg_group_t *g, int slot, int timeout_ms) {
       return 0;
     sleep_ms(50);
   }
-  fprintf(stderr, "cluster_group: nodes did not agree in %d ms\n",
-          timeout_ms);
+  fprintf(stderr, "cluster_group: nodes did not agree in %d ms\n", timeout_ms);
   return -1;
 }
 
@@ -276,15 +275,14 @@ int cg_migrate_begin(cg_group_t *g, int slot, int from, int to) {
                       g->id[from]),
                "SETSLOT IMPORTING") != 0)
     return -1;
-  return ok_reply(rp_cmd(g->node[from], "CLUSTER SETSLOT %d MIGRATING %s",
-                         slot, g->id[to]),
-                  "SETSLOT MIGRATING");
+  return ok_reply(
+      rp_cmd(g->node[from], "CLUSTER SETSLOT %d MIGRATING %s", slot, g->id[to]),
+      "SETSLOT MIGRATING");
 }
 
 int cg_migrate_keys(cg_group_t *g, int slot, int from, int to) {
   for (;;) {
-    redisReply *r =
-        rp_cmd(g->node[from], "CLUSTER GETKEYSINSLOT %d 100", slot);
+    redisReply *r = rp_cmd(g->node[from], "CLUSTER GETKEYSINSLOT %d 100", slot);
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
       if (r != NULL)
         freeReplyObject(r);
@@ -294,11 +292,10 @@ int cg_migrate_keys(cg_group_t *g, int slot, int from, int to) {
     for (size_t i = 0; i < n; i++) {
       char port[16];
       snprintf(port, sizeof(port), "%d", rp_port(g->node[to]));
-      const char *argv[] = {"MIGRATE", "127.0.0.1", port,
-                            r->element[i]->str, "0", "5000"};
+      const char *argv[] = {"MIGRATE",          "127.0.0.1", port,
+                            r->element[i]->str, "0",         "5000"};
       size_t lens[] = {7, 9, strlen(port), r->element[i]->len, 1, 4};
-      if (ok_reply(rp_cmd_argv(g->node[from], 6, argv, lens), "MIGRATE") !=
-          0) {
+      if (ok_reply(rp_cmd_argv(g->node[from], 6, argv, lens), "MIGRATE") != 0) {
         freeReplyObject(r);
         return -1;
       }
@@ -312,9 +309,9 @@ int cg_migrate_keys(cg_group_t *g, int slot, int from, int to) {
 int cg_migrate_end(cg_group_t *g, int slot, int to) {
   /* The importing node first, then the one it came from, then the rest
    * (the order the specification gives). */
-  int rc = ok_reply(rp_cmd(g->node[to], "CLUSTER SETSLOT %d NODE %s", slot,
-                           g->id[to]),
-                    "SETSLOT NODE");
+  int rc = ok_reply(
+      rp_cmd(g->node[to], "CLUSTER SETSLOT %d NODE %s", slot, g->id[to]),
+      "SETSLOT NODE");
   int masters[NODES], nm = cg_masters(g, masters);
   for (int k = 0; k < nm && rc == 0; k++)
     if (masters[k] != to)
@@ -325,15 +322,17 @@ int cg_migrate_end(cg_group_t *g, int slot, int to) {
 }
 
 int cg_failover(cg_group_t *g, int r, int timeout_ms) {
-  if (ok_reply(rp_cmd(g->node[r], "CLUSTER FAILOVER"), "CLUSTER FAILOVER") !=
-      0)
+  if (ok_reply(rp_cmd(g->node[r], "CLUSTER FAILOVER"), "CLUSTER FAILOVER") != 0)
     return -1;
   int64_t end = now_ms() + timeout_ms;
+  int64_t t0 = now_ms();
   while (!is_master(g, r)) {
     if (now_ms() > end)
       return -1;
     sleep_ms(20);
   }
+  printf("cluster_group: node %d master after %lld ms\n", r,
+         (long long)(now_ms() - t0));
   return cg_wait_agree(g, -1, (int)(end - now_ms() > 0 ? end - now_ms() : 1));
 }
 
