@@ -406,3 +406,82 @@ TEST(cluster_failover_while_held) {
   dlock_client_close(b);
   cg_free(g);
 }
+
+/* ---- the dlock command -------------------------------------------------- */
+
+#ifdef DLOCK_CLI_PATH
+/* Runs "dlock --url URL args..." with its output in 'out'; exit status. */
+static int run_dlock(const char *url, const char *out,
+                     const char *const *args) {
+  const char *argv[16];
+  int n = 0;
+  argv[n++] = DLOCK_CLI_PATH;
+  argv[n++] = "--url";
+  argv[n++] = url;
+  for (int i = 0; args[i] != NULL && n < 15; i++)
+    argv[n++] = args[i];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int file_has(const char *path, const char *needle) {
+  char buf[8192] = {0};
+  int fd = open(path, O_RDONLY);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  return n > 0 && strstr(buf, needle) != NULL;
+}
+
+TEST(cluster_cli) {
+  cg_group_t *g = cluster();
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "cli", 1, names, owner);
+  char out[] = "/tmp/dlock-cluster-cli-XXXXXX";
+  int fd = mkstemp(out);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  /* run: the command runs under the lock, on the master of its slot. */
+  for (int k = 0; k < 3; k++) {
+    char check[128];
+    snprintf(check, sizeof(check), "echo ran-%s", names[k]);
+    const char *args[] = {"run", names[k], "--", "sh", "-c", check, NULL};
+    ASSERT_EQ(run_dlock(cg_url(g), out, args), 0);
+    char want[64];
+    snprintf(want, sizeof(want), "ran-%s", names[k]);
+    ASSERT(file_has(out, want));
+    ASSERT_EQ(lu_exists(cg_node(g, owner[k]), names[k]), 0);
+  }
+  /* status and unlock --force on a lock held by a library client. */
+  dlock_client_t *c = cluster_client(g, 30000);
+  dlock_t *l = lu_get(c, names[2]);
+  ASSERT_DLOCK_OK(dlock_lock(l, 60000));
+  const char *status[] = {"status", names[2], NULL};
+  ASSERT_EQ(run_dlock(cg_url(g), out, status), 0);
+  ASSERT(file_has(out, dlock_client_id(c)));
+  const char *force[] = {"unlock", "--force", names[2], NULL};
+  ASSERT_EQ(run_dlock(cg_url(g), out, force), 0);
+  ASSERT_EQ(lu_exists(cg_node(g, owner[2]), names[2]), 0);
+  int rc = dlock_unlock(l);
+  ASSERT(rc == DLOCK_ENOTHELD || rc == DLOCK_ELOST);
+  dlock_free(l);
+  dlock_client_close(c);
+  unlink(out);
+  cg_free(g);
+}
+#endif
