@@ -489,6 +489,11 @@ int dlock__check_canceled(dlock_client_t *c) {
   return 0;
 }
 
+int64_t dlock__client_retry_at(dlock_client_t *c) {
+  return c->cluster != NULL ? dlock__cluster_retry_at(c->cluster)
+                            : dlock__conn_retry_at(c->conn);
+}
+
 int dlock__client_call(dlock_client_t *c, const char *key, size_t key_len,
                        size_t n, char *const *cmds, const size_t *lens,
                        redisReply **replies, int64_t deadline_us) {

@@ -95,6 +95,10 @@ int dlock__client_call(dlock_client_t *c, const char *key, size_t key_len,
                        size_t n, char *const *cmds, const size_t *lens,
                        redisReply **replies, int64_t deadline_us);
 
+/* When a connection of 'c' may be tried again (dlock__conn_retry_at; on a
+ * cluster the earliest among its nodes). */
+int64_t dlock__client_retry_at(dlock_client_t *c);
+
 /* Runs one plain command given as argv; the reply is the caller's. */
 int dlock__command(dlock_client_t *c, int argc, const char **argv,
                    const size_t *lens, redisReply **out);

@@ -491,7 +491,7 @@ int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us) {
   int64_t now = dlock__now_us();
   int64_t at =
       now + base_us / 2 + (int64_t)(jitter() % (uint64_t)(base_us / 2));
-  int64_t reconnect_at = dlock__conn_retry_at(c->conn);
+  int64_t reconnect_at = dlock__client_retry_at(c);
   if (reconnect_at > at)
     at = reconnect_at;
   if (at > until_us)

@@ -462,7 +462,7 @@ static int finish_release(dlock_t *l, uint64_t owner, int64_t left, int known,
  * a timeout), so that a retry is a real attempt and not an instant "not
  * connected". */
 static void wait_for_reconnect(dlock_client_t *c) {
-  int64_t at = dlock__conn_retry_at(c->conn), now = dlock__now_us();
+  int64_t at = dlock__client_retry_at(c), now = dlock__now_us();
   /* A connected server that said "not now" (LOADING) gets a moment too. */
   if (at < now + RETRY_PAUSE_US)
     at = now + RETRY_PAUSE_US;

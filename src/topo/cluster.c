@@ -407,9 +407,6 @@ static void refresh_if_stale(dlock__cluster *cl, int64_t deadline_us) {
   if (now - last < REFRESH_MIN_US ||
       !atomic_compare_exchange_strong(&cl->refreshed_us, &last, now))
     return;
-  if (pthread_mutex_trylock(&cl->mu) != 0)
-    return;
-  pthread_mutex_unlock(&cl->mu);
   int64_t until = dlock__deadline_ms(cl->command_timeout_ms);
   dlock__cluster_refresh(
       cl, deadline_us > 0 && deadline_us < until ? deadline_us : until);
