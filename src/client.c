@@ -433,8 +433,9 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
       warn_if_evicting(c);
   }
   if (rc == 0)
-    rc = dlock__pubsub_start(&c->ep, c->tls, c->sentinel, o->connect_timeout_ms,
-                             o->command_timeout_ms, o->lazy_connect, &c->ps);
+    rc = dlock__pubsub_start(&c->ep, c->tls, c->sentinel, c->cluster,
+                             o->connect_timeout_ms, o->command_timeout_ms,
+                             o->lazy_connect, &c->ps);
   /* Failovers are followed from now on: the pub/sub thread is told at
    * once, the command connection at its next use. */
   if (rc == 0 && c->sentinel != NULL)

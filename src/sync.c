@@ -123,13 +123,13 @@ int dlock__sync_wanted(dlock_client_t *c) {
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting INFO");
   size_t slen = (size_t)len;
   redisReply *r = NULL;
-  int rc = 0;
   /* On a cluster, the master of slot 0 stands for every shard: their
-   * replicas are set up alike (see "Redis Cluster" in the README). */
-  dlock__conn *conn =
-      c->cluster != NULL ? dlock__cluster_conn(c->cluster, 0, &rc) : c->conn;
-  if (conn != NULL)
-    rc = dlock__conn_call(conn, 1, &cmd, &slen, &r, 0);
+   * replicas are set up alike (see "Redis Cluster" in the README). Asked
+   * through the routing, so that a master that failed gets the map read
+   * again. */
+  int rc = c->cluster != NULL
+               ? dlock__cluster_call(c->cluster, 0, 1, &cmd, &slen, &r, 0)
+               : dlock__conn_call(c->conn, 1, &cmd, &slen, &r, 0);
   redisFreeCommand(cmd);
   if (rc != 0)
     return rc;

@@ -407,6 +407,67 @@ TEST(cluster_failover_while_held) {
   cg_free(g);
 }
 
+/* SIGKILL of the master that holds a lock and whose node the pub/sub
+ * connection of both clients is on (the first seed): the lock, written
+ * with replica sync, survives on the promoted replica, the holder's
+ * watchdog goes on there, and the waiter's subscription moves to another
+ * node, so that the release wakes it. */
+TEST(cluster_master_killed_while_held) {
+  cg_group_t *g = cluster();
+  ASSERT_EQ(cg_master_of_slot(g, 0, 0) >= 0, 1);
+  int masters[6], nm = cg_masters(g, masters), seed_is_master = 0;
+  for (int k = 0; k < nm; k++)
+    seed_is_master |= masters[k] == 0;
+  ASSERT(seed_is_master);
+  char name[32];
+  for (int i = 0;; i++) {
+    snprintf(name, sizeof(name), "kill%d", i);
+    if (cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name))) == 0)
+      break;
+  }
+  int slot = dlock__key_slot(name, strlen(name));
+  dlock_client_t *a = cluster_client(g, 20000), *b = cluster_client(g, 30000);
+  dlock_t *h = lu_get(a, name);
+  waiter_arg w = {lu_get(b, name), 1, 0, dlock_owner_new()};
+  ASSERT_DLOCK_OK(dlock_lock(h, DLOCK_WATCHDOG));
+  uint64_t token = dlock_token(h);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
+  lu_sleep_ms(300);
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(rp_kill(cg_node(g, 0)), 0);
+  int promoted = -1;
+  while (lu_now_ms() - t0 < 30000) {
+    int m = cg_master_of_slot(g, 1, slot);
+    if (m > 0 && cg_wait_agree(g, slot, 1000) == 0) {
+      promoted = m;
+      break;
+    }
+    lu_sleep_ms(100);
+  }
+  ASSERT_GT(promoted, 0);
+  printf("replica %d promoted %" PRId64 " ms after the kill\n", promoted,
+         lu_now_ms() - t0);
+  ASSERT_EQ(lu_exists(cg_node(g, promoted), name), 1);
+  ASSERT_EQ(w.rc, 1);
+  int64_t released = lu_now_ms();
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  printf("unlock done %" PRId64 " ms after the kill\n", lu_now_ms() - t0);
+  pthread_join(t, NULL);
+  ASSERT_DLOCK_OK(w.rc);
+  printf("waiter woken %" PRId64 " ms after the release\n",
+         w.got_ms - released);
+  /* Well before the 20 s lease it saw would have let it in. */
+  ASSERT_LT(w.got_ms - released, 10000);
+  ASSERT_GT(dlock_token_as(w.l, w.owner), token);
+  ASSERT_DLOCK_OK(dlock_unlock_as(w.l, w.owner));
+  dlock_free(h);
+  dlock_free(w.l);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}
+
 /* ---- the dlock command -------------------------------------------------- */
 
 #ifdef DLOCK_CLI_PATH

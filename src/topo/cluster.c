@@ -178,6 +178,14 @@ dlock__conn *dlock__cluster_any(dlock__cluster *cl) {
   return cl->nodes[0]->conn;
 }
 
+int dlock__cluster_nnodes(dlock__cluster *cl) {
+  return atomic_load(&cl->nnodes);
+}
+
+const dlock__endpoint *dlock__cluster_node_ep(dlock__cluster *cl, int i) {
+  return &cl->nodes[i]->ep;
+}
+
 int dlock__cluster_masters(dlock__cluster *cl) {
   return atomic_load(&cl->masters);
 }

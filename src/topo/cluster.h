@@ -70,6 +70,11 @@ int dlock__cluster_call(dlock__cluster *cl, int slot, size_t n,
                         char *const *cmd, const size_t *len,
                         redisReply **replies, int64_t deadline_us);
 
+/* The nodes known (seeds first), and the address of node 'i' (stable
+ * while the cluster lives), for connections of other kinds (pub/sub). */
+int dlock__cluster_nnodes(dlock__cluster *cl);
+const dlock__endpoint *dlock__cluster_node_ep(dlock__cluster *cl, int i);
+
 /* Number of masters in the map (for status output and tests). */
 int dlock__cluster_masters(dlock__cluster *cl);
 

@@ -144,9 +144,12 @@ int cg_replica_of(cg_group_t *g, int m) {
     if (i == m || rp_pid(g->node[i]) == 0)
       continue;
     redisReply *r = rp_cmd(g->node[i], "ROLE");
-    int of = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 3 &&
+    /* A replica counts once its sync is done ("connected"): one still
+     * loading has nothing to be promoted with. */
+    int of = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 4 &&
              strcmp(r->element[0]->str, "slave") == 0 &&
-             r->element[2]->integer == rp_port(g->node[m]);
+             r->element[2]->integer == rp_port(g->node[m]) &&
+             strcmp(r->element[3]->str, "connected") == 0;
     if (r != NULL)
       freeReplyObject(r);
     if (of)

@@ -35,7 +35,7 @@ int cg_master_of_slot(cg_group_t *g, int asked, int slot);
 /* The indexes of the current masters, in 'out' (room for 6); count. */
 int cg_masters(cg_group_t *g, int *out);
 
-/* The index of a replica of master 'm', or -1. */
+/* The index of a replica of master 'm' whose sync is done, or -1. */
 int cg_replica_of(cg_group_t *g, int m);
 
 /* CLUSTER KEYSLOT on node 0, or -1. */

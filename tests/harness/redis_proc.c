@@ -387,7 +387,8 @@ static int write_conf(const rp_server_t *s, const rp_options_t *o) {
     fprintf(f, "cluster-enabled yes\ncluster-config-file nodes.conf\n"
                "cluster-node-timeout 2000\n"
                "cluster-require-full-coverage no\n"
-               "shutdown-timeout 0\n");
+               "shutdown-timeout 0\n"
+               "repl-diskless-sync-delay 0\n");
   if (o->extra_conf)
     fprintf(f, "%s\n", o->extra_conf);
   return fclose(f) == 0 ? 0 : -1;
