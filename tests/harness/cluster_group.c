@@ -325,14 +325,21 @@ int cg_migrate_end(cg_group_t *g, int slot, int to) {
 }
 
 int cg_failover(cg_group_t *g, int r, int timeout_ms) {
-  if (ok_reply(rp_cmd(g->node[r], "CLUSTER FAILOVER"), "CLUSTER FAILOVER") != 0)
-    return -1;
-  int64_t end = now_ms() + timeout_ms;
-  int64_t t0 = now_ms();
+  int64_t t0 = now_ms(), end = t0 + timeout_ms;
+  /* A replica may refuse or stall (its master's offset not reached yet):
+   * the request is made again every 5 s until the deadline. */
   while (!is_master(g, r)) {
     if (now_ms() > end)
       return -1;
-    sleep_ms(20);
+    redisReply *rep = rp_cmd(g->node[r], "CLUSTER FAILOVER");
+    if (rep == NULL || rep->type == REDIS_REPLY_ERROR)
+      fprintf(stderr, "cluster_group: CLUSTER FAILOVER: %s\n",
+              rep != NULL ? rep->str : "no answer");
+    if (rep != NULL)
+      freeReplyObject(rep);
+    int64_t retry = now_ms() + 5000;
+    while (!is_master(g, r) && now_ms() < retry && now_ms() < end)
+      sleep_ms(20);
   }
   printf("cluster_group: node %d master after %lld ms\n", r,
          (long long)(now_ms() - t0));
