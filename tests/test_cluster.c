@@ -434,6 +434,13 @@ TEST(cluster_master_killed_while_held) {
   pthread_t t;
   ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
   lu_sleep_ms(300);
+  int rep0 = cg_replica_of(g, 0);
+  ASSERT_GE(rep0, 0);
+  redisReply *cr = rp_cmd(cg_node(g, rep0), "CLUSTER COUNTKEYSINSLOT %d", slot);
+  printf("replica %d has %lld keys in the slot before the kill\n", rep0,
+         cr != NULL ? cr->integer : -1LL);
+  if (cr != NULL)
+    freeReplyObject(cr);
   int64_t t0 = lu_now_ms();
   ASSERT_EQ(rp_kill(cg_node(g, 0)), 0);
   int promoted = -1;

@@ -185,6 +185,17 @@ int cg_wait_agree(cg_group_t *g, int slot, int timeout_ms) {
   return -1;
 }
 
+/* 1 when master 'm' lists a replica online (INFO replication), so that
+ * its writes are streamed to it and a WAIT counts it. */
+static int master_sees_replica(cg_group_t *g, int m) {
+  redisReply *r = rp_cmd(g->node[m], "INFO replication");
+  int ok = r != NULL && r->type == REDIS_REPLY_STRING &&
+           strstr(r->str, "state=online") != NULL;
+  if (r != NULL)
+    freeReplyObject(r);
+  return ok;
+}
+
 int cg_start(cg_group_t **out) {
   *out = NULL;
   cg_group_t *g = calloc(1, sizeof(*g));
@@ -221,7 +232,8 @@ int cg_start(cg_group_t **out) {
   for (;;) {
     int masters[NODES], nm = cg_masters(g, masters), linked = 0;
     for (int k = 0; k < nm; k++)
-      linked += cg_replica_of(g, masters[k]) >= 0;
+      linked += cg_replica_of(g, masters[k]) >= 0 &&
+                master_sees_replica(g, masters[k]);
     if (nm == 3 && linked == 3)
       break;
     if (now_ms() > end) {
