@@ -190,7 +190,10 @@ typedef struct dlock_options {
    * "unix:///path[?db=N]", or Sentinels that name the master:
    * "redis-sentinel://[user:pass@]host[:port][,host[:port]...]/master
    * [?db=N&sentinel_user=U&sentinel_password=P]" (see "Replicated Redis"
-   * below); default "redis://127.0.0.1:6379". Not copied by
+   * below), or a Redis Cluster's seed nodes:
+   * "redis-cluster://[user:pass@]host[:port][,host[:port]...]" (or
+   * rediss-cluster:// for TLS), each lock then on the master of its slot;
+   * default "redis://127.0.0.1:6379". Not copied by
    * dlock_options_init. */
   const char *url;
   int64_t connect_timeout_ms;  /* default 2000 */

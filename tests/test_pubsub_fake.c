@@ -38,8 +38,8 @@ static int tps_start(tps *t, const char *url, int64_t connect_ms,
                      int64_t command_ms, int lazy) {
   memset(t, 0, sizeof(*t));
   ASSERT_DLOCK_OK(dlock__url_parse(url, &t->ep));
-  int rc = dlock__pubsub_start(&t->ep, NULL, NULL, connect_ms, command_ms, lazy,
-                               INT64_MAX, &t->ps);
+  int rc = dlock__pubsub_start(&t->ep, NULL, NULL, NULL, connect_ms, command_ms,
+                               lazy, INT64_MAX, &t->ps);
   if (rc != 0)
     t->ps = NULL;
   return rc;

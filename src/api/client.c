@@ -9,6 +9,7 @@
 #include "monotime.h"
 #include "net/net.h"
 #include "proto/format.h"
+#include "proto/slot.h"
 #include "watchdog.h"
 
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -208,7 +210,13 @@ static void forget_after_fork(dlock_client_t *c) {
     c->settle = NULL;
   if (dlock__pubsub_forget(c->ps) == 0)
     c->ps = NULL;
-  if (dlock__conn_forget(c->conn) == 0)
+  if (c->cluster != NULL) {
+    if (dlock__cluster_forget(c->cluster) == 0) {
+      c->conn = NULL;
+      dlock__cluster_free(c->cluster);
+      c->cluster = NULL;
+    }
+  } else if (dlock__conn_forget(c->conn) == 0)
     c->conn = NULL;
   int holds_left = pthread_mutex_trylock(&c->mu) != 0;
   if (!holds_left) {
@@ -240,11 +248,16 @@ static void destroy(dlock_client_t *c) {
   /* An undo in flight (settle.c) on a server that does not answer would
    * hold the close for a command timeout: it ends now, and what is still
    * unsettled expires with its lease, like every hold left at close. */
-  if (c->conn != NULL)
+  if (c->cluster != NULL)
+    dlock__cluster_cancel(c->cluster);
+  else if (c->conn != NULL)
     dlock__conn_cancel(c->conn);
   dlock__settler_free(c->settle);
   dlock__pubsub_stop(c->ps);
-  dlock__conn_free(c->conn);
+  if (c->cluster != NULL)
+    dlock__cluster_free(c->cluster); /* 'conn' is one of its nodes' */
+  else
+    dlock__conn_free(c->conn);
   dlock__sentinel_free(c->sentinel);
   dlock__tls_free(c->tls);
   dlock__holds_clear(&c->holds);
@@ -341,6 +354,26 @@ static int locate_master(void *s, int64_t deadline_us, dlock__stream **out,
 
 static unsigned master_gen(void *s) { return dlock__sentinel_gen(s); }
 
+/* A redis-cluster:// URL: the seeds go to the topology (made once the TLS
+ * settings are loaded), and the first seed, with the credentials, to
+ * 'c->ep', where the pub/sub connection goes: a classic PUBLISH reaches
+ * every node of a cluster. */
+static int parse_cluster(dlock_client_t *c, const char *url,
+                         dlock__cluster_url *cu) {
+  int rc = dlock__url_parse_cluster(url, cu);
+  if (rc != 0)
+    return rc;
+  c->ep.port = cu->seeds[0].port;
+  c->ep.tls = cu->data.tls;
+  c->ep.host = dlock__strdup(cu->seeds[0].host);
+  c->ep.user = cu->data.user ? dlock__strdup(cu->data.user) : NULL;
+  c->ep.pass = cu->data.pass ? dlock__strdup(cu->data.pass) : NULL;
+  if (c->ep.host == NULL || (cu->data.user != NULL && c->ep.user == NULL) ||
+      (cu->data.pass != NULL && c->ep.pass == NULL))
+    return dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
+  return 0;
+}
+
 /* The master moved: the pub/sub thread follows it now. */
 static void on_switch(void *data) {
   dlock_client_t *c = data;
@@ -373,8 +406,12 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   if ((c->url = dlock__strdup(url)) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   c->opt.url = c->url;
+  dlock__cluster_url cu;
+  memset(&cu, 0, sizeof(cu));
   if (rc == 0 && dlock__url_is_sentinel(url))
     rc = open_sentinel(c, url);
+  else if (rc == 0 && dlock__url_is_cluster(url))
+    rc = parse_cluster(c, url, &cu);
   else if (rc == 0)
     rc = dlock__url_parse(url, &c->ep);
   if (rc == 0)
@@ -386,8 +423,14 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   c->locator = (dlock__locator){locate_master, master_gen, c->sentinel};
   dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms,
                          c->tls, c->sentinel != NULL ? &c->locator : NULL};
-  if (rc == 0)
+  if (rc == 0 && cu.n > 0) {
+    rc = dlock__cluster_new(&cu, c->tls, o->connect_timeout_ms,
+                            o->command_timeout_ms, &c->cluster);
+    if (rc == 0)
+      c->conn = dlock__cluster_any(c->cluster);
+  } else if (rc == 0)
     rc = dlock__conn_new(&cfg, &c->conn);
+  dlock__cluster_url_free(&cu);
   if (rc == 0)
     rc = dlock__settler_new(c, &c->settle);
   /* Opening waits for the server(s) for the connect timeout in all: a
@@ -395,7 +438,8 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
    * command timeout more for each connection's handshake. */
   int64_t open_deadline = dlock__deadline_ms(o->connect_timeout_ms);
   if (rc == 0) {
-    rc = dlock__conn_open(c->conn, open_deadline);
+    rc = c->cluster != NULL ? dlock__cluster_refresh(c->cluster, open_deadline)
+                            : dlock__conn_open(c->conn, open_deadline);
     /* A lazy client starts while its server is unreachable (a RedLock node
      * that is down); wrong passwords and non-Redis servers still fail. */
     if (rc == DLOCK_EIO && o->lazy_connect)
@@ -404,9 +448,9 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
       warn_if_evicting(c);
   }
   if (rc == 0)
-    rc = dlock__pubsub_start(&c->ep, c->tls, c->sentinel, o->connect_timeout_ms,
-                             o->command_timeout_ms, o->lazy_connect,
-                             open_deadline, &c->ps);
+    rc = dlock__pubsub_start(&c->ep, c->tls, c->sentinel, c->cluster,
+                             o->connect_timeout_ms, o->command_timeout_ms,
+                             o->lazy_connect, open_deadline, &c->ps);
   /* Failovers are followed from now on: the pub/sub thread is told at
    * once, the command connection at its next use. */
   if (rc == 0 && c->sentinel != NULL)
@@ -427,7 +471,10 @@ void dlock_client_shutdown(dlock_client_t *c) {
   if (c == NULL || is_forked(c))
     return;
   atomic_store(&c->canceled, 1);
-  dlock__conn_cancel(c->conn);
+  if (c->cluster != NULL)
+    dlock__cluster_cancel(c->cluster);
+  else
+    dlock__conn_cancel(c->conn);
   dlock__pubsub_cancel(c->ps);
 }
 

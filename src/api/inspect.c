@@ -135,7 +135,7 @@ static int send_queries(dlock_client_t *c, const char *name, size_t len,
     }
   }
   if (rc == 0)
-    rc = dlock__conn_call(c->conn, Q_COUNT, cmds, lens, r, 0);
+    rc = dlock__client_call(c, name, len, Q_COUNT, cmds, lens, r, 0);
   for (int i = 0; i < Q_COUNT; i++)
     if (cmds[i] != NULL)
       dlock__format_free(cmds[i]);

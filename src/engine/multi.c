@@ -324,10 +324,13 @@ const dlock__kind dlock__kind_multi = {
 /* ---- RedLock ----------------------------------------------------------- */
 
 /* A part is sent in parallel when its acquisition script is known here
- * (reentrant and spin locks, what RedLocks are made of); other kinds are
- * asked one after the other. */
+ * (reentrant and spin locks, what RedLocks are made of); other kinds, and
+ * nodes that are clusters, are asked one after the other. */
 static int parallel_part(const dlock_t *sub) {
-  return sub->kind->id == DLOCK_REENTRANT || sub->kind->id == DLOCK_SPIN;
+  /* A node that is itself a cluster routes each call (and follows its
+   * redirections) through the ordinary path. */
+  return (sub->kind->id == DLOCK_REENTRANT || sub->kind->id == DLOCK_SPIN) &&
+         sub->c->cluster == NULL;
 }
 
 /* How long a wait on one node lasts before the next node's turn, while
@@ -542,10 +545,18 @@ static void raise_tokens(dlock_t *l, const unsigned char *held,
     dlock__eval call = {&dlock__script_raise_token, 1, 1, &argv[2 * i],
                         &lens[2 * i]};
     calls[i] = call;
-    dlock__eval_send(l->subs[i]->c->conn, &calls[i], 0, &pend[i]);
+    if (l->subs[i]->c->cluster == NULL)
+      dlock__eval_send(l->subs[i]->c->conn, &calls[i], 0, &pend[i]);
   }
   for (size_t i = 0; i < l->nsubs; i++) {
     redisReply *reply;
+    dlock__synced sy;
+    /* A cluster node is asked through its routing, after the others. */
+    if (held[i] && l->subs[i]->c->cluster != NULL) {
+      if (dlock__eval_write(l->subs[i]->c, 1, &calls[i], &reply, 0, &sy) == 0)
+        freeReplyObject(reply);
+      continue;
+    }
     if (held[i] && dlock__eval_wait(l->subs[i]->c->conn, &calls[i], &pend[i],
                                     &reply, 0) == 0)
       freeReplyObject(reply);

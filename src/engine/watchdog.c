@@ -7,6 +7,7 @@
 #include "error.h"
 #include "lock.h"
 #include "monotime.h"
+#include "proto/slot.h"
 #include "scripts.h"
 #include "semaphore.h"
 
@@ -40,6 +41,7 @@ typedef struct renewal {
   uint64_t seq;
   char field[DLOCK__FIELD_MAX];
   size_t field_len;
+  int slot; /* on a cluster, the slot of 'name' */
 } renewal;
 
 typedef struct round {
@@ -131,6 +133,19 @@ static int group_of(const renewal *it) {
                                           : GROUP_HASH;
 }
 
+/* Orders renewals by group, then slot, then as collected. */
+typedef struct sort_key {
+  int key;
+  size_t i;
+} sort_key;
+
+static int by_key(const void *a, const void *b) {
+  const sort_key *x = a, *y = b;
+  if (x->key != y->key)
+    return x->key < y->key ? -1 : 1;
+  return x->i < y->i ? -1 : x->i > y->i;
+}
+
 /*
  * Sends every renewal in one pipelined round of batched script calls,
  * RENEW_BATCH locks per call. Fills 'renewed' (1/0 per item) and returns 0,
@@ -143,6 +158,10 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed,
     ingroup[group_of(&r->items[i])]++;
   for (int g = 0; g < NGROUPS; g++)
     ncalls += (ingroup[g] + RENEW_BATCH - 1) / RENEW_BATCH;
+  /* On a cluster batches also end at each slot: one call per item at
+   * most. */
+  if (c->cluster != NULL && ncalls < r->n)
+    ncalls = r->n;
   dlock__eval *calls = dlock__calloc(ncalls + 1, sizeof(*calls));
   redisReply **replies = dlock__calloc(ncalls + 1, sizeof(*replies));
   size_t **members = dlock__calloc(ncalls + 1, sizeof(*members));
@@ -164,13 +183,36 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed,
     for (size_t i = 0; i < r->n; i++)
       if (group_of(&r->items[i]) == pass)
         order[m++] = i;
+  /* On a cluster one script call may touch keys of one slot only: within
+   * each group the items are ordered by slot, and a batch ends where the
+   * slot changes. The calls are then sent per node, pipelined. */
+  if (c->cluster != NULL) {
+    sort_key *keys = dlock__calloc(r->n + 1, sizeof(*keys));
+    if (keys == NULL) {
+      rc = dlock__fail(DLOCK_ENOMEM, "out of memory renewing locks");
+      goto out;
+    }
+    for (size_t i = 0; i < r->n; i++) {
+      renewal *it = &r->items[i];
+      it->slot = dlock__key_slot(it->name, it->name_len);
+      keys[i].key = group_of(it) * DLOCK__SLOTS + it->slot;
+      keys[i].i = i;
+    }
+    qsort(keys, r->n, sizeof(*keys), by_key);
+    for (size_t i = 0; i < r->n; i++)
+      order[i] = keys[i].i;
+    dlock__free(keys);
+  }
   size_t pos = 0, k = 0;
   for (size_t first = 0; first < r->n; k++) {
-    int group = group_of(&r->items[order[first]]);
+    const renewal *head = &r->items[order[first]];
+    int group = group_of(head);
     int read = group == GROUP_READ;
     size_t count = 0;
     while (first + count < r->n && count < RENEW_BATCH &&
-           group_of(&r->items[order[first + count]]) == group)
+           group_of(&r->items[order[first + count]]) == group &&
+           (c->cluster == NULL ||
+            r->items[order[first + count]].slot == head->slot))
       count++;
     calls[k].script = read                    ? &dlock__script_renew_read
                       : group == GROUP_PERMIT ? &dlock__script_psem_renew

@@ -12,7 +12,7 @@
 #include <string.h>
 
 /* Formats one call as EVALSHA (or EVAL with the body when 'with_body'). */
-static int format_eval(const dlock__eval *e, int with_body, char **cmd,
+int dlock__eval_format(const dlock__eval *e, int with_body, char **cmd,
                        size_t *len) {
   int argc = 3 + e->nkeys + e->nargs;
   const char *local_argv[16];
@@ -86,7 +86,7 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
   for (size_t i = 0; i < n && rc == 0; i++) {
     if (which != NULL && !which[i])
       continue;
-    rc = format_eval(&calls[i], with_body, &cmds[m], &lens[m]);
+    rc = dlock__eval_format(&calls[i], with_body, &cmds[m], &lens[m]);
     /* A command that could not be formatted is not there to be freed. */
     if (rc == 0)
       slot[m++] = i;
@@ -123,9 +123,24 @@ static int send_round(dlock__conn *conn, size_t n, const dlock__eval *calls,
   return rc;
 }
 
+int dlock__redirect_kind(const redisReply *r) {
+  if (r == NULL || r->type != REDIS_REPLY_ERROR)
+    return 0;
+  if (r->len > 6 && memcmp(r->str, "MOVED ", 6) == 0)
+    return DLOCK__REDIRECT_MOVED;
+  if (r->len > 4 && memcmp(r->str, "ASK ", 4) == 0)
+    return DLOCK__REDIRECT_ASK;
+  if ((r->len >= 8 && memcmp(r->str, "TRYAGAIN", 8) == 0) ||
+      (r->len >= 11 && memcmp(r->str, "CLUSTERDOWN", 11) == 0))
+    return DLOCK__REDIRECT_RETRY;
+  return 0;
+}
+
+/* 'keep': a cluster's redirections and refusals (dlock__redirect_kind)
+ * are left in 'replies' for the caller to act on, not turned into codes. */
 static int eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
                     redisReply **replies, int64_t deadline_us, int64_t idle_ms,
-                    tail_cmd *tail) {
+                    tail_cmd *tail, int keep) {
   memset(replies, 0, n * sizeof(*replies));
   int rc =
       send_round(conn, n, calls, NULL, 0, replies, deadline_us, idle_ms, tail);
@@ -150,7 +165,8 @@ static int eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
                     tail);
   dlock__free(reload);
   for (size_t i = 0; i < n && rc == 0; i++) {
-    if (replies[i] != NULL && replies[i]->type == REDIS_REPLY_ERROR)
+    if (replies[i] != NULL && replies[i]->type == REDIS_REPLY_ERROR &&
+        !(keep && dlock__redirect_kind(replies[i]) != 0))
       rc = dlock__fail_reply_in(replies[i]->str, replies[i]->len,
                                 calls[i].script->name);
   }
@@ -166,23 +182,25 @@ static int eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
 
 int dlock__eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
                     redisReply **replies, int64_t deadline_us) {
-  return eval_run(conn, n, calls, replies, deadline_us, 0, NULL);
+  return eval_run(conn, n, calls, replies, deadline_us, 0, NULL, 0);
 }
 
 int dlock__eval_run_paced(dlock__conn *conn, size_t n, const dlock__eval *calls,
                           redisReply **replies, int64_t idle_ms,
                           int64_t limit_us) {
   return eval_run(conn, n, calls, replies, limit_us, idle_ms > 0 ? idle_ms : 1,
-                  NULL);
+                  NULL, 0);
 }
 
-int dlock__eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
+static int eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
                          redisReply **replies, int64_t deadline_us,
                          int64_t idle_ms, size_t ntail, const char *const *tail,
-                         const size_t *tail_lens, redisReply **tail_replies) {
+                         const size_t *tail_lens, redisReply **tail_replies,
+                         int keep) {
   memset(tail_replies, 0, ntail * sizeof(*tail_replies));
   tail_cmd t = {ntail, tail, tail_lens, tail_replies};
-  int rc = eval_run(conn, n, calls, replies, deadline_us, idle_ms, &t);
+  int rc = eval_run(conn, n, calls, replies, deadline_us, idle_ms,
+                    ntail > 0 ? &t : NULL, keep);
   for (size_t k = 0; rc != 0 && k < ntail; k++) {
     if (tail_replies[k] != NULL)
       freeReplyObject(tail_replies[k]);
@@ -191,11 +209,27 @@ int dlock__eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
   return rc;
 }
 
+int dlock__eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
+                         redisReply **replies, int64_t deadline_us,
+                         int64_t idle_ms, size_t ntail, const char *const *tail,
+                         const size_t *tail_lens, redisReply **tail_replies) {
+  return eval_run_tail(conn, n, calls, replies, deadline_us, idle_ms, ntail,
+                       tail, tail_lens, tail_replies, 0);
+}
+
+int dlock__eval_run_keep(dlock__conn *conn, size_t n, const dlock__eval *calls,
+                         redisReply **replies, int64_t deadline_us,
+                         int64_t idle_ms, size_t ntail, const char *const *tail,
+                         const size_t *tail_lens, redisReply **tail_replies) {
+  return eval_run_tail(conn, n, calls, replies, deadline_us, idle_ms, ntail,
+                       tail, tail_lens, tail_replies, 1);
+}
+
 int dlock__eval_send(dlock__conn *conn, const dlock__eval *call,
                      int64_t deadline_us, dlock__pending *p) {
   char *cmd;
   size_t len;
-  int rc = format_eval(call, 0, &cmd, &len);
+  int rc = dlock__eval_format(call, 0, &cmd, &len);
   if (rc != 0) {
     memset(p, 0, sizeof(*p));
     p->rc = rc;

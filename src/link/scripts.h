@@ -75,6 +75,29 @@ int dlock__eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
                          int64_t idle_ms, size_t ntail, const char *const *tail,
                          const size_t *tail_lens, redisReply **tail_replies);
 
+/* dlock__eval_run_tail, except that the error replies of a cluster that
+ * say "not here" or "not now" (dlock__redirect_kind) stay in 'replies'
+ * for the caller (the cluster topology) to act on, where any other error
+ * reply fails the round as usual. */
+int dlock__eval_run_keep(dlock__conn *conn, size_t n, const dlock__eval *calls,
+                         redisReply **replies, int64_t deadline_us,
+                         int64_t idle_ms, size_t ntail, const char *const *tail,
+                         const size_t *tail_lens, redisReply **tail_replies);
+
+/* What a cluster's error reply asks for: a slot that moved for good
+ * (MOVED), one being moved (ASK: ASKING, then the command, once, on the
+ * node named), or a moment's patience (TRYAGAIN, CLUSTERDOWN). 0 for any
+ * other reply. */
+#define DLOCK__REDIRECT_MOVED 1
+#define DLOCK__REDIRECT_ASK 2
+#define DLOCK__REDIRECT_RETRY 3
+int dlock__redirect_kind(const redisReply *r);
+
+/* Formats one call as EVALSHA, or as EVAL with the body ('with_body'). 0
+ * or DLOCK_ENOMEM; the command is freed with dlock__format_free. */
+int dlock__eval_format(const dlock__eval *e, int with_body, char **cmd,
+                       size_t *len);
+
 /*
  * One script call in two halves, so that a caller can send to several
  * servers before waiting for any (RedLock). The wait reloads the script on

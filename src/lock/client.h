@@ -16,6 +16,7 @@
 #include "pubsub.h"
 #include "sentinel.h"
 #include "sync.h"
+#include "topo/cluster.h"
 #include "url.h"
 
 typedef struct dlock__watchdog dlock__watchdog;
@@ -45,6 +46,10 @@ struct dlock_client {
   dlock__sentinel *sentinel;
   dlock__locator locator; /* 'sentinel' as the connection's locator */
   dlock__tls *tls; /* loaded TLS settings for a rediss:// URL, else NULL */
+  /* For a redis-cluster:// URL: the slot map and a connection per node,
+   * else NULL. 'conn' is then the first seed's connection, owned by the
+   * cluster, for commands that name no key. */
+  dlock__cluster *cluster;
   dlock__conn *conn;
   dlock__pubsub *ps;
   dlock__watchdog *wd;
@@ -83,6 +88,17 @@ void dlock__done_latches_clear(dlock_client_t *c);
  * DLOCK_ECANCELED once the client is shutting down; 0 when usable. Every
  * call checks it before it takes a mutex or touches a connection. */
 int dlock__check_canceled(dlock_client_t *c);
+
+/* dlock__conn_call on the connection for 'key' (the node of its slot on a
+ * cluster, where redirections are followed; 'key' NULL: any node), for
+ * commands on keys of one slot that a redirection leaves unapplied. */
+int dlock__client_call(dlock_client_t *c, const char *key, size_t key_len,
+                       size_t n, char *const *cmds, const size_t *lens,
+                       redisReply **replies, int64_t deadline_us);
+
+/* When a connection of 'c' may be tried again (dlock__conn_retry_at; on a
+ * cluster the earliest among its nodes). */
+int64_t dlock__client_retry_at(dlock_client_t *c);
 
 /* Runs one plain command given as argv; the reply is the caller's. */
 int dlock__command(dlock_client_t *c, int argc, const char **argv,

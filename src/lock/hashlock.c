@@ -8,6 +8,7 @@
 #include "error.h"
 #include "monotime.h"
 #include "proto/format.h"
+#include "proto/slot.h"
 #include "reply.h"
 
 #include <inttypes.h>
@@ -29,7 +30,8 @@
  * after the script's own keys), at no cost of a command or a round trip. A
  * retried request keeps its latch for its full lifetime, as a copy sent on
  * the connection that failed may still be run after the retry's answer.
- * Keys of one server only: every call of a client goes to its one server.
+ * On one server every call of a client goes there; on a cluster a latch
+ * rides only with a call of its own slot (its own lock's, mostly).
  */
 
 /* Takes the latch name of a release answered on its first attempt. */
@@ -66,8 +68,24 @@ with_done_latches(dlock_client_t *c, const dlock__eval *call, latch_call *lc) {
   if (call->nkeys + call->nargs + DLOCK__DONE_LATCHES_MAX > 48)
     return call;
   pthread_mutex_lock(&c->mu);
-  lc->taken = c->done;
-  c->done.n = 0;
+  if (c->cluster == NULL) {
+    lc->taken = c->done;
+    c->done.n = 0;
+  } else {
+    /* On a cluster a script may touch keys of its own slot only: the
+     * latches of locks in other slots wait for a call of theirs. */
+    int slot = dlock__key_slot(call->argv[0], call->lens[0]), kept = 0;
+    for (int i = 0; i < c->done.n; i++) {
+      if (dlock__key_slot(c->done.key[i], c->done.len[i]) == slot) {
+        lc->taken.key[lc->taken.n] = c->done.key[i];
+        lc->taken.len[lc->taken.n++] = c->done.len[i];
+      } else {
+        c->done.key[kept] = c->done.key[i];
+        c->done.len[kept++] = c->done.len[i];
+      }
+    }
+    c->done.n = kept;
+  }
   pthread_mutex_unlock(&c->mu);
   if (lc->taken.n == 0)
     return call;
@@ -450,7 +468,7 @@ static int finish_release(dlock_t *l, uint64_t owner, int64_t left, int known,
  * a timeout), so that a retry is a real attempt and not an instant "not
  * connected". */
 static void wait_for_reconnect(dlock_client_t *c) {
-  int64_t at = dlock__conn_retry_at(c->conn), now = dlock__now_us();
+  int64_t at = dlock__client_retry_at(c), now = dlock__now_us();
   /* A connected server that said "not now" (LOADING) gets a moment too. */
   if (at < now + RETRY_PAUSE_US)
     at = now + RETRY_PAUSE_US;

@@ -969,7 +969,7 @@ int dlock_inspect_counter(dlock_client_t *c, const char *name, size_t len,
     }
   }
   if (rc == 0)
-    rc = dlock__conn_call(c->conn, Q_COUNT, cmds, lens, r, 0);
+    rc = dlock__client_call(c, name, len, Q_COUNT, cmds, lens, r, 0);
   dlock_counter_info_t *info = NULL;
   if (rc == 0 && (info = dlock__calloc(1, sizeof(*info))) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a semaphore");

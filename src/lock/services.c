@@ -9,9 +9,11 @@
 #include "error.h"
 #include "monotime.h"
 #include "proto/format.h"
+#include "proto/slot.h"
 #include "sleep.h"
 
 #include <string.h>
+#include <strings.h>
 
 size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,
                           char buf[DLOCK__FIELD_MAX]) {
@@ -30,14 +32,57 @@ int dlock__check_canceled(dlock_client_t *c) {
   return 0;
 }
 
+int64_t dlock__client_retry_at(dlock_client_t *c) {
+  return c->cluster != NULL ? dlock__cluster_retry_at(c->cluster)
+                            : dlock__conn_retry_at(c->conn);
+}
+
+int dlock__client_call(dlock_client_t *c, const char *key, size_t key_len,
+                       size_t n, char *const *cmds, const size_t *lens,
+                       redisReply **replies, int64_t deadline_us) {
+  if (c->cluster != NULL && key != NULL)
+    return dlock__cluster_call(c->cluster, dlock__key_slot(key, key_len), n,
+                               cmds, lens, replies, deadline_us);
+  return dlock__conn_call(c->conn, n, cmds, lens, replies, deadline_us);
+}
+
+/* The argument that names the key of a plain command, for routing it on a
+ * cluster: none for commands about the server, the third for those whose
+ * second word is a subcommand, else the second. */
+static int key_arg(int argc, const char **argv, const size_t *lens) {
+  static const char *const keyless[] = {
+      "INFO",   "CONFIG", "PING",  "CLUSTER",  "CLIENT",  "SCRIPT",
+      "WAIT",   "DBSIZE", "TIME",  "ROLE",     "COMMAND", "HELLO",
+      "SCAN",   "KEYS",   "ECHO",  "FUNCTION", "LATENCY", "SLOWLOG",
+      "MEMORY", "ACL",    "DEBUG", "PUBLISH",  "PUBSUB",  "LASTSAVE"};
+  static const char *const sub[] = {"OBJECT"};
+  for (size_t i = 0; i < sizeof(keyless) / sizeof(*keyless); i++)
+    if (lens[0] == strlen(keyless[i]) &&
+        strncasecmp(argv[0], keyless[i], lens[0]) == 0)
+      return -1;
+  for (size_t i = 0; i < sizeof(sub) / sizeof(*sub); i++)
+    if (lens[0] == strlen(sub[i]) && strncasecmp(argv[0], sub[i], lens[0]) == 0)
+      return argc > 2 ? 2 : -1;
+  return argc > 1 ? 1 : -1;
+}
+
 int dlock__command(dlock_client_t *c, int argc, const char **argv,
                    const size_t *lens, redisReply **out) {
   char *cmd;
+  size_t local[16];
+  if (lens == NULL && argc <= 16) {
+    for (int i = 0; i < argc; i++)
+      local[i] = strlen(argv[i]);
+  }
+  const size_t *l = lens != NULL ? lens : argc <= 16 ? local : NULL;
   int len = dlock__format_argv(&cmd, argc, argv, lens);
   if (len < 0)
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
   size_t slen = (size_t)len;
-  int rc = dlock__conn_call(c->conn, 1, &cmd, &slen, out, 0);
+  int k =
+      c->cluster != NULL && l != NULL && argc > 0 ? key_arg(argc, argv, l) : -1;
+  int rc = dlock__client_call(c, k >= 0 ? argv[k] : NULL, k >= 0 ? l[k] : 0, 1,
+                              &cmd, &slen, out, 0);
   dlock__format_free(cmd);
   if (rc == 0 && (*out)->type == REDIS_REPLY_ERROR) {
     rc = dlock__fail_reply((*out)->str, (*out)->len);
@@ -57,7 +102,7 @@ int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us) {
   int64_t now = dlock__now_us();
   int64_t at =
       now + base_us / 2 + (int64_t)(dlock__jitter() % (uint64_t)(base_us / 2));
-  int64_t reconnect_at = dlock__conn_retry_at(c->conn);
+  int64_t reconnect_at = dlock__client_retry_at(c);
   if (reconnect_at > at)
     at = reconnect_at;
   if (at > until_us)

@@ -214,7 +214,7 @@ static void *settler_main(void *arg) {
     if (st->retry_us > RETRY_MAX_US)
       st->retry_us = RETRY_MAX_US;
     pthread_mutex_unlock(&st->mu);
-    int64_t reconnect_at = dlock__conn_retry_at(st->c->conn);
+    int64_t reconnect_at = dlock__client_retry_at(st->c);
     pthread_mutex_lock(&st->mu);
     next_us = dlock__now_us() + st->retry_us;
     if (reconnect_at > next_us)

@@ -124,7 +124,13 @@ int dlock__sync_wanted(dlock_client_t *c) {
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting INFO");
   size_t slen = (size_t)len;
   redisReply *r = NULL;
-  int rc = dlock__conn_call(c->conn, 1, &cmd, &slen, &r, 0);
+  /* On a cluster, the master of slot 0 stands for every shard: their
+   * replicas are set up alike (see "Redis Cluster" in the README). Asked
+   * through the routing, so that a master that failed gets the map read
+   * again. */
+  int rc = c->cluster != NULL
+               ? dlock__cluster_call(c->cluster, 0, 1, &cmd, &slen, &r, 0)
+               : dlock__conn_call(c->conn, 1, &cmd, &slen, &r, 0);
   dlock__format_free(cmd);
   if (rc != 0)
     return rc;
@@ -133,6 +139,23 @@ int dlock__sync_wanted(dlock_client_t *c) {
   n = atomic_load(&s->replicas);
   /* A replica answered: the write will fail with READONLY and say so. */
   return n >= 0 ? n : 0;
+}
+
+/* The script calls on the client's server, or each on the master of its
+ * slot on a cluster. */
+static int run_calls(dlock_client_t *c, size_t n, const dlock__eval *calls,
+                     redisReply **replies, int64_t deadline_us, int64_t idle_ms,
+                     size_t ntail, const char *const *tail,
+                     const size_t *tail_lens, redisReply **tail_replies) {
+  if (c->cluster != NULL)
+    return dlock__cluster_eval(c->cluster, n, calls, replies, deadline_us,
+                               idle_ms, ntail, tail, tail_lens, tail_replies);
+  if (ntail > 0)
+    return dlock__eval_run_tail(c->conn, n, calls, replies, deadline_us,
+                                idle_ms, ntail, tail, tail_lens, tail_replies);
+  return idle_ms > 0 ? dlock__eval_run_paced(c->conn, n, calls, replies,
+                                             idle_ms, deadline_us)
+                     : dlock__eval_run(c->conn, n, calls, replies, deadline_us);
 }
 
 static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
@@ -155,10 +178,8 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
               atomic_compare_exchange_strong(&s->read_us, &read, now);
   }
   if (wanted == 0 && !refresh)
-    return idle_ms > 0
-               ? dlock__eval_run_paced(c->conn, n, calls, replies, idle_ms,
-                                       deadline_us)
-               : dlock__eval_run(c->conn, n, calls, replies, deadline_us);
+    return run_calls(c, n, calls, replies, deadline_us, idle_ms, 0, NULL, NULL,
+                     NULL);
   char *tail[2];
   size_t lens[2], ntail = 0;
   redisReply *got[2] = {NULL, NULL};
@@ -192,8 +213,8 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
     idle_ms += extra_ms;
   else if (deadline_us == 0)
     deadline_us = dlock__deadline_ms(c->opt.command_timeout_ms + extra_ms);
-  rc = dlock__eval_run_tail(c->conn, n, calls, replies, deadline_us, idle_ms,
-                            ntail, (const char *const *)tail, lens, got);
+  rc = run_calls(c, n, calls, replies, deadline_us, idle_ms, ntail,
+                 (const char *const *)tail, lens, got);
   for (size_t k = 0; k < ntail; k++)
     dlock__format_free(tail[k]);
   if (rc == 0 && wanted > 0) {

@@ -193,13 +193,16 @@ int dlock__url_parse(const char *url, dlock__endpoint *out) {
   } else if (dlock__url_is_sentinel(url)) {
     rc = dlock__fail(DLOCK_EINVAL, "a redis-sentinel:// URL names Sentinels, "
                                    "not one server");
+  } else if (dlock__url_is_cluster(url)) {
+    rc = dlock__fail(DLOCK_EINVAL, "a redis-cluster:// URL names a cluster's "
+                                   "seed nodes, not one server");
   } else {
     /* Quoted at most in part (and never with its user information), and
      * an ellipsis says when it was cut. */
     const char *quoted = strchr(url, '@') != NULL ? "..." : url;
     rc = dlock__fail(DLOCK_EINVAL,
-                     "URL must start with redis://, rediss://, unix:// or "
-                     "redis-sentinel:// (got "
+                     "URL must start with redis://, rediss://, unix://, "
+                     "redis-sentinel:// or redis-cluster:// (got "
                      "\"%.40s%s\")",
                      quoted, strlen(quoted) > 40 ? "..." : "");
   }
@@ -374,5 +377,85 @@ int dlock__url_parse_sentinel(const char *url, dlock__sentinel_url *out) {
   int rc = parse_sentinel(url + sizeof(SENTINEL_SCHEME) - 1, out);
   if (rc != 0)
     dlock__sentinel_url_free(out);
+  return rc;
+}
+
+/* ---- Cluster URLs -------------------------------------------------------- */
+
+#define CLUSTER_SCHEME "redis-cluster://"
+#define CLUSTER_TLS_SCHEME "rediss-cluster://"
+
+int dlock__url_is_cluster(const char *url) {
+  return url != NULL &&
+         (strncmp(url, CLUSTER_SCHEME, sizeof(CLUSTER_SCHEME) - 1) == 0 ||
+          strncmp(url, CLUSTER_TLS_SCHEME, sizeof(CLUSTER_TLS_SCHEME) - 1) ==
+              0);
+}
+
+void dlock__cluster_url_free(dlock__cluster_url *u) {
+  if (u == NULL)
+    return;
+  dlock__endpoint_free(&u->data);
+  for (size_t i = 0; i < u->n; i++)
+    dlock__endpoint_free(&u->seeds[i]);
+  dlock__free(u->seeds);
+  memset(u, 0, sizeof(*u));
+}
+
+static int parse_cluster(const char *rest, dlock__cluster_url *out) {
+  const char *end = rest + strlen(rest);
+  /* A trailing slash is harmless; anything after it (a database, a query)
+   * has no meaning on a cluster. */
+  const char *slash = strchr(rest, '/');
+  const char *query = strchr(rest, '?');
+  if (query != NULL || (slash != NULL && slash[1] != '\0'))
+    return dlock__fail(DLOCK_EINVAL,
+                       "cluster URL takes no database or query: a cluster "
+                       "has database 0 only");
+  if (slash != NULL)
+    end = slash;
+  int rc = parse_userinfo(&rest, end, &out->data);
+  if (rc != 0)
+    return rc;
+  if (rest >= end)
+    return dlock__fail(DLOCK_EINVAL,
+                       "cluster URL needs at least one seed node: "
+                       "redis-cluster://host:port[,host:port...]");
+  size_t count = 1;
+  for (const char *p = rest; p < end; p++)
+    count += *p == ',';
+  if (count > DLOCK__SEEDS_MAX)
+    return dlock__fail(DLOCK_EINVAL, "cluster URL names more than %d seeds",
+                       DLOCK__SEEDS_MAX);
+  out->seeds = dlock__calloc(count, sizeof(*out->seeds));
+  if (out->seeds == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL");
+  for (const char *p = rest; p <= end && rc == 0;) {
+    const char *comma = memchr(p, ',', (size_t)(end - p));
+    const char *item_end = comma ? comma : end;
+    if (item_end == p)
+      return dlock__fail(DLOCK_EINVAL, "cluster URL has an empty host");
+    rc = parse_host_port(p, item_end, &out->seeds[out->n++]);
+    p = item_end + 1;
+  }
+  return rc;
+}
+
+int dlock__url_parse_cluster(const char *url, dlock__cluster_url *out) {
+  if (out == NULL)
+    return dlock__fail(DLOCK_EINVAL, "no cluster URL to fill");
+  memset(out, 0, sizeof(*out));
+  if (!dlock__url_is_cluster(url))
+    return dlock__fail(DLOCK_EINVAL, "not a redis-cluster:// URL");
+  int tls =
+      strncmp(url, CLUSTER_TLS_SCHEME, sizeof(CLUSTER_TLS_SCHEME) - 1) == 0;
+  int rc = parse_cluster(
+      url + (tls ? sizeof(CLUSTER_TLS_SCHEME) : sizeof(CLUSTER_SCHEME)) - 1,
+      out);
+  out->data.tls = tls;
+  for (size_t i = 0; i < out->n; i++)
+    out->seeds[i].tls = tls;
+  if (rc != 0)
+    dlock__cluster_url_free(out);
   return rc;
 }

@@ -57,6 +57,34 @@ int dlock__url_parse_sentinel(const char *url, dlock__sentinel_url *out);
 /* Frees what '*u' owns and zeroes it; safe on a zeroed one. */
 void dlock__sentinel_url_free(dlock__sentinel_url *u);
 
+/*
+ * A Redis Cluster URL:
+ *
+ *   redis-cluster://[user:pass@]host[:port][,host[:port]...]
+ *   rediss-cluster://...   (TLS to every node)
+ *
+ * The hosts are seed nodes (port 6379 by default; [v6] hosts too): any
+ * one that answers gives the whole slot map. user and pass are those of
+ * every node. A cluster has one database, so no /db is accepted.
+ */
+typedef struct dlock__cluster_url {
+  dlock__endpoint data;   /* user, pass and tls of every node */
+  dlock__endpoint *seeds; /* host and port of each seed */
+  size_t n;
+} dlock__cluster_url;
+
+#define DLOCK__SEEDS_MAX 64
+
+/* 1 when 'url' has the redis-cluster:// or rediss-cluster:// scheme. */
+int dlock__url_is_cluster(const char *url);
+
+/* Parses a cluster URL into '*out' (which owns its strings afterwards). 0
+ * or DLOCK_EINVAL with a detail that never shows a password. */
+int dlock__url_parse_cluster(const char *url, dlock__cluster_url *out);
+
+/* Frees what '*u' owns and zeroes it; safe on a zeroed one. */
+void dlock__cluster_url_free(dlock__cluster_url *u);
+
 /* Frees the strings of 'e' and zeroes it; safe on a zeroed endpoint. */
 void dlock__endpoint_free(dlock__endpoint *e);
 

@@ -24,6 +24,7 @@
 #include "link/stream.h"
 #include "monotime.h"
 #include "sentinel.h"
+#include "topo/cluster.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -109,6 +110,10 @@ struct dlock__pubsub {
   /* For a redis-sentinel:// URL, where the master is found, and the
    * generation of the master 'ctx' reaches; else NULL. */
   dlock__sentinel *sentinel;
+  /* For a redis-cluster:// URL, the nodes tried in turn from 'node' (the
+   * last that worked), else NULL. */
+  struct dlock__cluster *cluster;
+  int node;
   unsigned gen;
   int64_t connect_timeout_ms, command_timeout_ms;
   dlock__sub *subs;
@@ -309,6 +314,22 @@ static int open_stream(dlock__pubsub *ps, int cancel_fd, dlock__stream **out,
   *gen = 0;
   if (ps->sentinel != NULL)
     return dlock__sentinel_open(ps->sentinel, INT64_MAX, out, gen);
+  if (ps->cluster != NULL) {
+    /* Any node will do: the first that answers, from the last that did. */
+    int n = dlock__cluster_nnodes(ps->cluster), rc = DLOCK_EIO;
+    for (int k = 0; k < n && rc != 0; k++) {
+      int i = (ps->node + k) % n;
+      rc = dlock__stream_open(dlock__cluster_node_ep(ps->cluster, i), ps->tls,
+                              ps->connect_timeout_ms, ps->command_timeout_ms,
+                              cancel_fd, cancel_fd >= 0 ? stop_requested : NULL,
+                              ps, out);
+      if (rc == 0)
+        ps->node = i;
+      if (cancel_fd >= 0 && stop_requested(ps))
+        break;
+    }
+    return rc;
+  }
   return dlock__stream_open(ps->ep, ps->tls, ps->connect_timeout_ms,
                             ps->command_timeout_ms, cancel_fd,
                             cancel_fd >= 0 ? stop_requested : NULL, ps, out);
@@ -566,15 +587,18 @@ static void *pubsub_main(void *arg) {
  */
 
 int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
-                        dlock__sentinel *sentinel, int64_t connect_timeout_ms,
-                        int64_t command_timeout_ms, int lazy,
-                        int64_t open_deadline_us, dlock__pubsub **out) {
+                        dlock__sentinel *sentinel,
+                        struct dlock__cluster *cluster,
+                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                        int lazy, int64_t open_deadline_us,
+                        dlock__pubsub **out) {
   dlock__pubsub *ps = dlock__calloc(1, sizeof(*ps));
   if (ps == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting pub/sub");
   ps->ep = ep;
   ps->tls = tls;
   ps->sentinel = sentinel;
+  ps->cluster = cluster;
   ps->connect_timeout_ms = connect_timeout_ms;
   ps->command_timeout_ms = command_timeout_ms;
   if (pipe2(ps->pipe_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -592,7 +616,7 @@ int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
   pthread_mutex_init(&ps->mu, NULL);
   /* Connect before returning, so the first waiter finds it ready; a lazy
    * client whose server is down leaves that to the thread. */
-  int rc = ps->sentinel != NULL
+  int rc = ps->sentinel != NULL || ps->cluster != NULL
                ? open_stream(ps, -1, &ps->ctx, &ps->gen)
                : dlock__stream_open_until(ep, tls, connect_timeout_ms,
                                           command_timeout_ms, open_deadline_us,

@@ -22,6 +22,7 @@
 #include <pthread.h>
 
 struct dlock__sentinel;
+struct dlock__cluster;
 
 typedef struct dlock__pubsub dlock__pubsub;
 typedef struct dlock__sub dlock__sub;
@@ -53,13 +54,17 @@ typedef struct dlock__waiter {
 
 /* Connects the pub/sub connection ('tls' for a rediss:// endpoint, else
  * NULL; it must outlive the connection; 'sentinel' for a redis-sentinel://
- * URL, which then gives the master at each connect, else NULL) and starts
- * its thread. The first connect waits until 'open_deadline_us' at most
- * (CLOCK_MONOTONIC; INT64_MAX: the timeouts alone). With
+ * URL, which then gives the master at each connect, else NULL; 'cluster'
+ * for a redis-cluster:// URL, whose nodes are tried in turn at each
+ * reconnect, as a cluster delivers a classic PUBLISH to every node) and
+ * starts its thread. The first connect to a single server waits until
+ * 'open_deadline_us' at most (CLOCK_MONOTONIC; INT64_MAX: the timeouts
+ * alone). With
  * 'lazy', an unreachable server is not an error: the thread keeps
  * trying. */
 int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
                         struct dlock__sentinel *sentinel,
+                        struct dlock__cluster *cluster,
                         int64_t connect_timeout_ms, int64_t command_timeout_ms,
                         int lazy, int64_t open_deadline_us,
                         dlock__pubsub **out);

@@ -324,6 +324,35 @@ static int free_port(void) {
   return port;
 }
 
+static int port_free(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0)
+    return 0;
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons((uint16_t)port);
+  int ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+/* A port for a cluster node: at most 55535 (its bus listens 10000 above),
+ * with both free right now. Picked at random in 20000..55535, below the
+ * kernel's ephemeral range where other tests' ports come from. */
+static int free_cluster_port(void) {
+  static unsigned seed;
+  if (seed == 0)
+    seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+  for (int i = 0; i < 1000; i++) {
+    int port = 20000 + (int)(rand_r(&seed) % 35536);
+    if (port_free(port) && port_free(port + 10000))
+      return port;
+  }
+  return -1;
+}
+
 static int write_conf(const rp_server_t *s, const rp_options_t *o) {
   FILE *f = fopen(s->conf, "w");
   if (f == NULL) {
@@ -354,6 +383,12 @@ static int write_conf(const rp_server_t *s, const rp_options_t *o) {
   } else {
     fprintf(f, "protected-mode no\n");
   }
+  if (o->cluster)
+    fprintf(f, "cluster-enabled yes\ncluster-config-file nodes.conf\n"
+               "cluster-node-timeout 2000\n"
+               "cluster-require-full-coverage no\n"
+               "shutdown-timeout 0\n"
+               "repl-diskless-sync-delay 0\n");
   if (o->extra_conf)
     fprintf(f, "%s\n", o->extra_conf);
   return fclose(f) == 0 ? 0 : -1;
@@ -583,7 +618,8 @@ int rp_start(const rp_options_t *o, rp_server_t **out) {
   /* On the list before the process exists, so no exit path misses it. */
   live_add(s);
   for (int attempt = 0; attempt < START_ATTEMPTS; attempt++) {
-    if (!s->unix_socket && (s->port = free_port()) <= 0) {
+    if (!s->unix_socket &&
+        (s->port = o->cluster ? free_cluster_port() : free_port()) <= 0) {
       fprintf(stderr, "redis_proc: no free port: %s\n", strerror(errno));
       break;
     }

@@ -40,6 +40,10 @@ typedef struct rp_options {
    * "sentinel monitor ..." lines go in extra_conf. Sentinel rewrites its
    * config file as it learns the deployment; it is in the temp dir. */
   int sentinel;
+  /* 1: a Redis Cluster node (cluster-enabled, its nodes.conf in the temp
+   * dir), on a port at most 55535 whose cluster bus port (port + 10000)
+   * is free too. */
+  int cluster;
 } rp_options_t;
 
 void rp_options_init(rp_options_t *o);

@@ -1,0 +1,775 @@
+/*
+ * Redis Cluster topology (see cluster.h).
+ */
+#include "topo/cluster.h"
+
+#include "alloc.h"
+#include "error.h"
+#include "monotime.h"
+#include "proto/format.h"
+#include "proto/slot.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A cluster with more nodes than this is refused at refresh time (Redis
+ * recommends at most 1000 masters; the nodes of the clusters this client
+ * talks to fit many times over). */
+#define NODES_MAX 512
+/* Redirections followed for one call before giving up: a slot is moved by
+ * one MOVED, and an ASK during a migration adds one more. */
+#define REDIRECTS_MAX 16
+/* The map is read again at most this often when nodes keep failing, so
+ * that a dead node does not make every call ask for it. */
+#define REFRESH_MIN_US 100000
+/* TRYAGAIN and CLUSTERDOWN are retried after this, doubling, within the
+ * caller's deadline. */
+#define RETRY_FIRST_US 2000
+#define RETRY_MAX_US 100000
+
+typedef struct node {
+  dlock__endpoint ep; /* host, port and the cluster's credentials */
+  dlock__conn *conn;
+} node;
+
+struct dlock__cluster {
+  dlock__endpoint data; /* user, pass, tls of every node */
+  const dlock__tls *tls;
+  int64_t connect_timeout_ms, command_timeout_ms;
+  pthread_mutex_t mu; /* adding nodes; one refresh at a time */
+  node *nodes[NODES_MAX];
+  atomic_int nnodes;
+  size_t nseeds; /* nodes[0..nseeds) are the seeds of the URL */
+  /* The node index of each slot's master, -1 when not known. */
+  atomic_short owner[DLOCK__SLOTS];
+  atomic_int stale;             /* the map is to be read again */
+  _Atomic int64_t refreshed_us; /* when it last was */
+  atomic_int masters;           /* masters in the last map read */
+};
+
+/* ---- nodes -------------------------------------------------------------- */
+
+/* The index of the node at host:port, added when new; -1 when the table is
+ * full or memory is short. */
+static int node_get(dlock__cluster *cl, const char *host, size_t hlen,
+                    int port) {
+  int n = atomic_load(&cl->nnodes);
+  for (int i = 0; i < n; i++) {
+    node *x = cl->nodes[i];
+    if (x->ep.port == port && strlen(x->ep.host) == hlen &&
+        memcmp(x->ep.host, host, hlen) == 0)
+      return i;
+  }
+  pthread_mutex_lock(&cl->mu);
+  n = atomic_load(&cl->nnodes);
+  int found = -1;
+  for (int i = 0; i < n && found < 0; i++) {
+    node *x = cl->nodes[i];
+    if (x->ep.port == port && strlen(x->ep.host) == hlen &&
+        memcmp(x->ep.host, host, hlen) == 0)
+      found = i;
+  }
+  if (found >= 0 || n >= NODES_MAX) {
+    pthread_mutex_unlock(&cl->mu);
+    if (found < 0)
+      dlock__fail(DLOCK_EPROTO, "cluster has more than %d nodes", NODES_MAX);
+    return found;
+  }
+  node *x = dlock__calloc(1, sizeof(*x));
+  int ok = x != NULL;
+  if (ok) {
+    x->ep.port = port;
+    x->ep.db = 0;
+    x->ep.tls = cl->data.tls;
+    x->ep.host = dlock__memdup(host, hlen);
+    x->ep.user = cl->data.user ? dlock__strdup(cl->data.user) : NULL;
+    x->ep.pass = cl->data.pass ? dlock__strdup(cl->data.pass) : NULL;
+    ok = x->ep.host != NULL && (cl->data.user == NULL || x->ep.user) &&
+         (cl->data.pass == NULL || x->ep.pass);
+  }
+  if (ok) {
+    dlock__conn_cfg cfg = {&x->ep, cl->connect_timeout_ms,
+                           cl->command_timeout_ms, cl->tls, NULL};
+    ok = dlock__conn_new(&cfg, &x->conn) == 0;
+  }
+  if (!ok) {
+    if (x != NULL)
+      dlock__endpoint_free(&x->ep);
+    dlock__free(x);
+    pthread_mutex_unlock(&cl->mu);
+    dlock__fail(DLOCK_ENOMEM, "out of memory adding a cluster node");
+    return -1;
+  }
+  cl->nodes[n] = x;
+  atomic_store(&cl->nnodes, n + 1);
+  pthread_mutex_unlock(&cl->mu);
+  return n;
+}
+
+int dlock__cluster_new(dlock__cluster_url *u, const dlock__tls *tls,
+                       int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                       dlock__cluster **out) {
+  *out = NULL;
+  dlock__cluster *cl = dlock__calloc(1, sizeof(*cl));
+  if (cl == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory opening a cluster");
+  pthread_mutex_init(&cl->mu, NULL);
+  cl->data = u->data;
+  memset(&u->data, 0, sizeof(u->data));
+  cl->tls = tls;
+  cl->connect_timeout_ms = connect_timeout_ms;
+  cl->command_timeout_ms = command_timeout_ms;
+  for (int s = 0; s < DLOCK__SLOTS; s++)
+    atomic_init(&cl->owner[s], (short)-1);
+  atomic_init(&cl->stale, 1);
+  for (size_t i = 0; i < u->n; i++) {
+    const dlock__endpoint *e = &u->seeds[i];
+    if (node_get(cl, e->host, strlen(e->host), e->port) < 0) {
+      int rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a cluster");
+      dlock__cluster_free(cl);
+      return rc;
+    }
+  }
+  cl->nseeds = (size_t)atomic_load(&cl->nnodes);
+  dlock__cluster_url_free(u);
+  *out = cl;
+  return 0;
+}
+
+void dlock__cluster_free(dlock__cluster *cl) {
+  if (cl == NULL)
+    return;
+  int n = atomic_load(&cl->nnodes);
+  for (int i = 0; i < n; i++) {
+    dlock__conn_free(cl->nodes[i]->conn);
+    dlock__endpoint_free(&cl->nodes[i]->ep);
+    dlock__free(cl->nodes[i]);
+  }
+  dlock__endpoint_free(&cl->data);
+  pthread_mutex_destroy(&cl->mu);
+  dlock__free(cl);
+}
+
+int dlock__cluster_forget(dlock__cluster *cl) {
+  if (cl == NULL)
+    return 0;
+  int n = atomic_load(&cl->nnodes), failed = 0;
+  for (int i = 0; i < n; i++) {
+    if (cl->nodes[i]->conn == NULL)
+      continue;
+    if (dlock__conn_forget(cl->nodes[i]->conn) == 0)
+      cl->nodes[i]->conn = NULL;
+    else
+      failed = 1;
+  }
+  return failed ? -1 : 0;
+}
+
+void dlock__cluster_cancel(dlock__cluster *cl) {
+  int n = atomic_load(&cl->nnodes);
+  for (int i = 0; i < n; i++)
+    dlock__conn_cancel(cl->nodes[i]->conn);
+}
+
+dlock__conn *dlock__cluster_any(dlock__cluster *cl) {
+  return cl->nodes[0]->conn;
+}
+
+int dlock__cluster_nnodes(dlock__cluster *cl) {
+  return atomic_load(&cl->nnodes);
+}
+
+const dlock__endpoint *dlock__cluster_node_ep(dlock__cluster *cl, int i) {
+  return &cl->nodes[i]->ep;
+}
+
+int dlock__cluster_masters(dlock__cluster *cl) {
+  return atomic_load(&cl->masters);
+}
+
+int64_t dlock__cluster_retry_at(dlock__cluster *cl) {
+  int n = atomic_load(&cl->nnodes);
+  int64_t at = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t t = dlock__conn_retry_at(cl->nodes[i]->conn);
+    if (t > 0 && (at == 0 || t < at))
+      at = t;
+  }
+  return at;
+}
+
+/* ---- reading the map ---------------------------------------------------- */
+
+static int is_str(const redisReply *r, const char *s) {
+  size_t n = strlen(s);
+  return r != NULL &&
+         (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
+         r->len == n && memcmp(r->str, s, n) == 0;
+}
+
+static long long int_of(const redisReply *r) {
+  if (r == NULL)
+    return -1;
+  if (r->type == REDIS_REPLY_INTEGER)
+    return r->integer;
+  if (r->type == REDIS_REPLY_STRING)
+    return atoll(r->str);
+  return -1;
+}
+
+/* The value of 'key' in a flat key/value array (RESP2's form of a map). */
+static const redisReply *map_get(const redisReply *m, const char *key) {
+  if (m == NULL || m->type != REDIS_REPLY_ARRAY)
+    return NULL;
+  for (size_t i = 0; i + 1 < m->elements; i += 2)
+    if (is_str(m->element[i], key))
+      return m->element[i + 1];
+  return NULL;
+}
+
+/* Sets slots [lo, hi] of 'map' to the node at host:port ('host' empty:
+ * the node that was asked, 'asked'). */
+static int assign(dlock__cluster *cl, short *map, long long lo, long long hi,
+                  const redisReply *host, long long port, int asked) {
+  if (lo < 0 || hi >= DLOCK__SLOTS || lo > hi || port <= 0 || port > 65535)
+    return dlock__fail(DLOCK_EPROTO, "cluster gave a bad slot range");
+  int idx = asked;
+  if (host != NULL && host->type == REDIS_REPLY_STRING && host->len > 0 &&
+      !is_str(host, "?"))
+    idx = node_get(cl, host->str, host->len, (int)port);
+  else
+    idx = node_get(cl, cl->nodes[asked]->ep.host,
+                   strlen(cl->nodes[asked]->ep.host), (int)port);
+  if (idx < 0)
+    return DLOCK_ENOMEM;
+  for (long long s = lo; s <= hi; s++)
+    map[s] = (short)idx;
+  return 0;
+}
+
+/* CLUSTER SHARDS: [ "slots", [lo, hi, ...], "nodes", [ {ip, port, role,
+ * health...}, ... ] ] per shard. */
+static int parse_shards(dlock__cluster *cl, const redisReply *r, short *map,
+                        int asked, int *masters) {
+  for (size_t i = 0; i < r->elements; i++) {
+    const redisReply *shard = r->element[i];
+    const redisReply *slots = map_get(shard, "slots");
+    const redisReply *nodes = map_get(shard, "nodes");
+    if (slots == NULL || nodes == NULL || slots->type != REDIS_REPLY_ARRAY ||
+        nodes->type != REDIS_REPLY_ARRAY)
+      return dlock__fail(DLOCK_EPROTO, "CLUSTER SHARDS gave a bad shard");
+    if (slots->elements == 0)
+      continue; /* a master without slots (yet) */
+    const redisReply *master = NULL;
+    for (size_t k = 0; k < nodes->elements && master == NULL; k++)
+      if (is_str(map_get(nodes->element[k], "role"), "master") &&
+          !is_str(map_get(nodes->element[k], "health"), "fail"))
+        master = nodes->element[k];
+    if (master == NULL)
+      continue; /* no master now: its slots stay unknown */
+    const redisReply *port = cl->data.tls && map_get(master, "tls-port") != NULL
+                                 ? map_get(master, "tls-port")
+                                 : map_get(master, "port");
+    const redisReply *ip = map_get(master, "ip");
+    if (ip == NULL || ip->len == 0)
+      ip = map_get(master, "endpoint");
+    (*masters)++;
+    for (size_t k = 0; k + 1 < slots->elements; k += 2) {
+      int rc = assign(cl, map, int_of(slots->element[k]),
+                      int_of(slots->element[k + 1]), ip, int_of(port), asked);
+      if (rc != 0)
+        return rc;
+    }
+  }
+  return 0;
+}
+
+/* CLUSTER SLOTS: [lo, hi, [ip, port, id...], replicas...] per range. */
+static int parse_slots(dlock__cluster *cl, const redisReply *r, short *map,
+                       int asked, int *masters) {
+  for (size_t i = 0; i < r->elements; i++) {
+    const redisReply *e = r->element[i];
+    if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+        e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
+      return dlock__fail(DLOCK_EPROTO, "CLUSTER SLOTS gave a bad range");
+    const redisReply *m = e->element[2];
+    int rc = assign(cl, map, int_of(e->element[0]), int_of(e->element[1]),
+                    m->element[0], int_of(m->element[1]), asked);
+    if (rc != 0)
+      return rc;
+    (*masters)++;
+  }
+  return 0;
+}
+
+/* Asks node 'idx' for the map and applies it. */
+static int refresh_from(dlock__cluster *cl, int idx, int64_t deadline_us) {
+  static const char shards[] = "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n";
+  static const char slots[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+  dlock__conn *conn = cl->nodes[idx]->conn;
+  char *cmd = (char *)shards;
+  size_t len = sizeof(shards) - 1;
+  redisReply *r = NULL;
+  int rc = dlock__conn_call(conn, 1, &cmd, &len, &r, deadline_us);
+  int use_slots = 0;
+  if (rc == 0 && r->type == REDIS_REPLY_ERROR) {
+    /* Before Redis 7 there is no CLUSTER SHARDS. */
+    freeReplyObject(r);
+    r = NULL;
+    cmd = (char *)slots;
+    len = sizeof(slots) - 1;
+    use_slots = 1;
+    rc = dlock__conn_call(conn, 1, &cmd, &len, &r, deadline_us);
+  }
+  if (rc != 0)
+    return rc;
+  if (r->type == REDIS_REPLY_ERROR) {
+    rc = dlock__fail(DLOCK_EPROTO,
+                     "%s does not serve a cluster map (%.*s): is it a "
+                     "cluster node?",
+                     cl->nodes[idx]->ep.host, (int)(r->len < 80 ? r->len : 80),
+                     r->str);
+    freeReplyObject(r);
+    return rc;
+  }
+  if (r->type != REDIS_REPLY_ARRAY) {
+    freeReplyObject(r);
+    return dlock__fail(DLOCK_EPROTO, "cluster map is not an array");
+  }
+  short *map = dlock__malloc(DLOCK__SLOTS * sizeof(*map));
+  if (map == NULL) {
+    freeReplyObject(r);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory reading a cluster map");
+  }
+  for (int s = 0; s < DLOCK__SLOTS; s++)
+    map[s] = -1;
+  int masters = 0;
+  rc = use_slots ? parse_slots(cl, r, map, idx, &masters)
+                 : parse_shards(cl, r, map, idx, &masters);
+  freeReplyObject(r);
+  if (rc == 0 && masters == 0)
+    rc = dlock__fail(DLOCK_EIO, "cluster has no master serving slots yet");
+  if (rc == 0) {
+    /* Slots that no master serves now keep their last known owner: a
+     * call goes there and is told where to go, or fails like a call to
+     * a server that is down, rather than not being tried at all. */
+    for (int s = 0; s < DLOCK__SLOTS; s++)
+      if (map[s] >= 0)
+        atomic_store(&cl->owner[s], map[s]);
+    atomic_store(&cl->masters, masters);
+  }
+  dlock__free(map);
+  return rc;
+}
+
+int dlock__cluster_refresh(dlock__cluster *cl, int64_t deadline_us) {
+  if (deadline_us == 0)
+    deadline_us = dlock__deadline_ms(cl->command_timeout_ms);
+  atomic_store(&cl->refreshed_us, dlock__now_us());
+  atomic_store(&cl->stale, 0);
+  /* Masters first (they are most likely up and know the latest map), then
+   * every other node, seeds included; a node in its reconnect back-off is
+   * left for last. */
+  int n = atomic_load(&cl->nnodes);
+  unsigned char *tried = dlock__calloc((size_t)n + 1, 1);
+  if (tried == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory reading a cluster map");
+  int rc = DLOCK_EIO;
+  int64_t now = dlock__now_us();
+  for (int pass = 0; pass < 3 && rc != 0; pass++) {
+    for (int i = 0; i < n && rc != 0; i++) {
+      if (tried[i])
+        continue;
+      int is_master = 0;
+      for (int s = 0; s < DLOCK__SLOTS && pass == 0 && !is_master;
+           s += 1 + (s & 63))
+        is_master = atomic_load(&cl->owner[s]) == i;
+      int backing_off = dlock__conn_retry_at(cl->nodes[i]->conn) > now;
+      if ((pass == 0 && (!is_master || backing_off)) ||
+          (pass == 1 && backing_off))
+        continue;
+      tried[i] = 1;
+      if (dlock__now_us() >= deadline_us)
+        break;
+      rc = refresh_from(cl, i, deadline_us);
+      if (rc == DLOCK_ENOMEM)
+        break;
+    }
+  }
+  dlock__free(tried);
+  if (rc != 0)
+    atomic_store(&cl->stale, 1);
+  return rc;
+}
+
+/* Reads the map again if it was found out of date, by one thread at a time
+ * and not more often than REFRESH_MIN_US; its failure is not the caller's
+ * (the next failure says what is wrong). */
+static void refresh_if_stale(dlock__cluster *cl, int64_t deadline_us) {
+  if (!atomic_load(&cl->stale))
+    return;
+  int64_t last = atomic_load(&cl->refreshed_us), now = dlock__now_us();
+  if (now - last < REFRESH_MIN_US ||
+      !atomic_compare_exchange_strong(&cl->refreshed_us, &last, now))
+    return;
+  int64_t until = dlock__deadline_ms(cl->command_timeout_ms);
+  dlock__cluster_refresh(
+      cl, deadline_us > 0 && deadline_us < until ? deadline_us : until);
+  dlock__fail_text(0, "");
+}
+
+static int owner_of(dlock__cluster *cl, int slot, int64_t deadline_us,
+                    int *rc) {
+  refresh_if_stale(cl, deadline_us);
+  int idx = atomic_load(&cl->owner[slot]);
+  if (idx < 0) {
+    *rc = dlock__cluster_refresh(cl, deadline_us);
+    idx = atomic_load(&cl->owner[slot]);
+    if (idx < 0 && *rc == 0)
+      *rc = dlock__fail(DLOCK_EIO, "no cluster node serves slot %d", slot);
+  }
+  if (idx >= 0)
+    *rc = 0;
+  return idx;
+}
+
+dlock__conn *dlock__cluster_conn(dlock__cluster *cl, int slot, int *rc) {
+  int idx = owner_of(cl, slot, 0, rc);
+  return idx >= 0 ? cl->nodes[idx]->conn : NULL;
+}
+
+/* ---- redirections ------------------------------------------------------- */
+
+/* Parses "MOVED <slot> <host>:<port>" or "ASK ..." and returns the node it
+ * names (added when new), or -1. A MOVED also updates the map. */
+static int follow(dlock__cluster *cl, const redisReply *r, int kind) {
+  const char *p = memchr(r->str, ' ', r->len);
+  if (p == NULL)
+    return -1;
+  const char *end = r->str + r->len;
+  long slot = strtol(p + 1, NULL, 10);
+  const char *addr = memchr(p + 1, ' ', (size_t)(end - p - 1));
+  if (addr == NULL || slot < 0 || slot >= DLOCK__SLOTS)
+    return -1;
+  addr++;
+  const char *colon = NULL;
+  for (const char *q = addr; q < end; q++)
+    if (*q == ':')
+      colon = q;
+  if (colon == NULL)
+    return -1;
+  int port = atoi(colon + 1);
+  const char *host = addr, *host_end = colon;
+  if (host < host_end && *host == '[' && host_end[-1] == ']') {
+    host++;
+    host_end--;
+  }
+  if (port <= 0 || port > 65535)
+    return -1;
+  int idx;
+  if (host == host_end) /* "MOVED 3999 :6381": the same host */
+    idx = -1;
+  else
+    idx = node_get(cl, host, (size_t)(host_end - host), port);
+  if (idx >= 0 && kind == DLOCK__REDIRECT_MOVED) {
+    atomic_store(&cl->owner[slot], (short)idx);
+    /* Others may have moved with it (a resharding moves many): the map
+     * is read again. */
+    atomic_store(&cl->stale, 1);
+  }
+  return idx;
+}
+
+/* Sleeps for a TRYAGAIN/CLUSTERDOWN, doubling '*wait_us'; DLOCK_ETIMEDOUT
+ * when the deadline would pass first. */
+static int back_off(int64_t *wait_us, int64_t deadline_us, const char *why) {
+  int64_t now = dlock__now_us();
+  if (now + *wait_us >= deadline_us)
+    return dlock__fail(DLOCK_EIO, "cluster still busy at the deadline (%s)",
+                       why);
+  struct timespec ts = {(time_t)(*wait_us / 1000000),
+                        (long)(*wait_us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+  *wait_us = *wait_us * 2 > RETRY_MAX_US ? RETRY_MAX_US : *wait_us * 2;
+  return 0;
+}
+
+/* ASKING and the call (as EVAL: the node importing the slot may not have
+ * the script) in one batch, then the tail, on node 'idx'. */
+static int ask_eval(dlock__cluster *cl, int idx, const dlock__eval *call,
+                    redisReply **reply, int64_t deadline_us, size_t ntail,
+                    const char *const *tail, const size_t *tail_lens,
+                    redisReply **tail_replies) {
+  static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+  char *cmds[8];
+  size_t lens[8];
+  redisReply *got[8] = {NULL};
+  if (ntail > 6)
+    return dlock__fail(DLOCK_EINVAL, "too many commands after a script");
+  cmds[0] = (char *)asking;
+  lens[0] = sizeof(asking) - 1;
+  int rc = dlock__eval_format(call, 1, &cmds[1], &lens[1]);
+  if (rc != 0)
+    return rc;
+  for (size_t k = 0; k < ntail; k++) {
+    cmds[2 + k] = (char *)tail[k];
+    lens[2 + k] = tail_lens[k];
+  }
+  rc = dlock__conn_call(cl->nodes[idx]->conn, 2 + ntail, cmds, lens, got,
+                        deadline_us);
+  dlock__format_free(cmds[1]);
+  if (rc != 0)
+    return rc;
+  freeReplyObject(got[0]);
+  *reply = got[1];
+  for (size_t k = 0; k < ntail; k++)
+    tail_replies[k] = got[2 + k];
+  return 0;
+}
+
+/* Keeps in 'best' the tail reply whose integer is the smallest. */
+static void keep_tail(redisReply **best, redisReply **got, size_t ntail) {
+  for (size_t k = 0; k < ntail; k++) {
+    if (got[k] == NULL)
+      continue;
+    int replace = best[k] == NULL || got[k]->type != REDIS_REPLY_INTEGER ||
+                  (best[k]->type == REDIS_REPLY_INTEGER &&
+                   got[k]->integer < best[k]->integer);
+    if (replace) {
+      if (best[k] != NULL)
+        freeReplyObject(best[k]);
+      best[k] = got[k];
+    } else {
+      freeReplyObject(got[k]);
+    }
+    got[k] = NULL;
+  }
+}
+
+#define TAIL_MAX 6
+
+int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
+                        redisReply **replies, int64_t deadline_us,
+                        int64_t idle_ms, size_t ntail, const char *const *tail,
+                        const size_t *tail_lens, redisReply **tail_replies) {
+  memset(replies, 0, n * sizeof(*replies));
+  redisReply *best[TAIL_MAX] = {NULL}, *got_tail[TAIL_MAX] = {NULL};
+  if (ntail > TAIL_MAX)
+    return dlock__fail(DLOCK_EINVAL, "too many commands after a script");
+  if (deadline_us == 0)
+    deadline_us = dlock__deadline_ms(cl->command_timeout_ms);
+  /* Per call: its target node, and -2 once answered. 'ask' marks a call
+   * to be sent with ASKING to that node. */
+  int *target = dlock__calloc(n + 1, sizeof(*target));
+  unsigned char *ask = dlock__calloc(n + 1, 1);
+  dlock__eval *sub = dlock__calloc(n + 1, sizeof(*sub));
+  redisReply **subrep = dlock__calloc(n + 1, sizeof(*subrep));
+  size_t *which = dlock__calloc(n + 1, sizeof(*which));
+  unsigned char *sent = dlock__calloc(n + 1, 1);
+  int rc = 0;
+  if (target == NULL || ask == NULL || sub == NULL || subrep == NULL ||
+      which == NULL || sent == NULL) {
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory routing scripts");
+    goto out;
+  }
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    if (calls[i].nkeys < 1) {
+      rc = dlock__fail(DLOCK_EINVAL, "a script call names no key to route");
+      break;
+    }
+    target[i] =
+        owner_of(cl, dlock__key_slot(calls[i].argv[0], calls[i].lens[0]),
+                 deadline_us, &rc);
+  }
+  int64_t wait_us = RETRY_FIRST_US;
+  for (int round = 0; rc == 0; round++) {
+    int left = 0, busy = 0;
+    const char *busy_why = "";
+    for (size_t i = 0; i < n; i++)
+      left += target[i] != -2;
+    if (left == 0)
+      break;
+    if (round > REDIRECTS_MAX) {
+      rc = dlock__fail(DLOCK_EIO,
+                       "cluster redirected a call more than %d "
+                       "times",
+                       REDIRECTS_MAX);
+      break;
+    }
+    /* One round per node, each in one pipeline; calls sent with ASKING go
+     * one by one. A call redirected to a node already done this round
+     * waits for the next round. */
+    memset(sent, 0, n);
+    for (size_t first = 0; first < n && rc == 0; first++) {
+      if (target[first] < 0 || sent[first])
+        continue;
+      int idx = target[first];
+      size_t m = 0;
+      if (ask[first]) {
+        which[m++] = first;
+        rc = ask_eval(cl, idx, &calls[first], &subrep[0], deadline_us, ntail,
+                      tail, tail_lens, got_tail);
+      } else {
+        for (size_t i = first; i < n; i++)
+          if (target[i] == idx && !ask[i] && !sent[i]) {
+            sub[m] = calls[i];
+            which[m++] = i;
+          }
+        rc = dlock__eval_run_keep(cl->nodes[idx]->conn, m, sub, subrep,
+                                  deadline_us, idle_ms, ntail, tail, tail_lens,
+                                  got_tail);
+      }
+      if (rc != 0) {
+        /* The node failed (or refused): the map may be out of date (a
+         * failover), so it is read again before the next call. */
+        if (rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT)
+          atomic_store(&cl->stale, 1);
+        break;
+      }
+      keep_tail(best, got_tail, ntail);
+      for (size_t j = 0; j < m; j++) {
+        size_t i = which[j];
+        sent[i] = 1;
+        redisReply *r = subrep[j];
+        subrep[j] = NULL;
+        int kind = dlock__redirect_kind(r);
+        ask[i] = 0;
+        if (kind == 0 && r != NULL && r->type == REDIS_REPLY_ERROR) {
+          /* An ASKING call's reply is not checked by the round. */
+          rc = dlock__fail_reply_in(r->str, r->len, calls[i].script->name);
+          freeReplyObject(r);
+          continue;
+        }
+        if (kind == 0) {
+          replies[i] = r;
+          target[i] = -2;
+          continue;
+        }
+        if (kind == DLOCK__REDIRECT_RETRY) {
+          busy = 1;
+          busy_why = r->len >= 8 && memcmp(r->str, "TRYAGAIN", 8) == 0
+                         ? "TRYAGAIN"
+                         : "CLUSTERDOWN";
+          if (r->str[0] == 'C')
+            atomic_store(&cl->stale, 1);
+        } else {
+          int to = follow(cl, r, kind);
+          if (to < 0) {
+            rc = dlock__fail_reply_in(r->str, r->len, calls[i].script->name);
+          } else {
+            target[i] = to;
+            ask[i] = kind == DLOCK__REDIRECT_ASK;
+          }
+        }
+        freeReplyObject(r);
+      }
+    }
+    if (rc == 0 && busy) {
+      rc = back_off(&wait_us, deadline_us, busy_why);
+      for (size_t i = 0; rc == 0 && i < n; i++)
+        if (target[i] >= 0 && !ask[i])
+          target[i] =
+              owner_of(cl, dlock__key_slot(calls[i].argv[0], calls[i].lens[0]),
+                       deadline_us, &rc);
+    }
+  }
+out:
+  if (rc != 0) {
+    for (size_t i = 0; i < n; i++) {
+      if (replies[i] != NULL)
+        freeReplyObject(replies[i]);
+      replies[i] = NULL;
+    }
+    for (size_t k = 0; k < ntail; k++) {
+      if (best[k] != NULL)
+        freeReplyObject(best[k]);
+      best[k] = NULL;
+    }
+  }
+  for (size_t k = 0; k < ntail; k++)
+    tail_replies[k] = best[k];
+  dlock__free(target);
+  dlock__free(ask);
+  dlock__free(sub);
+  dlock__free(subrep);
+  dlock__free(which);
+  dlock__free(sent);
+  return rc;
+}
+
+int dlock__cluster_call(dlock__cluster *cl, int slot, size_t n,
+                        char *const *cmd, const size_t *len,
+                        redisReply **replies, int64_t deadline_us) {
+  static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+  memset(replies, 0, n * sizeof(*replies));
+  if (n == 0 || n > 8)
+    return dlock__fail(DLOCK_EINVAL, "1 to 8 commands per routed call");
+  if (deadline_us == 0)
+    deadline_us = dlock__deadline_ms(cl->command_timeout_ms);
+  int rc = 0;
+  int idx = owner_of(cl, slot, deadline_us, &rc);
+  int with_ask = 0;
+  int64_t wait_us = RETRY_FIRST_US;
+  for (int round = 0; rc == 0; round++) {
+    if (round > REDIRECTS_MAX)
+      return dlock__fail(DLOCK_EIO,
+                         "cluster redirected a command more "
+                         "than %d times",
+                         REDIRECTS_MAX);
+    /* With ASK, every command is preceded by its own ASKING (it holds for
+     * one command only). */
+    char *cmds[16];
+    size_t lens[16];
+    redisReply *got[16] = {NULL};
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (with_ask) {
+        cmds[m] = (char *)asking;
+        lens[m++] = sizeof(asking) - 1;
+      }
+      cmds[m] = cmd[i];
+      lens[m++] = len[i];
+    }
+    rc =
+        dlock__conn_call(cl->nodes[idx]->conn, m, cmds, lens, got, deadline_us);
+    if (rc != 0) {
+      if (rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT)
+        atomic_store(&cl->stale, 1);
+      return rc;
+    }
+    redisReply *redirect = NULL;
+    for (size_t i = 0, j = 0; i < m; i++) {
+      if (with_ask && i % 2 == 0) {
+        freeReplyObject(got[i]);
+        continue;
+      }
+      replies[j++] = got[i];
+      if (redirect == NULL && dlock__redirect_kind(got[i]) != 0)
+        redirect = got[i];
+    }
+    with_ask = 0;
+    if (redirect == NULL)
+      return 0;
+    int kind = dlock__redirect_kind(redirect);
+    if (kind == DLOCK__REDIRECT_RETRY) {
+      rc = back_off(&wait_us, deadline_us, "TRYAGAIN or CLUSTERDOWN");
+      if (rc == 0)
+        idx = owner_of(cl, slot, deadline_us, &rc);
+    } else {
+      int to = follow(cl, redirect, kind);
+      if (to < 0)
+        return 0; /* the caller reports the error reply */
+      idx = to;
+      with_ask = kind == DLOCK__REDIRECT_ASK;
+    }
+    for (size_t i = 0; i < n; i++) {
+      freeReplyObject(replies[i]);
+      replies[i] = NULL;
+    }
+  }
+  return rc;
+}

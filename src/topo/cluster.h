@@ -1,0 +1,95 @@
+/*
+ * Redis Cluster topology: the slot map, one shared connection per node,
+ * and the routing of each command to the master that owns the slot of its
+ * first key.
+ *
+ * The map is read from CLUSTER SHARDS (Redis 7), or CLUSTER SLOTS where
+ * that is unknown, at the first use and again after a MOVED reply or a
+ * connection that failed. Redirections are followed where Redis says they
+ * are safe: MOVED, ASK and TRYAGAIN/CLUSTERDOWN are refusals made before
+ * the command ran, so sending it again cannot apply it twice. A command
+ * whose connection failed with it in flight is not sent again here: its
+ * fate is unknown, and the callers deal with that as on one server
+ * (unlock latches, settle.c).
+ *
+ * Nodes are never forgotten while the client lives (a cluster has few),
+ * so a connection handed out stays valid without reference counting.
+ */
+#ifndef DLOCK_TOPO_CLUSTER_H
+#define DLOCK_TOPO_CLUSTER_H
+
+#include <hiredis/hiredis.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conn.h"
+#include "scripts.h"
+#include "url.h"
+
+typedef struct dlock__cluster dlock__cluster;
+
+/* Takes the seeds and credentials of 'u' (zeroed after); 'tls' is not
+ * copied and must outlive the cluster. Connects to nothing yet. */
+int dlock__cluster_new(dlock__cluster_url *u, const dlock__tls *tls,
+                       int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                       dlock__cluster **out);
+
+/* Reads the slot map from the first node that answers (known masters,
+ * then the seeds) before 'deadline_us' (0: a command timeout from now).
+ * 0, or why no node gave one. */
+int dlock__cluster_refresh(dlock__cluster *cl, int64_t deadline_us);
+
+/* The connection to the master of 'slot', reading the map first when the
+ * slot has no known owner; NULL with a code in '*rc' when none can be
+ * found. */
+dlock__conn *dlock__cluster_conn(dlock__cluster *cl, int slot, int *rc);
+
+/* The connection to some node (the first seed), for commands that name no
+ * key (INFO, CONFIG). Never NULL once created. */
+dlock__conn *dlock__cluster_any(dlock__cluster *cl);
+
+/*
+ * dlock__eval_run_tail over the cluster: each call goes to the master of
+ * the slot of its first key (KEYS[1]), the calls of one node in one
+ * pipelined round followed by the tail; redirections are followed until
+ * 'deadline_us'. 'tail_replies' (may be NULL when 'ntail' is 0) gets, for
+ * each tail command, the reply of the node whose integer answer was the
+ * smallest (a WAIT that fewest replicas acknowledged), else the last one.
+ */
+int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
+                        redisReply **replies, int64_t deadline_us,
+                        int64_t idle_ms, size_t ntail, const char *const *tail,
+                        const size_t *tail_lens, redisReply **tail_replies);
+
+/* 'n' (at most 8) formatted commands on keys of one 'slot', pipelined to
+ * its master, the whole batch sent again while a reply redirects, until
+ * 'deadline_us' (0: a command timeout from now); only for commands that a
+ * redirection leaves unapplied. The replies are the caller's (error
+ * replies included), as dlock__conn_call's. */
+int dlock__cluster_call(dlock__cluster *cl, int slot, size_t n,
+                        char *const *cmd, const size_t *len,
+                        redisReply **replies, int64_t deadline_us);
+
+/* The nodes known (seeds first), and the address of node 'i' (stable
+ * while the cluster lives), for connections of other kinds (pub/sub). */
+int dlock__cluster_nnodes(dlock__cluster *cl);
+const dlock__endpoint *dlock__cluster_node_ep(dlock__cluster *cl, int i);
+
+/* Number of masters in the map (for status output and tests). */
+int dlock__cluster_masters(dlock__cluster *cl);
+
+/* The earliest time any node's connection may be tried again (0: all
+ * connected), like dlock__conn_retry_at. */
+int64_t dlock__cluster_retry_at(dlock__cluster *cl);
+
+/* dlock__conn_cancel on every node. */
+void dlock__cluster_cancel(dlock__cluster *cl);
+
+/* Frees everything; no call may be in progress. NULL is ignored. */
+void dlock__cluster_free(dlock__cluster *cl);
+
+/* In a child of fork(): dlock__conn_forget on every node; 0, or -1 (and
+ * nothing freed) when one of them could not be. */
+int dlock__cluster_forget(dlock__cluster *cl);
+
+#endif

@@ -1,0 +1,555 @@
+/*
+ * Redis Cluster: 3 masters and 3 replicas on loopback
+ * (harness/cluster_group.h) behind a redis-cluster:// URL. Key slots as the
+ * servers compute them; every lock kind on names spread over all masters,
+ * each lock's keys on the master of its slot; exclusion across processes;
+ * wake-up after a release; a held and awaited lock whose slot is migrated
+ * (TRYAGAIN, ASK, then MOVED, for real); and CLUSTER FAILOVER under a held
+ * lock with a waiter.
+ *
+ * Each test starts its own cluster (a few seconds), so there are few
+ * tests, each checking much. Waits are bounded generously.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../src/proto/slot.h"
+#include "harness/cluster_group.h"
+#include "lock_util.h"
+
+static cg_group_t *cluster(void) {
+  cg_group_t *g = NULL;
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(cg_start(&g), 0);
+  printf("cluster up in %" PRId64 " ms: %s\n", lu_now_ms() - t0, cg_url(g));
+  return g;
+}
+
+static dlock_client_t *cluster_client(cg_group_t *g, int64_t watchdog_ms) {
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = cg_url(g);
+  o.connect_timeout_ms = 2000;
+  o.command_timeout_ms = 5000;
+  o.watchdog_timeout_ms = watchdog_ms;
+  return lu_client_opts(&o);
+}
+
+/* Fills 'names' with 'per' names on each of the 3 masters ("<prefix>N"),
+ * and 'owner' with the node that serves each. Returns how many. */
+static int spread_names(cg_group_t *g, const char *prefix, int per,
+                        char names[][32], int *owner) {
+  int masters[6], nm = cg_masters(g, masters), n = 0;
+  ASSERT_EQ(nm, 3);
+  int count[6] = {0};
+  for (int i = 0; n < 3 * per && i < 10000; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "%s%d", prefix, i);
+    int m = cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name)));
+    ASSERT_GE(m, 0);
+    if (count[m] >= per)
+      continue;
+    count[m]++;
+    snprintf(names[n], 32, "%s", name);
+    owner[n++] = m;
+  }
+  ASSERT_EQ(n, 3 * per);
+  return n;
+}
+
+TEST(cluster_every_kind) {
+  cg_group_t *g = cluster();
+  /* Slots as the servers compute them, hash tags included. */
+  const char *odd[] = {
+      "a{b}c",    "{}x",           "x{", "{a}{b}", "redisson_lock__channel:{k}",
+      "\xff\x01", "lock:orders:42"};
+  for (size_t i = 0; i < sizeof(odd) / sizeof(*odd); i++)
+    ASSERT_EQ(dlock__key_slot(odd[i], strlen(odd[i])), cg_keyslot(g, odd[i]));
+  for (int i = 0; i < 200; i++) {
+    char k[32];
+    snprintf(k, sizeof(k), "k%d", i * 7919);
+    ASSERT_EQ(dlock__key_slot(k, strlen(k)), cg_keyslot(g, k));
+  }
+
+  dlock_client_t *c = cluster_client(g, 30000);
+  dlock_client_t *c2 = cluster_client(g, 30000);
+  char names[6][32];
+  int owner[6];
+  int n = spread_names(g, "kind", 2, names, owner);
+  for (int i = 0; i < n; i++) {
+    /* Reentrant: held twice, its hash on the master of its slot, a token
+     * from the same slot's counter; refused to another client. */
+    dlock_t *l = lu_get(c, names[i]), *other = lu_get(c2, names[i]);
+    ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+    uint64_t t1 = dlock_token(l);
+    ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+    ASSERT_EQ(dlock_hold_count(l), 2);
+    ASSERT_EQ(lu_exists(cg_node(g, owner[i]), names[i]), 1);
+    ASSERT_EQ(dlock_trylock(other, 0, 5000), DLOCK_ETIMEDOUT);
+    ASSERT_GT(t1, 0);
+    char tk[64];
+    snprintf(tk, sizeof(tk), "redisson_lock_token:{%s}", names[i]);
+    ASSERT_EQ(lu_exists(cg_node(g, owner[i]), tk), 1);
+    dlock_info_t *info = NULL;
+    ASSERT_DLOCK_OK(dlock_inspect(c2, names[i], strlen(names[i]), &info));
+    ASSERT_EQ(info->locked, 1);
+    ASSERT_EQ(info->nholders, 1);
+    dlock_info_free(info);
+    ASSERT_DLOCK_OK(dlock_unlock(l));
+    ASSERT_DLOCK_OK(dlock_unlock(l));
+    ASSERT_EQ(lu_exists(cg_node(g, owner[i]), names[i]), 0);
+    ASSERT_DLOCK_OK(dlock_trylock(other, 0, 5000));
+    ASSERT_DLOCK_OK(dlock_unlock(other));
+    dlock_free(l);
+    dlock_free(other);
+
+    /* Fair, spin, read-write under other names in the same slot. */
+    char fair[48], spin[48], rw[48];
+    snprintf(fair, sizeof(fair), "{%s}:fair", names[i]);
+    snprintf(spin, sizeof(spin), "{%s}:spin", names[i]);
+    snprintf(rw, sizeof(rw), "{%s}:rw", names[i]);
+    dlock_t *f = NULL, *s = NULL, *r = NULL, *w = NULL, *r2 = NULL, *w2 = NULL;
+    ASSERT_DLOCK_OK(dlock_get_fair(c, fair, &f));
+    ASSERT_DLOCK_OK(dlock_get_spin(c, spin, &s));
+    ASSERT_DLOCK_OK(dlock_get_rw(c, rw, &r, &w));
+    ASSERT_DLOCK_OK(dlock_get_rw(c2, rw, &r2, &w2));
+    ASSERT_DLOCK_OK(dlock_lock(f, DLOCK_WATCHDOG));
+    ASSERT_DLOCK_OK(dlock_lock(s, 10000));
+    ASSERT_DLOCK_OK(dlock_lock(r, DLOCK_WATCHDOG));
+    ASSERT_DLOCK_OK(dlock_lock(r2, 10000));
+    ASSERT_EQ(dlock_trylock(w2, 0, 10000), DLOCK_ETIMEDOUT);
+    ASSERT_DLOCK_OK(dlock_unlock(r));
+    ASSERT_DLOCK_OK(dlock_unlock(r2));
+    ASSERT_DLOCK_OK(dlock_lock(w, DLOCK_WATCHDOG));
+    ASSERT_DLOCK_OK(dlock_unlock(w));
+    ASSERT_DLOCK_OK(dlock_unlock(s));
+    ASSERT_DLOCK_OK(dlock_unlock(f));
+    ASSERT_EQ(lu_dbsize(cg_node(g, owner[i])) >= 0, 1);
+    dlock_free(f);
+    dlock_free(s);
+    dlock_free(r);
+    dlock_free(w);
+    dlock_free(r2);
+    dlock_free(w2);
+  }
+
+  /* A MultiLock over names on every master, and the watchdog renewing
+   * them all (lease 1.5 s, held 4 s) in rounds grouped by slot. */
+  dlock_client_t *cw = cluster_client(g, 1500);
+  dlock_t *parts[6], *parts2[6], *m = NULL, *m2 = NULL;
+  for (int i = 0; i < n; i++) {
+    parts[i] = lu_get(cw, names[i]);
+    parts2[i] = lu_get(c2, names[i]);
+  }
+  ASSERT_DLOCK_OK(dlock_get_multi(parts, (size_t)n, &m));
+  ASSERT_DLOCK_OK(dlock_get_multi(parts2, (size_t)n, &m2));
+  ASSERT_DLOCK_OK(dlock_lock(m, DLOCK_WATCHDOG));
+  ASSERT_EQ(dlock_trylock(m2, 0, 5000), DLOCK_ETIMEDOUT);
+  lu_sleep_ms(4000);
+  for (int i = 0; i < n; i++) {
+    ASSERT_EQ(lu_exists(cg_node(g, owner[i]), names[i]), 1);
+    ASSERT_GT(lu_pttl(cg_node(g, owner[i]), names[i]), 0);
+  }
+  ASSERT_DLOCK_OK(dlock_unlock(m));
+  ASSERT_DLOCK_OK(dlock_trylock(m2, 0, 5000));
+  ASSERT_DLOCK_OK(dlock_unlock(m2));
+  dlock_free(m);
+  dlock_free(m2);
+  for (int i = 0; i < n; i++) {
+    dlock_free(parts[i]);
+    dlock_free(parts2[i]);
+  }
+  dlock_client_close(cw);
+  dlock_client_close(c2);
+  dlock_client_close(c);
+  cg_free(g);
+}
+
+/* ---- exclusion across processes, wake-up ------------------------------ */
+
+/* In a child: 'rounds' read-modify-writes of a counter file under lock
+ * 'name', each lock on the cluster. Exit status 0 when all went well. */
+static int child_rounds(const char *url, const char *name, const char *path,
+                        int rounds) {
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = url;
+  o.command_timeout_ms = 5000;
+  dlock_client_t *c = NULL;
+  dlock_t *l = NULL;
+  if (dlock_client_open(&o, &c) != 0 || dlock_get(c, name, &l) != 0)
+    return 2;
+  for (int i = 0; i < rounds; i++) {
+    if (dlock_lock(l, 30000) != 0)
+      return 3;
+    int fd = open(path, O_RDWR);
+    char buf[32] = {0};
+    if (fd < 0 || pread(fd, buf, sizeof(buf) - 1, 0) < 0)
+      return 4;
+    int v = atoi(buf);
+    snprintf(buf, sizeof(buf), "%d\n", v + 1);
+    if (pwrite(fd, buf, strlen(buf), 0) < 0)
+      return 4;
+    close(fd);
+    if (dlock_unlock(l) != 0)
+      return 5;
+  }
+  dlock_free(l);
+  dlock_client_close(c);
+  return 0;
+}
+
+/* A waiter in a thread of its own, for an owner that the test's main
+ * thread then releases as. */
+typedef struct waiter_arg {
+  dlock_t *l;
+  int rc;
+  int64_t got_ms;
+  uint64_t owner;
+} waiter_arg;
+
+static void *waiter(void *p) {
+  waiter_arg *a = p;
+  a->rc = dlock_trylock_as(a->l, a->owner, 60000, 30000);
+  a->got_ms = lu_now_ms();
+  return NULL;
+}
+
+TEST(cluster_exclusion_and_wakeup) {
+  cg_group_t *g = cluster();
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "excl", 1, names, owner);
+  char dir[] = "/tmp/dlock-cluster-XXXXXX";
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  const int procs = 3, rounds = 30;
+  pid_t pids[9];
+  char paths[3][64];
+  for (int k = 0; k < 3; k++) {
+    snprintf(paths[k], sizeof(paths[k]), "%s/c%d", dir, k);
+    int fd = open(paths[k], O_CREAT | O_WRONLY, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(write(fd, "0\n", 2), 2);
+    close(fd);
+  }
+  for (int p = 0; p < procs * 3; p++) {
+    pids[p] = fork();
+    ASSERT_GE(pids[p], 0);
+    if (pids[p] == 0)
+      _exit(child_rounds(cg_url(g), names[p % 3], paths[p % 3], rounds));
+  }
+  for (int p = 0; p < procs * 3; p++) {
+    int st;
+    ASSERT_EQ(waitpid(pids[p], &st, 0), pids[p]);
+    ASSERT(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+  }
+  for (int k = 0; k < 3; k++) {
+    char buf[32] = {0};
+    int fd = open(paths[k], O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_GT(read(fd, buf, sizeof(buf) - 1), 0);
+    close(fd);
+    ASSERT_EQ(atoi(buf), procs * rounds);
+    unlink(paths[k]);
+  }
+  rmdir(dir);
+
+  /* A waiter on each master is woken by the release, long before the
+   * 30 s lease would have let it in. */
+  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
+  for (int k = 0; k < 3; k++) {
+    dlock_t *h = lu_get(a, names[k]);
+    waiter_arg w = {lu_get(b, names[k]), 1, 0, dlock_owner_new()};
+    ASSERT_DLOCK_OK(dlock_lock(h, 30000));
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
+    lu_sleep_ms(300);
+    int64_t released = lu_now_ms();
+    ASSERT_DLOCK_OK(dlock_unlock(h));
+    pthread_join(t, NULL);
+    ASSERT_DLOCK_OK(w.rc);
+    printf("%s: woken %" PRId64 " ms after the release\n", names[k],
+           w.got_ms - released);
+    ASSERT_LT(w.got_ms - released, 10000);
+    ASSERT_DLOCK_OK(dlock_unlock_as(w.l, w.owner));
+    dlock_free(h);
+    dlock_free(w.l);
+  }
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}
+
+/* ---- slot migration ----------------------------------------------------- */
+
+typedef struct unlock_arg {
+  dlock_t *l;
+  int rc;
+  uint64_t owner;
+} unlock_arg;
+
+static void *unlocker(void *p) {
+  unlock_arg *a = p;
+  a->rc = dlock_unlock_as(a->l, a->owner);
+  return NULL;
+}
+
+TEST(cluster_slot_migrated_while_held) {
+  cg_group_t *g = cluster();
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "mig", 1, names, owner);
+  const char *name = names[0];
+  int slot = dlock__key_slot(name, strlen(name));
+  int from = owner[0], to = owner[1];
+  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
+  dlock_t *h = lu_get(a, name);
+  waiter_arg w = {lu_get(b, name), 1, 0, dlock_owner_new()};
+  ASSERT_DLOCK_OK(dlock_lock(h, 30000));
+  uint64_t token = dlock_token(h);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
+  lu_sleep_ms(200);
+
+  /* The slot's keys move to another master while the lock is held and
+   * waited on. */
+  ASSERT_EQ(cg_migrate_begin(g, slot, from, to), 0);
+  ASSERT_EQ(cg_migrate_keys(g, slot, from, to), 0);
+  redisReply *r = rp_cmd(cg_node(g, to), "CLUSTER COUNTKEYSINSLOT %d", slot);
+  ASSERT_GT(lu_reply_int(r), 0);
+  r = rp_cmd(cg_node(g, from), "CLUSTER COUNTKEYSINSLOT %d", slot);
+  ASSERT_EQ(lu_reply_int(r), 0);
+  /* Mid-migration: the old master answers ASK for the moved key, which a
+   * query follows with ASKING. */
+  dlock_info_t *info = NULL;
+  ASSERT_DLOCK_OK(dlock_inspect(b, name, strlen(name), &info));
+  ASSERT_EQ(info->locked, 1);
+  dlock_info_free(info);
+  ASSERT_EQ(w.rc, 1); /* still waiting */
+  /* An unlock now meets TRYAGAIN (a script on several keys of a slot in
+   * migration) and is retried until the migration ends, then MOVED. */
+  unlock_arg u = {h, 1, dlock_self()};
+  pthread_t tu;
+  ASSERT_EQ(pthread_create(&tu, NULL, unlocker, &u), 0);
+  lu_sleep_ms(300);
+  ASSERT_EQ(cg_migrate_end(g, slot, to), 0);
+  pthread_join(tu, NULL);
+  ASSERT_DLOCK_OK(u.rc);
+  pthread_join(t, NULL);
+  ASSERT_DLOCK_OK(w.rc);
+  /* The waiter holds it on the new master, with a later token. */
+  ASSERT_EQ(lu_exists(cg_node(g, to), name), 1);
+  ASSERT_GT(dlock_token_as(w.l, w.owner), token);
+  ASSERT_EQ(dlock_trylock(h, 0, 30000), DLOCK_ETIMEDOUT);
+  ASSERT_DLOCK_OK(dlock_unlock_as(w.l, w.owner));
+  ASSERT_DLOCK_OK(dlock_trylock(h, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  dlock_free(h);
+  dlock_free(w.l);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}
+
+/* ---- failover ----------------------------------------------------------- */
+
+TEST(cluster_failover_while_held) {
+  cg_group_t *g = cluster();
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "fo", 1, names, owner);
+  const char *name = names[0];
+  int old = owner[0];
+  int replica = cg_replica_of(g, old);
+  ASSERT_GE(replica, 0);
+  /* Lease 10 s, renewed every 3.3 s: longer than a manual failover takes
+   * (from 20 ms to 5 s here: the old master pauses writes meanwhile, and
+   * a lease shorter than that can run out on the new master). */
+  dlock_client_t *a = cluster_client(g, 10000), *b = cluster_client(g, 30000);
+  dlock_t *h = lu_get(a, name);
+  waiter_arg w = {lu_get(b, name), 1, 0, dlock_owner_new()};
+  ASSERT_DLOCK_OK(dlock_lock(h, DLOCK_WATCHDOG));
+  uint64_t token = dlock_token(h);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
+  lu_sleep_ms(300);
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(cg_failover(g, replica, 30000), 0);
+  printf("failover done in %" PRId64 " ms\n", lu_now_ms() - t0);
+  ASSERT_EQ(cg_master_of_slot(g, replica, dlock__key_slot(name, strlen(name))),
+            replica);
+  /* Two renewal periods later the lock is there with a lease renewed on
+   * the new master (the watchdog followed the MOVED): at least 10 - 3.3 s
+   * left, where without a renewal since the failover less than 10 - 7 s
+   * would be. */
+  lu_sleep_ms(7000);
+  ASSERT_EQ(lu_exists(cg_node(g, replica), name), 1);
+  ASSERT_GT(lu_pttl(cg_node(g, replica), name), 4500);
+  if (w.rc != 1)
+    printf("waiter got it %" PRId64 " ms after the failover began\n",
+           w.got_ms - t0);
+  ASSERT_EQ(w.rc, 1);
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  pthread_join(t, NULL);
+  ASSERT_DLOCK_OK(w.rc);
+  ASSERT_GT(dlock_token_as(w.l, w.owner), token);
+  ASSERT_DLOCK_OK(dlock_unlock_as(w.l, w.owner));
+  dlock_free(h);
+  dlock_free(w.l);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}
+
+/* SIGKILL of the master that holds a lock and whose node the pub/sub
+ * connection of both clients is on (the first seed): the lock, written
+ * with replica sync, survives on the promoted replica, the holder's
+ * watchdog goes on there, and the waiter's subscription moves to another
+ * node, so that the release wakes it. */
+TEST(cluster_master_killed_while_held) {
+  cg_group_t *g = cluster();
+  ASSERT_EQ(cg_master_of_slot(g, 0, 0) >= 0, 1);
+  int masters[6], nm = cg_masters(g, masters), seed_is_master = 0;
+  for (int k = 0; k < nm; k++)
+    seed_is_master |= masters[k] == 0;
+  ASSERT(seed_is_master);
+  char name[32];
+  for (int i = 0;; i++) {
+    snprintf(name, sizeof(name), "kill%d", i);
+    if (cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name))) == 0)
+      break;
+  }
+  int slot = dlock__key_slot(name, strlen(name));
+  dlock_client_t *a = cluster_client(g, 20000), *b = cluster_client(g, 30000);
+  dlock_t *h = lu_get(a, name);
+  waiter_arg w = {lu_get(b, name), 1, 0, dlock_owner_new()};
+  ASSERT_DLOCK_OK(dlock_lock(h, DLOCK_WATCHDOG));
+  uint64_t token = dlock_token(h);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
+  lu_sleep_ms(300);
+  int rep0 = cg_replica_of(g, 0);
+  ASSERT_GE(rep0, 0);
+  redisReply *cr = rp_cmd(cg_node(g, rep0), "CLUSTER COUNTKEYSINSLOT %d", slot);
+  printf("replica %d has %lld keys in the slot before the kill\n", rep0,
+         cr != NULL ? cr->integer : -1LL);
+  if (cr != NULL)
+    freeReplyObject(cr);
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(rp_kill(cg_node(g, 0)), 0);
+  int promoted = -1;
+  while (lu_now_ms() - t0 < 30000) {
+    int m = cg_master_of_slot(g, 1, slot);
+    if (m > 0 && cg_wait_agree(g, slot, 1000) == 0) {
+      promoted = m;
+      break;
+    }
+    lu_sleep_ms(100);
+  }
+  ASSERT_GT(promoted, 0);
+  printf("replica %d promoted %" PRId64 " ms after the kill\n", promoted,
+         lu_now_ms() - t0);
+  ASSERT_EQ(lu_exists(cg_node(g, promoted), name), 1);
+  ASSERT_EQ(w.rc, 1);
+  int64_t released = lu_now_ms();
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  printf("unlock done %" PRId64 " ms after the kill\n", lu_now_ms() - t0);
+  pthread_join(t, NULL);
+  ASSERT_DLOCK_OK(w.rc);
+  printf("waiter woken %" PRId64 " ms after the release\n",
+         w.got_ms - released);
+  /* Well before the 20 s lease it saw would have let it in. */
+  ASSERT_LT(w.got_ms - released, 10000);
+  ASSERT_GT(dlock_token_as(w.l, w.owner), token);
+  ASSERT_DLOCK_OK(dlock_unlock_as(w.l, w.owner));
+  dlock_free(h);
+  dlock_free(w.l);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}
+
+/* ---- the dlock command -------------------------------------------------- */
+
+#ifdef DLOCK_CLI_PATH
+/* Runs "dlock --url URL args..." with its output in 'out'; exit status. */
+static int run_dlock(const char *url, const char *out,
+                     const char *const *args) {
+  const char *argv[16];
+  int n = 0;
+  argv[n++] = DLOCK_CLI_PATH;
+  argv[n++] = "--url";
+  argv[n++] = url;
+  for (int i = 0; args[i] != NULL && n < 15; i++)
+    argv[n++] = args[i];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int st;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int file_has(const char *path, const char *needle) {
+  char buf[8192] = {0};
+  int fd = open(path, O_RDONLY);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  return n > 0 && strstr(buf, needle) != NULL;
+}
+
+TEST(cluster_cli) {
+  cg_group_t *g = cluster();
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "cli", 1, names, owner);
+  char out[] = "/tmp/dlock-cluster-cli-XXXXXX";
+  int fd = mkstemp(out);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  /* run: the command runs under the lock, on the master of its slot. */
+  for (int k = 0; k < 3; k++) {
+    char check[128];
+    snprintf(check, sizeof(check), "echo ran-%s", names[k]);
+    const char *args[] = {"run", names[k], "--", "sh", "-c", check, NULL};
+    ASSERT_EQ(run_dlock(cg_url(g), out, args), 0);
+    char want[64];
+    snprintf(want, sizeof(want), "ran-%s", names[k]);
+    ASSERT(file_has(out, want));
+    ASSERT_EQ(lu_exists(cg_node(g, owner[k]), names[k]), 0);
+  }
+  /* status and unlock --force on a lock held by a library client. */
+  dlock_client_t *c = cluster_client(g, 30000);
+  dlock_t *l = lu_get(c, names[2]);
+  ASSERT_DLOCK_OK(dlock_lock(l, 60000));
+  const char *status[] = {"status", names[2], NULL};
+  ASSERT_EQ(run_dlock(cg_url(g), out, status), 0);
+  ASSERT(file_has(out, dlock_client_id(c)));
+  const char *force[] = {"unlock", "--force", names[2], NULL};
+  ASSERT_EQ(run_dlock(cg_url(g), out, force), 0);
+  ASSERT_EQ(lu_exists(cg_node(g, owner[2]), names[2]), 0);
+  int rc = dlock_unlock(l);
+  ASSERT(rc == DLOCK_ENOTHELD || rc == DLOCK_ELOST);
+  dlock_free(l);
+  dlock_client_close(c);
+  unlink(out);
+  cg_free(g);
+}
+#endif
