@@ -462,3 +462,116 @@ TEST(sentinel_cli_run_across_a_failover) {
   sg_free(g);
 }
 #endif
+
+/* A SENTINEL REPLICAS entry, in RESP. */
+static void replica_entry(char *buf, size_t n, int port, const char *role,
+                          const char *master_host) {
+  char name[32];
+  snprintf(name, sizeof(name), "127.0.0.1:%d", port);
+  snprintf(buf, n,
+           "*8\r\n$4\r\nname\r\n$%zu\r\n%s\r\n$5\r\nflags\r\n$5\r\nslave\r\n"
+           "$13\r\nrole-reported\r\n$%zu\r\n%s\r\n$11\r\nmaster-host\r\n"
+           "$%zu\r\n%s\r\n",
+           strlen(name), name, strlen(role), role, strlen(master_host),
+           master_host);
+}
+
+/* A GET-MASTER-ADDR-BY-NAME answer naming 127.0.0.1:'port'. */
+static void master_addr(char *buf, size_t n, int port) {
+  char p[16];
+  snprintf(p, sizeof(p), "%d", port);
+  snprintf(buf, n, "*2\r\n$9\r\n127.0.0.1\r\n$%zu\r\n%s\r\n", strlen(p), p);
+}
+
+static rp_server_t *replica_of(rp_server_t *master) {
+  char conf[64];
+  snprintf(conf, sizeof(conf), "replicaof 127.0.0.1 %d\n", rp_port(master));
+  rp_options_t o;
+  rp_options_init(&o);
+  o.extra_conf = conf;
+  return lu_server_opts(&o);
+}
+
+/* Waits until 'master' has 'n' replicas that acknowledged its stream. */
+static void wait_synced(rp_server_t *master, int n) {
+  int64_t until = lu_now_ms() + 30000;
+  for (;;) {
+    redisReply *r = rp_cmd(master, "WAIT %d 1000", n);
+    int ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer >= n;
+    freeReplyObject(r);
+    if (ok)
+      return;
+    ASSERT_LT(lu_now_ms(), until);
+  }
+}
+
+/*
+ * The replica count is taken only from a Sentinel that names the master the
+ * client writes to. Here a Sentinel (a fake one, to hold the state still)
+ * has moved on to a new master while the client, not told yet, still
+ * writes to the old one, which keeps a replica that acknowledges its
+ * writes (during a real SENTINEL FAILOVER, it is about to follow the new
+ * master and drop them). Before, the client read the new master's count (1)
+ * and took a lock on the old master, acknowledged by that replica: a write
+ * the failover loses (the chaos scenario sentinel-failover saw fencing
+ * tokens go back). Now the Sentinel's answer sends the client to the new
+ * master, where the lock is taken.
+ */
+TEST(sentinel_count_only_from_a_sentinel_naming_this_master) {
+  rp_server_t *old_master = lu_server(0), *old_replica = replica_of(old_master);
+  rp_server_t *new_master = lu_server(0), *new_replica = replica_of(new_master);
+  wait_synced(old_master, 1);
+  wait_synced(new_master, 1);
+  fs_server_t *fs = fs_start();
+  char addr[128], entries[1024], e1[400], e2[400];
+  master_addr(addr, sizeof(addr), rp_port(old_master));
+  fs_set(fs, "SENTINEL GET-MASTER-ADDR-BY-NAME", &(fs_action_t){.reply = addr});
+  replica_entry(e1, sizeof(e1), rp_port(old_replica), "slave", "127.0.0.1");
+  snprintf(entries, sizeof(entries), "*1\r\n%s", e1);
+  fs_set(fs, "SENTINEL REPLICAS", &(fs_action_t){.reply = entries});
+
+  char url[128];
+  snprintf(url, sizeof(url), "redis-sentinel://127.0.0.1:%d/mymaster",
+           fs_port(fs));
+  dlock_options_t o;
+  sentinel_options(&o, url, 1, NULL);
+  o.replica_sync_timeout_ms = 500;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *a = lu_get(c, "count-a"), *b = lu_get(c, "count-b");
+  ASSERT_EQ(dlock_trylock(a, 0, 30000), 0);
+  ASSERT_EQ(lu_exists(old_master, "count-a"), 1);
+  ASSERT_EQ(dlock_unlock(a), 0);
+
+  /* A write that falls short (the replica stopped) makes the client read
+   * the count again before its next write. */
+  ASSERT_EQ(rp_pause(old_replica), 0);
+  ASSERT_EQ(dlock_trylock(a, 0, 30000), DLOCK_ENOSYNC);
+  ASSERT_EQ(rp_resume(old_replica), 0);
+  wait_synced(old_master, 1);
+
+  /* The Sentinel names the new master now, with its replica and the old
+   * master (never seen as a replica of it) listed. */
+  master_addr(addr, sizeof(addr), rp_port(new_master));
+  fs_set(fs, "SENTINEL GET-MASTER-ADDR-BY-NAME", &(fs_action_t){.reply = addr});
+  replica_entry(e1, sizeof(e1), rp_port(new_replica), "slave", "127.0.0.1");
+  replica_entry(e2, sizeof(e2), rp_port(old_master), "master", "?");
+  snprintf(entries, sizeof(entries), "*2\r\n%s%s", e1, e2);
+  fs_set(fs, "SENTINEL REPLICAS", &(fs_action_t){.reply = entries});
+
+  ASSERT_EQ(dlock_trylock(b, 10000, 30000), 0);
+  printf("lock on the old master %lld, on the new one %lld\n",
+         (long long)lu_exists(old_master, "count-b"),
+         (long long)lu_exists(new_master, "count-b"));
+  ASSERT_EQ(lu_exists(old_master, "count-b"), 0);
+  ASSERT_EQ(lu_exists(new_master, "count-b"), 1);
+  ASSERT_EQ(dlock_unlock(b), 0);
+
+  dlock_free(a);
+  dlock_free(b);
+  dlock_client_close(c);
+  fs_free(fs);
+  rp_free(old_replica);
+  rp_free(old_master);
+  rp_free(new_replica);
+  rp_free(new_master);
+}
