@@ -64,6 +64,7 @@ struct dlock__conn {
   dlock__conn_cfg cfg;
   dlock__stream *ctx;     /* NULL while disconnected */
   unsigned gen;           /* the Sentinel generation 'ctx' was made in */
+  int discovering;        /* a thread looks the master up, outside 'mu' */
   request *head, *tail;   /* sent, awaiting replies, oldest first */
   int driving;            /* a thread is reading replies */
   int writing;            /* a thread is writing 'wbuf' (write_out_locked) */
@@ -139,6 +140,7 @@ static void check_locked(const dlock__conn *c) {
   assert(c->sending == NULL || c->writing);
   assert(c->zombie == NULL || (c->zombie == c->sending && c->ctx != c->zombie));
   assert(c->ctx != NULL || (c->head == NULL && !c->driving));
+  assert(!c->discovering || c->ctx == NULL);
   assert(c->broken_code == 0 || c->ctx != NULL);
   assert((c->head == NULL) == (c->tail == NULL));
   assert(c->tail == NULL || c->tail->next == NULL);
@@ -484,7 +486,20 @@ static int idle_connection_is_dead(dlock__conn *c) {
  * the callers waiting for it, each until its own deadline, and a cancel
  * ends the wait at once.
  */
-static int link_locked(dlock__conn *c) {
+static int link_locked(dlock__conn *c, int64_t deadline_us) {
+  /* Another thread is looking the master up through the Sentinels, outside
+   * 'mu': this caller waits for that, up to its own deadline, looking again
+   * every millisecond (a lookup is rare, and takes round trips). */
+  while (c->discovering) {
+    if (dlock__now_us() >= deadline_us)
+      return dlock__fail(DLOCK_EIO,
+                         "no connection: the master is being looked up "
+                         "through the Sentinels, and the deadline passed");
+    conn_unlock(c);
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&c->mu);
+  }
   /* The master moved (+switch-master): nothing more goes to the old one,
    * which may take writes until it is told it is a replica. */
   if (c->ctx != NULL && c->cfg.sentinel != NULL &&
@@ -504,16 +519,22 @@ static int link_locked(dlock__conn *c) {
   dlock__stream *ctx = NULL;
   unsigned gen = 0;
   int rc;
-  if (c->cfg.sentinel != NULL)
+  if (c->cfg.sentinel != NULL) {
     /* Discovery asks the Sentinels and confirms the master with ROLE, one
-     * command at a time, so it waits for the servers here, under 'mu': the
-     * callers of this master wait with it, for at most its connect and
-     * command timeouts, and nobody else does. */
+     * command at a time, waiting for the servers, for at most the connect
+     * and command timeouts: outside 'mu', so that the other callers of
+     * this connection wait for it only up to their own deadlines, and a
+     * cancel is not held up. Meanwhile nobody else connects ('discovering'
+     * is seen above), so 'ctx' stays NULL. */
+    c->discovering = 1;
+    conn_unlock(c);
     rc = dlock__sentinel_open(c->cfg.sentinel,
                               dlock__deadline_ms(c->cfg.connect_timeout_ms +
                                                  c->cfg.command_timeout_ms),
                               &ctx, &gen);
-  else
+    pthread_mutex_lock(&c->mu);
+    c->discovering = 0;
+  } else
     rc = dlock__stream_start(c->cfg.ep, c->cfg.tls, c->cfg.connect_timeout_ms,
                              c->cfg.command_timeout_ms, &ctx);
   if (rc != 0) {
@@ -546,7 +567,7 @@ int dlock__conn_open(dlock__conn *c) {
     return dlock__fail_forked();
   pthread_mutex_lock(&c->mu);
   c->retry_at_us = 0;
-  int rc = link_locked(c);
+  int rc = link_locked(c, INT64_MAX);
   /* A caller without requests that drives until the handshake is done,
    * bounded by the connect and command timeouts (the stream's own). */
   caller me;
@@ -957,7 +978,7 @@ static int send_common(dlock__conn *c, size_t n, char *const *cmds,
   }
 
   pthread_mutex_lock(&c->mu);
-  int rc = link_locked(c);
+  int rc = link_locked(c, caller_deadline(c, me));
   if (rc == 0)
     rc = enqueue_locked(c, n, cmds, lens, p->reqs, me);
   /* A thread already writing sends these commands too; on a connection
@@ -1141,7 +1162,7 @@ int dlock__conn_forget(dlock__conn *c) {
     return -1;
   }
 #endif
-  if (c->writing || c->sending != NULL) {
+  if (c->writing || c->sending != NULL || c->discovering) {
 #ifdef __linux__
     pthread_mutex_unlock(&c->slots_mu);
 #endif

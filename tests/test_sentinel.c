@@ -575,3 +575,87 @@ TEST(sentinel_count_only_from_a_sentinel_naming_this_master) {
   rp_free(new_replica);
   rp_free(new_master);
 }
+
+typedef struct timed_call {
+  dlock_t *l;
+  int rc;
+  int64_t done_ms;
+  char err[512];
+} timed_call_t;
+
+static void *do_timed_call(void *arg) {
+  timed_call_t *k = arg;
+  k->rc = dlock_is_held(k->l);
+  k->done_ms = lu_now_ms();
+  snprintf(k->err, sizeof(k->err), "%s", dlock_last_error());
+  return NULL;
+}
+
+/*
+ * The master is looked up through the Sentinels outside the connection's
+ * mutex: while one caller waits for silent Sentinels (here one fake
+ * Sentinel, listed four times, that stops answering, after the master
+ * died), another caller of the same client gives up at its own deadline
+ * (the command timeout, 1 s) rather than wait behind the lookup (about
+ * 4 s). Before, it returned only after the lookup had ended.
+ */
+TEST(sentinel_lookup_does_not_hold_other_callers) {
+  rp_server_t *m = lu_server(0);
+  fs_server_t *fs = fs_start();
+  char addr[128];
+  master_addr(addr, sizeof(addr), rp_port(m));
+  fs_set(fs, "SENTINEL GET-MASTER-ADDR-BY-NAME", &(fs_action_t){.reply = addr});
+  fs_set(fs, "SENTINEL REPLICAS", &(fs_action_t){.reply = "*0\r\n"});
+  char url[256];
+  int p = fs_port(fs);
+  snprintf(url, sizeof(url),
+           "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,"
+           "127.0.0.1:%d/mymaster",
+           p, p, p, p);
+  dlock_options_t o;
+  /* Without replica sync, the only SENTINEL commands are the lookup's. */
+  sentinel_options(&o, url, 0, NULL);
+  o.connect_timeout_ms = 3000;
+  o.command_timeout_ms = 1000;
+  o.outage_wait_ms = 0;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *a = lu_get(c, "lookup-a"), *b = lu_get(c, "lookup-b");
+  ASSERT_EQ(dlock_trylock(a, 0, 30000), 0);
+  ASSERT_EQ(dlock_unlock(a), 0);
+
+  /* The Sentinel falls silent and the master dies: the next call looks the
+   * master up, and waits for each Sentinel in turn. */
+  fs_set(fs, "SENTINEL", &(fs_action_t){.how = FS_SILENT});
+  ASSERT_EQ(rp_kill(m), 0);
+  /* Noticed closed at the next use, which looks the master up. */
+  lu_sleep_ms(200);
+  timed_call_t ka = {a, 0, 0, ""}, kb = {b, 0, 0, ""};
+  pthread_t ta, tb;
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(pthread_create(&ta, NULL, do_timed_call, &ka), 0);
+  /* B comes while A asks the Sentinels (four of them, 1 s each). */
+  lu_sleep_ms(500);
+  int64_t tb0 = lu_now_ms();
+  ASSERT_EQ(pthread_create(&tb, NULL, do_timed_call, &kb), 0);
+  ASSERT_EQ(pthread_join(tb, NULL), 0);
+  ASSERT_EQ(pthread_join(ta, NULL), 0);
+  printf("A: %s\nB: %s\n", ka.err, kb.err);
+  printf("lookup by A: %s after %" PRId64 " ms; B (1 s deadline): %s after "
+         "%" PRId64 " ms\n",
+         dlock_err_name(ka.rc), ka.done_ms - t0, dlock_err_name(kb.rc),
+         kb.done_ms - tb0);
+  ASSERT_EQ(ka.rc, DLOCK_EIO);
+  /* B waited for A's lookup, and gave up at its own deadline, long before
+   * the lookup's four silent Sentinels were through. Before, it waited
+   * behind the mutex until the lookup had ended, and then failed with the
+   * lookup's error. */
+  ASSERT_EQ(kb.rc, DLOCK_EIO);
+  ASSERT(strstr(kb.err, "being looked up") != NULL);
+  ASSERT_LT(kb.done_ms - tb0, 3000);
+
+  dlock_free(a);
+  dlock_free(b);
+  dlock_client_close(c);
+  fs_free(fs);
+  rp_free(m);
+}
