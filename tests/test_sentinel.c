@@ -594,10 +594,10 @@ static void *do_timed_call(void *arg) {
 /*
  * The master is looked up through the Sentinels outside the connection's
  * mutex: while one caller waits for silent Sentinels (here one fake
- * Sentinel, listed four times, that stops answering, after the master
+ * Sentinel, listed six times, that stops answering, after the master
  * died), another caller of the same client gives up at its own deadline
  * (the command timeout, 1 s) rather than wait behind the lookup (about
- * 4 s). Before, it returned only after the lookup had ended.
+ * 6 s). Before, it returned only after the lookup had ended.
  */
 TEST(sentinel_lookup_does_not_hold_other_callers) {
   rp_server_t *m = lu_server(0);
@@ -610,12 +610,13 @@ TEST(sentinel_lookup_does_not_hold_other_callers) {
   int p = fs_port(fs);
   snprintf(url, sizeof(url),
            "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,"
-           "127.0.0.1:%d/mymaster",
-           p, p, p, p);
+           "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
+           p, p, p, p, p, p);
   dlock_options_t o;
   /* Without replica sync, the only SENTINEL commands are the lookup's. */
   sentinel_options(&o, url, 0, NULL);
-  o.connect_timeout_ms = 3000;
+  /* The lookup may take 6 s (connect and command timeouts). */
+  o.connect_timeout_ms = 5000;
   o.command_timeout_ms = 1000;
   o.outage_wait_ms = 0;
   dlock_client_t *c = lu_client_opts(&o);
@@ -633,8 +634,8 @@ TEST(sentinel_lookup_does_not_hold_other_callers) {
   pthread_t ta, tb;
   int64_t t0 = lu_now_ms();
   ASSERT_EQ(pthread_create(&ta, NULL, do_timed_call, &ka), 0);
-  /* B comes while A asks the Sentinels (four of them, 1 s each). */
-  lu_sleep_ms(500);
+  /* B comes while A asks the Sentinels (six of them, 1 s each). */
+  lu_sleep_ms(1200);
   int64_t tb0 = lu_now_ms();
   ASSERT_EQ(pthread_create(&tb, NULL, do_timed_call, &kb), 0);
   ASSERT_EQ(pthread_join(tb, NULL), 0);
@@ -646,7 +647,7 @@ TEST(sentinel_lookup_does_not_hold_other_callers) {
          kb.done_ms - tb0);
   ASSERT_EQ(ka.rc, DLOCK_EIO);
   /* B waited for A's lookup, and gave up at its own deadline, long before
-   * the lookup's four silent Sentinels were through. Before, it waited
+   * the lookup's six silent Sentinels were through. Before, it waited
    * behind the mutex until the lookup had ended, and then failed with the
    * lookup's error. */
   ASSERT_EQ(kb.rc, DLOCK_EIO);
