@@ -125,8 +125,13 @@ int dlock__sync_wanted(dlock_client_t *c) {
         c->sentinel, dlock__deadline_ms(c->opt.command_timeout_ms), &n);
     if (rc != 0)
       return rc;
-    /* The master's own count is of the master before: read again. */
-    atomic_store(&s->seen, -1);
+    /* The master's own count, when the master moved, is of the master
+     * before: read again. Otherwise it stays: a replica just back from an
+     * outage that the Sentinels still flag down is in step there, and a
+     * failover may promote it (a write that the other replica alone
+     * acknowledged would be lost). */
+    if (atomic_load(&s->gen) != gen)
+      atomic_store(&s->seen, -1);
     atomic_store(&s->gen, gen);
     atomic_store(&s->replicas, n);
     atomic_store(&s->read_us, dlock__now_us());
