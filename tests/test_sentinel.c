@@ -535,10 +535,13 @@ TEST(sentinel_count_only_from_a_sentinel_naming_this_master) {
            fs_port(fs));
   dlock_options_t o;
   sentinel_options(&o, url, 1, NULL);
-  o.replica_sync_timeout_ms = 500;
+  /* Long enough for a replica of a loaded machine; the stopped one below
+   * makes its write fall short after it. */
+  o.replica_sync_timeout_ms = 3000;
+  o.command_timeout_ms = 5000;
   dlock_client_t *c = lu_client_opts(&o);
   dlock_t *a = lu_get(c, "count-a"), *b = lu_get(c, "count-b");
-  ASSERT_EQ(dlock_trylock(a, 0, 30000), 0);
+  ASSERT_EQ(dlock_trylock(a, 10000, 30000), 0);
   ASSERT_EQ(lu_exists(old_master, "count-a"), 1);
   ASSERT_EQ(dlock_unlock(a), 0);
 
@@ -558,7 +561,7 @@ TEST(sentinel_count_only_from_a_sentinel_naming_this_master) {
   snprintf(entries, sizeof(entries), "*2\r\n%s%s", e1, e2);
   fs_set(fs, "SENTINEL REPLICAS", &(fs_action_t){.reply = entries});
 
-  ASSERT_EQ(dlock_trylock(b, 10000, 30000), 0);
+  ASSERT_EQ(dlock_trylock(b, 20000, 30000), 0);
   printf("lock on the old master %lld, on the new one %lld\n",
          (long long)lu_exists(old_master, "count-b"),
          (long long)lu_exists(new_master, "count-b"));
