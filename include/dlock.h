@@ -346,7 +346,15 @@ typedef struct dlock_options {
  * n is replica_sync_replicas, or by default the replicas the master has in
  * step (INFO replication: state online, acknowledged within 2 s), or,
  * through Sentinel, those the Sentinels see up and replicating (SENTINEL
- * REPLICAS). A master without replicas waits for none, and gives no
+ * REPLICAS; a replica that turned master under its master, being
+ * promoted, included), or the master's own count when larger. Through
+ * Sentinel the count is believed only from a Sentinel that names the
+ * master the client writes to (one naming another sends the client to
+ * look the master up again, and the write is not sent), and a write whose
+ * master moved (+switch-master) before its WAIT was answered is not synced
+ * (DLOCK_ENOSYNC, "... written while the master moved ..."): a failover's
+ * old master takes writes that its departing replicas acknowledge and then
+ * drop. A master without replicas waits for none, and gives no
  * replication guarantee. Redisson, which sends the same WAIT, accepts one
  * acknowledgement; dlock asks for every replica in step by default (set
  * replica_sync_replicas = 1 for Redisson's rule). WAIT holds up the
@@ -368,7 +376,9 @@ typedef struct dlock_options {
  * Riding out a failover (outage_wait_ms). While the master is down and
  * being replaced, calls see refused or reset connections, READONLY (a
  * demoted master), LOADING, MASTERDOWN, NOREPLICAS or DLOCK_ENOSYNC. A
- * dlock_trylock with a wait, dlock_lock and dlock_unlock keep trying
+ * dlock_trylock with a wait, dlock_lock, dlock_unlock, MultiLock and
+ * RedLock acquisitions with a wait (a RedLock when too few nodes answer),
+ * dlock_psem_acquire and dlock_latch_await keep trying
  * through these, with a back-off (20 ms to 640 ms) and rediscovery at
  * each reconnect, until their wait, or outage_wait_ms, runs out; then they
  * fail with the last error. An acquisition retried this way is safe: one
@@ -377,6 +387,11 @@ typedef struct dlock_options {
  * renewing through the failover; a lock the failover lost is reported
  * (on_lost, DLOCK_ELOST), never quietly taken again. Queries
  * (dlock_is_locked, ...) and dlock_trylock with wait 0 do not retry.
+ * dlock_sem_acquire retries only failures that took nothing (a refusal,
+ * DLOCK_ENOSYNC): a plain semaphore's permits have no owner, and an
+ * unanswered attempt retried could take them twice for good. An expirable
+ * permit is retried under a new id (the unanswered one is given back when
+ * Redis answers, or comes back at its lease end).
  */
 
 /*

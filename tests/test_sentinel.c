@@ -462,3 +462,204 @@ TEST(sentinel_cli_run_across_a_failover) {
   sg_free(g);
 }
 #endif
+
+/* A SENTINEL REPLICAS entry, in RESP. */
+static void replica_entry(char *buf, size_t n, int port, const char *role,
+                          const char *master_host) {
+  char name[32];
+  snprintf(name, sizeof(name), "127.0.0.1:%d", port);
+  snprintf(buf, n,
+           "*8\r\n$4\r\nname\r\n$%zu\r\n%s\r\n$5\r\nflags\r\n$5\r\nslave\r\n"
+           "$13\r\nrole-reported\r\n$%zu\r\n%s\r\n$11\r\nmaster-host\r\n"
+           "$%zu\r\n%s\r\n",
+           strlen(name), name, strlen(role), role, strlen(master_host),
+           master_host);
+}
+
+/* A GET-MASTER-ADDR-BY-NAME answer naming 127.0.0.1:'port'. */
+static void master_addr(char *buf, size_t n, int port) {
+  char p[16];
+  snprintf(p, sizeof(p), "%d", port);
+  snprintf(buf, n, "*2\r\n$9\r\n127.0.0.1\r\n$%zu\r\n%s\r\n", strlen(p), p);
+}
+
+static rp_server_t *replica_of(rp_server_t *master) {
+  char conf[64];
+  snprintf(conf, sizeof(conf), "replicaof 127.0.0.1 %d\n", rp_port(master));
+  rp_options_t o;
+  rp_options_init(&o);
+  o.extra_conf = conf;
+  return lu_server_opts(&o);
+}
+
+/* Waits until 'master' has 'n' replicas that acknowledged its stream. */
+static void wait_synced(rp_server_t *master, int n) {
+  int64_t until = lu_now_ms() + 30000;
+  for (;;) {
+    redisReply *r = rp_cmd(master, "WAIT %d 1000", n);
+    int ok = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer >= n;
+    freeReplyObject(r);
+    if (ok)
+      return;
+    ASSERT_LT(lu_now_ms(), until);
+  }
+}
+
+/*
+ * The replica count is taken only from a Sentinel that names the master the
+ * client writes to. Here a Sentinel (a fake one, to hold the state still)
+ * has moved on to a new master while the client, not told yet, still
+ * writes to the old one, which keeps a replica that acknowledges its
+ * writes (during a real SENTINEL FAILOVER, it is about to follow the new
+ * master and drop them). Before, the client read the new master's count (1)
+ * and took a lock on the old master, acknowledged by that replica: a write
+ * the failover loses (the chaos scenario sentinel-failover saw fencing
+ * tokens go back). Now the Sentinel's answer sends the client to the new
+ * master, where the lock is taken.
+ */
+TEST(sentinel_count_only_from_a_sentinel_naming_this_master) {
+  rp_server_t *old_master = lu_server(0), *old_replica = replica_of(old_master);
+  rp_server_t *new_master = lu_server(0), *new_replica = replica_of(new_master);
+  wait_synced(old_master, 1);
+  wait_synced(new_master, 1);
+  fs_server_t *fs = fs_start();
+  char addr[128], entries[1024], e1[400], e2[400];
+  master_addr(addr, sizeof(addr), rp_port(old_master));
+  fs_set(fs, "SENTINEL GET-MASTER-ADDR-BY-NAME", &(fs_action_t){.reply = addr});
+  replica_entry(e1, sizeof(e1), rp_port(old_replica), "slave", "127.0.0.1");
+  snprintf(entries, sizeof(entries), "*1\r\n%s", e1);
+  fs_set(fs, "SENTINEL REPLICAS", &(fs_action_t){.reply = entries});
+
+  char url[128];
+  snprintf(url, sizeof(url), "redis-sentinel://127.0.0.1:%d/mymaster",
+           fs_port(fs));
+  dlock_options_t o;
+  sentinel_options(&o, url, 1, NULL);
+  /* Long enough for a replica of a loaded machine; the stopped one below
+   * makes its write fall short after it. */
+  o.replica_sync_timeout_ms = 3000;
+  o.command_timeout_ms = 5000;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *a = lu_get(c, "count-a"), *b = lu_get(c, "count-b");
+  ASSERT_EQ(dlock_trylock(a, 10000, 30000), 0);
+  ASSERT_EQ(lu_exists(old_master, "count-a"), 1);
+  ASSERT_EQ(dlock_unlock(a), 0);
+
+  /* A write that falls short (the replica stopped) makes the client read
+   * the count again before its next write. */
+  ASSERT_EQ(rp_pause(old_replica), 0);
+  ASSERT_EQ(dlock_trylock(a, 0, 30000), DLOCK_ENOSYNC);
+  ASSERT_EQ(rp_resume(old_replica), 0);
+  wait_synced(old_master, 1);
+
+  /* The Sentinel names the new master now, with its replica and the old
+   * master (never seen as a replica of it) listed. */
+  master_addr(addr, sizeof(addr), rp_port(new_master));
+  fs_set(fs, "SENTINEL GET-MASTER-ADDR-BY-NAME", &(fs_action_t){.reply = addr});
+  replica_entry(e1, sizeof(e1), rp_port(new_replica), "slave", "127.0.0.1");
+  replica_entry(e2, sizeof(e2), rp_port(old_master), "master", "?");
+  snprintf(entries, sizeof(entries), "*2\r\n%s%s", e1, e2);
+  fs_set(fs, "SENTINEL REPLICAS", &(fs_action_t){.reply = entries});
+
+  ASSERT_EQ(dlock_trylock(b, 20000, 30000), 0);
+  printf("lock on the old master %lld, on the new one %lld\n",
+         (long long)lu_exists(old_master, "count-b"),
+         (long long)lu_exists(new_master, "count-b"));
+  ASSERT_EQ(lu_exists(old_master, "count-b"), 0);
+  ASSERT_EQ(lu_exists(new_master, "count-b"), 1);
+  ASSERT_EQ(dlock_unlock(b), 0);
+
+  dlock_free(a);
+  dlock_free(b);
+  dlock_client_close(c);
+  fs_free(fs);
+  rp_free(old_replica);
+  rp_free(old_master);
+  rp_free(new_replica);
+  rp_free(new_master);
+}
+
+typedef struct timed_call {
+  dlock_t *l;
+  int rc;
+  int64_t done_ms;
+  char err[512];
+} timed_call_t;
+
+static void *do_timed_call(void *arg) {
+  timed_call_t *k = arg;
+  k->rc = dlock_is_held(k->l);
+  k->done_ms = lu_now_ms();
+  snprintf(k->err, sizeof(k->err), "%s", dlock_last_error());
+  return NULL;
+}
+
+/*
+ * The master is looked up through the Sentinels outside the connection's
+ * mutex: while one caller waits for silent Sentinels (here one fake
+ * Sentinel, listed six times, that stops answering, after the master
+ * died), another caller of the same client gives up at its own deadline
+ * (the command timeout, 1 s) rather than wait behind the lookup (about
+ * 6 s). Before, it returned only after the lookup had ended.
+ */
+TEST(sentinel_lookup_does_not_hold_other_callers) {
+  rp_server_t *m = lu_server(0);
+  fs_server_t *fs = fs_start();
+  char addr[128];
+  master_addr(addr, sizeof(addr), rp_port(m));
+  fs_set(fs, "SENTINEL GET-MASTER-ADDR-BY-NAME", &(fs_action_t){.reply = addr});
+  fs_set(fs, "SENTINEL REPLICAS", &(fs_action_t){.reply = "*0\r\n"});
+  char url[256];
+  int p = fs_port(fs);
+  snprintf(url, sizeof(url),
+           "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,"
+           "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
+           p, p, p, p, p, p);
+  dlock_options_t o;
+  /* Without replica sync, the only SENTINEL commands are the lookup's. */
+  sentinel_options(&o, url, 0, NULL);
+  /* The lookup may take 6 s (connect and command timeouts). */
+  o.connect_timeout_ms = 5000;
+  o.command_timeout_ms = 1000;
+  o.outage_wait_ms = 0;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *a = lu_get(c, "lookup-a"), *b = lu_get(c, "lookup-b");
+  ASSERT_EQ(dlock_trylock(a, 0, 30000), 0);
+  ASSERT_EQ(dlock_unlock(a), 0);
+
+  /* The Sentinel falls silent and the master dies: the next call looks the
+   * master up, and waits for each Sentinel in turn. */
+  fs_set(fs, "SENTINEL", &(fs_action_t){.how = FS_SILENT});
+  ASSERT_EQ(rp_kill(m), 0);
+  /* Noticed closed at the next use, which looks the master up. */
+  lu_sleep_ms(200);
+  timed_call_t ka = {a, 0, 0, ""}, kb = {b, 0, 0, ""};
+  pthread_t ta, tb;
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(pthread_create(&ta, NULL, do_timed_call, &ka), 0);
+  /* B comes while A asks the Sentinels (six of them, 1 s each). */
+  lu_sleep_ms(1200);
+  int64_t tb0 = lu_now_ms();
+  ASSERT_EQ(pthread_create(&tb, NULL, do_timed_call, &kb), 0);
+  ASSERT_EQ(pthread_join(tb, NULL), 0);
+  ASSERT_EQ(pthread_join(ta, NULL), 0);
+  printf("A: %s\nB: %s\n", ka.err, kb.err);
+  printf("lookup by A: %s after %" PRId64 " ms; B (1 s deadline): %s after "
+         "%" PRId64 " ms\n",
+         dlock_err_name(ka.rc), ka.done_ms - t0, dlock_err_name(kb.rc),
+         kb.done_ms - tb0);
+  ASSERT_EQ(ka.rc, DLOCK_EIO);
+  /* B waited for A's lookup, and gave up at its own deadline, long before
+   * the lookup's six silent Sentinels were through. Before, it waited
+   * behind the mutex until the lookup had ended, and then failed with the
+   * lookup's error. */
+  ASSERT_EQ(kb.rc, DLOCK_EIO);
+  ASSERT(strstr(kb.err, "being looked up") != NULL);
+  ASSERT_LT(kb.done_ms - tb0, 3000);
+
+  dlock_free(a);
+  dlock_free(b);
+  dlock_client_close(c);
+  fs_free(fs);
+  rp_free(m);
+}

@@ -100,6 +100,39 @@ TEST(sentinel_counts_the_replica_being_promoted) {
   freeReplyObject(r);
 }
 
+/* One replica's entry with the master it was last seen replicating from
+ * ("?" when the Sentinel never saw it as a replica). */
+static redisReply *replica_of(const char *flags, const char *role,
+                              const char *master_host) {
+  redisReply *r = replica(flags, role);
+  r->element = realloc(r->element, 8 * sizeof(*r->element));
+  r->element[6] = str("master-host");
+  r->element[7] = str(master_host);
+  r->elements = 8;
+  return r;
+}
+
+/*
+ * A Sentinel that does not lead the failover sees the replica being
+ * promoted say "master" before it hears of the new master: that replica was
+ * seen replicating (master-host known), so it still counts, and a write on
+ * the old master that the other replica alone acknowledges is not synced.
+ * The old master listed under the new one, never seen as a replica since
+ * the switch (master-host "?"), still does not count.
+ */
+TEST(sentinel_counts_a_replica_turned_master_under_its_master) {
+  redisReply *e[] = {replica_of("slave", "master", "127.0.0.1"),
+                     replica_of("slave", "slave", "127.0.0.1")};
+  redisReply *r = replicas(2, e);
+  ASSERT_EQ(dlock__sentinel_count_replicas(r), 2);
+  freeReplyObject(r);
+  redisReply *e2[] = {replica_of("slave", "master", "?"),
+                      replica_of("slave", "slave", "127.0.0.1")};
+  r = replicas(2, e2);
+  ASSERT_EQ(dlock__sentinel_count_replicas(r), 1);
+  freeReplyObject(r);
+}
+
 TEST(sentinel_count_of_a_bad_reply_is_zero) {
   redisReply *r = str("not an array");
   ASSERT_EQ(dlock__sentinel_count_replicas(r), 0);

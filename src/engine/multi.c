@@ -118,6 +118,32 @@ static int release_parts(dlock_t *l, uint64_t owner, unsigned char *held) {
  * callers with overlapping sets in any order cannot deadlock), and goes
  * round again holding it.
  */
+/* Whether an acquisition whose last attempt failed with an error an
+ * outage causes tries again: 0 after the pause (the outage back-off), else
+ * -1 (no wait, riding switched off, out of time, or canceled; the last
+ * error stands). '*until_us' (0 at first) is when riding ends. */
+static int ride_on(dlock_client_t *c, int64_t wait_ms, int64_t deadline_us,
+                   int64_t *until_us, int *step) {
+  if (wait_ms == 0 || c->opt.outage_wait_ms == 0)
+    return -1;
+  int64_t now = dlock__now_us();
+  if (*until_us == 0)
+    *until_us = wait_ms == DLOCK_WAIT_FOREVER
+                    ? dlock__after_ms(now, c->opt.outage_wait_ms)
+                    : deadline_us;
+  if (now >= *until_us)
+    return -1;
+  char why[512];
+  snprintf(why, sizeof(why), "%s", dlock_last_error());
+  int rc = dlock__outage_pause(c, step, *until_us);
+  int late = dlock__now_us() >= *until_us;
+  if (rc == 0 && !late)
+    return 0;
+  if (rc == 0)
+    dlock__fail_text(DLOCK_EIO, why);
+  return -1;
+}
+
 static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                          int64_t lease_ms, int64_t deadline_us) {
   unsigned char *held = dlock__calloc(l->nsubs, 1);
@@ -125,6 +151,8 @@ static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     return dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a MultiLock");
   int fresh = !holds_any_part(l, owner);
   int rc;
+  int64_t ride_until = 0;
+  int ride_step = 0;
   for (;;) {
     size_t busy = l->nsubs;
     rc = 0;
@@ -143,6 +171,15 @@ static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     char detail[512];
     snprintf(detail, sizeof(detail), "%s", dlock_last_error());
     release_parts(l, owner, held);
+    /* A part that failed with an error an outage causes (its server
+     * unreachable, READONLY, LOADING, too few replicas) is tried again,
+     * every part from the start, after the outage back-off, as a single
+     * lock's wait does: within the wait, or outage_wait_ms after the first
+     * such error for a wait without end. */
+    if ((err == DLOCK_EIO || err == DLOCK_ENOSYNC) &&
+        ride_on(l->subs[busy]->c, wait_ms, deadline_us, &ride_until,
+                &ride_step) == 0)
+      continue;
     if (err != DLOCK_ETIMEDOUT || wait_ms == 0 ||
         dlock__now_us() >= deadline_us) {
       rc = dlock__fail_text(err, detail);
@@ -602,6 +639,8 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     goto out;
   }
   int fresh = !holds_any_part(l, owner);
+  int64_t ride_until = 0;
+  int ride_step = 0;
   for (int attempt = 0;; attempt++) {
     int64_t start = dlock__now_us(), ttl_ms = -1;
     /* Every part this owner had before, lost ones included: undoing the
@@ -639,6 +678,15 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     red_release_all(l, owner, undo, &undone);
     note_unanswered(l, owner, state);
     if (answered < quorum) {
+      rc = dlock__fail(DLOCK_ENOQUORUM,
+                       "RedLock: only %zu of %zu nodes answered; %zu needed",
+                       answered, n, quorum);
+      /* Too many nodes unreachable or refusing (restarting, failing
+       * over): asked again after the outage back-off within the wait, as
+       * a single lock's wait rides an outage; ENOQUORUM when it ends. */
+      if (ride_on(l->subs[0]->c, wait_ms, deadline_us, &ride_until,
+                  &ride_step) == 0)
+        continue;
       rc = dlock__fail(DLOCK_ENOQUORUM,
                        "RedLock: only %zu of %zu nodes answered; %zu needed",
                        answered, n, quorum);

@@ -63,6 +63,7 @@ struct dlock__conn {
   dlock__conn_cfg cfg;
   dlock__stream *ctx;     /* NULL while disconnected */
   unsigned gen;           /* the Sentinel generation 'ctx' was made in */
+  int discovering;        /* a thread looks the master up, outside 'mu' */
   request *head, *tail;   /* sent, awaiting replies, oldest first */
   int driving;            /* a thread is reading replies */
   int writing;            /* a thread is writing 'wbuf' (write_out_locked) */
@@ -142,6 +143,7 @@ static void check_locked(const dlock__conn *c) {
   assert(c->sending == NULL || c->writing);
   assert(c->zombie == NULL || (c->zombie == c->sending && c->ctx != c->zombie));
   assert(c->ctx != NULL || (c->head == NULL && !c->driving));
+  assert(!c->discovering || c->ctx == NULL);
   assert(c->broken_code == 0 || c->ctx != NULL);
   assert((c->head == NULL) == (c->tail == NULL));
   assert(c->tail == NULL || c->tail->next == NULL);
@@ -490,6 +492,21 @@ static int idle_connection_is_dead(dlock__conn *c) {
 static int link_locked(dlock__conn *c, int64_t deadline_us) {
   unsigned cancels = c->cancels;
 again:
+  /* Another thread is looking the master up through the Sentinels, outside
+   * 'mu': this caller waits for that, up to its own deadline, looking again
+   * every millisecond (a lookup is rare, and takes round trips). */
+  while (c->discovering) {
+    if (c->cancels != cancels)
+      return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+    if (dlock__now_us() >= deadline_us)
+      return dlock__fail(DLOCK_EIO,
+                         "no connection: the master is being looked up "
+                         "through the Sentinels, and the deadline passed");
+    conn_unlock(c);
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&c->mu);
+  }
   /* The master moved (+switch-master): nothing more goes to the old one,
    * which may take writes until it is told it is a replica. */
   if (c->ctx != NULL && c->cfg.locator != NULL &&
@@ -541,16 +558,22 @@ again:
       return rc;
     }
   }
-  if (c->cfg.locator != NULL)
+  if (c->cfg.locator != NULL) {
     /* Discovery asks the Sentinels and confirms the master with ROLE, one
-     * command at a time, so it waits for the servers here, under 'mu': the
-     * callers of this master wait with it, for at most its connect and
-     * command timeouts, and nobody else does. */
+     * command at a time, waiting for the servers, for at most the connect
+     * and command timeouts: outside 'mu', so that the other callers of
+     * this connection wait for it only up to their own deadlines, and a
+     * cancel is not held up. Meanwhile nobody else connects ('discovering'
+     * is seen above), so 'ctx' stays NULL. */
+    c->discovering = 1;
+    conn_unlock(c);
     rc = c->cfg.locator->open(c->cfg.locator->ctx,
                               dlock__deadline_ms(c->cfg.connect_timeout_ms +
                                                  c->cfg.command_timeout_ms),
                               &ctx, &gen);
-  else
+    pthread_mutex_lock(&c->mu);
+    c->discovering = 0;
+  } else
     rc = dlock__stream_start_at(c->cfg.ep, c->cfg.tls, addrs,
                                 c->cfg.connect_timeout_ms,
                                 c->cfg.command_timeout_ms, &ctx);
@@ -1015,7 +1038,7 @@ static int send_common(dlock__conn *c, size_t n, char *const *cmds,
   }
 
   pthread_mutex_lock(&c->mu);
-  int rc = link_locked(c, me->deadline_us);
+  int rc = link_locked(c, caller_deadline(c, me));
   if (rc == 0)
     rc = enqueue_locked(c, n, cmds, lens, p->reqs, me);
   /* A thread already writing sends these commands too; on a connection
@@ -1201,7 +1224,7 @@ int dlock__conn_forget(dlock__conn *c) {
     return -1;
   }
 #endif
-  if (c->writing || c->sending != NULL) {
+  if (c->writing || c->sending != NULL || c->discovering) {
 #ifdef __linux__
     pthread_mutex_unlock(&c->slots_mu);
 #endif

@@ -183,5 +183,5 @@ int dlock_latch_await(dlock_latch_t *l, int64_t wait_ms) {
   char what[160];
   snprintf(what, sizeof(what), "latch \"%.100s\" not at zero", l->name);
   return dlock__wait_for(l->c, l->channel, l->channel_len, DLOCK__WAKE_LATCH,
-                         wait_ms, latch_attempt, l, what);
+                         wait_ms, latch_attempt, NULL, l, what);
 }

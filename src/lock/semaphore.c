@@ -88,14 +88,60 @@ static int timed_out(const char *what, int64_t wait_ms) {
                      (long long)wait_ms);
 }
 
+/* Where a wait stands in riding out an outage. */
+typedef struct riding {
+  int64_t wait_ms, deadline_us;
+  int64_t until_us; /* 0: no outage under way */
+  int step;         /* the back-off's */
+} riding;
+
+/*
+ * An attempt, made again after a pause when it fails with an error that a
+ * failover or a restart causes (Redis unreachable or saying READONLY,
+ * LOADING, MASTERDOWN; too few replicas acknowledging), as a lock's wait
+ * does: until the wait ends, or outage_wait_ms after the first such error
+ * for a wait without end. 'may_retry' (NULL: always) says whether this
+ * error may be retried, and prepares the next attempt.
+ */
+static int attempt_riding(dlock_client_t *c, riding *r,
+                          dlock__attempt_fn attempt, dlock__retry_fn may_retry,
+                          void *arg, int64_t *sleep_ms, int *pass) {
+  for (;;) {
+    int rc = attempt(arg, sleep_ms, pass);
+    if (rc >= 0) {
+      r->until_us = 0;
+      r->step = 0;
+    }
+    if ((rc != DLOCK_EIO && rc != DLOCK_ENOSYNC) || r->wait_ms == 0 ||
+        c->opt.outage_wait_ms == 0 ||
+        (may_retry != NULL && !may_retry(arg, rc)))
+      return rc;
+    int64_t now = dlock__now_us();
+    if (r->until_us == 0)
+      r->until_us = r->wait_ms == DLOCK_WAIT_FOREVER
+                        ? dlock__after_ms(now, c->opt.outage_wait_ms)
+                        : r->deadline_us;
+    if (now >= r->until_us)
+      return rc;
+    char why[300];
+    snprintf(why, sizeof(why), "%s", dlock_last_error());
+    int prc = dlock__outage_pause(c, &r->step, r->until_us);
+    if (prc != 0)
+      return prc;
+    if (dlock__now_us() >= r->until_us)
+      return dlock__fail_text(rc, why); /* no time for another attempt */
+  }
+}
+
 int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
                     int wake, int64_t wait_ms, dlock__attempt_fn attempt,
-                    void *arg, const char *what) {
+                    dlock__retry_fn may_retry, void *arg, const char *what) {
   int64_t deadline_us =
       wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
+  riding ride = {wait_ms, deadline_us, 0, 0};
   int64_t sleep_ms = -1;
   int pass = 0;
-  int rc = attempt(arg, &sleep_ms, &pass);
+  int rc = attempt_riding(c, &ride, attempt, may_retry, arg, &sleep_ms, &pass);
   if (rc != 1)
     return rc;
   if (wait_ms == 0)
@@ -113,7 +159,7 @@ int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
   int woken = 0;
   for (;;) {
     pass = 0;
-    rc = attempt(arg, &sleep_ms, &pass);
+    rc = attempt_riding(c, &ride, attempt, may_retry, arg, &sleep_ms, &pass);
     if (rc != 1)
       break;
     /* The wake-up was for a free permit this waiter cannot use (it needs
@@ -369,6 +415,16 @@ static int sem_attempt(void *arg, int64_t *sleep_ms, int *pass) {
   return 1;
 }
 
+/* A plain semaphore's permits have no owner: an attempt that got no answer
+ * may have taken them, and another would take as many again, never to be
+ * released. Only the failures that took nothing are tried again: too few
+ * replicas (the permits were given back) and Redis refusing the script
+ * (READONLY, LOADING, MASTERDOWN: it did not run). */
+static int sem_may_retry(void *arg, int rc) {
+  (void)arg;
+  return rc == DLOCK_ENOSYNC || strncmp(dlock_last_error(), "redis: ", 7) == 0;
+}
+
 int dlock_sem_acquire(dlock_sem_t *s, int64_t permits, int64_t wait_ms) {
   if (s == NULL)
     return dlock__fail(DLOCK_EINVAL, "semaphore handle is NULL");
@@ -386,7 +442,7 @@ int dlock_sem_acquire(dlock_sem_t *s, int64_t permits, int64_t wait_ms) {
            "semaphore \"%.100s\": %lld permits not acquired", s->name,
            (long long)permits);
   rc = dlock__wait_for(s->c, s->channel, s->channel_len, DLOCK__WAKE_COUNT,
-                       wait_ms, sem_attempt, &t, what);
+                       wait_ms, sem_attempt, sem_may_retry, &t, what);
   if (rc == 0 && note_held(s, permits) != 0) {
     /* Not counted, they could never be released: given back now. */
     const char *argv[] = {s->name, s->channel, t.n};
@@ -709,6 +765,27 @@ static int psem_attempt(void *arg, int64_t *sleep_ms, int *pass) {
   return 1;
 }
 
+/* An expirable permit is tried again under a new id after an attempt that
+ * got no answer: that attempt's permit, if it was taken, is given back when
+ * Redis answers, or else comes back at the end of its lease, and is never
+ * confused with the next one. */
+static int psem_may_retry(void *arg, int rc) {
+  psem_try *t = arg;
+  if (!dlock__outcome_unknown(rc) ||
+      strncmp(dlock_last_error(), "redis: ", 7) == 0)
+    return 1;
+  char why[300];
+  snprintf(why, sizeof(why), "%s", dlock_last_error());
+  int64_t ignored;
+  if (dlock__check_object(t->s->c) == 0)
+    psem_give_back(t->s, t->id, &ignored);
+  if (new_permit_owner(t->s, &t->owner) != 0)
+    return 0;
+  dlock__permit_id(t->s->c, t->owner, t->id);
+  dlock__fail_text(rc, why);
+  return 1;
+}
+
 int dlock_psem_acquire(dlock_psem_t *s, int64_t wait_ms, int64_t lease_ms,
                        dlock_permit_t *permit) {
   if (permit != NULL)
@@ -744,7 +821,7 @@ int dlock_psem_acquire(dlock_psem_t *s, int64_t wait_ms, int64_t lease_ms,
   snprintf(what, sizeof(what), "semaphore \"%.100s\": no permit acquired",
            s->name);
   rc = dlock__wait_for(s->c, s->channel, s->channel_len, DLOCK__WAKE_COUNT,
-                       wait_ms, psem_attempt, &t, what);
+                       wait_ms, psem_attempt, psem_may_retry, &t, what);
   if (rc != 0 && dlock__outcome_unknown(rc)) {
     /* The last attempt may have taken the permit without the answer
      * reaching here: give it back if Redis answers now (else it comes

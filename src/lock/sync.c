@@ -27,6 +27,7 @@ void dlock__sync_init(dlock__sync *s, const dlock_options_t *o) {
   atomic_store(&s->replicas, s->fixed > 0 ? s->fixed : -1);
   atomic_store(&s->read_us, 0);
   atomic_store(&s->warned, 0);
+  atomic_store(&s->seen, -1);
 }
 
 /* The value of 'key=' in one "slaveN:ip=...,state=online,...,lag=0" line
@@ -70,6 +71,16 @@ static void apply_info(dlock_client_t *c, const redisReply *r) {
   dlock__sync *s = &c->sync;
   if (r == NULL)
     return;
+  if (r->type == REDIS_REPLY_STRING && c->sentinel != NULL) {
+    int n = dlock__sync_count_info(r->str, r->len);
+    atomic_store(&s->seen, n);
+    atomic_store(&s->read_us, dlock__now_us());
+    /* Not a master: the write failed with READONLY; the Sentinels are
+     * asked again before the next. */
+    if (n < 0)
+      atomic_store(&s->replicas, -1);
+    return;
+  }
   if (r->type == REDIS_REPLY_STRING) {
     int n = dlock__sync_count_info(r->str, r->len);
     /* Not a master: the write failed with READONLY; the next one reads
@@ -103,6 +114,10 @@ int dlock__sync_wanted(dlock_client_t *c) {
   if (c->sentinel != NULL && s->fixed == 0 &&
       atomic_load(&s->gen) != dlock__sentinel_gen(c->sentinel))
     n = -1;
+  if (n >= 0 && c->sentinel != NULL && s->fixed == 0) {
+    int seen = atomic_load(&s->seen);
+    return seen > n ? seen : n;
+  }
   if (n >= 0)
     return n;
   if (c->sentinel != NULL) {
@@ -111,6 +126,13 @@ int dlock__sync_wanted(dlock_client_t *c) {
         c->sentinel, dlock__deadline_ms(c->opt.command_timeout_ms), &n);
     if (rc != 0)
       return rc;
+    /* The master's own count, when the master moved, is of the master
+     * before: read again. Otherwise it stays: a replica just back from an
+     * outage that the Sentinels still flag down is in step there, and a
+     * failover may promote it (a write that the other replica alone
+     * acknowledged would be lost). */
+    if (atomic_load(&s->gen) != gen)
+      atomic_store(&s->seen, -1);
     atomic_store(&s->gen, gen);
     atomic_store(&s->replicas, n);
     atomic_store(&s->read_us, dlock__now_us());
@@ -163,12 +185,16 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
                        int64_t idle_ms, dlock__synced *out) {
   dlock__sync *s = &c->sync;
   out->ok = 1;
-  out->acked = out->wanted = 0;
+  out->acked = out->wanted = out->moved = 0;
+  /* The generation before the count: when it is still the current one
+   * after the WAIT, the count and the connection that carried the write
+   * (replaced at its use when the generation moved) are of one master. */
+  unsigned gen = c->sentinel != NULL ? dlock__sentinel_gen(c->sentinel) : 0;
   int wanted = dlock__sync_wanted(c);
   if (wanted < 0)
     return wanted;
   int refresh = 0;
-  if (s->on && s->fixed == 0 && c->sentinel == NULL) {
+  if (s->on && s->fixed == 0) {
     /* One write per period asks: the thread that moves 'read_us' on claims
      * the refresh, so that threads writing at once do not all pipeline an
      * INFO (16 threads asked 34 times in 2 s before). A refresh that fails
@@ -223,6 +249,13 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
     out->acked =
         w != NULL && w->type == REDIS_REPLY_INTEGER ? (int)w->integer : 0;
     out->ok = out->acked >= wanted;
+    /* The master moved while the write waited: it may have gone to the
+     * old master, whose replicas acknowledge what they drop when they
+     * follow the new one. */
+    if (c->sentinel != NULL && dlock__sentinel_gen(c->sentinel) != gen) {
+      out->moved = 1;
+      out->ok = 0;
+    }
   }
   if (rc == 0 && refresh)
     apply_info(c, got[ntail - 1]);
@@ -253,6 +286,12 @@ int dlock__eval_write_paced(dlock_client_t *c, size_t n,
 
 int dlock__sync_fail(const dlock_client_t *c, const dlock__synced *s,
                      const char *what, const char *name, size_t len) {
+  if (s->moved)
+    return dlock__fail(DLOCK_ENOSYNC,
+                       "%s \"%.*s\" was written while the master moved "
+                       "(Sentinel): the replicas that acknowledged it may "
+                       "not keep it, so it was given back",
+                       what, (int)(len < 100 ? len : 100), name);
   return dlock__fail(DLOCK_ENOSYNC,
                      "%s \"%.*s\" was written on the master but only %d of "
                      "%d replicas acknowledged it within %lld ms "

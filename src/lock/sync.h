@@ -8,9 +8,12 @@
  * write that failed (the next connection may reach another master) or fell
  * short, and every second in the round trip of a write (the INFO rides
  * along after the WAIT, so it costs no round trip of its own). Through
- * Sentinel, n is what the Sentinels see instead (dlock__sentinel_replicas),
- * read before the first write, after one that failed or fell short, and
- * when the master moved.
+ * Sentinel, n is what the Sentinels see (dlock__sentinel_replicas, only
+ * from a Sentinel that names the master this client writes to), read
+ * before the first write, after one that failed or fell short, and when
+ * the master moved, or the master's own count when it is larger; and a
+ * write is synced only when the master did not move between the count's
+ * reading and the WAIT's answer.
  */
 #ifndef DLOCK_SYNC_H
 #define DLOCK_SYNC_H
@@ -31,6 +34,11 @@ typedef struct dlock__sync {
   _Atomic int64_t read_us; /* when 'replicas' was read (CLOCK_MONOTONIC) */
   atomic_int warned;       /* INFO refused: said once through on_warning */
   atomic_uint gen;         /* the Sentinel generation of 'replicas' */
+  /* Through Sentinel: the replicas in step that the master's own INFO
+   * showed last (-1: not known). The count waited for is the larger of
+   * this and the Sentinels' (a replica back from an outage is in step
+   * here before a failed write would read the Sentinels again). */
+  atomic_int seen;
 } dlock__sync;
 
 /* What one synced write found. */
@@ -38,6 +46,7 @@ typedef struct dlock__synced {
   int ok;     /* 1: enough replicas acknowledged (or none was asked for) */
   int acked;  /* how many did */
   int wanted; /* how many were asked for */
+  int moved;  /* through Sentinel: the master moved meanwhile (not ok) */
 } dlock__synced;
 
 void dlock__sync_init(dlock__sync *s, const dlock_options_t *o);

@@ -75,14 +75,22 @@ void dlock__sentinel_describe(dlock__sentinel *s, char *buf, size_t n) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* Records the master 'host':'port'; a change moves the generation on.
- * Returns 1 when it changed. */
-static int set_master(dlock__sentinel *s, const char *host, size_t host_len,
-                      int port) {
+/* Records the master 'host':'port', and Sentinel 'asked' (when not
+ * (size_t)-1) as the one to ask first; a change of master moves the
+ * generation on. Returns the generation of that master: a stream opened to
+ * it belongs to it. */
+static unsigned set_master(dlock__sentinel *s, const char *host,
+                           size_t host_len, int port, size_t asked) {
   char *copy = dlock__memdup(host, host_len);
-  if (copy == NULL)
-    return 0;
   pthread_mutex_lock(&s->mu);
+  if (asked != (size_t)-1)
+    s->next = asked;
+  if (copy == NULL) {
+    /* Out of memory: the stream is an old one, replaced at its first use. */
+    unsigned g = atomic_fetch_add(&s->gen, 1);
+    pthread_mutex_unlock(&s->mu);
+    return g;
+  }
   int changed = s->master_host == NULL || s->master_port != port ||
                 strcmp(s->master_host, copy) != 0;
   if (changed) {
@@ -93,8 +101,45 @@ static int set_master(dlock__sentinel *s, const char *host, size_t host_len,
   } else {
     dlock__free(copy);
   }
+  unsigned g = atomic_load(&s->gen);
   pthread_mutex_unlock(&s->mu);
-  return changed;
+  return g;
+}
+
+/* set_master for the watcher: 1 when the master changed. */
+static int switch_master(dlock__sentinel *s, const char *host, size_t host_len,
+                         int port) {
+  unsigned before = dlock__sentinel_gen(s);
+  return set_master(s, host, host_len, port, (size_t)-1) != before;
+}
+
+/* Forgets the master last known, moving the generation on: every
+ * connection to it is replaced at its next use, through the Sentinels. */
+static void forget_master(dlock__sentinel *s) {
+  pthread_mutex_lock(&s->mu);
+  dlock__free(s->master_host);
+  s->master_host = NULL;
+  s->master_port = 0;
+  atomic_fetch_add(&s->gen, 1);
+  pthread_mutex_unlock(&s->mu);
+  if (s->cb != NULL)
+    s->cb(s->cb_data);
+}
+
+/* 1 when 'r', a reply to GET-MASTER-ADDR-BY-NAME, names the master last
+ * known (or none is known yet), 0 when it names another or is no address,
+ * -1 out of memory. */
+static int names_known_master(dlock__sentinel *s, const redisReply *r) {
+  if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+      r->element[0]->type != REDIS_REPLY_STRING ||
+      r->element[1]->type != REDIS_REPLY_STRING)
+    return 0;
+  pthread_mutex_lock(&s->mu);
+  int same = s->master_host == NULL ||
+             (strcmp(s->master_host, r->element[0]->str) == 0 &&
+              s->master_port == atoi(r->element[1]->str));
+  pthread_mutex_unlock(&s->mu);
+  return same;
 }
 
 /* Appends 'text' to the reasons gathered in 'why'. */
@@ -217,15 +262,17 @@ int dlock__sentinel_open(dlock__sentinel *s, int64_t deadline_us,
   pthread_mutex_lock(&s->mu);
   char *known = s->master_host ? dlock__strdup(s->master_host) : NULL;
   int known_port = s->master_port;
+  /* The generation of this master, read with it: one that moves on
+   * meanwhile makes the stream an old one, replaced at its first use. */
+  unsigned known_gen = dlock__sentinel_gen(s);
   size_t first = s->next;
   pthread_mutex_unlock(&s->mu);
   int rc = DLOCK_EIO;
   if (known != NULL) {
-    unsigned g = dlock__sentinel_gen(s);
     rc = open_master(s, known, known_port, deadline_us, out);
     dlock__free(known);
     if (rc == 0) {
-      *gen = g;
+      *gen = known_gen;
       return 0;
     }
     if (rc == DLOCK_EAUTH || rc == DLOCK_ENOMEM)
@@ -245,11 +292,7 @@ int dlock__sentinel_open(dlock__sentinel *s, int64_t deadline_us,
       add_reason(why, sizeof(why), dlock_last_error());
       continue;
     }
-    set_master(s, host, strlen(host), port);
-    pthread_mutex_lock(&s->mu);
-    s->next = i;
-    pthread_mutex_unlock(&s->mu);
-    unsigned g = dlock__sentinel_gen(s);
+    unsigned g = set_master(s, host, strlen(host), port, i);
     rc = open_master(s, host, port, deadline_us, out);
     dlock__free(host);
     if (rc == 0) {
@@ -309,8 +352,24 @@ int dlock__sentinel_count_replicas(const redisReply *r) {
      * it reaches them, and a client still on the old master would
      * otherwise wait for none and write there unsynced; a replica really
      * gone is "s_down" after down-after-milliseconds. */
-    if (!has_flag(flags, "s_down") && !has_flag(flags, "o_down") &&
-        strcmp(entry_field(r->element[j], "role-reported"), "slave") == 0)
+    if (has_flag(flags, "s_down") || has_flag(flags, "o_down"))
+      continue;
+    const char *role = entry_field(r->element[j], "role-reported");
+    if (strcmp(role, "slave") == 0) {
+      n++;
+      continue;
+    }
+    /* A replica that says "master" after the Sentinel saw it replicate
+     * (its master-host is known) is being promoted by a failover that this
+     * Sentinel does not lead, or was made a master by hand: the other
+     * replicas may soon follow it and drop what the old master wrote, so
+     * it counts and the old master's writes cannot read as synced. The old
+     * master listed under the new one after +switch-master, never seen as
+     * a replica since (master-host "?"), does not count: it has none of
+     * the new master's writes until it is told to follow it. */
+    const char *mhost = entry_field(r->element[j], "master-host");
+    if (strcmp(role, "master") == 0 && mhost[0] != '\0' &&
+        strcmp(mhost, "?") != 0)
       n++;
   }
   return n;
@@ -340,12 +399,47 @@ int dlock__sentinel_replicas(dlock__sentinel *s, int64_t deadline_us,
           st, addr,
           earlier(deadline_us, dlock__deadline_ms(s->command_timeout_ms)), 3,
           argv, &r);
+    /* The master this Sentinel names, asked after the replicas: a Sentinel
+     * that still names it then named it when it listed them. */
+    redisReply *m = NULL;
+    const char *ask[] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", s->url.master};
+    if (rc == 0 && r->type == REDIS_REPLY_ARRAY)
+      rc = dlock__stream_command(
+          st, addr,
+          earlier(deadline_us, dlock__deadline_ms(s->command_timeout_ms)), 3,
+          ask, &m);
     dlock__stream_free(st);
     if (rc == 0 && r->type == REDIS_REPLY_ARRAY) {
+      int named = names_known_master(s, m);
+      if (m != NULL)
+        freeReplyObject(m);
+      if (named < 0) {
+        freeReplyObject(r);
+        return dlock__fail(DLOCK_ENOMEM, "out of memory asking a Sentinel");
+      }
+      if (named == 0) {
+        /* The Sentinel names another master than the one this client
+         * writes to: a failover is under way or done, and the replicas it
+         * lists follow another master. Their count must not be used for
+         * writes on this one (replicas still attached to it acknowledge
+         * writes that they drop when they follow the new master): the
+         * master is looked up again, and the write is not sent. */
+        freeReplyObject(r);
+        char known[160];
+        dlock__sentinel_describe(s, known, sizeof(known));
+        forget_master(s);
+        return dlock__fail(DLOCK_EIO,
+                           "Sentinel %s names another master of \"%s\" than "
+                           "%s, where this client writes: a failover is under "
+                           "way; the master is looked up again",
+                           addr, s->url.master, known);
+      }
       *out = dlock__sentinel_count_replicas(r);
       freeReplyObject(r);
       return 0;
     }
+    if (m != NULL)
+      freeReplyObject(m);
     if (rc == 0)
       rc = dlock__fail(DLOCK_EIO, "Sentinel %s: SENTINEL REPLICAS %s: %.200s",
                        addr, s->url.master,
@@ -384,7 +478,7 @@ static void on_message(dlock__sentinel *s, const redisReply *r) {
   if (sscanf(text + nlen, " %63s %d %63s %d", oldip, &oldport, newip,
              &newport) != 4)
     return;
-  if (set_master(s, newip, strlen(newip), newport) && s->cb != NULL)
+  if (switch_master(s, newip, strlen(newip), newport) && s->cb != NULL)
     s->cb(s->cb_data);
 }
 
@@ -415,8 +509,8 @@ static int watch_one(dlock__sentinel *s, size_t i) {
     int known = s->master_host != NULL;
     pthread_mutex_unlock(&s->mu);
     if (known &&
-        set_master(s, r->element[0]->str, r->element[0]->len,
-                   atoi(r->element[1]->str)) &&
+        switch_master(s, r->element[0]->str, r->element[0]->len,
+                      atoi(r->element[1]->str)) &&
         s->cb != NULL)
       s->cb(s->cb_data);
   }

@@ -227,9 +227,12 @@ static void log_command(fs_server_t *fs, const redisReply *cmd,
   pthread_cond_broadcast(&fs->cv);
 }
 
-static rule *find_rule(fs_server_t *fs, const char *name) {
+/* 'name2' is the name and the first argument ("SENTINEL REPLICAS"), or
+ * NULL for a command without arguments. */
+static rule *find_rule(fs_server_t *fs, const char *name, const char *name2) {
   for (rule **p = &fs->rules; *p != NULL; p = &(*p)->next)
-    if ((*p)->cmd == NULL || strcmp((*p)->cmd, name) == 0)
+    if ((*p)->cmd == NULL || strcmp((*p)->cmd, name) == 0 ||
+        (name2 != NULL && strcmp((*p)->cmd, name2) == 0))
       return *p;
   return NULL;
 }
@@ -260,11 +263,21 @@ static void handle_command(fs_server_t *fs, fconn *k, const redisReply *cmd) {
     name[i] = (char)toupper((unsigned char)cmd->element[0]->str[i]);
   name[nl] = '\0';
   log_command(fs, cmd, name);
+  char name2[160];
+  int has2 = cmd->elements > 1 && cmd->element[1]->type == REDIS_REPLY_STRING;
+  if (has2) {
+    size_t al = cmd->element[1]->len < 90 ? cmd->element[1]->len : 90;
+    memcpy(name2, name, nl);
+    name2[nl] = ' ';
+    for (size_t i = 0; i < al; i++)
+      name2[nl + 1 + i] = (char)toupper((unsigned char)cmd->element[1]->str[i]);
+    name2[nl + 1 + al] = '\0';
+  }
 
   fs_action_t a = {0};
   size_t len;
   char *answer;
-  rule *r = find_rule(fs, name);
+  rule *r = find_rule(fs, name, has2 ? name2 : NULL);
   if (r != NULL) {
     a = r->a;
     answer = r->reply != NULL ? status(r->reply, &len)

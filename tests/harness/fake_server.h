@@ -30,13 +30,15 @@
  *   fs_free(fs);                         // stops the thread, closes all
  *
  * The newest rule that matches a command decides (a rule for NULL matches
- * every command). Without a matching rule a command gets its plain answer:
- * PING +PONG (or its argument), AUTH +OK (or WRONGPASS when fs_password set
- * another password), SELECT/CLIENT/QUIT +OK, ECHO its argument, HELLO an
- * error (clients fall back to RESP2), SUBSCRIBE/UNSUBSCRIBE their
- * confirmations, anything else "-ERR unknown command". Replies leave in the
- * order the commands came, as from a real server: a delayed or trickled
- * reply holds back the ones after it on its connection.
+ * every command; one for "NAME ARG", such as "SENTINEL REPLICAS", only
+ * that command with that first argument, in any case). Without a matching rule
+ * a command gets its plain answer: PING +PONG (or its argument), AUTH +OK (or
+ * WRONGPASS when fs_password set another password), SELECT/CLIENT/QUIT +OK,
+ * ECHO its argument, HELLO an error (clients fall back to RESP2),
+ * SUBSCRIBE/UNSUBSCRIBE their confirmations, anything else "-ERR unknown
+ * command". Replies leave in the order the commands came, as from a real
+ * server: a delayed or trickled reply holds back the ones after it on its
+ * connection.
  *
  * Every function may be called from any thread of the test.
  */
