@@ -805,6 +805,13 @@ int dlock__pubsub_state(dlock__pubsub *ps, const char *channel, size_t len,
   return state;
 }
 
+int dlock__pubsub_thread_reads(dlock__pubsub *ps) {
+  pthread_mutex_lock(&ps->mu);
+  int reads = !ps->thread_left_socket;
+  pthread_mutex_unlock(&ps->mu);
+  return reads;
+}
+
 /* Reads the connection until 'until_us' at most or something arrives, as
  * the reader (see the top of this file). Returns with 'mu' held, as it
  * was called. */
@@ -813,6 +820,13 @@ static void read_as_waiter_locked(dlock__pubsub *ps, dlock__waiter *w,
   int fd = dlock__stream_fd(ps->ctx);
   ps->reader = w;
   w->reading = 1;
+  /* The thread, polling the socket too, would wake with this reader on
+   * the message, and they would take turns at the mutex before the reader
+   * could act on it: two threads woken where one is enough, on the way
+   * from an unlock to the next attempt. It is told now, while nothing is
+   * due, to poll without the socket. */
+  if (!ps->thread_left_socket)
+    poke_thread(ps);
   pthread_mutex_unlock(&ps->mu);
   struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
                         {.fd = ps->reader_pipe[0], .events = POLLIN}};

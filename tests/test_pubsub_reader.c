@@ -1,0 +1,81 @@
+/*
+ * Who reads the pub/sub connection while a waiter sleeps: the waiter
+ * itself (see src/sub/pubsub.c), and not the thread at the same time.
+ * With both polling the socket, the unlock message wakes both and they
+ * take turns at the mutex before the waiter can try for the lock: on a
+ * busy machine, a wake-up or two more on the way from an unlock in one
+ * process to the acquisition in another.
+ *
+ * The thread is made to poll the socket with no time limit (a channel
+ * whose waiter joined and has not gone to sleep yet: nothing is due); the
+ * waiter then goes to sleep without anything else waking the thread, and
+ * must get the thread to leave the socket to it. Once the waiter is gone,
+ * the thread reads the socket again. Event order only: every wait is
+ * bounded generously.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "client.h"
+#include "lock_util.h"
+#include "monotime.h"
+#include "pubsub.h"
+
+typedef struct sleeper {
+  dlock__pubsub *ps;
+  dlock__waiter w;
+  atomic_int started;
+  int rc;
+} sleeper;
+
+static void *sleeper_main(void *arg) {
+  sleeper *k = arg;
+  atomic_store(&k->started, 1);
+  k->rc = dlock__pubsub_wait(k->ps, &k->w, dlock__now_us() + 60000000);
+  return NULL;
+}
+
+/* Waits up to 10 s for the thread's reading to become 'want'. */
+static int thread_reads_becomes(dlock__pubsub *ps, int want) {
+  int64_t until = lu_now_ms() + 10000;
+  while (dlock__pubsub_thread_reads(ps) != want && lu_now_ms() < until)
+    lu_sleep_ms(2);
+  return dlock__pubsub_thread_reads(ps);
+}
+
+TEST(sleeping_waiter_reads_alone) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  const char *chan = "test:reader:channel";
+
+  /* Joined, not asleep: the subscription is confirmed and the thread
+   * polls the socket, with no linger running that would wake it. */
+  sleeper k = {.ps = c->ps};
+  ASSERT_DLOCK_OK(dlock__pubsub_join(c->ps, chan, strlen(chan),
+                                     dlock__now_us() + 5000000, &k.w));
+  ASSERT_EQ(thread_reads_becomes(c->ps, 1), 1);
+  /* Time for the thread to be back in poll() after the confirmation (were
+   * it not, it would see the sleeper below at its next look anyway, and
+   * the test would not tell). */
+  lu_sleep_ms(100);
+
+  /* Asleep: the thread leaves the socket to the waiter. */
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, sleeper_main, &k), 0);
+  while (!atomic_load(&k.started))
+    lu_sleep_ms(1);
+  ASSERT_EQ(thread_reads_becomes(c->ps, 0), 0);
+
+  /* The message reaches the waiter. */
+  ASSERT_EQ(lu_reply_int(rp_cmd(s, "PUBLISH %s 0", chan)), 1);
+  pthread_join(t, NULL);
+  ASSERT_EQ(k.rc, 1);
+  dlock__pubsub_leave(c->ps, &k.w);
+  /* Nobody waits: the thread reads the socket again (the channel's
+   * messages and its UNSUBSCRIBE's reply must still be read). */
+  ASSERT_EQ(thread_reads_becomes(c->ps, 1), 1);
+
+  dlock_client_close(c);
+  rp_free(s);
+}
