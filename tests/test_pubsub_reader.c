@@ -9,9 +9,8 @@
  * The thread is made to poll the socket with no time limit (a channel
  * whose waiter joined and has not gone to sleep yet: nothing is due); the
  * waiter then goes to sleep without anything else waking the thread, and
- * must get the thread to leave the socket to it. Once the waiter is gone,
- * the thread reads the socket again. Event order only: every wait is
- * bounded generously.
+ * must get the thread to leave the socket to it. Event order only: every
+ * wait is bounded generously, but for one that must run out.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -72,9 +71,49 @@ TEST(sleeping_waiter_reads_alone) {
   pthread_join(t, NULL);
   ASSERT_EQ(k.rc, 1);
   dlock__pubsub_leave(c->ps, &k.w);
-  /* Nobody waits: the thread reads the socket again (the channel's
-   * messages and its UNSUBSCRIBE's reply must still be read). */
-  ASSERT_EQ(thread_reads_becomes(c->ps, 1), 1);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+/*
+ * Nobody waits: the thread leaves the socket alone, so that an unlock the
+ * process publishes itself, on a channel it still lingers on, does not
+ * wake it. What arrives meanwhile is old news to the next waiter, and
+ * must not wake it; a message sent after it joined does.
+ */
+TEST(idle_messages_do_not_wake_next_waiter) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  const char *chan = "test:reader:idle";
+
+  dlock__waiter w;
+  memset(&w, 0, sizeof(w));
+  ASSERT_DLOCK_OK(dlock__pubsub_join(c->ps, chan, strlen(chan),
+                                     dlock__now_us() + 5000000, &w));
+  dlock__pubsub_leave(c->ps, &w);
+  /* Lingering, with nobody waiting: the thread does not read. */
+  ASSERT_EQ(thread_reads_becomes(c->ps, 0), 0);
+  ASSERT_EQ(dlock__pubsub_state(c->ps, chan, strlen(chan), NULL),
+            DLOCK__SUB_ACTIVE);
+
+  /* Messages to nobody, in the client's socket before the next join. */
+  ASSERT_EQ(lu_reply_int(rp_cmd(s, "PUBLISH %s 0", chan)), 1);
+  ASSERT_EQ(lu_reply_int(rp_cmd(s, "PUBLISH %s 1", chan)), 1);
+  lu_sleep_ms(100);
+
+  /* The next waiter joins the lingering channel without a SUBSCRIBE and
+   * sleeps: the old messages do not wake it (its wait runs out). */
+  memset(&w, 0, sizeof(w));
+  int others = -1;
+  ASSERT_EQ(dlock__pubsub_join_active(c->ps, chan, strlen(chan), &w, &others),
+            1);
+  ASSERT_EQ(others, 0);
+  ASSERT_EQ(dlock__pubsub_wait(c->ps, &w, dlock__now_us() + 300000), 0);
+
+  /* A message sent now does wake it. */
+  ASSERT_EQ(lu_reply_int(rp_cmd(s, "PUBLISH %s 0", chan)), 1);
+  ASSERT_EQ(dlock__pubsub_wait(c->ps, &w, dlock__now_us() + 30000000), 1);
+  dlock__pubsub_leave(c->ps, &w);
 
   dlock_client_close(c);
   rp_free(s);
