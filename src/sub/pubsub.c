@@ -368,6 +368,12 @@ static int64_t sync_subscriptions_locked(dlock__pubsub *ps) {
       sub_argv[1 + nsub] = s->name;
       sub_lens[1 + nsub++] = s->len;
       s->state = SUB_SENT;
+    } else if (s->refs > 0 && s->state == SUB_ACTIVE) {
+      /* Its last waiter leaves without waking the thread: the thread
+       * looks again within LINGER_US, in time for the channel's linger,
+       * which counts from the leave. */
+      if (next_due == 0 || now + LINGER_US < next_due)
+        next_due = now + LINGER_US;
     } else if (s->refs == 0 && s->state == SUB_ACTIVE) {
       int64_t due = s->idle_since_us + LINGER_US;
       if (due <= now) {
@@ -726,11 +732,8 @@ static void enqueue_locked(dlock__sub *s, dlock__waiter *w) {
 }
 
 /* Takes 'w' out of its line; a wake-up it did not take goes to the next
- * waiter, so that none is lost. Returns 1 when the thread is to be poked
- * (the channel has nobody waiting now, and lingers): the caller does that
- * once it has released 'mu', which the thread takes first thing when it
- * wakes, so that it does not wake only to sleep again on the mutex and be
- * woken once more. */
+ * waiter, so that none is lost. Returns 1 when the channel has nobody
+ * waiting now, and lingers. */
 static int dequeue_locked(dlock__pubsub *ps, dlock__waiter *w) {
   dlock__sub *s = w->sub;
   dlock__waiter *prev = NULL;
@@ -1023,10 +1026,12 @@ void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w) {
         dlock__timespec_at(dlock__now_us() + RESERVED_RECHECK_US);
     pthread_cond_timedwait(&w->cv, &ps->mu, &ts);
   }
-  int poke_after = dequeue_locked(ps, w);
+  /* Not even when the channel has nobody waiting now: the thread finds
+   * that out by itself within LINGER_US (see sync_subscriptions_locked),
+   * which is soon enough for the linger, and a poke here would wake it
+   * just as this waiter's caller goes on with the lock it got. */
+  (void)dequeue_locked(ps, w);
   pthread_mutex_unlock(&ps->mu);
-  if (poke_after)
-    poke_thread(ps);
 }
 
 /* ---- after fork() ------------------------------------------------------- */
