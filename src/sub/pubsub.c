@@ -581,16 +581,21 @@ static void *pubsub_main(void *arg) {
        * a reply is due or a waiter waits, or by the next joiner (see
        * read_stale_locked). */
       p[1].fd = dlock__stream_fd(ps->ctx);
-      p[1].events =
-          ps->reader == NULL && (ps->waiting > 0 || replies_due_locked(ps))
-              ? POLLIN
-              : 0;
+      int reads =
+          ps->reader == NULL && (ps->waiting > 0 || replies_due_locked(ps));
+      p[1].events = reads ? POLLIN : 0;
       if (!done)
         p[1].events |= POLLOUT;
+#ifdef POLLRDHUP
+      /* Unread, the socket is still watched for the server hanging up,
+       * so that the connection is made again before anyone needs it. */
+      if (ps->reader == NULL && !reads)
+        p[1].events |= POLLRDHUP;
+#endif
       if (p[1].events == 0)
         p[1].fd = -1;
     }
-    ps->thread_left_socket = p[1].fd == -1;
+    ps->thread_left_socket = p[1].fd == -1 || !(p[1].events & POLLIN);
     pthread_mutex_unlock(&ps->mu);
     int n = poll(p, 2, due ? dlock__ms_until(due) : -1);
     pthread_mutex_lock(&ps->mu);
@@ -598,7 +603,11 @@ static void *pubsub_main(void *arg) {
       continue;
     if (p[0].revents & POLLIN)
       drain_pipe(ps->pipe_fd[0]);
-    if (ps->connected && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+    short gone = POLLHUP | POLLERR;
+#ifdef POLLRDHUP
+    gone |= POLLRDHUP;
+#endif
+    if (ps->connected && (p[1].revents & (POLLIN | gone)))
       read_replies_locked(ps);
   }
   pthread_mutex_unlock(&ps->mu);
