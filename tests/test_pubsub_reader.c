@@ -133,3 +133,33 @@ TEST(idle_messages_do_not_wake_next_waiter) {
   dlock_client_close(c);
   rp_free(s);
 }
+
+/* Connections of type normal the server has, other than the test's own. */
+static int other_connections(rp_server_t *s) {
+  redisReply *r = rp_cmd(s, "CLIENT LIST TYPE normal");
+  int n = 0;
+  if (r != NULL && r->type == REDIS_REPLY_STRING)
+    for (size_t i = 0; i < r->len; i++)
+      n += r->str[i] == '\n';
+  freeReplyObject(r);
+  return n - 1;
+}
+
+/*
+ * Nobody waits and the thread does not read the socket: it still notices
+ * the server dropping the connection, and connects again at once (the
+ * command connection, idle, connects again only when used).
+ */
+TEST(unread_connection_drop_is_noticed) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  ASSERT_EQ(thread_reads_becomes(c->ps, 0), 0);
+  ASSERT_GE(other_connections(s), 1);
+  ASSERT_GE(lu_reply_int(rp_cmd(s, "CLIENT KILL TYPE normal SKIPME yes")), 1);
+  int64_t until = lu_now_ms() + 10000;
+  while (other_connections(s) < 1 && lu_now_ms() < until)
+    lu_sleep_ms(10);
+  ASSERT_GE(other_connections(s), 1);
+  dlock_client_close(c);
+  rp_free(s);
+}
