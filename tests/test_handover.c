@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "lock.h"
 #include "lock_util.h"
 
 typedef struct waiter {
@@ -135,7 +136,7 @@ TEST(handover_same_client) {
  * unlock message of the run), and the last, with nobody left, frees it.
  * Every thread gets the lock once, one at a time, with rising tokens. */
 TEST(handover_run_is_capped) {
-  enum { N = 5 };
+  enum { N = DLOCK__HANDOVER_RUN_MAX + 2 };
   const char *name = "ho:run";
   rp_server_t *s = lu_server(0);
   dlock_client_t *c = lu_client(s);
@@ -187,13 +188,13 @@ TEST(handover_run_is_capped) {
   rp_free(s);
 }
 
-/* Five waiters queued behind the holder in one client, with no other
- * client listening on the lock's channel; 'user' names an ACL user to
- * connect as (NULL: the default user). Every waiter gets the lock in join
- * order with consecutive tokens; returns the unlock messages published
+/* DLOCK__HANDOVER_RUN_MAX + 2 waiters queued behind the holder in one client,
+ * with no other client listening on the lock's channel; 'user' names an ACL
+ * user to connect as (NULL: the default user). Every waiter gets the lock in
+ * join order with consecutive tokens; returns the unlock messages published
  * from the first release on. */
 static int64_t run_alone(const char *name, const char *user) {
-  enum { N = 5 };
+  enum { N = DLOCK__HANDOVER_RUN_MAX + 2 };
   rp_server_t *s = lu_server(0);
   dlock_options_t o;
   lu_options(&o, s);
@@ -262,7 +263,7 @@ TEST(handover_without_pubsub_permission_releases_at_cap) {
  * client (an unlock message, the lock free), and both clients' waiters
  * get the lock, one at a time, with rising tokens. */
 TEST(handover_cap_releases_when_another_client_waits) {
-  enum { N = 4 };
+  enum { N = DLOCK__HANDOVER_RUN_MAX + 1 };
   const char *name = "ho:cap:other";
   rp_server_t *s = lu_server(0);
   dlock_client_t *a = lu_client(s), *b = lu_client(s);
@@ -300,8 +301,8 @@ TEST(handover_cap_releases_when_another_client_waits) {
   }
   printf("client b's waiter came %d of %d\n", w[N].order + 1, N + 1);
   ASSERT_EQ(atomic_load(&overlaps), 0);
-  /* Three hand-overs in a row inside client a... */
-  for (int i = 0; i < 3; i++) {
+  /* DLOCK__HANDOVER_RUN_MAX hand-overs in a row inside client a... */
+  for (int i = 0; i < DLOCK__HANDOVER_RUN_MAX; i++) {
     ASSERT_EQ(w[i].order, i);
     ASSERT_EQ(w[i].token, t0 + 1 + (uint64_t)i);
   }

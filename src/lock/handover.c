@@ -32,11 +32,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Hand-overs in a row before a release lets every client try: runs of
- * this many plus one acquisitions per client, which keeps the commands per
- * acquisition low without starving other clients. */
-#define HANDOVER_RUN_MAX 3
-
 /* Decodes the script's reply: {0, token} (handed over), {-1, 0} (not
  * held), {1, 0}, {2, 0} or {3, 0} (released for everyone; another client
  * listens, unknown, none does). Sets the holds left and the outcome. */
@@ -114,7 +109,8 @@ int dlock__handover_release(dlock_t *l, uint64_t owner, dlock__release *r) {
   if (r->lost || !r->known || r->abandoned || strcmp(r->count, "1") != 0)
     return 1;
   int at_cap;
-  dlock__waiter *next = dlock__pubsub_reserve(
-      l->c->ps, l->channel, l->channel_len, owner, HANDOVER_RUN_MAX, &at_cap);
+  dlock__waiter *next =
+      dlock__pubsub_reserve(l->c->ps, l->channel, l->channel_len, owner,
+                            DLOCK__HANDOVER_RUN_MAX, &at_cap);
   return next != NULL ? run_handover(l, owner, r, next, at_cap) : 1;
 }

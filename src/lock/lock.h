@@ -193,6 +193,17 @@ int dlock__release_apply(dlock_t *l, uint64_t owner, int64_t left,
  * result, with 'r' freed. */
 int dlock__handover_release(dlock_t *l, uint64_t owner, dlock__release *r);
 
+/* Hand-overs in a row before a release lets every client try: runs of
+ * this many plus one acquisitions per client. Each run ends with the only
+ * turn that costs a client an unlock message, its waiters' attempts (most
+ * of which fail) and the pause of the other clients' woken waiters (see
+ * dlock__pubsub_contention_pause), so the longer the runs, the more
+ * acquisitions per second a contended lock serves and the fewer commands
+ * each costs. Eight per turn keeps fewest/most over the clients' threads
+ * near 0.9 and a waiter of another client waits no longer at the 99th
+ * percentile than with four per turn (bench/ab.sh, contended). */
+#define DLOCK__HANDOVER_RUN_MAX 7
+
 /* After dlock__release_begin succeeded but no answer came: the hold stops
  * being renewed if it was the last (it expires with its lease) and is
  * marked abandoned, so the owner's next call finishes the release. */

@@ -389,6 +389,12 @@ static int64_t sync_subscriptions_locked(dlock__pubsub *ps) {
       sub_argv[1 + nsub] = s->name;
       sub_lens[1 + nsub++] = s->len;
       s->state = SUB_SENT;
+    } else if (s->refs > 0 && s->state == SUB_ACTIVE) {
+      /* Its last waiter leaves without waking the thread: the thread
+       * looks again within LINGER_US, in time for the channel's linger,
+       * which counts from the leave. */
+      if (next_due == 0 || now + LINGER_US < next_due)
+        next_due = now + LINGER_US;
     } else if (s->refs == 0 && s->state == SUB_ACTIVE) {
       int64_t due = s->idle_since_us + LINGER_US;
       if (due <= now) {
@@ -530,6 +536,34 @@ static void read_replies_locked(dlock__pubsub *ps) {
   }
 }
 
+/* Whether Redis owes this client the answer to a SUBSCRIBE or an
+ * UNSUBSCRIBE. */
+static int replies_due_locked(const dlock__pubsub *ps) {
+  for (const dlock__sub *s = ps->subs; s != NULL; s = s->next)
+    if (s->state == SUB_SENT || s->state == SUB_LEAVING)
+      return 1;
+  return 0;
+}
+
+/*
+ * Reads what has arrived while nobody read the connection (the thread
+ * leaves it alone while nobody waits), before a waiter joins: those
+ * messages were sent before the waiter's first attempt, so they are news
+ * to nobody, and must not wake it for an attempt bound to fail. Reading
+ * happens under 'mu' only, whoever reads, so this is safe whether or not
+ * a reader or the thread polls the socket; it is skipped when either
+ * does, as then nothing is left unread for long.
+ */
+static void read_stale_locked(dlock__pubsub *ps) {
+  if (!ps->thread_left_socket || ps->reader != NULL || !ps->connected ||
+      ps->ctx == NULL)
+    return;
+  read_replies_locked(ps);
+  /* The connection broke: the thread, polling without it, reconnects. */
+  if (!ps->connected)
+    poke_thread(ps);
+}
+
 static void drain_pipe(int fd) {
   char buf[64];
   while (read(fd, buf, sizeof(buf)) > 0) {
@@ -560,15 +594,29 @@ static void *pubsub_main(void *arg) {
         continue;
       }
       /* A waiter reading the socket gets the replies; the thread still
-       * writes what is pending. */
+       * writes what is pending. With nobody waiting and no reply due, the
+       * socket is left alone too: the messages then are of lingering
+       * channels, for nobody, and the unlock a process publishes itself
+       * would otherwise wake its own thread just as the process it is
+       * meant for has to run. They are read later, by the thread once
+       * a reply is due or a waiter waits, or by the next joiner (see
+       * read_stale_locked). */
       p[1].fd = dlock__stream_fd(ps->ctx);
-      p[1].events = ps->reader != NULL ? 0 : POLLIN;
+      int reads =
+          ps->reader == NULL && (ps->waiting > 0 || replies_due_locked(ps));
+      p[1].events = reads ? POLLIN : 0;
       if (!done)
         p[1].events |= POLLOUT;
+#ifdef POLLRDHUP
+      /* Unread, the socket is still watched for the server hanging up,
+       * so that the connection is made again before anyone needs it. */
+      if (ps->reader == NULL && !reads)
+        p[1].events |= POLLRDHUP;
+#endif
       if (p[1].events == 0)
         p[1].fd = -1;
     }
-    ps->thread_left_socket = p[1].fd == -1;
+    ps->thread_left_socket = p[1].fd == -1 || !(p[1].events & POLLIN);
     pthread_mutex_unlock(&ps->mu);
     int n = poll(p, 2, due ? dlock__ms_until(due) : -1);
     pthread_mutex_lock(&ps->mu);
@@ -576,7 +624,11 @@ static void *pubsub_main(void *arg) {
       continue;
     if (p[0].revents & POLLIN)
       drain_pipe(ps->pipe_fd[0]);
-    if (ps->connected && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+    short gone = POLLHUP | POLLERR;
+#ifdef POLLRDHUP
+    gone |= POLLRDHUP;
+#endif
+    if (ps->connected && (p[1].revents & (POLLIN | gone)))
       read_replies_locked(ps);
   }
   pthread_mutex_unlock(&ps->mu);
@@ -717,8 +769,9 @@ static void enqueue_locked(dlock__sub *s, dlock__waiter *w) {
 }
 
 /* Takes 'w' out of its line; a wake-up it did not take goes to the next
- * waiter, so that none is lost. */
-static void dequeue_locked(dlock__pubsub *ps, dlock__waiter *w) {
+ * waiter, so that none is lost. Returns 1 when the channel has nobody
+ * waiting now, and lingers. */
+static int dequeue_locked(dlock__pubsub *ps, dlock__waiter *w) {
   dlock__sub *s = w->sub;
   dlock__waiter *prev = NULL;
   for (dlock__waiter *x = s->head; x != w; x = x->next)
@@ -735,11 +788,11 @@ static void dequeue_locked(dlock__pubsub *ps, dlock__waiter *w) {
    * this waiter's owner, who took the lock up by its own attempt). */
   if (w->permit)
     wake_one_locked(s, 0);
-  if (--s->refs == 0) {
+  int idle = --s->refs == 0;
+  if (idle)
     s->idle_since_us = dlock__now_us();
-    poke_thread(ps);
-  }
   check_sub_locked(ps, s);
+  return idle;
 }
 
 int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
@@ -780,6 +833,7 @@ int dlock__pubsub_join_as(dlock__pubsub *ps, const char *channel, size_t len,
   /* Each channel name belongs to one kind of object, so every waiter on
    * it asks for the same. */
   s->wake = wake;
+  read_stale_locked(ps);
   enqueue_locked(s, w);
   if (s->state != SUB_ACTIVE)
     poke_thread(ps);
@@ -797,9 +851,10 @@ int dlock__pubsub_join_as(dlock__pubsub *ps, const char *channel, size_t len,
     s->resync = 1;
   char why[sizeof(s->why)];
   snprintf(why, sizeof(why), "%s", s->why);
-  if (rc != 0)
-    dequeue_locked(ps, w);
+  int poke_after = rc != 0 && dequeue_locked(ps, w);
   pthread_mutex_unlock(&ps->mu);
+  if (poke_after)
+    poke_thread(ps);
   if (rc == DLOCK_ECANCELED)
     return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
   if (rc != 0)
@@ -813,6 +868,8 @@ int dlock__pubsub_join_active(dlock__pubsub *ps, const char *channel,
     return 0;
   pthread_mutex_lock(&ps->mu);
   dlock__sub *s = find_sub(ps, channel, len);
+  if (s != NULL)
+    read_stale_locked(ps);
   int joined = s != NULL && s->state == SUB_ACTIVE && !ps->canceled;
   if (joined) {
     *others = s->refs;
@@ -833,6 +890,13 @@ int dlock__pubsub_state(dlock__pubsub *ps, const char *channel, size_t len,
   return state;
 }
 
+int dlock__pubsub_thread_reads(dlock__pubsub *ps) {
+  pthread_mutex_lock(&ps->mu);
+  int reads = !ps->thread_left_socket;
+  pthread_mutex_unlock(&ps->mu);
+  return reads;
+}
+
 /* Reads the connection until 'until_us' at most or something arrives, as
  * the reader (see the top of this file). Returns with 'mu' held, as it
  * was called. */
@@ -841,7 +905,15 @@ static void read_as_waiter_locked(dlock__pubsub *ps, dlock__waiter *w,
   int fd = dlock__stream_fd(ps->ctx);
   ps->reader = w;
   w->reading = 1;
+  /* The thread, polling the socket too, would wake with this reader on
+   * the message, and they would take turns at the mutex before the reader
+   * could act on it: two threads woken where one is enough, on the way
+   * from an unlock to the next attempt. It is told now, while nothing is
+   * due, to poll without the socket (once 'mu' is free for it). */
+  int tell = !ps->thread_left_socket;
   pthread_mutex_unlock(&ps->mu);
+  if (tell)
+    poke_thread(ps);
   struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
                         {.fd = ps->reader_pipe[0], .events = POLLIN}};
   int64_t left = until_us - dlock__now_us();
@@ -991,7 +1063,11 @@ void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w) {
         dlock__timespec_at(dlock__now_us() + RESERVED_RECHECK_US);
     pthread_cond_timedwait(&w->cv, &ps->mu, &ts);
   }
-  dequeue_locked(ps, w);
+  /* Not even when the channel has nobody waiting now: the thread finds
+   * that out by itself within LINGER_US (see sync_subscriptions_locked),
+   * which is soon enough for the linger, and a poke here would wake it
+   * just as this waiter's caller goes on with the lock it got. */
+  (void)dequeue_locked(ps, w);
   pthread_mutex_unlock(&ps->mu);
 }
 

@@ -203,4 +203,9 @@ enum dlock__sub_state {
 int dlock__pubsub_state(dlock__pubsub *ps, const char *channel, size_t len,
                         int *refs);
 
+/* 1 when the thread's last poll() included the connection's socket (it
+ * reads the messages itself), 0 when it left the socket to a waiter. For
+ * tests. */
+int dlock__pubsub_thread_reads(dlock__pubsub *ps);
+
 #endif
