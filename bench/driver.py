@@ -82,7 +82,19 @@ LABELS = {
     "dlock-nosync": "dlock, 1 replica, replica sync off",
     "raw-tls": "raw limit over TLS (redis-benchmark --tls)",
     "dlock-tls": "dlock, rediss://",
+    "one-spread": "dlock, 1 server",
+    "cluster-spread": "dlock, cluster, replica sync off",
+    "cluster-spread-sync": "dlock, cluster, replica sync on",
+    "one-solo": "dlock, 1 server",
+    "cluster-solo": "dlock, cluster, replica sync off",
+    "cluster-solo-sync": "dlock, cluster, replica sync on",
+    "rs-solo-sync": "dlock, 1 master + 1 replica, sync on",
 }
+# The cluster row's contenders, by workload: a spread or solo run on the
+# one server, on the cluster, and (solo) on a master with one replica, the
+# fair counterpart of the cluster with replica sync on.
+CLUSTER_CONTENDERS = ["one-spread", "cluster-spread", "cluster-spread-sync",
+                      "one-solo", "cluster-solo", "cluster-solo-sync", "rs-solo-sync"]
 
 
 def log(msg):
@@ -172,6 +184,48 @@ class Server:
                 self.proc.kill()
                 self.proc.wait()
             self.proc = None
+
+
+class ClusterView:
+    """The masters of a cluster standing in for the one server in
+    Bench.run: flushed together, their CPU time and command counts
+    summed."""
+
+    def __init__(self, nodes):
+        self.nodes = nodes
+        self.r = self
+        self.url = "redis-cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in nodes[:2])
+
+    def masters(self):
+        out = []
+        for n in self.nodes:
+            if n.proc is not None and n.r.info("replication")["role"] == "master":
+                out.append(n)
+        return out
+
+    def owner(self, key):
+        """The master that serves 'key' (the others answer MOVED)."""
+        for n in self.masters():
+            try:
+                n.r.exists(key)
+                return n
+            except redis.ResponseError:
+                pass
+        raise RuntimeError(f"no master serves {key}")
+
+    def flushall(self):
+        for n in self.masters():
+            n.r.flushall()
+
+    def cpu(self):
+        return sum(n.cpu() for n in self.masters())
+
+    def commandstats(self):
+        out = {}
+        for n in self.masters():
+            for k, v in n.commandstats().items():
+                out[k] = out.get(k, 0) + v
+        return out
 
 
 def parse_line(text):
@@ -701,6 +755,172 @@ class Bench:
             runs.append(self.failover_round(r))
         self.results["failover"] = {"dlock": {"rounds": runs, "median": median_round(runs, "recovery_ms")}}
 
+    # ---- Redis Cluster ------------------------------------------------------
+
+    # As in tests/harness/redis_proc.c: a master is failed over 2 s after
+    # its replica and the other masters stop hearing from it.
+    CLUSTER_NODE_TIMEOUT_MS = 2000
+
+    def cluster_nodes(self, tag):
+        """3 masters with one replica each (redis-cli --cluster create),
+        every slot served and every replica in step."""
+        nodes = [self.server(f"{tag}{i}", ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                                           "--cluster-node-timeout", str(self.CLUSTER_NODE_TIMEOUT_MS),
+                                           "--cluster-require-full-coverage", "no"]) for i in range(6)]
+        try:
+            subprocess.run(["redis-cli", "--cluster", "create"] + [f"127.0.0.1:{n.port}" for n in nodes] +
+                           ["--cluster-replicas", "1", "--cluster-yes"],
+                           check=True, capture_output=True, timeout=120)
+            deadline = time.monotonic() + 60
+            while not self.cluster_ready(nodes):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the cluster did not come up in time")
+                time.sleep(0.1)
+        except (RuntimeError, subprocess.SubprocessError):
+            for n in nodes:
+                n.stop()
+            raise
+        return nodes
+
+    @staticmethod
+    def cluster_ready(nodes):
+        masters = 0
+        for n in nodes:
+            try:
+                info = n.r.execute_command("CLUSTER", "INFO")
+                if isinstance(info, bytes):
+                    info = info.decode()
+                if isinstance(info, str):
+                    info = dict(x.split(":", 1) for x in info.split() if ":" in x)
+                info = {k: str(v) for k, v in info.items()}
+                if info.get("cluster_state") != "ok" or info.get("cluster_slots_assigned") != "16384" or \
+                        info.get("cluster_known_nodes") != "6":
+                    return False
+                rep = n.r.info("replication")
+                if rep["role"] == "master":
+                    masters += 1
+                    if rep.get("connected_slaves", 0) < 1 or rep.get("slave0", {}).get("state") != "online":
+                        return False
+                elif rep.get("master_link_status") != "up":
+                    return False
+            except redis.RedisError:
+                return False
+        return masters == 3
+
+    def cluster(self, progress):
+        """spread and solo on a 3+3 cluster beside the one server (and,
+        for solo with replica sync on, beside a master with one replica:
+        on the cluster every write waits for a replica, on the one server
+        there is none to wait for)."""
+        nodes = self.cluster_nodes("cl")
+        view = ClusterView(nodes)
+        master = self.server("cl-rs-master")
+        rep = self.replica_of(master, "cl-rs-replica")
+        main = self.main
+        spread = {"name": "cluster-spread", "mode": "loop", "procs": 1, "threads": 16, "distinct": True}
+        solo = {"name": "cluster-solo", "mode": "loop", "procs": 1, "threads": 1}
+        plan = {"one-spread": (main, spread, False), "cluster-spread": (view, spread, True),
+                "cluster-spread-sync": (view, spread, False), "one-solo": (main, solo, False),
+                "cluster-solo": (view, solo, True), "cluster-solo-sync": (view, solo, False),
+                "rs-solo-sync": (master, solo, False)}
+        res = {c: {"rounds": []} for c in CLUSTER_CONTENDERS}
+        try:
+            for r in range(self.rounds):
+                k = r % len(CLUSTER_CONTENDERS)
+                for c in CLUSTER_CONTENDERS[k:] + CLUSTER_CONTENDERS[:k]:
+                    target, w, nosync = plan[c]
+                    progress.step(f"cluster, round {r + 1}/{self.rounds}: {w['name']}, {LABELS[c]}")
+                    dist = os.path.join(self.dist_dir, f"cluster.{c}.{r}")
+                    self.main = target
+                    argv = self.lock_argv("dlock", w, dist) + (["--no-sync"] if nosync else [])
+                    if target is view:
+                        # bench_lock's own connection (its counter and
+                        # statistics) speaks plain Redis to one node; the
+                        # driver sums the commands over the masters.
+                        argv += ["--stats-url", view.owner("bench:counter").url]
+                    v = self.run(argv, self.timeout_for(w), f"cluster/{c}")
+                    v["dist"] = dist
+                    res[c]["rounds"].append(v)
+        finally:
+            self.main = main
+            for n in nodes + [rep, master]:
+                n.stop()
+        for d in res.values():
+            d["median"] = median_round(d["rounds"], "rate")
+        self.results["cluster"] = res
+
+    def cluster_failover_round(self, r):
+        """SIGKILL of the master holding a lock while a client on the
+        redis-cluster:// URL waits to take another lock of the same slot:
+        the time until it has it, and until the replica calls itself master."""
+        nodes = self.cluster_nodes(f"clfo{r}-")
+        url = ClusterView(nodes).url
+        name = "{bench:failover}"  # one hash tag: the held lock and the next on one master
+        t0 = time.monotonic()
+        # Replica sync off: the shard that lost its master has no replica
+        # left until the old master comes back, and with sync on dlock
+        # refuses (DLOCK_ENOSYNC) every write there that no replica keeps.
+        p = subprocess.Popen([self.bin["bench_failover"], "--url", url, "--wait", "30000", "--name", name,
+                              "--no-sync"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+        v = {"ok": False}
+        try:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError("bench_failover did not get ready")
+            victim = None
+            for n in nodes:
+                try:
+                    if n.r.exists(name + ":held"):
+                        victim = n
+                except redis.ResponseError:
+                    pass  # MOVED: not this node's slot
+            if victim is None:
+                raise RuntimeError("no master holds the lock")
+            rep = [n for n in nodes if n is not victim and
+                   int(n.r.info("replication").get("master_port", 0)) == victim.port]
+            if not rep:
+                raise RuntimeError("the master holding the lock has no replica")
+            rep = rep[0]
+            killed = time.monotonic_ns()
+            os.kill(victim.proc.pid, signal.SIGKILL)
+            p.stdin.write(f"{killed}\n")
+            p.stdin.flush()
+            promoted_ms = None
+            while promoted_ms is None and time.monotonic_ns() - killed < 60e9:
+                try:
+                    if rep.r.info("replication")["role"] == "master":
+                        promoted_ms = (time.monotonic_ns() - killed) / 1e6
+                except redis.RedisError:
+                    pass
+                time.sleep(0.005)
+            out, err = p.communicate(timeout=90)
+            v = parse_line(out)
+            v["promoted_ms"] = promoted_ms
+            v["ok"] = p.returncode == 0 and promoted_ms is not None and "recovery_ms" in v
+            if not v["ok"]:
+                raise RuntimeError(f"exit status {p.returncode}, promoted {promoted_ms} ms; "
+                                   f"{err.strip()[-600:]}")
+        except (RuntimeError, subprocess.TimeoutExpired, redis.RedisError) as e:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+            self.failures.append(f"cluster-failover round {r + 1}: {e}")
+            log(f"\nbench: FAILED cluster-failover round {r + 1}: {e}")
+        finally:
+            v["wall"] = time.monotonic() - t0
+            for n in nodes:
+                n.stop()
+        return v
+
+    def cluster_failover(self, progress):
+        runs = []
+        for r in range(self.rounds):
+            progress.step(f"cluster-failover, round {r + 1}/{self.rounds}: SIGKILL of a master")
+            runs.append(self.cluster_failover_round(r))
+        self.results["cluster-failover"] = {"dlock": {"rounds": runs,
+                                                      "median": median_round(runs, "recovery_ms")}}
+
     # ---- the whole run ------------------------------------------------------
 
     def main_run(self):
@@ -712,7 +932,9 @@ class Bench:
         only = set(self.args.only.split(",")) if self.args.only else None
         ws = [w for w in self.workloads() if only is None or w["name"] in only]
         steps = sum(w.get("rounds", self.rounds) * (len(w["contenders"]) + len(w["raw"])) for w in ws)
-        steps += self.rounds * sum(only is None or n in only for n in ("watchdog", "redlock", "failover"))
+        steps += self.rounds * sum(only is None or n in only
+                                   for n in ("watchdog", "redlock", "failover", "cluster-failover"))
+        steps += len(CLUSTER_CONTENDERS) * self.rounds * (only is None or "cluster" in only)
         steps += 2 * self.rounds * (only is None or "replsync" in only)
         steps += 2 * self.rounds * (only is None or "tls" in only)
         steps += len(self.swept(ws)) * len(SWEEP_MS)
@@ -738,7 +960,8 @@ class Bench:
             for row in table_rows(w["name"], res, self.results):
                 print_row(row)
         for name, fn in (("watchdog", self.watchdog), ("redlock", self.redlock), ("replsync", self.replsync),
-                         ("tls", self.tls), ("failover", self.failover)):
+                         ("tls", self.tls), ("failover", self.failover), ("cluster", self.cluster),
+                         ("cluster-failover", self.cluster_failover)):
             if only is None or name in only:
                 fn(progress)
                 progress.clear()
@@ -848,7 +1071,8 @@ def table_rows(workload, res, results):
     """The table rows of one workload: the median round of each contender."""
     rows = []
     order = [c for c in ["raw", "raw-pipelined", "dlock-interleaved"] + DLOCKS + PEERS_ALL + SEM_DLOCKS
-             + SEM_PEERS_ALL + ["dlock-sync", "dlock-nosync", "raw-tls", "dlock-tls"] if c in res]
+             + SEM_PEERS_ALL + ["dlock-sync", "dlock-nosync", "raw-tls", "dlock-tls"] + CLUSTER_CONTENDERS
+             if c in res]
     for c in order:
         m = res[c]["median"]
         label = LABELS[c]
@@ -923,6 +1147,31 @@ def table_rows(workload, res, results):
                 note += f"; p50 {m['pair_p50'] / off['pair_p50']:.2f} x sync off"
             rows.append([workload, label, f"{fmt(m['rate'])}/s", us(m.get("pair_p50")), us(m.get("pair_p99")),
                          fmt(per(m.get("cmds"), m.get("acq")), 1), "-", cpu, note])
+        elif workload == "cluster":
+            kind = "spread" if "spread" in c else "solo"
+            one = res.get(f"one-{kind}", {}).get("median", {})
+            note = "3 masters + 3 replicas" if c.startswith("cluster") else \
+                "1 master, 1 replica" if c == "rs-solo-sync" else "no replica"
+            key = "rate" if kind == "spread" else "pair_p50"
+            if c.startswith("cluster") and one.get("ok") and one.get(key):
+                note += f"; {m[key] / one[key]:.2f} x 1 server" + (" (p50)" if kind == "solo" else "")
+            rs = res.get("rs-solo-sync", {}).get("median", {})
+            if c == "cluster-solo-sync" and rs.get("ok") and rs.get("pair_p50"):
+                note += f", {m['pair_p50'] / rs['pair_p50']:.2f} x 1 master + 1 replica"
+            rows.append([f"cluster {kind}", label, f"{fmt(m['rate'])}/s", us(m.get("pair_p50")),
+                         us(m.get("pair_p99")), "-", "-", cpu, note])
+        elif workload == "cluster-failover":
+            rs = [x for x in results["cluster-failover"]["dlock"]["rounds"] if x.get("ok")]
+            kept = sum(int(x.get("held_kept", 0)) for x in rs)
+            rows.append([workload, "the replica calls itself master", "-", f"{m['promoted_ms']:.0f} ms", "-",
+                         "-", "-", "-", "from SIGKILL of a master to its replica's INFO role saying master "
+                         "(cluster-node-timeout 2000 ms)"])
+            rows.append([workload, "dlock, redis-cluster://, sync off", "-", f"{m['recovery_ms']:.0f} ms", "-",
+                         "-", "-", "-", f"from SIGKILL to the first acquisition on that master's slot (a "
+                         f"trylock with a 30 s wait started at the kill); "
+                         f"{m['recovery_ms'] - m['promoted_ms']:+.0f} ms after the promotion; a watchdog lock "
+                         f"of that slot held across kept in {kept}/{len(rs)} round(s); median of {len(rs)}: "
+                         + ", ".join(f"{x['recovery_ms']:.0f}" for x in rs) + " ms"])
         elif workload == "failover":
             rs = [x for x in results["failover"]["dlock"]["rounds"] if x.get("ok")]
             kept = sum(int(x.get("held_kept", 0)) for x in rs)
@@ -1055,6 +1304,11 @@ def evaluate_targets(results):
            f"{fmt(v, 2)}, the median of the rounds' p50 ratios ({', '.join(f'{x:.2f}' for x in rs)}); "
            f"median round {fmt(rl.get('red_paused_p50'))} / {fmt(rl.get('red_p50'))} us; the first "
            f"acquisition {fmt(rl.get('red_paused_first_ms'))} ms")
+    if "cluster" in results:
+        a, b = m("cluster", "cluster-solo"), m("cluster", "one-solo")
+        v = per(a.get("pair_p50"), b.get("pair_p50"))
+        target("cluster solo p50 <= 1.1 x 1 server (replica sync off)", v, 1.1, False,
+               f"{fmt(v, 2)}: median rounds {fmt(a.get('pair_p50'))} / {fmt(b.get('pair_p50'))} us")
     return out
 
 
@@ -1140,7 +1394,7 @@ def report_markdown(doc, plots):
     w("| " + " | ".join(n for n, _ in COLUMNS) + " |\n")
     w("|" + "---|" * len(COLUMNS) + "\n")
     for wl in ["solo", "spread", "contended", "handoff", "herd", "watchdog", "redlock"] + list(SEM_WORKLOADS) + \
-            ["replsync", "failover"]:
+            ["replsync", "failover", "cluster", "cluster-failover"]:
         if wl in res:
             for row in table_rows(wl, res[wl], res):
                 w("| " + " | ".join(str(v) for v in row) + " |\n")
@@ -1197,6 +1451,18 @@ def report_markdown(doc, plots):
   redis-sentinel:// URL holds a watchdog lock; the time from the kill to the first
   acquisition of another lock (a trylock with a 30 s wait started at the kill), beside the
   time until a Sentinel names the new master.
+* **cluster**: a Redis Cluster of 3 masters with one replica each (cluster-node-timeout
+  2000 ms) beside the one server: spread (16 threads, a name each, spread over the slots)
+  and solo. On the cluster replica sync makes every write wait for a replica (WAIT 1),
+  which the one server, with no replica, never does: the fair comparison with the one
+  server is the cluster with replica sync off; with it on, the fair comparison is a
+  master with one replica and sync on, also measured.
+* **cluster-failover**: a fresh cluster each round; SIGKILL of the master holding a
+  watchdog lock while a client on the redis-cluster:// URL starts a trylock (30 s wait)
+  on another lock of the same slot: the time from the kill to that acquisition, beside
+  the time until the replica calls itself master. Replica sync off: once promoted, the
+  replica has no replica of its own until the old master returns, and with sync on
+  dlock refuses writes there that no replica keeps (DLOCK_ENOSYNC).
 """ % (int(cfg["overload_cpu"] * 100), ", ".join(str(x) for x in cfg["sweep_ms"])))
     if doc["sweep"] and any(doc["sweep"].values()):
         w("\n## Tuning sweep (contended workload of the peer's kind)\n\n| peer | retry delay | acquisitions/s | Redis CPU | "
@@ -1229,7 +1495,8 @@ def report_markdown(doc, plots):
                 w(f"* {wl}, {LABELS[c]}: " + ", ".join(f"{k} {n / m['acq']:.2f}" for k, n in top) + "\n")
     w("\n## Every round\n\n")
     for wl, cs in res.items():
-        k = {"watchdog": "round_p50", "redlock": "red_p50", "failover": "recovery_ms"}.get(wl, key_for(wl))
+        k = {"watchdog": "round_p50", "redlock": "red_p50", "failover": "recovery_ms",
+             "cluster-failover": "recovery_ms"}.get(wl, key_for(wl))
         w(f"* {wl} ({k}): " + "; ".join(
             f"{LABELS.get(c, c)} " + " ".join(fmt(r.get(k)) if r.get("ok") else "failed" for r in d["rounds"])
             for c, d in cs.items()) + "\n")
