@@ -552,6 +552,9 @@ static void keep_tail(redisReply **best, redisReply **got, size_t ntail) {
 
 #define TAIL_MAX 6
 
+/* Calls routed with their bookkeeping on the stack (see below). */
+#define ROUTE_STACK 8
+
 int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
                         redisReply **replies, int64_t deadline_us,
                         int64_t idle_ms, size_t ntail, const char *const *tail,
@@ -563,13 +566,26 @@ int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
   if (deadline_us == 0)
     deadline_us = dlock__deadline_ms(cl->command_timeout_ms);
   /* Per call: its target node, and -2 once answered. 'ask' marks a call
-   * to be sent with ASKING to that node. */
-  int *target = dlock__calloc(n + 1, sizeof(*target));
-  unsigned char *ask = dlock__calloc(n + 1, 1);
-  dlock__eval *sub = dlock__calloc(n + 1, sizeof(*sub));
-  redisReply **subrep = dlock__calloc(n + 1, sizeof(*subrep));
-  size_t *which = dlock__calloc(n + 1, sizeof(*which));
-  unsigned char *sent = dlock__calloc(n + 1, 1);
+   * to be sent with ASKING to that node. A lock call routes one script
+   * (a watchdog round, many): for fewer than ROUTE_STACK calls the
+   * bookkeeping lives on the stack, since six allocations per call cost a
+   * lock+unlock pair about a fifth more instructions than on one server. */
+  int target_s[ROUTE_STACK];
+  unsigned char ask_s[ROUTE_STACK], sent_s[ROUTE_STACK];
+  dlock__eval sub_s[ROUTE_STACK];
+  redisReply *subrep_s[ROUTE_STACK];
+  size_t which_s[ROUTE_STACK];
+  int heap = n + 1 > ROUTE_STACK;
+  int *target = heap ? dlock__calloc(n + 1, sizeof(*target)) : target_s;
+  unsigned char *ask = heap ? dlock__calloc(n + 1, 1) : ask_s;
+  dlock__eval *sub = heap ? dlock__calloc(n + 1, sizeof(*sub)) : sub_s;
+  redisReply **subrep = heap ? dlock__calloc(n + 1, sizeof(*subrep)) : subrep_s;
+  size_t *which = heap ? dlock__calloc(n + 1, sizeof(*which)) : which_s;
+  unsigned char *sent = heap ? dlock__calloc(n + 1, 1) : sent_s;
+  if (!heap) {
+    memset(ask_s, 0, sizeof(ask_s));
+    memset(subrep_s, 0, sizeof(subrep_s));
+  }
   int rc = 0;
   if (target == NULL || ask == NULL || sub == NULL || subrep == NULL ||
       which == NULL || sent == NULL) {
@@ -692,12 +708,14 @@ out:
   }
   for (size_t k = 0; k < ntail; k++)
     tail_replies[k] = best[k];
-  dlock__free(target);
-  dlock__free(ask);
-  dlock__free(sub);
-  dlock__free(subrep);
-  dlock__free(which);
-  dlock__free(sent);
+  if (heap) {
+    dlock__free(target);
+    dlock__free(ask);
+    dlock__free(sub);
+    dlock__free(subrep);
+    dlock__free(which);
+    dlock__free(sent);
+  }
   return rc;
 }
 
