@@ -475,6 +475,70 @@ TEST(cluster_master_killed_while_held) {
   cg_free(g);
 }
 
+/*
+ * Replica sync counts each shard by its own replicas. A master that does
+ * not serve slot 0 is killed: its promoted replica has no replica of its
+ * own, while slot 0's master still has one. Counting every shard by slot
+ * 0's master had each write there wait for a replica that does not exist,
+ * and fail with DLOCK_ENOSYNC for as long as the old master stayed down.
+ */
+TEST(cluster_replica_sync_counts_each_shard) {
+  cg_group_t *g = cluster();
+  int m0 = cg_master_of_slot(g, 0, 0);
+  ASSERT_GE(m0, 0);
+  int masters[6], nm = cg_masters(g, masters), victim = -1;
+  for (int k = 0; k < nm && victim < 0; k++)
+    if (masters[k] != m0 && masters[k] != 0)
+      victim = masters[k];
+  ASSERT_GE(victim, 0);
+  char name[32];
+  for (int i = 0;; i++) {
+    snprintf(name, sizeof(name), "shard%d", i);
+    if (cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name))) == victim)
+      break;
+  }
+  int slot = dlock__key_slot(name, strlen(name));
+  dlock_client_t *a = cluster_client(g, 30000);
+  dlock_t *h = lu_get(a, name);
+  ASSERT_DLOCK_OK(dlock_lock(h, 10000));
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(rp_kill(cg_node(g, victim)), 0);
+  int promoted = -1;
+  while (lu_now_ms() - t0 < 30000) {
+    int m = cg_master_of_slot(g, 0, slot);
+    if (m >= 0 && m != victim && cg_wait_agree(g, slot, 1000) == 0) {
+      promoted = m;
+      break;
+    }
+    lu_sleep_ms(100);
+  }
+  ASSERT_GE(promoted, 0);
+  printf("replica %d promoted %" PRId64 " ms after the kill\n", promoted,
+         lu_now_ms() - t0);
+  int64_t t1 = lu_now_ms();
+  int rc = dlock_trylock(h, 20000, 10000);
+  printf("trylock on the promoted master: %d after %" PRId64 " ms (%s)\n", rc,
+         lu_now_ms() - t1, rc == 0 ? "" : dlock_last_error());
+  ASSERT_DLOCK_OK(rc);
+  ASSERT_EQ(lu_exists(cg_node(g, promoted), name), 1);
+  /* Slot 0's shard still waits for its replica. */
+  char other[32];
+  for (int i = 0;; i++) {
+    snprintf(other, sizeof(other), "zero%d", i);
+    if (cg_master_of_slot(g, m0, dlock__key_slot(other, strlen(other))) == m0)
+      break;
+  }
+  dlock_t *o = lu_get(a, other);
+  ASSERT_DLOCK_OK(dlock_lock(o, 10000));
+  ASSERT_DLOCK_OK(dlock_unlock(o));
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  dlock_free(o);
+  dlock_free(h);
+  dlock_client_close(a);
+  cg_free(g);
+}
+
 /* ---- the dlock command -------------------------------------------------- */
 
 #ifdef DLOCK_CLI_PATH

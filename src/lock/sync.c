@@ -190,11 +190,24 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
    * after the WAIT, the count and the connection that carried the write
    * (replaced at its use when the generation moved) are of one master. */
   unsigned gen = c->sentinel != NULL ? dlock__sentinel_gen(c->sentinel) : 0;
-  int wanted = dlock__sync_wanted(c);
+  /* On a cluster each shard is counted by its own replicas, from the map;
+   * slot 0's master stands for all of them only until the map is known. */
+  int per_shard = c->cluster != NULL && s->on && s->fixed == 0;
+  int wanted = per_shard ? dlock__cluster_replicas(c->cluster, n, calls) : -1;
+  if (wanted < 0)
+    wanted = dlock__sync_wanted(c);
   if (wanted < 0)
     return wanted;
   int refresh = 0;
-  if (s->on && s->fixed == 0) {
+  if (per_shard) {
+    /* The map is read again once a second (by the thread that moves
+     * 'read_us' on), which brings the shards' counts up to date, instead
+     * of an INFO riding along. */
+    int64_t now = dlock__now_us(), read = atomic_load(&s->read_us);
+    if (now - read > REFRESH_US &&
+        atomic_compare_exchange_strong(&s->read_us, &read, now))
+      dlock__cluster_mark_stale(c->cluster);
+  } else if (s->on && s->fixed == 0) {
     /* One write per period asks: the thread that moves 'read_us' on claims
      * the refresh, so that threads writing at once do not all pipeline an
      * INFO (16 threads asked 34 times in 2 s before). A refresh that fails
@@ -265,8 +278,11 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
   /* A write that failed may be followed by a connection to another master
    * (a failover), and one that fell short by a replica gone: either way
    * the replicas are read again before the next write. */
-  if (s->on && s->fixed == 0 && (rc != 0 || !out->ok))
+  if (s->on && s->fixed == 0 && (rc != 0 || !out->ok)) {
     atomic_store(&s->replicas, -1);
+    if (c->cluster != NULL)
+      dlock__cluster_mark_stale(c->cluster);
+  }
   return rc;
 }
 

@@ -34,6 +34,9 @@
 typedef struct node {
   dlock__endpoint ep; /* host, port and the cluster's credentials */
   dlock__conn *conn;
+  /* As a master in the last map read: its replicas online (CLUSTER
+   * SHARDS) or listed (CLUSTER SLOTS); -1 when not known. */
+  atomic_int replicas;
 } node;
 
 struct dlock__cluster {
@@ -82,6 +85,7 @@ static int node_get(dlock__cluster *cl, const char *host, size_t hlen,
   node *x = dlock__calloc(1, sizeof(*x));
   int ok = x != NULL;
   if (ok) {
+    atomic_init(&x->replicas, -1);
     x->ep.port = port;
     x->ep.db = 0;
     x->ep.tls = cl->data.tls;
@@ -251,6 +255,14 @@ static int assign(dlock__cluster *cl, short *map, long long lo, long long hi,
   return 0;
 }
 
+/* Records 'n' replicas for the master that 'map' gives slot 'slot' (just
+ * assigned, so in range). */
+static void set_replicas(dlock__cluster *cl, const short *map, long long slot,
+                         int n) {
+  if (slot >= 0 && slot < DLOCK__SLOTS && map[slot] >= 0)
+    atomic_store(&cl->nodes[map[slot]]->replicas, n);
+}
+
 /* CLUSTER SHARDS: [ "slots", [lo, hi, ...], "nodes", [ {ip, port, role,
  * health...}, ... ] ] per shard. */
 static int parse_shards(dlock__cluster *cl, const redisReply *r, short *map,
@@ -284,6 +296,14 @@ static int parse_shards(dlock__cluster *cl, const redisReply *r, short *map,
       if (rc != 0)
         return rc;
     }
+    /* The replicas that replica sync waits for on this shard: those
+     * online now (a promoted replica's shard has none until its old
+     * master comes back as its replica). */
+    int online = 0;
+    for (size_t k = 0; k < nodes->elements; k++)
+      online += is_str(map_get(nodes->element[k], "role"), "replica") &&
+                is_str(map_get(nodes->element[k], "health"), "online");
+    set_replicas(cl, map, int_of(slots->element[0]), online);
   }
   return 0;
 }
@@ -301,6 +321,8 @@ static int parse_slots(dlock__cluster *cl, const redisReply *r, short *map,
                     m->element[0], int_of(m->element[1]), asked);
     if (rc != 0)
       return rc;
+    /* No health here: every replica listed counts. */
+    set_replicas(cl, map, int_of(e->element[0]), (int)(e->elements - 3));
     (*masters)++;
   }
   return 0;
@@ -435,6 +457,27 @@ static int owner_of(dlock__cluster *cl, int slot, int64_t deadline_us,
   if (idx >= 0)
     *rc = 0;
   return idx;
+}
+
+int dlock__cluster_replicas(dlock__cluster *cl, size_t n,
+                            const dlock__eval *calls) {
+  int fewest = -1;
+  for (size_t i = 0; i < n; i++) {
+    if (calls[i].nkeys < 1)
+      continue;
+    int idx = atomic_load(
+        &cl->owner[dlock__key_slot(calls[i].argv[0], calls[i].lens[0])]);
+    int r = idx >= 0 ? atomic_load(&cl->nodes[idx]->replicas) : -1;
+    if (r < 0)
+      return -1;
+    if (fewest < 0 || r < fewest)
+      fewest = r;
+  }
+  return fewest;
+}
+
+void dlock__cluster_mark_stale(dlock__cluster *cl) {
+  atomic_store(&cl->stale, 1);
 }
 
 dlock__conn *dlock__cluster_conn(dlock__cluster *cl, int slot, int *rc) {

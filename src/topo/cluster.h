@@ -44,6 +44,19 @@ int dlock__cluster_refresh(dlock__cluster *cl, int64_t deadline_us);
  * found. */
 dlock__conn *dlock__cluster_conn(dlock__cluster *cl, int slot, int *rc);
 
+/*
+ * The replicas that replica sync waits for on a write of 'calls': the
+ * fewest that the masters of their slots had in the last map read (online
+ * ones, from CLUSTER SHARDS), so that each shard is counted by its own
+ * replicas; -1 when a master or its count is not known yet.
+ */
+int dlock__cluster_replicas(dlock__cluster *cl, size_t n,
+                            const dlock__eval *calls);
+
+/* Has the map (and so the replica counts) read again before the next
+ * call. */
+void dlock__cluster_mark_stale(dlock__cluster *cl);
+
 /* The connection to some node (the first seed), for commands that name no
  * key (INFO, CONFIG). Never NULL once created. */
 dlock__conn *dlock__cluster_any(dlock__cluster *cl);
