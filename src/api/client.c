@@ -342,9 +342,16 @@ static int open_sentinel(dlock_client_t *c, const char *url) {
   int rc = dlock__url_parse_sentinel(url, &su);
   if (rc != 0)
     return rc;
+  /* The discovery keeps its own copy: it opens the data nodes' streams
+   * with their password, db and TLS. */
   c->ep = su.data;
-  memset(&su.data, 0, sizeof(su.data));
-  rc = load_tls(&c->opt, &c->ep, &c->tls);
+  c->ep.user = su.data.user ? dlock__strdup(su.data.user) : NULL;
+  c->ep.pass = su.data.pass ? dlock__strdup(su.data.pass) : NULL;
+  if ((su.data.user != NULL && c->ep.user == NULL) ||
+      (su.data.pass != NULL && c->ep.pass == NULL))
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
+  if (rc == 0)
+    rc = load_tls(&c->opt, &c->ep, &c->tls);
   if (rc != 0) {
     dlock__sentinel_url_free(&su);
     return rc;

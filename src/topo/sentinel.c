@@ -44,8 +44,8 @@ struct dlock__sentinel {
 };
 
 int dlock__sentinel_new(dlock__sentinel_url *url, const dlock__tls *tls,
-                        int64_t connect_timeout_ms,
-                        int64_t command_timeout_ms, dlock__sentinel **out) {
+                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                        dlock__sentinel **out) {
   *out = NULL;
   dlock__sentinel *s = dlock__calloc(1, sizeof(*s));
   if (s == NULL) {

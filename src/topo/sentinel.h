@@ -40,8 +40,8 @@ typedef void (*dlock__sentinel_cb)(void *data);
  * set. 0 or DLOCK_ENOMEM.
  */
 int dlock__sentinel_new(dlock__sentinel_url *url, const dlock__tls *tls,
-                        int64_t connect_timeout_ms,
-                        int64_t command_timeout_ms, dlock__sentinel **out);
+                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                        dlock__sentinel **out);
 
 /* Starts the +switch-master watcher, which calls 'cb' after each switch
  * of the master it follows. 0 or DLOCK_ENOMEM. */
