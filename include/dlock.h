@@ -189,7 +189,8 @@ typedef struct dlock_options {
   /* "redis://[user:pass@]host[:port][/db]", "rediss://..." (TLS),
    * "unix:///path[?db=N]", or Sentinels that name the master:
    * "redis-sentinel://[user:pass@]host[:port][,host[:port]...]/master
-   * [?db=N&sentinel_user=U&sentinel_password=P]" (see "Replicated Redis"
+   * [?db=N&sentinel_user=U&sentinel_password=P]" (or rediss-sentinel://
+   * for TLS to the Sentinels and the data nodes; see "Replicated Redis"
    * below), or a Redis Cluster's seed nodes:
    * "redis-cluster://[user:pass@]host[:port][,host[:port]...]" (or
    * rediss-cluster:// for TLS), each lock then on the master of its slot;
@@ -315,7 +316,15 @@ typedef struct dlock_options {
  * that nothing is written to a replica a stale Sentinel still names. A
  * thread subscribed to +switch-master on one Sentinel learns of a failover
  * at once: nothing more is sent to the old master, which can take writes
- * until Sentinel demotes it. TLS is not supported through Sentinel.
+ * until Sentinel demotes it.
+ *
+ * TLS through Sentinel. rediss-sentinel://, with the same syntax, speaks
+ * TLS to every Sentinel and to every data node, with the client's tls_*
+ * options (one CA, client certificate and server name for all of them).
+ * It fits a deployment whose Sentinels listen on tls-port and run with
+ * tls-replication yes (as do the data nodes): the Sentinels then name the
+ * data nodes' TLS ports. Sentinels reached in plain text that hand out TLS
+ * data ports, or the reverse, are not supported.
  *
  * Replica sync (replica_sync, on by default). Redis replicates
  * asynchronously: a lock the master granted but had not yet sent to a

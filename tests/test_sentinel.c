@@ -709,6 +709,18 @@ TEST(sentinel_tls_lock_and_failover) {
   dlock_free(l);
   dlock_client_close(c);
 
+#ifdef DLOCK_CLI_PATH
+  /* The command passes its TLS options on for a rediss-sentinel:// URL. */
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(DLOCK_CLI_PATH, "dlock", "--url", sg_url(g), "--cacert", f->ca_crt,
+          "run", "sent:tlscli", "--", "true", (char *)NULL);
+    _exit(127);
+  }
+  ASSERT_EQ(wait_exit(pid, 60000), 0);
+#endif
+
   /* Plain connections to the TLS ports: no Sentinel answers. */
   char plain[512];
   snprintf(plain, sizeof(plain), "redis-sentinel://%s",
