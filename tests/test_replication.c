@@ -95,6 +95,44 @@ TEST(replica_sync_acquisition_waits_for_the_replica) {
   rp_free(m);
 }
 
+/*
+ * A sync timeout longer than the command timeout: the WAIT pipelined after
+ * the write is answered only when its own timeout ends, and the silence
+ * until then is not taken for a dead connection. With the replica stopped
+ * the acquisition fails with DLOCK_ENOSYNC after the sync timeout (the
+ * connection was called dead after the command timeout before, DLOCK_EIO),
+ * and is given back.
+ */
+TEST(replica_sync_timeout_longer_than_command_timeout) {
+  rp_server_t *m, *r;
+  pair(&m, &r);
+  dlock_options_t o;
+  lu_options(&o, m);
+  o.watchdog_timeout_ms = 30000;
+  o.command_timeout_ms = 1000;
+  o.replica_sync_timeout_ms = 3000;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "rs:long");
+  ASSERT_DLOCK_OK(dlock_trylock(l, 0, 30000)); /* reads the replicas */
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_EQ(rp_pause(r), 0);
+  int64_t t0 = lu_now_ms();
+  int rc = dlock_trylock(l, 0, 30000);
+  int64_t took = lu_now_ms() - t0;
+  printf("sync timeout 3 s, command timeout 1 s, replica stopped: %s after "
+         "%" PRId64 " ms: %s\n",
+         dlock_err_name(rc), took, dlock_last_error());
+  ASSERT_EQ(rc, DLOCK_ENOSYNC);
+  ASSERT_GE(took, 2900);
+  ASSERT_EQ(dlock_is_held(l), 0);
+  ASSERT_EQ(lu_exists(m, "rs:long"), 0);
+  ASSERT_EQ(rp_resume(r), 0);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(r);
+  rp_free(m);
+}
+
 /* Resumes a paused server after a while (a server is restarted from the
  * main thread only: see redis_proc.h on PR_SET_PDEATHSIG). */
 typedef struct later {
