@@ -77,14 +77,18 @@ int dlock__eval_write_paced(dlock_client_t *c, size_t n,
  * with replicas. A send that returns an error sent nothing and is not
  * waited for; every other is followed by waits on the same 'p' and 'sc'
  * until one returns something else than DLOCK__CONN_AGAIN. The replica
- * count is the one dlock__eval_write uses (read first when not known);
- * the periodic INFO refresh rides only on dlock__eval_write.
+ * count is the one dlock__eval_write uses; when it is not known (and the
+ * client is not on Sentinel, whose count is read first), INFO rides after
+ * the script instead of WAIT, and the WAIT follows in a round trip of its
+ * own once the count is read, so that a server that does not answer holds
+ * up no other server's send. The periodic INFO refresh rides only on
+ * dlock__eval_write.
  */
 typedef struct dlock__sync_call {
   int wanted;   /* the replicas the WAIT asks for; 0: no WAIT sent */
   unsigned gen; /* the Sentinel generation before the count */
   int64_t deadline_us;
-  char *wait_cmd; /* the formatted WAIT, or NULL */
+  char *wait_cmd; /* the formatted WAIT (or INFO), or NULL */
   size_t wait_len;
 } dlock__sync_call;
 
