@@ -286,7 +286,8 @@ typedef struct dlock_options {
    * exactly N, whatever the master has. At most DLOCK_REPLICAS_MAX. */
   int replica_sync_replicas;
   /* How long a write waits for them; default 1000 (Redisson's
-   * slavesSyncTimeout). */
+   * slavesSyncTimeout). It may exceed command_timeout_ms: a write that
+   * carries a WAIT is given both before it counts as unanswered. */
   int64_t replica_sync_timeout_ms;
   /* How long a call keeps trying while Redis cannot be reached or answers
    * "not now" (a failover or a restart under way: a connection refused or
@@ -369,8 +370,11 @@ typedef struct dlock_options {
  * replica_sync_replicas = 1 for Redisson's rule). WAIT holds up the
  * client's shared connection while it waits: a replica that stops
  * acknowledging delays every write by up to the sync timeout until it is
- * no longer counted. RedLock's parallel attempts are not synced: its
- * guarantee is the majority of independent masters.
+ * no longer counted. A RedLock's parts are synced too, each node's WAIT
+ * pipelined after its script: a part its node's replicas did not
+ * acknowledge is given back and does not count towards the majority (a
+ * node whose acknowledgements come after the majority is settled once they
+ * do). Its releases are sent without WAIT.
  *
  * What that guarantees: a lock reported held is on n replicas. Sentinel
  * promotes the replica with the most data (among those of the best
