@@ -735,3 +735,35 @@ TEST(sentinel_tls_lock_and_failover) {
   sg_free(g);
   tls_files_free(f);
 }
+
+/*
+ * The data nodes' password and database, from the URL, reach the master
+ * found through the Sentinels. (The discovery was once handed an emptied
+ * copy of them: every connection to a password-protected master failed
+ * with NOAUTH, and db=N was ignored.)
+ */
+TEST(sentinel_data_nodes_password_and_db) {
+  sg_options_t so;
+  sg_options_init(&so);
+  so.replicas = 1;
+  so.requirepass = "s3cret";
+  sg_group_t *g = NULL;
+  ASSERT_EQ(sg_start(&so, &g), 0);
+  char url[512];
+  snprintf(url, sizeof(url), "%s?db=3", sg_url(g));
+  dlock_options_t o;
+  sentinel_options(&o, url, 1, NULL);
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "sent:db");
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  redisReply *r = rp_cmd(sg_node(g, 0), "EVAL %s 1 sent:db",
+                         "redis.call('select', 3) "
+                         "return redis.call('exists', KEYS[1])");
+  ASSERT(r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+  freeReplyObject(r);
+  ASSERT_EQ(node_has(g, 0, "sent:db"), 0); /* not in db 0 */
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  dlock_free(l);
+  dlock_client_close(c);
+  sg_free(g);
+}
