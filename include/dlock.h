@@ -189,7 +189,8 @@ typedef struct dlock_options {
   /* "redis://[user:pass@]host[:port][/db]", "rediss://..." (TLS),
    * "unix:///path[?db=N]", or Sentinels that name the master:
    * "redis-sentinel://[user:pass@]host[:port][,host[:port]...]/master
-   * [?db=N&sentinel_user=U&sentinel_password=P]" (see "Replicated Redis"
+   * [?db=N&sentinel_user=U&sentinel_password=P]" (or rediss-sentinel://
+   * for TLS to the Sentinels and the data nodes; see "Replicated Redis"
    * below), or a Redis Cluster's seed nodes:
    * "redis-cluster://[user:pass@]host[:port][,host[:port]...]" (or
    * rediss-cluster:// for TLS), each lock then on the master of its slot;
@@ -285,7 +286,8 @@ typedef struct dlock_options {
    * exactly N, whatever the master has. At most DLOCK_REPLICAS_MAX. */
   int replica_sync_replicas;
   /* How long a write waits for them; default 1000 (Redisson's
-   * slavesSyncTimeout). */
+   * slavesSyncTimeout). It may exceed command_timeout_ms: a write that
+   * carries a WAIT is given both before it counts as unanswered. */
   int64_t replica_sync_timeout_ms;
   /* How long a call keeps trying while Redis cannot be reached or answers
    * "not now" (a failover or a restart under way: a connection refused or
@@ -315,7 +317,15 @@ typedef struct dlock_options {
  * that nothing is written to a replica a stale Sentinel still names. A
  * thread subscribed to +switch-master on one Sentinel learns of a failover
  * at once: nothing more is sent to the old master, which can take writes
- * until Sentinel demotes it. TLS is not supported through Sentinel.
+ * until Sentinel demotes it.
+ *
+ * TLS through Sentinel. rediss-sentinel://, with the same syntax, speaks
+ * TLS to every Sentinel and to every data node, with the client's tls_*
+ * options (one CA, client certificate and server name for all of them).
+ * It fits a deployment whose Sentinels listen on tls-port and run with
+ * tls-replication yes (as do the data nodes): the Sentinels then name the
+ * data nodes' TLS ports. Sentinels reached in plain text that hand out TLS
+ * data ports, or the reverse, are not supported.
  *
  * Replica sync (replica_sync, on by default). Redis replicates
  * asynchronously: a lock the master granted but had not yet sent to a
@@ -360,8 +370,11 @@ typedef struct dlock_options {
  * replica_sync_replicas = 1 for Redisson's rule). WAIT holds up the
  * client's shared connection while it waits: a replica that stops
  * acknowledging delays every write by up to the sync timeout until it is
- * no longer counted. RedLock's parallel attempts are not synced: its
- * guarantee is the majority of independent masters.
+ * no longer counted. A RedLock's parts are synced too, each node's WAIT
+ * pipelined after its script: a part its node's replicas did not
+ * acknowledge is given back and does not count towards the majority (a
+ * node whose acknowledgements come after the majority is settled once they
+ * do). Its releases are sent without WAIT.
  *
  * What that guarantees: a lock reported held is on n replicas. Sentinel
  * promotes the replica with the most data (among those of the best

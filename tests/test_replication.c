@@ -95,6 +95,101 @@ TEST(replica_sync_acquisition_waits_for_the_replica) {
   rp_free(m);
 }
 
+/*
+ * A sync timeout longer than the command timeout: the WAIT pipelined after
+ * the write is answered only when its own timeout ends, and the silence
+ * until then is not taken for a dead connection. With the replica stopped
+ * the acquisition fails with DLOCK_ENOSYNC after the sync timeout (the
+ * connection was called dead after the command timeout before, DLOCK_EIO),
+ * and is given back.
+ */
+TEST(replica_sync_timeout_longer_than_command_timeout) {
+  rp_server_t *m, *r;
+  pair(&m, &r);
+  dlock_options_t o;
+  lu_options(&o, m);
+  o.watchdog_timeout_ms = 30000;
+  o.command_timeout_ms = 1000;
+  o.replica_sync_timeout_ms = 3000;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "rs:long");
+  ASSERT_DLOCK_OK(dlock_trylock(l, 0, 30000)); /* reads the replicas */
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_EQ(rp_pause(r), 0);
+  int64_t t0 = lu_now_ms();
+  int rc = dlock_trylock(l, 0, 30000);
+  int64_t took = lu_now_ms() - t0;
+  printf("sync timeout 3 s, command timeout 1 s, replica stopped: %s after "
+         "%" PRId64 " ms: %s\n",
+         dlock_err_name(rc), took, dlock_last_error());
+  ASSERT_EQ(rc, DLOCK_ENOSYNC);
+  ASSERT_GE(took, 2900);
+  ASSERT_EQ(dlock_is_held(l), 0);
+  ASSERT_EQ(lu_exists(m, "rs:long"), 0);
+  ASSERT_EQ(rp_resume(r), 0);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(r);
+  rp_free(m);
+}
+
+/*
+ * A RedLock over three masters, the first with a replica: its parts are
+ * sent to the nodes at once, and with replica sync each carries its WAIT
+ * as a single lock's write does. While the replica is in step, the first
+ * node's part is on the replica when the lock is held. With the replica
+ * stopped, that node's part is not acknowledged: it is given back there
+ * (at once, or once it answers when the quorum came first) and the lock
+ * is held on the two other nodes only (a quorum of 2 of 3). Without the
+ * WAIT (before), the first node kept its part, unreplicated, for its
+ * whole lease.
+ */
+TEST(replica_sync_redlock_parts_wait_for_replicas) {
+  rp_server_t *m, *r;
+  pair(&m, &r);
+  rp_server_t *other[2] = {lu_server(0), lu_server(0)};
+  dlock_client_t *c[3];
+  dlock_t *parts[3];
+  for (int i = 0; i < 3; i++) {
+    dlock_options_t o;
+    lu_options(&o, i == 0 ? m : other[i - 1]);
+    o.watchdog_timeout_ms = 30000;
+    o.replica_sync_timeout_ms = 500;
+    c[i] = lu_client_opts(&o);
+    parts[i] = lu_get(c[i], "rs:red");
+  }
+  dlock_t *red = NULL;
+  ASSERT_DLOCK_OK(dlock_get_red(parts, 3, &red));
+  ASSERT_DLOCK_OK(dlock_trylock(red, 0, 30000));
+  ASSERT_EQ(lu_exists(m, "rs:red"), 1);
+  ASSERT_EQ(lu_exists(r, "rs:red"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(red));
+
+  ASSERT_EQ(rp_pause(r), 0);
+  int rc = dlock_trylock(red, 0, 30000);
+  printf("RedLock, node 0's replica stopped: %s\n", dlock_err_name(rc));
+  ASSERT_DLOCK_OK(rc);
+  /* The other nodes made a quorum first, so node 0 may have been left to
+   * answer in the background (settle.c): its part goes then. */
+  int64_t until = lu_now_ms() + 15000;
+  while (lu_exists(m, "rs:red") == 1 && lu_now_ms() < until)
+    lu_sleep_ms(50);
+  ASSERT_EQ(lu_exists(m, "rs:red"), 0);
+  ASSERT_EQ(lu_exists(other[0], "rs:red"), 1);
+  ASSERT_EQ(lu_exists(other[1], "rs:red"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(red));
+  ASSERT_EQ(rp_resume(r), 0);
+  dlock_free(red);
+  for (int i = 0; i < 3; i++) {
+    dlock_free(parts[i]);
+    dlock_client_close(c[i]);
+  }
+  rp_free(other[0]);
+  rp_free(other[1]);
+  rp_free(r);
+  rp_free(m);
+}
+
 /* Resumes a paused server after a while (a server is restarted from the
  * main thread only: see redis_proc.h on PR_SET_PDEATHSIG). */
 typedef struct later {

@@ -663,3 +663,107 @@ TEST(sentinel_lookup_does_not_hold_other_callers) {
   fs_free(fs);
   rp_free(m);
 }
+
+/*
+ * TLS all the way: a master, a replica and three Sentinels that speak TLS
+ * to each other (tls-replication yes), reached through a
+ * rediss-sentinel:// URL of the Sentinels' TLS ports with the test CA.
+ * The Sentinels then name the master's TLS port, so discovery, the ROLE
+ * check, replica sync (SENTINEL REPLICAS), the +switch-master watcher and
+ * the lock traffic all go over TLS. A lock is taken and released, then
+ * SENTINEL FAILOVER moves the master and a lock is taken on the new one.
+ * The same ports through a plain redis-sentinel:// URL do not work.
+ */
+TEST(sentinel_tls_lock_and_failover) {
+  tls_files_t *f = NULL;
+  ASSERT_EQ(tls_files_make(&f), 0);
+  sg_options_t so;
+  sg_options_init(&so);
+  so.replicas = 1;
+  so.tls = f;
+  sg_group_t *g = NULL;
+  ASSERT_EQ(sg_start(&so, &g), 0);
+  printf("TLS group: %s\n", sg_url(g));
+  ASSERT_EQ(strncmp(sg_url(g), "rediss-sentinel://", 18), 0);
+
+  dlock_options_t o;
+  sentinel_options(&o, sg_url(g), 1, NULL);
+  o.tls_ca_file = f->ca_crt;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "sent:tls");
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  /* Replica sync counted the replica and waited for it. */
+  ASSERT_EQ(node_has(g, 0, "sent:tls"), 1);
+  ASSERT_EQ(node_has(g, 1, "sent:tls"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_EQ(node_has(g, 0, "sent:tls"), 0);
+
+  int64_t t0 = lu_now_ms();
+  int m = sg_failover(g, FAILOVER_LIMIT_MS);
+  printf("SENTINEL FAILOVER over TLS: node %d is master after %" PRId64 " ms\n",
+         m, lu_now_ms() - t0);
+  ASSERT_EQ(m, 1);
+  ASSERT_DLOCK_OK(dlock_trylock(l, 30000, 30000));
+  ASSERT_EQ(node_has(g, 1, "sent:tls"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  dlock_free(l);
+  dlock_client_close(c);
+
+#ifdef DLOCK_CLI_PATH
+  /* The command passes its TLS options on for a rediss-sentinel:// URL. */
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(DLOCK_CLI_PATH, "dlock", "--url", sg_url(g), "--cacert", f->ca_crt,
+          "run", "sent:tlscli", "--", "true", (char *)NULL);
+    _exit(127);
+  }
+  ASSERT_EQ(wait_exit(pid, 60000), 0);
+#endif
+
+  /* Plain connections to the TLS ports: no Sentinel answers. */
+  char plain[512];
+  snprintf(plain, sizeof(plain), "redis-sentinel://%s",
+           sg_url(g) + strlen("rediss-sentinel://"));
+  dlock_options_init(&o);
+  o.url = plain;
+  o.connect_timeout_ms = 1000;
+  o.command_timeout_ms = 1000;
+  dlock_client_t *bad = NULL;
+  ASSERT_EQ(dlock_client_open(&o, &bad), DLOCK_EIO);
+  ASSERT_NULL(bad);
+  sg_free(g);
+  tls_files_free(f);
+}
+
+/*
+ * The data nodes' password and database, from the URL, reach the master
+ * found through the Sentinels. (The discovery was once handed an emptied
+ * copy of them: every connection to a password-protected master failed
+ * with NOAUTH, and db=N was ignored.)
+ */
+TEST(sentinel_data_nodes_password_and_db) {
+  sg_options_t so;
+  sg_options_init(&so);
+  so.replicas = 1;
+  so.requirepass = "s3cret";
+  sg_group_t *g = NULL;
+  ASSERT_EQ(sg_start(&so, &g), 0);
+  char url[512];
+  snprintf(url, sizeof(url), "%s?db=3", sg_url(g));
+  dlock_options_t o;
+  sentinel_options(&o, url, 1, NULL);
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "sent:db");
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  redisReply *r = rp_cmd(sg_node(g, 0), "EVAL %s 1 sent:db",
+                         "redis.call('select', 3) "
+                         "return redis.call('exists', KEYS[1])");
+  ASSERT(r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1);
+  freeReplyObject(r);
+  ASSERT_EQ(node_has(g, 0, "sent:db"), 0); /* not in db 0 */
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  dlock_free(l);
+  dlock_client_close(c);
+  sg_free(g);
+}

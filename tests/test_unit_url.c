@@ -295,6 +295,33 @@ TEST(url_sentinel_forms) {
   ASSERT_EQ(dlock__url_is_sentinel("redis://h"), 0);
 }
 
+/* rediss-sentinel:// is TLS to the Sentinels and to the data nodes; the
+ * plain scheme is TLS to neither. */
+TEST(url_sentinel_tls) {
+  dlock__sentinel_url u;
+  ASSERT_EQ(dlock__url_is_sentinel("rediss-sentinel://h/m"), 1);
+  int rc = dlock__url_parse_sentinel(
+      "rediss-sentinel://:pw@s1:26380,s2/mymaster?db=2", &u);
+  ASSERT_EQ(rc, 0);
+  ASSERT_EQ(u.n, 2);
+  ASSERT_EQ(u.data.tls, 1);
+  ASSERT_EQ(u.sentinels[0].tls, 1);
+  ASSERT_EQ(u.sentinels[1].tls, 1);
+  ASSERT_EQ(u.sentinels[1].port, 26379);
+  ASSERT_STR_EQ(u.master, "mymaster");
+  ASSERT_STR_EQ(u.data.pass, "pw");
+  ASSERT_EQ(u.data.db, 2);
+  dlock__sentinel_url_free(&u);
+  ASSERT_EQ(dlock__url_parse_sentinel("redis-sentinel://s1/m", &u), 0);
+  ASSERT_EQ(u.data.tls, 0);
+  ASSERT_EQ(u.sentinels[0].tls, 0);
+  dlock__sentinel_url_free(&u);
+  ASSERT_EQ(dlock__url_parse_sentinel("rediss-sentinel://s1", &u),
+            DLOCK_EINVAL);
+  dlock__endpoint ep;
+  ASSERT_EQ(dlock__url_parse("rediss-sentinel://s1/m", &ep), DLOCK_EINVAL);
+}
+
 TEST(url_sentinel_rejects) {
   static const char *const bad[] = {
       "redis-sentinel://h",                   /* no master name */

@@ -60,7 +60,8 @@ void cli_print_global_options_help(FILE *out) {
       "Global options (before or after the command name):\n"
       "  --url URL       Redis server, redis://[user@]host[:port][/db] or\n"
       "                  unix:///path[?db=N], or Sentinels,\n"
-      "                  redis-sentinel://host:port[,host:port...]/master,\n"
+      "                  redis-sentinel://host:port[,host:port...]/master\n"
+      "                  (rediss-sentinel:// for TLS to Sentinels and nodes),\n"
       "                  or a Redis Cluster's seed nodes,\n"
       "                  redis-cluster://host:port[,host:port...];\n"
       "                  repeat it for a RedLock over "
@@ -306,6 +307,14 @@ static void print_warning(void *data, const char *text) {
   fprintf(stderr, "dlock: warning: %s\n", text);
 }
 
+/* 1 for a URL whose connections are TLS: rediss://, rediss-sentinel://,
+ * rediss-cluster://. */
+static int is_tls_url(const char *url) {
+  return strncmp(url, "rediss://", 9) == 0 ||
+         strncmp(url, "rediss-sentinel://", 18) == 0 ||
+         strncmp(url, "rediss-cluster://", 17) == 0;
+}
+
 /* The client options of every command: the URL and watchdog of the command
  * line, and the callbacks for lost locks and for warnings. */
 static void client_options(const cli_globals_t *g, const char *url,
@@ -325,8 +334,7 @@ static void client_options(const cli_globals_t *g, const char *url,
   o->on_warning = print_warning;
   /* Only for TLS URLs: among several --url some may be plain, and the
    * library refuses TLS options with those. */
-  if (strncmp(url, "rediss://", 9) == 0 ||
-      strncmp(url, "rediss-cluster://", 17) == 0) {
+  if (is_tls_url(url)) {
     o->tls_ca_file = g->cacert;
     o->tls_ca_dir = g->cacertdir;
     o->tls_cert_file = g->cert;
@@ -350,8 +358,7 @@ static int check_tls_options(const cli_command_t *cmd, const cli_globals_t *g) {
   if (given == NULL)
     return 0;
   for (size_t i = 0; i < g->nurls; i++)
-    if (strncmp(g->urls[i], "rediss://", 9) == 0 ||
-        strncmp(g->urls[i], "rediss-cluster://", 17) == 0)
+    if (is_tls_url(g->urls[i]))
       return 0;
   return cli_usage_error(cmd,
                          "--%s is for TLS, which needs a rediss:// URL "

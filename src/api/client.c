@@ -333,16 +333,30 @@ static void warn_if_evicting(dlock_client_t *c) {
   c->opt.on_warning(c->opt.on_warning_data, text);
 }
 
-/* A redis-sentinel:// URL: the Sentinels and the master's name go to the
- * discovery, the data nodes' credentials and db to 'c->ep'. */
+/* A redis-sentinel:// or rediss-sentinel:// URL: the Sentinels and the
+ * master's name go to the discovery, the data nodes' credentials, db and
+ * TLS to 'c->ep'; the TLS settings are loaded here, for the discovery's
+ * connections as much as for the client's own. */
 static int open_sentinel(dlock_client_t *c, const char *url) {
   dlock__sentinel_url su;
   int rc = dlock__url_parse_sentinel(url, &su);
   if (rc != 0)
     return rc;
+  /* The discovery keeps its own copy: it opens the data nodes' streams
+   * with their password, db and TLS. */
   c->ep = su.data;
-  memset(&su.data, 0, sizeof(su.data));
-  return dlock__sentinel_new(&su, c->opt.connect_timeout_ms,
+  c->ep.user = su.data.user ? dlock__strdup(su.data.user) : NULL;
+  c->ep.pass = su.data.pass ? dlock__strdup(su.data.pass) : NULL;
+  if ((su.data.user != NULL && c->ep.user == NULL) ||
+      (su.data.pass != NULL && c->ep.pass == NULL))
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
+  if (rc == 0)
+    rc = load_tls(&c->opt, &c->ep, &c->tls);
+  if (rc != 0) {
+    dlock__sentinel_url_free(&su);
+    return rc;
+  }
+  return dlock__sentinel_new(&su, c->tls, c->opt.connect_timeout_ms,
                              c->opt.command_timeout_ms, &c->sentinel);
 }
 
@@ -414,7 +428,7 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
     rc = parse_cluster(c, url, &cu);
   else if (rc == 0)
     rc = dlock__url_parse(url, &c->ep);
-  if (rc == 0)
+  if (rc == 0 && !dlock__url_is_sentinel(url))
     rc = load_tls(o, &c->ep, &c->tls);
   if (rc == 0 && o->client_id != NULL)
     snprintf(c->id, sizeof(c->id), "%s", o->client_id);

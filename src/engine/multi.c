@@ -392,10 +392,12 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
   size_t n = l->nsubs, answered = 0, granted = 0, quorum = n / 2 + 1;
   dlock__call_args *args = dlock__calloc(n, sizeof(*args));
   dlock__pending *pend = dlock__calloc(n, sizeof(*pend));
+  dlock__sync_call *sc = dlock__calloc(n, sizeof(*sc));
   unsigned char *awaited = dlock__calloc(n, 1);
-  if (args == NULL || pend == NULL || awaited == NULL) {
+  if (args == NULL || pend == NULL || sc == NULL || awaited == NULL) {
     dlock__free(args);
     dlock__free(pend);
+    dlock__free(sc);
     dlock__free(awaited);
     for (size_t i = 0; i < n; i++)
       state[i] = DLOCK_ENOMEM;
@@ -420,7 +422,13 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
     /* A node not connected yet starts connecting here and the others go
      * on at once: every connect runs at the same time. */
     dlock__reentrant_acquire_call(l->subs[i], owner, lease_ms, &args[i]);
-    dlock__eval_send(l->subs[i]->c->conn, &args[i].call, 0, &pend[i]);
+    /* With replica sync, WAIT rides after the script, as on the serial
+     * path: a part that the node's replicas did not acknowledge is given
+     * back and does not count towards the quorum. */
+    state[i] =
+        dlock__eval_send_synced(l->subs[i]->c, &args[i].call, &pend[i], &sc[i]);
+    if (state[i] != 0)
+      continue;
     awaited[i] = 1;
     left++;
   }
@@ -459,15 +467,17 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
       if (left == 1 && grace_end == INT64_MAX)
         until = INT64_MAX;
       redisReply *reply;
-      int rc = dlock__eval_wait_until(sub->c->conn, &args[i].call, &pend[i],
-                                      &reply, 0, until);
+      dlock__synced sy;
+      int rc = dlock__eval_wait_synced_until(sub->c, &args[i].call, &pend[i],
+                                             &sc[i], &reply, until, &sy);
       if (rc == DLOCK__CONN_AGAIN)
         continue;
       awaited[i] = 0;
       left--;
       dlock__busy busy = {-1, 0};
       if (rc == 0)
-        rc = dlock__finish_acquire(sub, owner, lease_ms, reply, sent_us, &busy);
+        rc = dlock__finish_acquire_synced(sub, owner, lease_ms, reply, sent_us,
+                                          &busy, &sy);
       state[i] = rc;
       answered += rc == 0 || rc == 1;
       granted += rc == 0;
@@ -477,6 +487,7 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
   }
   dlock__free(args);
   dlock__free(pend);
+  dlock__free(sc);
   dlock__free(awaited);
   return answered;
 }

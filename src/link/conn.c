@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #ifdef __linux__
 #include <linux/futex.h>
@@ -808,6 +809,7 @@ static int give_up_requests_locked(dlock__conn *c, caller *me) {
       return -1;
     copy->next = r->next;
     copy->sent_us = r->sent_us;
+    copy->block_ms = r->block_ms;
     *p = copy;
     if (c->tail == r)
       c->tail = copy;
@@ -836,7 +838,7 @@ static int64_t dead_at(const dlock__conn *c) {
     return INT64_MAX;
   int64_t since =
       c->head->sent_us > c->last_reply_us ? c->head->sent_us : c->last_reply_us;
-  return dlock__after_ms(since, c->cfg.command_timeout_ms);
+  return dlock__after_ms(since, c->cfg.command_timeout_ms + c->head->block_ms);
 }
 
 /* The oldest waiting caller but 'me' reads next. A caller that sent but is
@@ -976,6 +978,46 @@ static void drive_locked(dlock__conn *c, caller *me) {
   pass_role_locked(c, me);
 }
 
+/* Reads one bulk string of a formatted command at '*p' (before 'end'):
+ * 0 with its text and length, -1 when it is not one. */
+static int bulk_at(const char **p, const char *end, const char **text,
+                   long *len) {
+  if (*p >= end || **p != '$')
+    return -1;
+  char *after;
+  long n = strtol(*p + 1, &after, 10);
+  if (after + 2 > end || after[0] != '\r' || after[1] != '\n' || n < 0 ||
+      n > end - after - 4)
+    return -1;
+  *text = after + 2;
+  *len = n;
+  *p = after + 2 + n + 2;
+  return 0;
+}
+
+/* How long the server may hold the reply to the formatted command 'cmd'
+ * back on purpose: a WAIT's timeout (replica sync pipelines one after a
+ * lock write, and a timeout longer than the command timeout must end with
+ * WAIT's answer, not with the connection called dead); 0 for any other
+ * command and for WAIT 0 (no limit, which dlock never sends). */
+static int64_t blocking_ms(const char *cmd, size_t len) {
+  static const char head[] = "*3\r\n";
+  const char *end = cmd + len, *p = cmd + sizeof(head) - 1, *text;
+  long n;
+  if (len < sizeof(head) - 1 || memcmp(cmd, head, sizeof(head) - 1) != 0 ||
+      bulk_at(&p, end, &text, &n) != 0 || n != 4 ||
+      strncasecmp(text, "WAIT", 4) != 0 || bulk_at(&p, end, &text, &n) != 0 ||
+      bulk_at(&p, end, &text, &n) != 0)
+    return 0;
+  int64_t ms = 0;
+  for (long i = 0; i < n && ms < INT64_MAX / 20; i++) {
+    if (text[i] < '0' || text[i] > '9')
+      return 0;
+    ms = ms * 10 + (text[i] - '0');
+  }
+  return ms;
+}
+
 /* Queues the requests on the socket. On failure none of them is queued. */
 static int enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
                           const size_t *lens, request *reqs, caller *me) {
@@ -991,6 +1033,7 @@ static int enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
   for (size_t i = 0; i < n; i++) {
     reqs[i].who = me;
     reqs[i].sent_us = now;
+    reqs[i].block_ms = blocking_ms(cmds[i], lens[i]);
     if (c->tail != NULL)
       c->tail->next = &reqs[i];
     else

@@ -89,6 +89,10 @@ typedef struct dlock__request {
   struct dlock__request *next;
   dlock__caller *who; /* NULL: its caller gave up; the reply is dropped */
   int64_t sent_us;
+  /* How long the server may hold the reply back on purpose (a WAIT's
+   * timeout), allowed on top of the command timeout before the
+   * connection counts as dead. */
+  int64_t block_ms;
   redisReply *reply;
   int err; /* DLOCK_E* when it failed without a reply */
 } dlock__request;

@@ -265,3 +265,67 @@ int dlock__eval_wait_until(dlock__conn *conn, const dlock__eval *call,
   }
   return rc;
 }
+
+/* The tail of one call is short: replica sync sends WAIT and at most an
+ * INFO after a script. */
+#define TAIL_MAX 3
+
+int dlock__eval_send_tail(dlock__conn *conn, const dlock__eval *call,
+                          int64_t deadline_us, size_t ntail, char *const *tail,
+                          const size_t *tail_lens, dlock__pending *p) {
+  char *cmds[1 + TAIL_MAX];
+  size_t lens[1 + TAIL_MAX];
+  if (ntail > TAIL_MAX) {
+    memset(p, 0, sizeof(*p));
+    p->rc = dlock__fail(DLOCK_EINVAL, "too many commands after a script");
+    return p->rc;
+  }
+  int rc = dlock__eval_format(call, 0, &cmds[0], &lens[0]);
+  if (rc != 0) {
+    memset(p, 0, sizeof(*p));
+    p->rc = rc;
+    return rc;
+  }
+  for (size_t k = 0; k < ntail; k++) {
+    cmds[1 + k] = tail[k];
+    lens[1 + k] = tail_lens[k];
+  }
+  rc = dlock__conn_send(conn, 1 + ntail, cmds, lens, deadline_us, p);
+  dlock__format_free(cmds[0]);
+  return rc;
+}
+
+int dlock__eval_wait_tail_until(dlock__conn *conn, const dlock__eval *call,
+                                dlock__pending *p, redisReply **reply,
+                                int64_t deadline_us, int64_t until_us,
+                                size_t ntail, char *const *tail,
+                                const size_t *tail_lens,
+                                redisReply **tail_replies) {
+  redisReply *got[1 + TAIL_MAX] = {NULL};
+  *reply = NULL;
+  memset(tail_replies, 0, ntail * sizeof(*tail_replies));
+  int rc = dlock__conn_wait_until(p, got, until_us);
+  if (rc == DLOCK__CONN_AGAIN)
+    return rc;
+  if (rc != 0)
+    return rc;
+  if (is_noscript(got[0])) {
+    for (size_t k = 0; k <= ntail; k++)
+      if (got[k] != NULL)
+        freeReplyObject(got[k]);
+    return dlock__eval_run_tail(conn, 1, call, reply, deadline_us, 0, ntail,
+                                (const char *const *)tail, tail_lens,
+                                tail_replies);
+  }
+  if (got[0]->type == REDIS_REPLY_ERROR) {
+    rc = dlock__fail_reply_in(got[0]->str, got[0]->len, call->script->name);
+    for (size_t k = 0; k <= ntail; k++)
+      if (got[k] != NULL)
+        freeReplyObject(got[k]);
+    return rc;
+  }
+  *reply = got[0];
+  for (size_t k = 0; k < ntail; k++)
+    tail_replies[k] = got[1 + k];
+  return 0;
+}

@@ -116,4 +116,22 @@ int dlock__eval_wait_until(dlock__conn *conn, const dlock__eval *call,
                            dlock__pending *p, redisReply **reply,
                            int64_t deadline_us, int64_t until_us);
 
+/*
+ * dlock__eval_send followed, in the same pipeline, by 'ntail' (1..3) plain
+ * commands already formatted (replica sync's WAIT), which must stay valid
+ * until the wait below is done; and its wait, which also gives the tail's
+ * replies (the caller's, NULL on failure). On NOSCRIPT the script is run
+ * again with its body, the tail again after it: a WAIT must come after the
+ * write it is to cover.
+ */
+int dlock__eval_send_tail(dlock__conn *conn, const dlock__eval *call,
+                          int64_t deadline_us, size_t ntail, char *const *tail,
+                          const size_t *tail_lens, dlock__pending *p);
+int dlock__eval_wait_tail_until(dlock__conn *conn, const dlock__eval *call,
+                                dlock__pending *p, redisReply **reply,
+                                int64_t deadline_us, int64_t until_us,
+                                size_t ntail, char *const *tail,
+                                const size_t *tail_lens,
+                                redisReply **tail_replies);
+
 #endif

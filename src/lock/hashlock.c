@@ -242,6 +242,12 @@ int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
   return finish_acquire(l, owner, lease_ms, reply, sent_us, busy, NULL);
 }
 
+int dlock__finish_acquire_synced(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                                 redisReply *reply, int64_t sent_us,
+                                 dlock__busy *busy, const dlock__synced *sy) {
+  return finish_acquire(l, owner, lease_ms, reply, sent_us, busy, sy);
+}
+
 /*
  * A hold handed over by a release (of this client or another) was written
  * by the releaser's connection, whose WAIT this client never sees. With

@@ -242,6 +242,13 @@ int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
                           redisReply *reply, int64_t sent_us,
                           dlock__busy *busy);
 
+/* The same for a grant whose write was followed by WAIT ('sy', see
+ * sync.h): one that too few replicas acknowledged is given back and
+ * refused with DLOCK_ENOSYNC. */
+int dlock__finish_acquire_synced(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                                 redisReply *reply, int64_t sent_us,
+                                 dlock__busy *busy, const dlock__synced *sy);
+
 /* The second half of dlock__release_run: decodes a release reply (taking
  * it) and applies it, with what dlock__release_begin found in 'r'. */
 int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,

@@ -300,6 +300,119 @@ int dlock__eval_write_paced(dlock_client_t *c, size_t n,
                      out);
 }
 
+int dlock__eval_send_synced(dlock_client_t *c, const dlock__eval *call,
+                            dlock__pending *p, dlock__sync_call *sc) {
+  dlock__sync *s = &c->sync;
+  memset(sc, 0, sizeof(*sc));
+  sc->gen = c->sentinel != NULL ? dlock__sentinel_gen(c->sentinel) : 0;
+  /* The WAIT may take its whole timeout on top of the command's. */
+  sc->deadline_us =
+      dlock__deadline_ms(c->opt.command_timeout_ms + s->timeout_ms);
+  if (s->on && c->sentinel == NULL && atomic_load(&s->replicas) < 0) {
+    /* The count is not known, and reading it first would hold the other
+     * servers' sends for a server that does not answer: INFO rides after
+     * the script instead, and the WAIT follows once it is read. */
+    const char *info_argv[] = {"INFO", "replication"};
+    int len = dlock__format_argv(&sc->wait_cmd, 2, info_argv, NULL);
+    if (len < 0) {
+      sc->wait_cmd = NULL;
+      return dlock__fail(DLOCK_ENOMEM, "out of memory formatting INFO");
+    }
+    sc->wait_len = (size_t)len;
+    sc->wanted = -1;
+    dlock__eval_send_tail(c->conn, call, sc->deadline_us, 1, &sc->wait_cmd,
+                          &sc->wait_len, p);
+    return 0;
+  }
+  int wanted = dlock__sync_wanted(c);
+  if (wanted < 0)
+    return wanted;
+  if (wanted == 0) {
+    /* A send that fails says so in 'p', to the wait. */
+    dlock__eval_send(c->conn, call, 0, p);
+    return 0;
+  }
+  char nrep[16], tmo[24];
+  snprintf(nrep, sizeof(nrep), "%d", wanted);
+  snprintf(tmo, sizeof(tmo), "%lld", (long long)s->timeout_ms);
+  const char *wait_argv[] = {"WAIT", nrep, tmo};
+  int len = dlock__format_argv(&sc->wait_cmd, 3, wait_argv, NULL);
+  if (len < 0) {
+    sc->wait_cmd = NULL;
+    return dlock__fail(DLOCK_ENOMEM, "out of memory formatting WAIT");
+  }
+  sc->wait_len = (size_t)len;
+  sc->wanted = wanted;
+  dlock__eval_send_tail(c->conn, call, sc->deadline_us, 1, &sc->wait_cmd,
+                        &sc->wait_len, p);
+  return 0;
+}
+
+int dlock__eval_wait_synced_until(dlock_client_t *c, const dlock__eval *call,
+                                  dlock__pending *p, dlock__sync_call *sc,
+                                  redisReply **reply, int64_t until_us,
+                                  dlock__synced *out) {
+  dlock__sync *s = &c->sync;
+  out->ok = 1;
+  out->acked = out->wanted = out->moved = 0;
+  if (sc->wanted == 0 && sc->wait_cmd == NULL)
+    return dlock__eval_wait_until(c->conn, call, p, reply, 0, until_us);
+  redisReply *w = NULL;
+  int rc = dlock__eval_wait_tail_until(c->conn, call, p, reply, sc->deadline_us,
+                                       until_us, 1, &sc->wait_cmd,
+                                       &sc->wait_len, &w);
+  if (rc == DLOCK__CONN_AGAIN)
+    return rc;
+  if (rc == 0 && sc->wanted < 0) {
+    /* 'w' is the INFO that rode after the script: the WAIT now, on the
+     * same connection, after the write. */
+    apply_info(c, w);
+    freeReplyObject(w);
+    w = NULL;
+    int n = atomic_load(&s->replicas);
+    sc->wanted = n > 0 ? n : 0;
+    if (n > 0) {
+      char nrep[16], tmo[24], *cmd;
+      snprintf(nrep, sizeof(nrep), "%d", n);
+      snprintf(tmo, sizeof(tmo), "%lld", (long long)s->timeout_ms);
+      const char *wait_argv[] = {"WAIT", nrep, tmo};
+      int len = dlock__format_argv(&cmd, 3, wait_argv, NULL);
+      if (len < 0) {
+        rc = dlock__fail(DLOCK_ENOMEM, "out of memory formatting WAIT");
+      } else {
+        size_t slen = (size_t)len;
+        rc = dlock__conn_call(c->conn, 1, &cmd, &slen, &w, sc->deadline_us);
+        dlock__format_free(cmd);
+      }
+      if (rc != 0) {
+        /* The write is done; whether it reached the replicas is not
+         * known, so it counts as not synced. */
+        freeReplyObject(*reply);
+        *reply = NULL;
+      }
+    }
+  }
+  if (rc == 0) {
+    out->wanted = sc->wanted;
+    out->acked =
+        w != NULL && w->type == REDIS_REPLY_INTEGER ? (int)w->integer : 0;
+    out->ok = out->acked >= sc->wanted;
+    /* As in write_round: a master that moved meanwhile makes the
+     * acknowledgements worthless. */
+    if (c->sentinel != NULL && dlock__sentinel_gen(c->sentinel) != sc->gen) {
+      out->moved = 1;
+      out->ok = 0;
+    }
+  }
+  if (w != NULL)
+    freeReplyObject(w);
+  dlock__format_free(sc->wait_cmd);
+  sc->wait_cmd = NULL;
+  if (s->on && s->fixed == 0 && (rc != 0 || !out->ok))
+    atomic_store(&s->replicas, -1);
+  return rc;
+}
+
 int dlock__sync_fail(const dlock_client_t *c, const dlock__synced *s,
                      const char *what, const char *name, size_t len) {
   if (s->moved)

@@ -69,6 +69,36 @@ int dlock__eval_write_paced(dlock_client_t *c, size_t n,
                             int64_t idle_ms, int64_t limit_us,
                             dlock__synced *out);
 
+/*
+ * The two halves of dlock__eval_write for one call on the client's own
+ * connection (not a cluster), so that a caller can send to several
+ * servers at once (a RedLock) and collect the replies as they come:
+ * dlock__eval_send with the WAIT pipelined after it when the client syncs
+ * with replicas. A send that returns an error sent nothing and is not
+ * waited for; every other is followed by waits on the same 'p' and 'sc'
+ * until one returns something else than DLOCK__CONN_AGAIN. The replica
+ * count is the one dlock__eval_write uses; when it is not known (and the
+ * client is not on Sentinel, whose count is read first), INFO rides after
+ * the script instead of WAIT, and the WAIT follows in a round trip of its
+ * own once the count is read, so that a server that does not answer holds
+ * up no other server's send. The periodic INFO refresh rides only on
+ * dlock__eval_write.
+ */
+typedef struct dlock__sync_call {
+  int wanted;   /* the replicas the WAIT asks for; 0: no WAIT sent */
+  unsigned gen; /* the Sentinel generation before the count */
+  int64_t deadline_us;
+  char *wait_cmd; /* the formatted WAIT (or INFO), or NULL */
+  size_t wait_len;
+} dlock__sync_call;
+
+int dlock__eval_send_synced(dlock_client_t *c, const dlock__eval *call,
+                            dlock__pending *p, dlock__sync_call *sc);
+int dlock__eval_wait_synced_until(dlock_client_t *c, const dlock__eval *call,
+                                  dlock__pending *p, dlock__sync_call *sc,
+                                  redisReply **reply, int64_t until_us,
+                                  dlock__synced *out);
+
 /* DLOCK_ENOSYNC with a detail naming 'what' and lock 'name'. */
 int dlock__sync_fail(const dlock_client_t *c, const dlock__synced *s,
                      const char *what, const char *name, size_t len);

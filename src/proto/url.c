@@ -191,7 +191,7 @@ int dlock__url_parse(const char *url, dlock__endpoint *out) {
     rc = parse_tcp(url + 9, out);
     out->tls = 1;
   } else if (dlock__url_is_sentinel(url)) {
-    rc = dlock__fail(DLOCK_EINVAL, "a redis-sentinel:// URL names Sentinels, "
+    rc = dlock__fail(DLOCK_EINVAL, "a Sentinel URL names Sentinels, "
                                    "not one server");
   } else if (dlock__url_is_cluster(url)) {
     rc = dlock__fail(DLOCK_EINVAL, "a redis-cluster:// URL names a cluster's "
@@ -202,7 +202,8 @@ int dlock__url_parse(const char *url, dlock__endpoint *out) {
     const char *quoted = strchr(url, '@') != NULL ? "..." : url;
     rc = dlock__fail(DLOCK_EINVAL,
                      "URL must start with redis://, rediss://, unix://, "
-                     "redis-sentinel:// or redis-cluster:// (got "
+                     "redis-sentinel://, rediss-sentinel://, "
+                     "redis-cluster:// or rediss-cluster:// (got "
                      "\"%.40s%s\")",
                      quoted, strlen(quoted) > 40 ? "..." : "");
   }
@@ -237,11 +238,14 @@ void dlock__endpoint_describe(const dlock__endpoint *e, char *buf, size_t n) {
 /* ---- Sentinel URLs ------------------------------------------------------- */
 
 #define SENTINEL_SCHEME "redis-sentinel://"
+#define SENTINEL_TLS_SCHEME "rediss-sentinel://"
 #define SENTINEL_DEFAULT_PORT 26379
 
 int dlock__url_is_sentinel(const char *url) {
   return url != NULL &&
-         strncmp(url, SENTINEL_SCHEME, sizeof(SENTINEL_SCHEME) - 1) == 0;
+         (strncmp(url, SENTINEL_SCHEME, sizeof(SENTINEL_SCHEME) - 1) == 0 ||
+          strncmp(url, SENTINEL_TLS_SCHEME, sizeof(SENTINEL_TLS_SCHEME) - 1) ==
+              0);
 }
 
 void dlock__sentinel_url_free(dlock__sentinel_url *u) {
@@ -374,7 +378,17 @@ int dlock__url_parse_sentinel(const char *url, dlock__sentinel_url *out) {
   memset(out, 0, sizeof(*out));
   if (!dlock__url_is_sentinel(url))
     return dlock__fail(DLOCK_EINVAL, "not a redis-sentinel:// URL");
-  int rc = parse_sentinel(url + sizeof(SENTINEL_SCHEME) - 1, out);
+  /* rediss-sentinel:// is TLS to every Sentinel and every data node alike,
+   * as a deployment whose Sentinels run tls-port and tls-replication has
+   * it: Sentinel hands out the data nodes' TLS ports then. */
+  int tls =
+      strncmp(url, SENTINEL_TLS_SCHEME, sizeof(SENTINEL_TLS_SCHEME) - 1) == 0;
+  int rc = parse_sentinel(
+      url + (tls ? sizeof(SENTINEL_TLS_SCHEME) : sizeof(SENTINEL_SCHEME)) - 1,
+      out);
+  out->data.tls = tls;
+  for (size_t i = 0; i < out->n; i++)
+    out->sentinels[i].tls = tls;
   if (rc != 0)
     dlock__sentinel_url_free(out);
   return rc;

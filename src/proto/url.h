@@ -37,9 +37,12 @@ int dlock__url_parse(const char *url, dlock__endpoint *out);
  * nodes (the master and its replicas), as in a redis:// URL; Sentinels
  * that require a password of their own get sentinel_password (and
  * sentinel_user for an ACL user). Values may be %-encoded.
+ *
+ * rediss-sentinel:// is the same with TLS to the Sentinels and to the data
+ * nodes (every endpoint's tls is 1), with the client's TLS options.
  */
 typedef struct dlock__sentinel_url {
-  dlock__endpoint data;       /* user, pass and db of the data nodes */
+  dlock__endpoint data;       /* user, pass, db and tls of the data nodes */
   dlock__endpoint *sentinels; /* host, port and the Sentinels' user/pass */
   size_t n;
   char *master; /* the master's name */
@@ -47,7 +50,7 @@ typedef struct dlock__sentinel_url {
 
 #define DLOCK__SENTINELS_MAX 32
 
-/* 1 when 'url' has the redis-sentinel:// scheme. */
+/* 1 when 'url' has the redis-sentinel:// or rediss-sentinel:// scheme. */
 int dlock__url_is_sentinel(const char *url);
 
 /* Parses a Sentinel URL into '*out' (which owns its strings afterwards). 0

@@ -27,6 +27,7 @@
 
 struct dlock__sentinel {
   dlock__sentinel_url url;
+  const dlock__tls *tls; /* for rediss-sentinel://, or NULL */
   int64_t connect_timeout_ms, command_timeout_ms;
   pthread_mutex_t mu; /* guards the master, 'next' */
   char *master_host;  /* the master last known, or NULL */
@@ -42,8 +43,9 @@ struct dlock__sentinel {
   void *cb_data;
 };
 
-int dlock__sentinel_new(dlock__sentinel_url *url, int64_t connect_timeout_ms,
-                        int64_t command_timeout_ms, dlock__sentinel **out) {
+int dlock__sentinel_new(dlock__sentinel_url *url, const dlock__tls *tls,
+                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                        dlock__sentinel **out) {
   *out = NULL;
   dlock__sentinel *s = dlock__calloc(1, sizeof(*s));
   if (s == NULL) {
@@ -52,6 +54,7 @@ int dlock__sentinel_new(dlock__sentinel_url *url, int64_t connect_timeout_ms,
   }
   s->url = *url;
   memset(url, 0, sizeof(*url));
+  s->tls = tls;
   s->connect_timeout_ms = connect_timeout_ms;
   s->command_timeout_ms = command_timeout_ms;
   s->wake[0] = s->wake[1] = -1;
@@ -151,6 +154,12 @@ static void add_reason(char *why, size_t n, const char *text) {
 
 static int64_t earlier(int64_t a, int64_t b) { return a < b ? a : b; }
 
+/* The TLS settings for 'ep': the client's when the URL asked for TLS. */
+static const dlock__tls *tls_of(const dlock__sentinel *s,
+                                const dlock__endpoint *ep) {
+  return ep->tls ? s->tls : NULL;
+}
+
 /* Opens a stream to the data node 'host':'port' and checks with ROLE that
  * it is a master. */
 static int open_master(dlock__sentinel *s, const char *host, int port,
@@ -163,7 +172,7 @@ static int open_master(dlock__sentinel *s, const char *host, int port,
   char addr[160];
   dlock__endpoint_describe(&ep, addr, sizeof(addr));
   dlock__stream *st = NULL;
-  int rc = dlock__stream_open_until(&ep, NULL, s->connect_timeout_ms,
+  int rc = dlock__stream_open_until(&ep, tls_of(s, &ep), s->connect_timeout_ms,
                                     s->command_timeout_ms, deadline_us, -1,
                                     NULL, NULL, &st);
   if (rc != 0)
@@ -209,7 +218,7 @@ static int ask_sentinel(dlock__sentinel *s, size_t i, int64_t deadline_us,
   char addr[160];
   dlock__endpoint_describe(ep, addr, sizeof(addr));
   dlock__stream *st = NULL;
-  int rc = dlock__stream_open_until(ep, NULL, s->connect_timeout_ms,
+  int rc = dlock__stream_open_until(ep, tls_of(s, ep), s->connect_timeout_ms,
                                     s->command_timeout_ms, deadline_us, -1,
                                     NULL, NULL, &st);
   if (rc != 0) {
@@ -389,7 +398,7 @@ int dlock__sentinel_replicas(dlock__sentinel *s, int64_t deadline_us,
     char addr[160];
     dlock__endpoint_describe(ep, addr, sizeof(addr));
     dlock__stream *st = NULL;
-    int rc = dlock__stream_open_until(ep, NULL, s->connect_timeout_ms,
+    int rc = dlock__stream_open_until(ep, tls_of(s, ep), s->connect_timeout_ms,
                                       s->command_timeout_ms, deadline_us, -1,
                                       NULL, NULL, &st);
     redisReply *r = NULL;
@@ -491,7 +500,7 @@ static int watch_one(dlock__sentinel *s, size_t i) {
   dlock__stream *st = NULL;
   int64_t budget = s->connect_timeout_ms + s->command_timeout_ms;
   if (dlock__stream_open_until(
-          ep, NULL, s->connect_timeout_ms, s->command_timeout_ms,
+          ep, tls_of(s, ep), s->connect_timeout_ms, s->command_timeout_ms,
           dlock__deadline_ms(budget), -1, NULL, NULL, &st) != 0)
     return 0;
   /* A switch made while nobody watched is caught here. */

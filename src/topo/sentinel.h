@@ -35,10 +35,13 @@ typedef void (*dlock__sentinel_cb)(void *data);
 /*
  * Takes over 'url' (zeroed on return, whatever the outcome) and makes the
  * discovery; nothing is connected yet. The timeouts are those of every
- * connection to a Sentinel or a data node. 0 or DLOCK_ENOMEM.
+ * connection to a Sentinel or a data node; 'tls' (the caller's, kept until
+ * dlock__sentinel_free) is used for every endpoint of 'url' whose tls is
+ * set. 0 or DLOCK_ENOMEM.
  */
-int dlock__sentinel_new(dlock__sentinel_url *url, int64_t connect_timeout_ms,
-                        int64_t command_timeout_ms, dlock__sentinel **out);
+int dlock__sentinel_new(dlock__sentinel_url *url, const dlock__tls *tls,
+                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                        dlock__sentinel **out);
 
 /* Starts the +switch-master watcher, which calls 'cb' after each switch
  * of the master it follows. 0 or DLOCK_ENOMEM. */

@@ -22,6 +22,7 @@ struct sg_group {
   int nnodes, nsentinels;
   rp_server_t *node[MAX_NODES];
   rp_server_t *sentinel[MAX_NODES];
+  int node_tls_port[MAX_NODES], sentinel_tls_port[MAX_NODES];
   char *url;
 };
 
@@ -63,6 +64,29 @@ static void put_pass(char *buf, size_t n, const char *directive,
   snprintf(buf + len, n - len, "\"\n");
 }
 
+/* Starts a data node or a Sentinel from 'o': in a TLS group with a TLS
+ * port too, through which it talks to the others (tls-replication). */
+static int start_proc(sg_group_t *g, rp_options_t *o, rp_server_t **out,
+                      int *tls_port) {
+  *tls_port = 0;
+  if (g->opt.tls == NULL)
+    return rp_start(o, out) == 0 ? 0 : -1;
+  char conf[4096];
+  snprintf(conf, sizeof(conf), "tls-replication yes\n%s",
+           o->extra_conf != NULL ? o->extra_conf : "");
+  o->extra_conf = conf;
+  return tls_server_start_with(g->opt.tls, "no", o, out, tls_port) == 0 ? 0
+                                                                        : -1;
+}
+
+int sg_node_port(const sg_group_t *g, int i) {
+  return g->opt.tls != NULL ? g->node_tls_port[i] : rp_port(g->node[i]);
+}
+
+int sg_sentinel_port(const sg_group_t *g, int i) {
+  return g->opt.tls != NULL ? g->sentinel_tls_port[i] : rp_port(g->sentinel[i]);
+}
+
 static int start_node(sg_group_t *g, int replica_of_port) {
   char extra[1024] = "";
   rp_options_t o;
@@ -81,7 +105,8 @@ static int start_node(sg_group_t *g, int replica_of_port) {
   snprintf(extra + len, sizeof(extra) - len,
            "replica-serve-stale-data no\nrepl-diskless-sync no\n");
   o.extra_conf = extra;
-  return rp_start(&o, &g->node[g->nnodes++]) == 0 ? 0 : -1;
+  int i = g->nnodes++;
+  return start_proc(g, &o, &g->node[i], &g->node_tls_port[i]);
 }
 
 static int start_sentinel(sg_group_t *g, int master_port) {
@@ -109,7 +134,8 @@ static int start_sentinel(sg_group_t *g, int master_port) {
              g->opt.sentinel_pass);
   }
   o.extra_conf = extra;
-  return rp_start(&o, &g->sentinel[g->nsentinels++]) == 0 ? 0 : -1;
+  int i = g->nsentinels++;
+  return start_proc(g, &o, &g->sentinel[i], &g->sentinel_tls_port[i]);
 }
 
 /* A field of "SENTINEL MASTER name" (a flat array of names and values). */
@@ -139,7 +165,7 @@ static int is_master(sg_group_t *g, int i) {
 
 int sg_node_of_port(sg_group_t *g, int port) {
   for (int i = 0; i < g->nnodes; i++)
-    if (rp_port(g->node[i]) == port)
+    if (rp_port(g->node[i]) == port || sg_node_port(g, i) == port)
       return i;
   return -1;
 }
@@ -195,7 +221,7 @@ static int sentinels_agree(sg_group_t *g, int master, int replicas) {
       continue;
     if (master_field(s, g->name, "num-slaves") < replicas ||
         master_field(s, g->name, "num-other-sentinels") < running - 1 ||
-        master_field(s, g->name, "port") != rp_port(g->node[master]))
+        master_field(s, g->name, "port") != sg_node_port(g, master))
       return 0;
   }
   return 1;
@@ -217,11 +243,11 @@ int sg_start(const sg_options_t *o, sg_group_t **out) {
   snprintf(g->name, sizeof(g->name), "%s", o->master_name);
   int rc = start_node(g, 0);
   for (int i = 0; i < o->replicas && rc == 0; i++)
-    rc = start_node(g, rp_port(g->node[0]));
+    rc = start_node(g, sg_node_port(g, 0));
   if (rc == 0)
     rc = sg_wait_replicas(g, o->replicas, START_TIMEOUT_MS);
   for (int i = 0; i < o->sentinels && rc == 0; i++)
-    rc = start_sentinel(g, rp_port(g->node[0]));
+    rc = start_sentinel(g, sg_node_port(g, 0));
   /* Sentinels find the replicas through the master's INFO (every 10 s at
    * first, and at once on start) and each other through hello messages
    * (every 2 s). */
@@ -244,13 +270,14 @@ int sg_start(const sg_options_t *o, sg_group_t **out) {
     } else {
       /* The data nodes' password, %-encoded only as far as the tests
        * need: they use plain ones. */
-      snprintf(g->url, cap, "redis-sentinel://%s%s%s",
+      snprintf(g->url, cap, "%s://%s%s%s",
+               o->tls != NULL ? "rediss-sentinel" : "redis-sentinel",
                o->requirepass ? ":" : "", o->requirepass ? o->requirepass : "",
                o->requirepass ? "@" : "");
       for (int i = 0; i < g->nsentinels; i++) {
         size_t len = strlen(g->url);
         snprintf(g->url + len, cap - len, "%s127.0.0.1:%d", i ? "," : "",
-                 rp_port(g->sentinel[i]));
+                 sg_sentinel_port(g, i));
       }
       size_t len = strlen(g->url);
       snprintf(g->url + len, cap - len, "/%s", g->name);
@@ -314,7 +341,7 @@ int sg_restart_as_replica(sg_group_t *g, int i) {
   if (m < 0 || m == i || rp_restart(g->node[i]) != 0)
     return -1;
   redisReply *r =
-      rp_cmd(g->node[i], "REPLICAOF 127.0.0.1 %d", rp_port(g->node[m]));
+      rp_cmd(g->node[i], "REPLICAOF 127.0.0.1 %d", sg_node_port(g, m));
   int ok = r != NULL && r->type == REDIS_REPLY_STATUS;
   freeReplyObject(r);
   return ok ? 0 : -1;

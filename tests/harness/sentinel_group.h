@@ -19,6 +19,7 @@
 #define DLOCK_TEST_SENTINEL_GROUP_H
 
 #include "redis_proc.h"
+#include "tls_server.h"
 
 typedef struct sg_group sg_group_t;
 
@@ -30,6 +31,12 @@ typedef struct sg_options {
   const char *master_name;   /* default "mymaster" */
   const char *requirepass;   /* the data nodes' password, or NULL */
   const char *sentinel_pass; /* the Sentinels' own password, or NULL */
+  /* Non-NULL: every data node and Sentinel also listens for TLS with these
+   * certificates (tls-port, tls-auth-clients no) and they talk to each
+   * other over TLS only (tls-replication yes), so that the Sentinels name
+   * the nodes' TLS ports; sg_url is then a rediss-sentinel:// URL of the
+   * Sentinels' TLS ports. Each keeps its plain port for the harness. */
+  const tls_files_t *tls;
 } sg_options_t;
 
 void sg_options_init(sg_options_t *o);
@@ -55,7 +62,12 @@ const char *sg_master_name(const sg_group_t *g);
  * that answers), or -1. */
 int sg_master_index(sg_group_t *g);
 
-/* The index of the node with 'port', or -1. */
+/* The port the Sentinels and replicas know node or Sentinel 'i' by: its
+ * TLS port in a TLS group, else its plain one. */
+int sg_node_port(const sg_group_t *g, int i);
+int sg_sentinel_port(const sg_group_t *g, int i);
+
+/* The index of the node with 'port' (plain or TLS), or -1. */
 int sg_node_of_port(sg_group_t *g, int port);
 
 /*

@@ -172,16 +172,17 @@ int tls_server_start_with(const tls_files_t *f, const char *auth_clients,
     int port = free_port();
     if (port <= 0)
       return -1;
-    char conf[2048];
+    char conf[6144];
     snprintf(conf, sizeof(conf),
              "bind 127.0.0.1%s\n"
              "tls-port %d\n"
              "tls-cert-file \"%s\"\n"
              "tls-key-file \"%s\"\n"
              "tls-ca-cert-file \"%s\"\n"
-             "tls-auth-clients %s\n",
+             "tls-auth-clients %s\n%s",
              tls_have_ipv6() ? " ::1" : "", port, f->server_crt, f->server_key,
-             f->ca_crt, auth_clients);
+             f->ca_crt, auth_clients,
+             base->extra_conf != NULL ? base->extra_conf : "");
     rp_options_t o = *base;
     o.extra_conf = conf;
     if (rp_start(&o, out) == 0) {

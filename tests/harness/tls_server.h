@@ -47,7 +47,7 @@ int tls_server_start(const tls_files_t *f, const char *auth_clients,
                      const char *requirepass, rp_server_t **out, int *tls_port);
 
 /* The same from the caller's options ('base': persistence, password...),
- * whose extra_conf it replaces. */
+ * whose extra_conf lines follow the TLS ones. */
 int tls_server_start_with(const tls_files_t *f, const char *auth_clients,
                           const rp_options_t *base, rp_server_t **out,
                           int *tls_port);
