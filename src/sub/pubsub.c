@@ -479,20 +479,25 @@ static int is_str(const redisReply *r, const char *s) {
  * wait. */
 static void refuse_pending_locked(dlock__pubsub *ps, const redisReply *r) {
   /* A node that does not own the slot (any more) answers SSUBSCRIBE with
-   * MOVED (or, mid-migration, ASK or TRYAGAIN): the channel's waiters
-   * move (see dlock__sub.moved). */
-  int elsewhere = ps->sharded && r->len >= 3 &&
-                  ((r->len >= 5 && memcmp(r->str, "MOVED", 5) == 0) ||
-                   memcmp(r->str, "ASK", 3) == 0 ||
-                   (r->len >= 8 && memcmp(r->str, "TRYAGAIN", 8) == 0) ||
-                   (r->len >= 11 && memcmp(r->str, "CLUSTERDOWN", 11) == 0));
+   * MOVED: the channel's waiters are woken to try and then move (see
+   * dlock__sub.moved). Mid-migration (ASK, TRYAGAIN) or without a
+   * working cluster (CLUSTERDOWN) they are not woken, which would have
+   * them ask the same node again and again: they sleep by the lock's TTL
+   * and move then. */
+  int moved = ps->sharded && r->len >= 5 && memcmp(r->str, "MOVED", 5) == 0;
+  int elsewhere =
+      moved || (ps->sharded &&
+                ((r->len >= 3 && memcmp(r->str, "ASK", 3) == 0) ||
+                 (r->len >= 8 && memcmp(r->str, "TRYAGAIN", 8) == 0) ||
+                 (r->len >= 11 && memcmp(r->str, "CLUSTERDOWN", 11) == 0)));
   for (dlock__sub *s = ps->subs; s != NULL; s = s->next) {
     if (s->state != SUB_SENT)
       continue;
     s->state = SUB_NONE;
     if (elsewhere) {
       s->moved = 1;
-      wake_all_locked(s);
+      if (moved)
+        wake_all_locked(s);
       pthread_cond_broadcast(&s->ready);
       continue;
     }
