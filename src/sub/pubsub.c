@@ -1145,6 +1145,13 @@ static void follow_slot(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
   if (dlock__pubsub_join_as(ps, name, len, deadline, w, wake) != 0)
     (void)dlock__pubsub_join_as(sh, name, len, 0, w, wake);
   dlock__free(name);
+  /* An unlock published between the waiter's last attempt and this
+   * subscription reached nobody: the waiter tries once more now, as after
+   * a reconnect. */
+  sh = w->sub->ps;
+  pthread_mutex_lock(&sh->mu);
+  wake_locked(w);
+  pthread_mutex_unlock(&sh->mu);
 }
 
 int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {

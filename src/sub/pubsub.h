@@ -65,11 +65,10 @@ typedef struct dlock__waiter {
  * reconnect, as a cluster delivers a classic PUBLISH to every node) and
  * starts its thread. For a cluster where dlock__cluster_probe_sharded
  * found sharded pub/sub, it connects nothing yet: each master's
- * connection is made at the first join on one of its channels. The first connect to a single server waits until
- * 'open_deadline_us' at most (CLOCK_MONOTONIC; INT64_MAX: the timeouts
- * alone). With
- * 'lazy', an unreachable server is not an error: the thread keeps
- * trying. */
+ * connection is made at the first join on one of its channels. The first
+ * connect to a single server waits until 'open_deadline_us' at most
+ * (CLOCK_MONOTONIC; INT64_MAX: the timeouts alone). With 'lazy', an unreachable
+ * server is not an error: the thread keeps trying. */
 int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
                         struct dlock__sentinel *sentinel,
                         struct dlock__cluster *cluster,
