@@ -822,20 +822,36 @@ static dlock__pubsub *shard_of(dlock__pubsub *ps, const char *channel,
   }
   pthread_mutex_lock(&ps->mu);
   dlock__pubsub *sh = ps->shards[idx];
-  *rc = 0;
-  if (ps->canceled) {
-    sh = NULL;
-    *rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
-  } else if (sh == NULL && make) {
-    /* Lazily: a node that is down is tried again by the shard's thread,
-     * and its waiters sleep by the lock's TTL meanwhile. */
-    *rc = start_one(dlock__cluster_node_ep(ps->cluster, idx), ps->tls, NULL,
-                    NULL, 1, ps->connect_timeout_ms, ps->command_timeout_ms, 1,
-                    dlock__deadline_ms(ps->connect_timeout_ms), &sh);
-    if (*rc == 0)
-      ps->shards[idx] = sh;
-  }
+  int canceled = ps->canceled;
   pthread_mutex_unlock(&ps->mu);
+  *rc = 0;
+  if (canceled)
+    *rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+  if (canceled || sh != NULL || !make)
+    return canceled ? NULL : sh;
+  /* Lazily: a node that is down is tried again by the shard's thread, and
+   * its waiters sleep by the lock's TTL meanwhile. The connect happens
+   * without the mutex, so that a slow node holds up no other; of two made
+   * at once, the first installed stays. */
+  dlock__pubsub *made = NULL;
+  *rc = start_one(dlock__cluster_node_ep(ps->cluster, idx), ps->tls, NULL, NULL,
+                  1, ps->connect_timeout_ms, ps->command_timeout_ms, 1,
+                  dlock__deadline_ms(ps->connect_timeout_ms), &made);
+  if (*rc != 0)
+    return NULL;
+  pthread_mutex_lock(&ps->mu);
+  if (ps->shards[idx] == NULL && !ps->canceled) {
+    ps->shards[idx] = made;
+    made = NULL;
+  }
+  sh = ps->shards[idx];
+  canceled = ps->canceled;
+  pthread_mutex_unlock(&ps->mu);
+  dlock__pubsub_stop(made);
+  if (canceled) {
+    *rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+    return NULL;
+  }
   return sh;
 }
 
