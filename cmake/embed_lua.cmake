@@ -9,7 +9,12 @@
 #
 # For src/lua/NAME.lua it defines
 #
-#   const dlock__script dlock__script_NAME = {"NAME", body, len, "sha1"};
+#   const dlock__script dlock__script_NAME = {"NAME", body, len, "sha1", sharded};
+#
+# A script that publishes (redis.call('publish', ...)) also gets a variant
+# that publishes with SPUBLISH instead, dlock__script_NAME_sharded, which
+# 'sharded' points to (NULL for the others): a Redis 7 cluster delivers
+# unlock messages on sharded pub/sub there, as Redisson does.
 #
 # The body is written as an array of '\xNN' character constants (with a
 # terminating NUL that 'len' does not count) rather than a string literal, so
@@ -56,11 +61,32 @@ foreach(src IN LISTS FILES)
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "'\\\\x\\1'," bytes "${hex}")
   string(REPEAT "'\\\\x[0-9a-f][0-9a-f]'," 10 line_re)
   string(REGEX REPLACE "(${line_re})" "\\1\n    " bytes "${bytes}")
+  set(sharded_ref "NULL")
+  string(FIND "${body}" "redis.call('publish'" at)
+  if(NOT at EQUAL -1)
+    string(REPLACE "redis.call('publish'" "redis.call('spublish'" sbody "${body}")
+    set(spath "${outdir}/lua/${name}_sharded.lua")
+    file(WRITE "${spath}" "${prelude}${sbody}")
+    file(SHA1 "${spath}" ssha)
+    string(TOLOWER "${ssha}" ssha)
+    file(SIZE "${spath}" slen)
+    file(READ "${spath}" shex HEX)
+    string(TOLOWER "${shex}" shex)
+    string(REGEX REPLACE "([0-9a-f][0-9a-f])" "'\\\\x\\1'," sbytes "${shex}")
+    string(REPEAT "'\\\\x[0-9a-f][0-9a-f]'," 10 sline_re)
+    string(REGEX REPLACE "(${sline_re})" "\\1\n    " sbytes "${sbytes}")
+    string(APPEND text "\n/* src/lua/${name}.lua publishing with SPUBLISH, ${slen} bytes */\n")
+    string(APPEND text "static const char dlock__body_${ident}_sharded[] = {\n    ${sbytes}'\\x00'};\n")
+    string(APPEND text "const dlock__script dlock__script_${ident}_sharded = {\n")
+    string(APPEND text "    \"${name}\", dlock__body_${ident}_sharded, ${slen},\n")
+    string(APPEND text "    \"${ssha}\", NULL};\n")
+    set(sharded_ref "&dlock__script_${ident}_sharded")
+  endif()
   string(APPEND text "\n/* src/lua/${name}.lua, ${len} bytes */\n")
   string(APPEND text "static const char dlock__body_${ident}[] = {\n    ${bytes}'\\x00'};\n")
   string(APPEND text "const dlock__script dlock__script_${ident} = {\n")
   string(APPEND text "    \"${name}\", dlock__body_${ident}, ${len},\n")
-  string(APPEND text "    \"${sha}\"};\n")
+  string(APPEND text "    \"${sha}\", ${sharded_ref}};\n")
   string(APPEND table "    &dlock__script_${ident},\n")
 endforeach()
 

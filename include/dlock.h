@@ -193,7 +193,10 @@ typedef struct dlock_options {
    * for TLS to the Sentinels and the data nodes; see "Replicated Redis"
    * below), or a Redis Cluster's seed nodes:
    * "redis-cluster://[user:pass@]host[:port][,host[:port]...]" (or
-   * rediss-cluster:// for TLS), each lock then on the master of its slot;
+   * rediss-cluster:// for TLS), each lock then on the master of its slot
+   * and its unlock messages on sharded pub/sub (SPUBLISH, SSUBSCRIBE on
+   * that master) where the cluster runs SPUBLISH when the client opens,
+   * as Redisson's are, else on classic pub/sub;
    * default "redis://127.0.0.1:6379". Not copied by
    * dlock_options_init. */
   const char *url;

@@ -37,6 +37,9 @@ typedef struct rs_client {
   redisContext *r;
   char id[64];     /* Redisson's per-client UUID */
   int64_t skew_ms; /* added to this host's wall clock */
+  /* Publish with SPUBLISH, as Redisson's scripts do on a cluster where
+   * its start-up probe found sharded pub/sub (its getPublishCommand()). */
+  int sharded;
   atomic_uint_fast64_t seq;
 } rs_client_t;
 
@@ -79,12 +82,31 @@ static inline redisReply *rs_eval(rs_client_t *c, const char *script, int nkeys,
   int nargs = nkeys + nargv;
   ASSERT_LT(nargs, 20);
   snprintf(nk, sizeof(nk), "%d", nkeys);
+  /* Redisson passes the publish command to its scripts; the stand-in's
+   * scripts name PUBLISH, which becomes SPUBLISH here when sharded. */
+  char *text = NULL;
+  if (c->sharded) {
+    static const char from[] = "redis.call('publish'";
+    text = malloc(strlen(script) * 2 + 1);
+    ASSERT_NOT_NULL(text);
+    char *o = text;
+    for (const char *p = script; *p;) {
+      if (strncmp(p, from, sizeof(from) - 1) == 0) {
+        o += sprintf(o, "redis.call('spublish'");
+        p += sizeof(from) - 1;
+      } else {
+        *o++ = *p++;
+      }
+    }
+    *o = '\0';
+  }
   argv[0] = "EVAL";
-  argv[1] = script;
+  argv[1] = text != NULL ? text : script;
   argv[2] = nk;
   for (int i = 0; i < nargs; i++)
     argv[3 + i] = args[i];
   redisReply *rep = redisCommandArgv(c->r, 3 + nargs, argv, NULL);
+  free(text);
   ASSERT_NOT_NULL(rep);
   if (rep->type == REDIS_REPLY_ERROR) {
     fprintf(stderr, "Redisson stand-in script failed: %s\n", rep->str);

@@ -21,6 +21,20 @@ TEST(build_embeds_every_script) {
     ASSERT_EQ(strlen(sc->body), sc->len);
     ASSERT_EQ(strlen(sc->sha), 40);
     ASSERT_EQ(strspn(sc->sha, "0123456789abcdef"), 40);
+    /* Every script that publishes has its variant for a cluster with
+     * sharded pub/sub, which publishes with SPUBLISH only. */
+    int publishes = strstr(sc->body, "'publish'") != NULL ||
+                    strstr(sc->body, "\"publish\"") != NULL;
+    if (publishes != (sc->sharded != NULL))
+      TEST_FAIL("%s publishes (%d) but its sharded variant is %s", sc->name,
+                publishes, sc->sharded != NULL ? "there" : "missing");
+    if (sc->sharded != NULL) {
+      ASSERT_NULL(strstr(sc->sharded->body, "'publish'"));
+      ASSERT_NULL(strstr(sc->sharded->body, "\"publish\""));
+      ASSERT_NOT_NULL(strstr(sc->sharded->body, "redis.call('spublish'"));
+      ASSERT_EQ(strlen(sc->sharded->body), sc->sharded->len);
+      ASSERT_STR_EQ(sc->sharded->name, sc->name);
+    }
     n++;
   }
   /* DLOCK_LUA_COUNT: how many .lua files src/lua had at configure time. */
@@ -37,6 +51,16 @@ TEST(build_script_sha_matches_redis) {
     if (r->type != REDIS_REPLY_STRING)
       TEST_FAIL("SCRIPT LOAD of %s: %s", (*p)->name, r->str ? r->str : "?");
     ASSERT_STR_EQ(r->str, (*p)->sha);
+    freeReplyObject(r);
+    const dlock__script *v = (*p)->sharded;
+    if (v == NULL)
+      continue;
+    r = rp_cmd(s, "SCRIPT LOAD %b", v->body, v->len);
+    ASSERT_NOT_NULL(r);
+    if (r->type != REDIS_REPLY_STRING)
+      TEST_FAIL("SCRIPT LOAD of sharded %s: %s", v->name,
+                r->str ? r->str : "?");
+    ASSERT_STR_EQ(r->str, v->sha);
     freeReplyObject(r);
   }
   rp_free(s);

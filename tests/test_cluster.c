@@ -21,6 +21,7 @@
 #include "../src/proto/slot.h"
 #include "harness/cluster_group.h"
 #include "lock_util.h"
+#include "redisson_sim.h"
 
 static cg_group_t *cluster(void) {
   cg_group_t *g = NULL;
@@ -339,10 +340,18 @@ TEST(cluster_slot_migrated_while_held) {
   ASSERT_EQ(pthread_create(&tu, NULL, unlocker, &u), 0);
   lu_sleep_ms(300);
   ASSERT_EQ(cg_migrate_end(g, slot, to), 0);
+  int64_t ended = lu_now_ms();
   pthread_join(tu, NULL);
   ASSERT_DLOCK_OK(u.rc);
   pthread_join(t, NULL);
   ASSERT_DLOCK_OK(w.rc);
+  /* Woken by the release, which follows the migration at once, not by
+   * the 30 s lease running out: a waiter whose subscription moved with
+   * the slot tries again once subscribed on the new master, as the
+   * release may have come in between. */
+  printf("waiter got it %" PRId64 " ms after the migration ended\n",
+         w.got_ms - ended);
+  ASSERT_LT(w.got_ms - ended, 15000);
   /* The waiter holds it on the new master, with a later token. */
   ASSERT_EQ(lu_exists(cg_node(g, to), name), 1);
   ASSERT_GT(dlock_token_as(w.l, w.owner), token);
@@ -539,7 +548,227 @@ TEST(cluster_replica_sync_counts_each_shard) {
   cg_free(g);
 }
 
-/* ---- the dlock command -------------------------------------------------- */
+/* ---- sharded pub/sub ----------------------------------------------------
+ */
+
+/* The channels of node 'i' matching '*<part>*': classic (PUBSUB CHANNELS)
+ * or sharded (PUBSUB SHARDCHANNELS). */
+static int channels_on(cg_group_t *g, int i, int sharded, const char *part) {
+  redisReply *r = rp_cmd(cg_node(g, i), "PUBSUB %s *%s*",
+                         sharded ? "SHARDCHANNELS" : "CHANNELS", part);
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+  int n = (int)r->elements;
+  freeReplyObject(r);
+  return n;
+}
+
+/* Waits (up to 20 s) until node 'i' has a sharded subscription matching
+ * 'part', and checks that no node has a classic one. */
+static void await_shard_sub(cg_group_t *g, int i, const char *part) {
+  int64_t until = lu_now_ms() + 20000;
+  while (channels_on(g, i, 1, part) == 0 && lu_now_ms() < until)
+    lu_sleep_ms(20);
+  ASSERT_GT(channels_on(g, i, 1, part), 0);
+  for (int k = 0; k < cg_nnodes(g); k++)
+    if (rp_pid(cg_node(g, k)) > 0)
+      ASSERT_EQ(channels_on(g, k, 0, part), 0);
+}
+
+typedef struct sem_waiter_arg {
+  dlock_sem_t *s;
+  int rc;
+  int64_t got_ms;
+} sem_waiter_arg;
+
+static void *sem_waiter(void *p) {
+  sem_waiter_arg *a = p;
+  a->rc = dlock_sem_acquire(a->s, 1, 60000);
+  a->got_ms = lu_now_ms();
+  return NULL;
+}
+
+/* Joins a waiter thread and checks that it was woken by its release
+ * ('released', ms), well before the 30 s lease or the 60 s wait. */
+static void woken(pthread_t t, const int *rc, const int64_t *got_ms,
+                  int64_t released, const char *what) {
+  pthread_join(t, NULL);
+  ASSERT_DLOCK_OK(*rc);
+  printf("%s: woken %" PRId64 " ms after the release\n", what,
+         *got_ms - released);
+  ASSERT_LT(*got_ms - released, 10000);
+}
+
+/*
+ * On a Redis 7 cluster dlock does what Redisson does there: its scripts
+ * publish with SPUBLISH and its waiters subscribe with SSUBSCRIBE on the
+ * master of the channel's slot (and never with SUBSCRIBE). A waiter of
+ * every kind (plain, fair, read-write, semaphore) on every master is
+ * woken by the release; a raw SSUBSCRIBE on the slot's master (what a
+ * Redisson waiter does) hears dlock's unlock message; a Redisson-layout
+ * peer that publishes with SPUBLISH wakes a dlock waiter; and a waiter
+ * whose slot moves to another master while it waits (Redis drops the
+ * sharded subscription) follows it and is woken by the release there.
+ */
+TEST(cluster_sharded_pubsub) {
+  cg_group_t *g = cluster();
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "shard", 1, names, owner);
+  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
+
+  for (int k = 0; k < 3; k++) {
+    const char *name = names[k];
+    char what[160];
+    /* Plain. */
+    dlock_t *h = lu_get(a, name);
+    waiter_arg w = {lu_get(b, name), 1, 0, dlock_owner_new()};
+    ASSERT_DLOCK_OK(dlock_lock(h, 30000));
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
+    await_shard_sub(g, owner[k], name);
+    int64_t released = lu_now_ms();
+    ASSERT_DLOCK_OK(dlock_unlock(h));
+    snprintf(what, sizeof(what), "%s plain", name);
+    woken(t, &w.rc, &w.got_ms, released, what);
+    ASSERT_DLOCK_OK(dlock_unlock_as(w.l, w.owner));
+    dlock_free(h);
+    dlock_free(w.l);
+
+    /* Fair. */
+    char fair[128];
+    snprintf(fair, sizeof(fair), "{%s}:fair", name);
+    dlock_t *f = NULL;
+    ASSERT_DLOCK_OK(dlock_get_fair(a, fair, &f));
+    waiter_arg fw = {NULL, 1, 0, dlock_owner_new()};
+    ASSERT_DLOCK_OK(dlock_get_fair(b, fair, &fw.l));
+    ASSERT_DLOCK_OK(dlock_lock(f, 30000));
+    ASSERT_EQ(pthread_create(&t, NULL, waiter, &fw), 0);
+    await_shard_sub(g, owner[k], fair);
+    released = lu_now_ms();
+    ASSERT_DLOCK_OK(dlock_unlock(f));
+    snprintf(what, sizeof(what), "%s fair", name);
+    woken(t, &fw.rc, &fw.got_ms, released, what);
+    ASSERT_DLOCK_OK(dlock_unlock_as(fw.l, fw.owner));
+    dlock_free(f);
+    dlock_free(fw.l);
+
+    /* Read-write: a reader waits for the writer. */
+    char rw[128];
+    snprintf(rw, sizeof(rw), "{%s}:rw", name);
+    dlock_t *r = NULL, *wr = NULL, *r2 = NULL, *w2 = NULL;
+    ASSERT_DLOCK_OK(dlock_get_rw(a, rw, &r, &wr));
+    ASSERT_DLOCK_OK(dlock_get_rw(b, rw, &r2, &w2));
+    waiter_arg rwait = {r2, 1, 0, dlock_owner_new()};
+    ASSERT_DLOCK_OK(dlock_lock(wr, 30000));
+    ASSERT_EQ(pthread_create(&t, NULL, waiter, &rwait), 0);
+    await_shard_sub(g, owner[k], rw);
+    released = lu_now_ms();
+    ASSERT_DLOCK_OK(dlock_unlock(wr));
+    snprintf(what, sizeof(what), "%s read-write", name);
+    woken(t, &rwait.rc, &rwait.got_ms, released, what);
+    ASSERT_DLOCK_OK(dlock_unlock_as(r2, rwait.owner));
+    dlock_free(r);
+    dlock_free(wr);
+    dlock_free(r2);
+    dlock_free(w2);
+
+    /* Semaphore: one permit, taken; a waiter for it. */
+    char semname[128];
+    snprintf(semname, sizeof(semname), "{%s}:sem", name);
+    dlock_sem_t *s = NULL;
+    sem_waiter_arg sw = {NULL, 1, 0};
+    ASSERT_DLOCK_OK(dlock_sem_get(a, semname, &s));
+    ASSERT_DLOCK_OK(dlock_sem_get(b, semname, &sw.s));
+    ASSERT_EQ(dlock_sem_try_set_permits(s, 1), 1);
+    ASSERT_DLOCK_OK(dlock_sem_acquire(s, 1, 0));
+    ASSERT_EQ(pthread_create(&t, NULL, sem_waiter, &sw), 0);
+    await_shard_sub(g, owner[k], semname);
+    released = lu_now_ms();
+    ASSERT_DLOCK_OK(dlock_sem_release(s, 1));
+    snprintf(what, sizeof(what), "%s semaphore", name);
+    woken(t, &sw.rc, &sw.got_ms, released, what);
+    ASSERT_DLOCK_OK(dlock_sem_release(sw.s, 1));
+    dlock_sem_free(s);
+    dlock_sem_free(sw.s);
+  }
+
+  /* What a Redisson waiter hears: SSUBSCRIBE on the slot's master, and
+   * dlock's release announced there with SPUBLISH. */
+  const char *name = names[0];
+  char chan[128];
+  lu_channel(chan, sizeof(chan), name, strlen(name));
+  redisContext *raw = lu_connect(cg_node(g, owner[0]));
+  ASSERT_NOT_NULL(raw);
+  redisReply *rr = redisCommand(raw, "SSUBSCRIBE %s", chan);
+  ASSERT_NOT_NULL(rr);
+  ASSERT_EQ(rr->type, REDIS_REPLY_ARRAY);
+  freeReplyObject(rr);
+  struct timeval tv = {10, 0};
+  redisSetTimeout(raw, tv);
+  dlock_t *h = lu_get(a, name);
+  ASSERT_DLOCK_OK(dlock_lock(h, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  void *msg = NULL;
+  ASSERT_EQ(redisGetReply(raw, &msg), REDIS_OK);
+  rr = msg;
+  ASSERT_EQ(rr->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ(rr->elements, 3);
+  ASSERT_STR_EQ(rr->element[0]->str, "smessage");
+  ASSERT_STR_EQ(rr->element[1]->str, chan);
+  ASSERT_STR_EQ(rr->element[2]->str, "0");
+  freeReplyObject(rr);
+  redisFree(raw);
+
+  /* A Redisson-layout peer on a cluster publishes with SPUBLISH: its
+   * release wakes a dlock waiter long before the 30 s lease runs out. */
+  rs_client_t *peer = rs_client_new(cg_node(g, owner[0]), "java-peer");
+  peer->sharded = 1;
+  ASSERT_EQ(rs_lock_try(peer, name, 1, 30000), -1);
+  waiter_arg pw = {lu_get(b, name), 1, 0, dlock_owner_new()};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &pw), 0);
+  await_shard_sub(g, owner[0], name);
+  int64_t released = lu_now_ms();
+  ASSERT_EQ(rs_unlock(peer, name, 1, 30000), 1);
+  woken(t, &pw.rc, &pw.got_ms, released, "released by the Redisson peer");
+  /* And the other way round: the peer sees dlock's hold, then its end. */
+  ASSERT_GT(rs_lock_try(peer, name, 1, 30000), 0);
+  ASSERT_DLOCK_OK(dlock_unlock_as(pw.l, pw.owner));
+  ASSERT_EQ(rs_lock_try(peer, name, 1, 30000), -1);
+  ASSERT_EQ(rs_unlock(peer, name, 1, 30000), 1);
+  rs_client_free(peer);
+  dlock_free(pw.l);
+
+  /* The slot of an awaited lock moves to another master: Redis drops the
+   * waiter's sharded subscription, the waiter subscribes again on the new
+   * master, and the release there wakes it. */
+  int slot = dlock__key_slot(name, strlen(name));
+  int from = owner[0], to = owner[1];
+  waiter_arg mw = {lu_get(b, name), 1, 0, dlock_owner_new()};
+  ASSERT_DLOCK_OK(dlock_lock(h, 30000));
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &mw), 0);
+  await_shard_sub(g, from, name);
+  ASSERT_EQ(cg_migrate_begin(g, slot, from, to), 0);
+  ASSERT_EQ(cg_migrate_keys(g, slot, from, to), 0);
+  ASSERT_EQ(cg_migrate_end(g, slot, to), 0);
+  await_shard_sub(g, to, name);
+  ASSERT_EQ(channels_on(g, from, 1, name), 0);
+  ASSERT_EQ(mw.rc, 1); /* still waiting */
+  released = lu_now_ms();
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  woken(t, &mw.rc, &mw.got_ms, released, "after the slot moved");
+  ASSERT_EQ(lu_exists(cg_node(g, to), name), 1);
+  ASSERT_DLOCK_OK(dlock_unlock_as(mw.l, mw.owner));
+  dlock_free(mw.l);
+  dlock_free(h);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}
+
+/* ---- the dlock command --------------------------------------------------
+ */
 
 #ifdef DLOCK_CLI_PATH
 /* Runs "dlock --url URL args..." with its output in 'out'; exit status. */

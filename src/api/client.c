@@ -460,6 +460,10 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
       rc = 0;
     else if (rc == 0)
       warn_if_evicting(c);
+    /* Whether unlock messages travel on sharded pub/sub, asked once, as
+     * Redisson does; a cluster that cannot be asked now keeps classic. */
+    if (rc == 0 && c->cluster != NULL)
+      (void)dlock__cluster_probe_sharded(c->cluster, open_deadline);
   }
   if (rc == 0)
     rc = dlock__pubsub_start(&c->ep, c->tls, c->sentinel, c->cluster,

@@ -18,6 +18,10 @@ typedef struct dlock__script {
   const char *body;
   size_t len;
   const char *sha; /* 40 lowercase hex digits */
+  /* The same script publishing with SPUBLISH where it publishes with
+   * PUBLISH (a cluster with sharded pub/sub), or NULL when it publishes
+   * nothing. */
+  const struct dlock__script *sharded;
 } dlock__script;
 
 extern const dlock__script dlock__script_acquire;

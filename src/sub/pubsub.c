@@ -23,6 +23,7 @@
 #include "error.h"
 #include "link/stream.h"
 #include "monotime.h"
+#include "proto/slot.h"
 #include "sentinel.h"
 #include "topo/cluster.h"
 
@@ -91,7 +92,12 @@ struct dlock__sub {
   int state;                  /* enum dlock__sub_state */
   int resync;                 /* wake everyone once the subscription is back */
   int refused; /* Redis refused SUBSCRIBE (ACL): DLOCK_E* for joiners */
-  int wake;    /* enum dlock__wake: how its messages wake waiters */
+  /* Sharded pub/sub: the channel's slot is no longer this node's (Redis
+   * said MOVED, or unsubscribed it when the slot moved away), or the
+   * node's connection broke. It is not subscribed here again while its
+   * waiters stay; each moves to the slot's master at its next wait. */
+  int moved;
+  int wake; /* enum dlock__wake: how its messages wake waiters */
   char why[160];
   int64_t idle_since_us;
   pthread_cond_t ready; /* joiners waiting for the subscription */
@@ -126,7 +132,17 @@ struct dlock__pubsub {
   int canceled;
   int64_t retry_at_us, backoff_us;
   int64_t connected_us; /* when the current connection was made */
+  /* A connection to one cluster node that subscribes with SSUBSCRIBE. */
+  int sharded;
+  /* A client of a cluster with sharded pub/sub has no connection of its
+   * own: 'shards' (one per node index, made at the first waiter for a
+   * slot of that node, under 'mu') hold the subscriptions, and every call
+   * goes to the shard of its channel or waiter. NULL otherwise. */
+  dlock__pubsub **shards;
 };
+
+/* See dlock__cluster_nnodes: a node index is below this. */
+#define SHARDS_MAX 512
 
 static void init_monotonic_cond(pthread_cond_t *cv) {
   pthread_condattr_t attr;
@@ -290,6 +306,12 @@ static void on_disconnect_locked(dlock__pubsub *ps) {
   for (dlock__sub *s = ps->subs; s != NULL; s = s->next) {
     s->state = SUB_NONE;
     s->resync = 1;
+    /* The node may have failed for good (a failover): the waiters look
+     * the slot's master up again and subscribe there. */
+    if (ps->sharded && s->refs > 0) {
+      s->moved = 1;
+      wake_all_locked(s);
+    }
     pthread_cond_broadcast(&s->ready);
     check_sub_locked(ps, s);
   }
@@ -385,7 +407,7 @@ static int64_t sync_subscriptions_locked(dlock__pubsub *ps) {
     if (!ps->connected || sub_argv == NULL || sub_lens == NULL ||
         uns_argv == NULL || uns_lens == NULL)
       continue;
-    if (s->refs > 0 && s->state == SUB_NONE && !s->refused) {
+    if (s->refs > 0 && s->state == SUB_NONE && !s->refused && !s->moved) {
       sub_argv[1 + nsub] = s->name;
       sub_lens[1 + nsub++] = s->len;
       s->state = SUB_SENT;
@@ -408,8 +430,22 @@ static int64_t sync_subscriptions_locked(dlock__pubsub *ps) {
   }
   if (ps->connected && sub_argv != NULL && sub_lens != NULL &&
       uns_argv != NULL && uns_lens != NULL) {
-    if (append_batch(ps->ctx, "SUBSCRIBE", nsub, sub_argv, sub_lens) != 0 ||
-        append_batch(ps->ctx, "UNSUBSCRIBE", nuns, uns_argv, uns_lens) != 0)
+    int bad = 0;
+    if (ps->sharded) {
+      /* SSUBSCRIBE takes the channels of one slot only: one each. Each
+       * command's verb goes over the previous one's channel, which is
+       * written out already. */
+      for (int i = 0; i < nsub && !bad; i++)
+        bad = append_batch(ps->ctx, "SSUBSCRIBE", 1, &sub_argv[i],
+                           &sub_lens[i]) != 0;
+      for (int i = 0; i < nuns && !bad; i++)
+        bad = append_batch(ps->ctx, "SUNSUBSCRIBE", 1, &uns_argv[i],
+                           &uns_lens[i]) != 0;
+    } else {
+      bad = append_batch(ps->ctx, "SUBSCRIBE", nsub, sub_argv, sub_lens) != 0 ||
+            append_batch(ps->ctx, "UNSUBSCRIBE", nuns, uns_argv, uns_lens) != 0;
+    }
+    if (bad)
       on_disconnect_locked(ps);
 #ifndef NDEBUG
     /* Every channel with waiters is subscribed, or on its way to be (a
@@ -417,7 +453,7 @@ static int64_t sync_subscriptions_locked(dlock__pubsub *ps) {
     int waiting = 0;
     for (dlock__sub *s = ps->subs; s != NULL; s = s->next) {
       check_sub_locked(ps, s);
-      assert(!ps->connected || s->refs == 0 || s->refused ||
+      assert(!ps->connected || s->refs == 0 || s->refused || s->moved ||
              s->state != SUB_NONE);
       waiting += s->refs;
     }
@@ -442,10 +478,29 @@ static int is_str(const redisReply *r, const char *s) {
  * permission): its joiners are told, and it is not sent again while they
  * wait. */
 static void refuse_pending_locked(dlock__pubsub *ps, const redisReply *r) {
+  /* A node that does not own the slot (any more) answers SSUBSCRIBE with
+   * MOVED: the channel's waiters are woken to try and then move (see
+   * dlock__sub.moved). Mid-migration (ASK, TRYAGAIN) or without a
+   * working cluster (CLUSTERDOWN) they are not woken, which would have
+   * them ask the same node again and again: they sleep by the lock's TTL
+   * and move then. */
+  int moved = ps->sharded && r->len >= 5 && memcmp(r->str, "MOVED", 5) == 0;
+  int elsewhere =
+      moved || (ps->sharded &&
+                ((r->len >= 3 && memcmp(r->str, "ASK", 3) == 0) ||
+                 (r->len >= 8 && memcmp(r->str, "TRYAGAIN", 8) == 0) ||
+                 (r->len >= 11 && memcmp(r->str, "CLUSTERDOWN", 11) == 0)));
   for (dlock__sub *s = ps->subs; s != NULL; s = s->next) {
     if (s->state != SUB_SENT)
       continue;
     s->state = SUB_NONE;
+    if (elsewhere) {
+      s->moved = 1;
+      if (moved)
+        wake_all_locked(s);
+      pthread_cond_broadcast(&s->ready);
+      continue;
+    }
     s->refused = dlock__fail_reply(r->str, r->len);
     snprintf(s->why, sizeof(s->why), "SUBSCRIBE refused: %.120s", r->str);
     pthread_cond_broadcast(&s->ready);
@@ -472,6 +527,34 @@ static int handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
   dlock__sub *s = find_sub(ps, chan->str, chan->len);
   if (s == NULL)
     return 0;
+  if (ps->sharded) {
+    /* Sharded pub/sub names its frames with an 's' in front. */
+    if (kind->type != REDIS_REPLY_STRING || kind->len < 2 ||
+        kind->str[0] != 's')
+      return -1;
+    static const redisReply plain[3] = {
+        {.type = REDIS_REPLY_STRING, .str = (char *)"message", .len = 7},
+        {.type = REDIS_REPLY_STRING, .str = (char *)"subscribe", .len = 9},
+        {.type = REDIS_REPLY_STRING, .str = (char *)"unsubscribe", .len = 11}};
+    const redisReply *k = NULL;
+    for (int i = 0; i < 3 && k == NULL; i++)
+      if (kind->len == plain[i].len + 1 &&
+          memcmp(kind->str + 1, plain[i].str, plain[i].len) == 0)
+        k = &plain[i];
+    if (k == NULL)
+      return -1;
+    kind = k;
+    /* An SUNSUBSCRIBE this client did not send: Redis drops a sharded
+     * subscription when its slot moves to another node. */
+    if (kind == &plain[2] && s->state != SUB_LEAVING) {
+      s->state = SUB_NONE;
+      s->moved = 1;
+      wake_all_locked(s);
+      pthread_cond_broadcast(&s->ready);
+      check_sub_locked(ps, s);
+      return 0;
+    }
+  }
   if (is_str(kind, "message") && s->wake == DLOCK__WAKE_COUNT) {
     /* A semaphore's release announces the free permits: that many
      * waiters may succeed, and no more. */
@@ -638,15 +721,15 @@ static void *pubsub_main(void *arg) {
 /* ---- the waiters' side -----------------------------------------------------
  */
 
-int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
-                        dlock__sentinel *sentinel,
-                        struct dlock__cluster *cluster,
-                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
-                        int lazy, int64_t open_deadline_us,
-                        dlock__pubsub **out) {
+static int start_one(const dlock__endpoint *ep, const dlock__tls *tls,
+                     dlock__sentinel *sentinel, struct dlock__cluster *cluster,
+                     int sharded, int64_t connect_timeout_ms,
+                     int64_t command_timeout_ms, int lazy,
+                     int64_t open_deadline_us, dlock__pubsub **out) {
   dlock__pubsub *ps = dlock__calloc(1, sizeof(*ps));
   if (ps == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting pub/sub");
+  ps->sharded = sharded;
   ps->ep = ep;
   ps->tls = tls;
   ps->sentinel = sentinel;
@@ -697,12 +780,96 @@ int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
   return 0;
 }
 
+int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
+                        dlock__sentinel *sentinel,
+                        struct dlock__cluster *cluster,
+                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
+                        int lazy, int64_t open_deadline_us,
+                        dlock__pubsub **out) {
+  if (cluster == NULL || !dlock__cluster_sharded(cluster))
+    return start_one(ep, tls, sentinel, cluster, 0, connect_timeout_ms,
+                     command_timeout_ms, lazy, open_deadline_us, out);
+  /* Sharded pub/sub: the connections are made per node as waiters come. */
+  dlock__pubsub *ps = dlock__calloc(1, sizeof(*ps));
+  dlock__pubsub **shards = dlock__calloc(SHARDS_MAX, sizeof(*shards));
+  if (ps == NULL || shards == NULL) {
+    dlock__free(ps);
+    dlock__free(shards);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory starting pub/sub");
+  }
+  ps->shards = shards;
+  ps->tls = tls;
+  ps->cluster = cluster;
+  ps->connect_timeout_ms = connect_timeout_ms;
+  ps->command_timeout_ms = command_timeout_ms;
+  pthread_mutex_init(&ps->mu, NULL);
+  *out = ps;
+  return 0;
+}
+
+/* The shard of a sharded client that subscribes 'channel': that of the
+ * master of its slot, started when 'make' is set and it has none yet.
+ * NULL with a code in '*rc' when there is none. */
+static dlock__pubsub *shard_of(dlock__pubsub *ps, const char *channel,
+                               size_t len, int make, int *rc) {
+  int idx =
+      dlock__cluster_owner(ps->cluster, dlock__key_slot(channel, len), rc);
+  if (idx < 0)
+    return NULL;
+  if (idx >= SHARDS_MAX) {
+    *rc = dlock__fail(DLOCK_EPROTO, "cluster has too many nodes");
+    return NULL;
+  }
+  pthread_mutex_lock(&ps->mu);
+  dlock__pubsub *sh = ps->shards[idx];
+  int canceled = ps->canceled;
+  pthread_mutex_unlock(&ps->mu);
+  *rc = 0;
+  if (canceled)
+    *rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+  if (canceled || sh != NULL || !make)
+    return canceled ? NULL : sh;
+  /* Lazily: a node that is down is tried again by the shard's thread, and
+   * its waiters sleep by the lock's TTL meanwhile. The connect happens
+   * without the mutex, so that a slow node holds up no other; of two made
+   * at once, the first installed stays. */
+  dlock__pubsub *made = NULL;
+  *rc = start_one(dlock__cluster_node_ep(ps->cluster, idx), ps->tls, NULL, NULL,
+                  1, ps->connect_timeout_ms, ps->command_timeout_ms, 1,
+                  dlock__deadline_ms(ps->connect_timeout_ms), &made);
+  if (*rc != 0)
+    return NULL;
+  pthread_mutex_lock(&ps->mu);
+  if (ps->shards[idx] == NULL && !ps->canceled) {
+    ps->shards[idx] = made;
+    made = NULL;
+  }
+  sh = ps->shards[idx];
+  canceled = ps->canceled;
+  pthread_mutex_unlock(&ps->mu);
+  dlock__pubsub_stop(made);
+  if (canceled) {
+    *rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+    return NULL;
+  }
+  return sh;
+}
+
 void dlock__pubsub_poke(dlock__pubsub *ps) {
-  if (ps != NULL)
+  if (ps != NULL && ps->shards == NULL)
     poke_thread(ps);
 }
 
 void dlock__pubsub_cancel(dlock__pubsub *ps) {
+  if (ps->shards != NULL) {
+    pthread_mutex_lock(&ps->mu);
+    ps->canceled = 1;
+    for (int i = 0; i < SHARDS_MAX; i++)
+      if (ps->shards[i] != NULL)
+        dlock__pubsub_cancel(ps->shards[i]);
+    pthread_mutex_unlock(&ps->mu);
+    return;
+  }
   pthread_mutex_lock(&ps->mu);
   ps->canceled = 1;
   for (dlock__sub *s = ps->subs; s != NULL; s = s->next) {
@@ -718,6 +885,14 @@ void dlock__pubsub_cancel(dlock__pubsub *ps) {
 void dlock__pubsub_stop(dlock__pubsub *ps) {
   if (ps == NULL)
     return;
+  if (ps->shards != NULL) {
+    for (int i = 0; i < SHARDS_MAX; i++)
+      dlock__pubsub_stop(ps->shards[i]);
+    dlock__free(ps->shards);
+    pthread_mutex_destroy(&ps->mu);
+    dlock__free(ps);
+    return;
+  }
   pthread_mutex_lock(&ps->mu);
   ps->stopping = 1;
   pthread_mutex_unlock(&ps->mu);
@@ -802,6 +977,7 @@ int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
 }
 
 void dlock__pubsub_pass(dlock__pubsub *ps, dlock__waiter *w) {
+  ps = w->sub->ps;
   pthread_mutex_lock(&ps->mu);
   for (dlock__waiter *x = w->sub->head; x != NULL; x = x->next)
     if (x != w && !x->permit) {
@@ -813,6 +989,11 @@ void dlock__pubsub_pass(dlock__pubsub *ps, dlock__waiter *w) {
 
 int dlock__pubsub_join_as(dlock__pubsub *ps, const char *channel, size_t len,
                           int64_t deadline_us, dlock__waiter *w, int wake) {
+  if (ps->shards != NULL) {
+    int rc;
+    if ((ps = shard_of(ps, channel, len, 1, &rc)) == NULL)
+      return rc;
+  }
   pthread_mutex_lock(&ps->mu);
   if (ps->canceled) {
     pthread_mutex_unlock(&ps->mu);
@@ -828,8 +1009,10 @@ int dlock__pubsub_join_as(dlock__pubsub *ps, const char *channel, size_t len,
     ps->subs = s;
     atomic_fetch_add(&ps->nsubs, 1);
   }
-  if (s->refs == 0)
+  if (s->refs == 0) {
     s->refused = 0; /* permissions may have changed: ask again */
+    s->moved = 0;   /* the slot map said this node: try it */
+  }
   /* Each channel name belongs to one kind of object, so every waiter on
    * it asks for the same. */
   s->wake = wake;
@@ -837,7 +1020,7 @@ int dlock__pubsub_join_as(dlock__pubsub *ps, const char *channel, size_t len,
   enqueue_locked(s, w);
   if (s->state != SUB_ACTIVE)
     poke_thread(ps);
-  while (s->state != SUB_ACTIVE && !s->refused && ps->connected &&
+  while (s->state != SUB_ACTIVE && !s->refused && !s->moved && ps->connected &&
          !ps->canceled && dlock__now_us() < deadline_us) {
     struct timespec ts = dlock__timespec_at(deadline_us);
     pthread_cond_timedwait(&s->ready, &ps->mu, &ts);
@@ -864,6 +1047,11 @@ int dlock__pubsub_join_as(dlock__pubsub *ps, const char *channel, size_t len,
 
 int dlock__pubsub_join_active(dlock__pubsub *ps, const char *channel,
                               size_t len, dlock__waiter *w, int *others) {
+  if (ps->shards != NULL) {
+    int rc;
+    if ((ps = shard_of(ps, channel, len, 0, &rc)) == NULL)
+      return 0;
+  }
   if (atomic_load(&ps->nsubs) == 0)
     return 0;
   pthread_mutex_lock(&ps->mu);
@@ -881,6 +1069,14 @@ int dlock__pubsub_join_active(dlock__pubsub *ps, const char *channel,
 
 int dlock__pubsub_state(dlock__pubsub *ps, const char *channel, size_t len,
                         int *refs) {
+  if (ps->shards != NULL) {
+    int rc;
+    if ((ps = shard_of(ps, channel, len, 0, &rc)) == NULL) {
+      if (refs != NULL)
+        *refs = 0;
+      return -1;
+    }
+  }
   pthread_mutex_lock(&ps->mu);
   dlock__sub *s = find_sub(ps, channel, len);
   int state = s != NULL ? s->state : -1;
@@ -891,6 +1087,8 @@ int dlock__pubsub_state(dlock__pubsub *ps, const char *channel, size_t len,
 }
 
 int dlock__pubsub_thread_reads(dlock__pubsub *ps) {
+  if (ps->shards != NULL)
+    return 0;
   pthread_mutex_lock(&ps->mu);
   int reads = !ps->thread_left_socket;
   pthread_mutex_unlock(&ps->mu);
@@ -937,7 +1135,46 @@ static void read_as_waiter_locked(dlock__pubsub *ps, dlock__waiter *w,
   }
 }
 
+/*
+ * A waiter of a sharded client whose channel's slot moved (or whose node's
+ * connection broke) joins the channel again on the slot's master now, as
+ * the slot map says once read again. It joins the same node again when
+ * the map still names it, and is told again if that is still wrong.
+ */
+static void follow_slot(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
+  dlock__pubsub *sh = w->sub->ps;
+  pthread_mutex_lock(&sh->mu);
+  int moved = w->sub->moved && !w->permit && !w->reserved;
+  int wake = w->sub->wake;
+  char *name = moved ? dlock__memdup(w->sub->name, w->sub->len) : NULL;
+  size_t len = w->sub->len;
+  pthread_mutex_unlock(&sh->mu);
+  if (name == NULL)
+    return;
+  dlock__pubsub_leave(sh, w);
+  dlock__cluster_mark_stale(ps->cluster);
+  int64_t deadline = dlock__deadline_ms(ps->command_timeout_ms);
+  if (deadline > until_us)
+    deadline = until_us;
+  /* When no master is known or reachable now, the waiter stays with the
+   * old node (which tells it again): it must stay joined somewhere. */
+  if (dlock__pubsub_join_as(ps, name, len, deadline, w, wake) != 0)
+    (void)dlock__pubsub_join_as(sh, name, len, 0, w, wake);
+  dlock__free(name);
+  /* An unlock published between the waiter's last attempt and this
+   * subscription reached nobody: the waiter tries once more now, as after
+   * a reconnect. */
+  sh = w->sub->ps;
+  pthread_mutex_lock(&sh->mu);
+  wake_locked(w);
+  pthread_mutex_unlock(&sh->mu);
+}
+
 int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
+  if (ps->shards != NULL) {
+    follow_slot(ps, w, until_us);
+    ps = w->sub->ps;
+  }
   pthread_mutex_lock(&ps->mu);
   int was_reader = 0;
   while (!w->permit) {
@@ -973,6 +1210,7 @@ int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
 
 int64_t dlock__pubsub_contention_pause(dlock__pubsub *ps, dlock__waiter *w,
                                        uint64_t random) {
+  ps = w->sub->ps;
   pthread_mutex_lock(&ps->mu);
   /* The same window for every contending client, whoever has been
    * winning: a window that shrank with a client's success would let the
@@ -989,6 +1227,7 @@ int64_t dlock__pubsub_contention_pause(dlock__pubsub *ps, dlock__waiter *w,
 
 void dlock__pubsub_note_attempt(dlock__pubsub *ps, dlock__waiter *w,
                                 int failed) {
+  ps = w->sub->ps;
   pthread_mutex_lock(&ps->mu);
   dlock__sub *s = w->sub;
   s->failed_permille += ((failed ? 1000 : 0) - s->failed_permille) / 8;
@@ -999,6 +1238,11 @@ dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
                                      size_t len, uint64_t owner, int max_run,
                                      int *at_cap) {
   *at_cap = 0;
+  if (ps->shards != NULL) {
+    int rc;
+    if ((ps = shard_of(ps, channel, len, 0, &rc)) == NULL)
+      return NULL;
+  }
   if (atomic_load(&ps->nsubs) == 0)
     return NULL;
   pthread_mutex_lock(&ps->mu);
@@ -1024,6 +1268,7 @@ dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
 
 void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,
                            int outcome) {
+  ps = w->sub->ps;
   pthread_mutex_lock(&ps->mu);
   w->reserved = 0;
   if (outcome == DLOCK__RESOLVE_HANDED) {
@@ -1056,6 +1301,7 @@ void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,
 }
 
 void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w) {
+  ps = w->sub->ps;
   pthread_mutex_lock(&ps->mu);
   /* A releasing thread is handing this waiter the lock: wait for it. */
   while (w->reserved) {
@@ -1076,6 +1322,27 @@ void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w) {
 int dlock__pubsub_forget(dlock__pubsub *ps) {
   if (ps == NULL)
     return 0;
+  if (ps->shards != NULL) {
+    if (pthread_mutex_trylock(&ps->mu) != 0)
+      return -1;
+    /* A shard that cannot be forgotten is left as it is (it leaks in the
+     * child): the others are, and so is this. */
+    int rc = 0;
+    for (int i = 0; i < SHARDS_MAX; i++)
+      if (ps->shards[i] != NULL) {
+        if (dlock__pubsub_forget(ps->shards[i]) == 0)
+          ps->shards[i] = NULL;
+        else
+          rc = -1;
+      }
+    pthread_mutex_unlock(&ps->mu);
+    if (rc != 0)
+      return rc;
+    pthread_mutex_destroy(&ps->mu);
+    dlock__free(ps->shards);
+    dlock__free(ps);
+    return 0;
+  }
   /* Taken by a parent thread at the fork: the channel list may be half
    * changed. */
   if (pthread_mutex_trylock(&ps->mu) != 0)

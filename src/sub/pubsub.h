@@ -5,6 +5,12 @@
  * A message "0" wakes one waiter of the client, "1" wakes all of them
  * (Redisson's read-write lock uses it when the write lock is released).
  *
+ * A client of a cluster with sharded pub/sub (dlock__cluster_sharded)
+ * has one such connection and thread per master that has its waiters,
+ * each subscribing with SSUBSCRIBE to the channels of that master's
+ * slots; the calls below take the client's dlock__pubsub all the same
+ * and find the right one by the channel or the waiter.
+ *
  * A wake-up is kept by its waiter until taken, so a message that arrives
  * between a waiter's failed attempt and its sleep is not lost. After the
  * connection comes back, every waiter is woken once, because unlock
@@ -57,11 +63,12 @@ typedef struct dlock__waiter {
  * URL, which then gives the master at each connect, else NULL; 'cluster'
  * for a redis-cluster:// URL, whose nodes are tried in turn at each
  * reconnect, as a cluster delivers a classic PUBLISH to every node) and
- * starts its thread. The first connect to a single server waits until
- * 'open_deadline_us' at most (CLOCK_MONOTONIC; INT64_MAX: the timeouts
- * alone). With
- * 'lazy', an unreachable server is not an error: the thread keeps
- * trying. */
+ * starts its thread. For a cluster where dlock__cluster_probe_sharded
+ * found sharded pub/sub, it connects nothing yet: each master's
+ * connection is made at the first join on one of its channels. The first
+ * connect to a single server waits until 'open_deadline_us' at most
+ * (CLOCK_MONOTONIC; INT64_MAX: the timeouts alone). With 'lazy', an unreachable
+ * server is not an error: the thread keeps trying. */
 int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
                         struct dlock__sentinel *sentinel,
                         struct dlock__cluster *cluster,

@@ -52,6 +52,8 @@ struct dlock__cluster {
   atomic_int stale;             /* the map is to be read again */
   _Atomic int64_t refreshed_us; /* when it last was */
   atomic_int masters;           /* masters in the last map read */
+  /* Scripts publish with SPUBLISH (dlock__cluster_probe_sharded). */
+  atomic_int sharded;
 };
 
 /* ---- nodes -------------------------------------------------------------- */
@@ -476,8 +478,33 @@ int dlock__cluster_replicas(dlock__cluster *cl, size_t n,
   return fewest;
 }
 
+int dlock__cluster_owner(dlock__cluster *cl, int slot, int *rc) {
+  return owner_of(cl, slot, 0, rc);
+}
+
 void dlock__cluster_mark_stale(dlock__cluster *cl) {
   atomic_store(&cl->stale, 1);
+}
+
+int dlock__cluster_sharded(dlock__cluster *cl) {
+  return atomic_load(&cl->sharded);
+}
+
+int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us) {
+  /* As Redisson does at start: a node that runs SPUBLISH has sharded
+   * pub/sub (Redis 7), and then both sides publish and listen there. An
+   * empty channel is in slot 0, and a redirection is followed. */
+  static const char cmd[] = "*3\r\n$8\r\nSPUBLISH\r\n$0\r\n\r\n$0\r\n\r\n";
+  char *cmds[1] = {(char *)cmd};
+  size_t lens[1] = {sizeof(cmd) - 1};
+  redisReply *r = NULL;
+  int rc = dlock__cluster_call(cl, 0, 1, cmds, lens, &r, deadline_us);
+  if (rc != 0)
+    return rc;
+  int on = r->type == REDIS_REPLY_INTEGER;
+  freeReplyObject(r);
+  atomic_store(&cl->sharded, on);
+  return on;
 }
 
 dlock__conn *dlock__cluster_conn(dlock__cluster *cl, int slot, int *rc) {
@@ -644,6 +671,7 @@ int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
         owner_of(cl, dlock__key_slot(calls[i].argv[0], calls[i].lens[0]),
                  deadline_us, &rc);
   }
+  int sharded = atomic_load(&cl->sharded);
   int64_t wait_us = RETRY_FIRST_US;
   for (int round = 0; rc == 0; round++) {
     int left = 0, busy = 0;
@@ -670,12 +698,18 @@ int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
       size_t m = 0;
       if (ask[first]) {
         which[m++] = first;
-        rc = ask_eval(cl, idx, &calls[first], &subrep[0], deadline_us, ntail,
-                      tail, tail_lens, got_tail);
+        dlock__eval one = calls[first];
+        if (atomic_load(&cl->sharded) && one.script->sharded != NULL)
+          one.script = one.script->sharded;
+        rc = ask_eval(cl, idx, &one, &subrep[0], deadline_us, ntail, tail,
+                      tail_lens, got_tail);
       } else {
         for (size_t i = first; i < n; i++)
           if (target[i] == idx && !ask[i] && !sent[i]) {
             sub[m] = calls[i];
+            /* Unlock messages go where the cluster's waiters listen. */
+            if (sharded && sub[m].script->sharded != NULL)
+              sub[m].script = sub[m].script->sharded;
             which[m++] = i;
           }
         rc = dlock__eval_run_keep(cl->nodes[idx]->conn, m, sub, subrep,

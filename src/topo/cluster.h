@@ -53,10 +53,25 @@ dlock__conn *dlock__cluster_conn(dlock__cluster *cl, int slot, int *rc);
 int dlock__cluster_replicas(dlock__cluster *cl, size_t n,
                             const dlock__eval *calls);
 
-/* Has the map (and so the replica counts) read again before the next
- * call. */
+/* The index of the node (see dlock__cluster_node_ep) that is the master
+ * of 'slot', reading the map first when it is not known; -1 with a code in
+ * '*rc' when none can be found. */
+int dlock__cluster_owner(dlock__cluster *cl, int slot, int *rc);
+/* Has the slot map (and so the shards' replica counts) read again before
+ * its next use: a subscription was told that its slot moved, or replica
+ * sync wants the counts brought up to date. */
 void dlock__cluster_mark_stale(dlock__cluster *cl);
-
+/*
+ * Finds out once, as Redisson does when it starts, whether the cluster has
+ * sharded pub/sub (Redis 7): a node that runs SPUBLISH has. From then on
+ * the scripts publish with SPUBLISH (their 'sharded' variant) and waiters
+ * subscribe with SSUBSCRIBE on the master of the channel's slot, as
+ * Redisson's locks publish and listen on such a cluster; else with PUBLISH
+ * and SUBSCRIBE. Returns 1 (sharded), 0 (classic) or why no node answered.
+ */
+int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us);
+/* 1 once dlock__cluster_probe_sharded found sharded pub/sub. */
+int dlock__cluster_sharded(dlock__cluster *cl);
 /* The connection to some node (the first seed), for commands that name no
  * key (INFO, CONFIG). Never NULL once created. */
 dlock__conn *dlock__cluster_any(dlock__cluster *cl);
