@@ -163,6 +163,42 @@ int dlock__sync_wanted(dlock_client_t *c) {
   return n >= 0 ? n : 0;
 }
 
+/*
+ * On a cluster: the replicas a write of 'calls' waits for, the fewest that
+ * the masters of their slots have in step, reading each master's INFO
+ * replication (a round trip) when its count is not known. A master that
+ * refuses INFO is counted as having none (said once, as on one server).
+ */
+static int shard_replicas(dlock_client_t *c, size_t n,
+                          const dlock__eval *calls) {
+  static const char info[] = "*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";
+  for (int tries = 0; tries < 4; tries++) {
+    int slot = dlock__cluster_unknown_replicas(c->cluster, n, calls);
+    if (slot < 0)
+      break;
+    char *cmd = (char *)info;
+    size_t len = sizeof(info) - 1;
+    redisReply *r = NULL;
+    int rc = dlock__cluster_call(c->cluster, slot, 1, &cmd, &len, &r, 0);
+    if (rc != 0)
+      return rc;
+    int count = 0;
+    if (r->type == REDIS_REPLY_STRING) {
+      count = dlock__sync_count_info(r->str, r->len);
+      /* A replica answered (a stale map): the write fails with READONLY
+       * or is redirected, and says so. */
+      if (count < 0)
+        count = 0;
+    } else {
+      apply_info(c, r); /* the warning about INFO refused */
+    }
+    freeReplyObject(r);
+    dlock__cluster_set_replicas(c->cluster, slot, count);
+  }
+  int wanted = dlock__cluster_replicas(c->cluster, n, calls);
+  return wanted >= 0 ? wanted : 0;
+}
+
 /* The script calls on the client's server, or each on the master of its
  * slot on a cluster. */
 static int run_calls(dlock_client_t *c, size_t n, const dlock__eval *calls,
@@ -190,23 +226,19 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
    * after the WAIT, the count and the connection that carried the write
    * (replaced at its use when the generation moved) are of one master. */
   unsigned gen = c->sentinel != NULL ? dlock__sentinel_gen(c->sentinel) : 0;
-  /* On a cluster each shard is counted by its own replicas, from the map;
-   * slot 0's master stands for all of them only until the map is known. */
+  /* On a cluster each shard is counted by its own replicas. */
   int per_shard = c->cluster != NULL && s->on && s->fixed == 0;
-  int wanted = per_shard ? dlock__cluster_replicas(c->cluster, n, calls) : -1;
-  if (wanted < 0)
-    wanted = dlock__sync_wanted(c);
+  int wanted = per_shard ? shard_replicas(c, n, calls) : dlock__sync_wanted(c);
   if (wanted < 0)
     return wanted;
   int refresh = 0;
   if (per_shard) {
-    /* The map is read again once a second (by the thread that moves
-     * 'read_us' on), which brings the shards' counts up to date, instead
-     * of an INFO riding along. */
+    /* Once a second (the thread that moves 'read_us' on) every shard's
+     * count is read again, at its next write. */
     int64_t now = dlock__now_us(), read = atomic_load(&s->read_us);
     if (now - read > REFRESH_US &&
         atomic_compare_exchange_strong(&s->read_us, &read, now))
-      dlock__cluster_mark_stale(c->cluster);
+      dlock__cluster_forget_replicas(c->cluster);
   } else if (s->on && s->fixed == 0) {
     /* One write per period asks: the thread that moves 'read_us' on claims
      * the refresh, so that threads writing at once do not all pipeline an
@@ -281,7 +313,7 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
   if (s->on && s->fixed == 0 && (rc != 0 || !out->ok)) {
     atomic_store(&s->replicas, -1);
     if (c->cluster != NULL)
-      dlock__cluster_mark_stale(c->cluster);
+      dlock__cluster_forget_replicas(c->cluster);
   }
   return rc;
 }

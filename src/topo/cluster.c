@@ -34,8 +34,8 @@
 typedef struct node {
   dlock__endpoint ep; /* host, port and the cluster's credentials */
   dlock__conn *conn;
-  /* As a master in the last map read: its replicas online (CLUSTER
-   * SHARDS) or listed (CLUSTER SLOTS); -1 when not known. */
+  /* As a master: the replicas in step that its own INFO showed when replica
+   * sync last read it (dlock__cluster_set_replicas); -1 when not known. */
   atomic_int replicas;
 } node;
 
@@ -257,14 +257,6 @@ static int assign(dlock__cluster *cl, short *map, long long lo, long long hi,
   return 0;
 }
 
-/* Records 'n' replicas for the master that 'map' gives slot 'slot' (just
- * assigned, so in range). */
-static void set_replicas(dlock__cluster *cl, const short *map, long long slot,
-                         int n) {
-  if (slot >= 0 && slot < DLOCK__SLOTS && map[slot] >= 0)
-    atomic_store(&cl->nodes[map[slot]]->replicas, n);
-}
-
 /* CLUSTER SHARDS: [ "slots", [lo, hi, ...], "nodes", [ {ip, port, role,
  * health...}, ... ] ] per shard. */
 static int parse_shards(dlock__cluster *cl, const redisReply *r, short *map,
@@ -298,14 +290,6 @@ static int parse_shards(dlock__cluster *cl, const redisReply *r, short *map,
       if (rc != 0)
         return rc;
     }
-    /* The replicas that replica sync waits for on this shard: those
-     * online now (a promoted replica's shard has none until its old
-     * master comes back as its replica). */
-    int online = 0;
-    for (size_t k = 0; k < nodes->elements; k++)
-      online += is_str(map_get(nodes->element[k], "role"), "replica") &&
-                is_str(map_get(nodes->element[k], "health"), "online");
-    set_replicas(cl, map, int_of(slots->element[0]), online);
   }
   return 0;
 }
@@ -323,8 +307,6 @@ static int parse_slots(dlock__cluster *cl, const redisReply *r, short *map,
                     m->element[0], int_of(m->element[1]), asked);
     if (rc != 0)
       return rc;
-    /* No health here: every replica listed counts. */
-    set_replicas(cl, map, int_of(e->element[0]), (int)(e->elements - 3));
     (*masters)++;
   }
   return 0;
@@ -476,6 +458,31 @@ int dlock__cluster_replicas(dlock__cluster *cl, size_t n,
       fewest = r;
   }
   return fewest;
+}
+
+int dlock__cluster_unknown_replicas(dlock__cluster *cl, size_t n,
+                                    const dlock__eval *calls) {
+  for (size_t i = 0; i < n; i++) {
+    if (calls[i].nkeys < 1)
+      continue;
+    int slot = dlock__key_slot(calls[i].argv[0], calls[i].lens[0]);
+    int idx = atomic_load(&cl->owner[slot]);
+    if (idx < 0 || atomic_load(&cl->nodes[idx]->replicas) < 0)
+      return slot;
+  }
+  return -1;
+}
+
+void dlock__cluster_set_replicas(dlock__cluster *cl, int slot, int n) {
+  int idx = atomic_load(&cl->owner[slot]);
+  if (idx >= 0)
+    atomic_store(&cl->nodes[idx]->replicas, n);
+}
+
+void dlock__cluster_forget_replicas(dlock__cluster *cl) {
+  int n = atomic_load(&cl->nnodes);
+  for (int i = 0; i < n; i++)
+    atomic_store(&cl->nodes[i]->replicas, -1);
 }
 
 int dlock__cluster_owner(dlock__cluster *cl, int slot, int *rc) {

@@ -45,13 +45,24 @@ int dlock__cluster_refresh(dlock__cluster *cl, int64_t deadline_us);
 dlock__conn *dlock__cluster_conn(dlock__cluster *cl, int slot, int *rc);
 
 /*
- * The replicas that replica sync waits for on a write of 'calls': the
- * fewest that the masters of their slots had in the last map read (online
- * ones, from CLUSTER SHARDS), so that each shard is counted by its own
- * replicas; -1 when a master or its count is not known yet.
+ * Replica counts per shard, for replica sync: each master's replicas in
+ * step, as its own INFO replication showed them (read by the sync code
+ * through dlock__cluster_call, and recorded here). The gossip that CLUSTER
+ * SHARDS reports lags behind: right after a cluster forms, nodes still list
+ * each other's replicas as masters for seconds.
+ *
+ * dlock__cluster_replicas: the fewest that the masters of the slots of
+ * 'calls' have, or -1 when one is not known; dlock__cluster_unknown_replicas:
+ * a slot of 'calls' whose master's count is not known, or -1;
+ * dlock__cluster_set_replicas records the count of the master of 'slot';
+ * dlock__cluster_forget_replicas has every count read again.
  */
 int dlock__cluster_replicas(dlock__cluster *cl, size_t n,
                             const dlock__eval *calls);
+int dlock__cluster_unknown_replicas(dlock__cluster *cl, size_t n,
+                                    const dlock__eval *calls);
+void dlock__cluster_set_replicas(dlock__cluster *cl, int slot, int n);
+void dlock__cluster_forget_replicas(dlock__cluster *cl);
 
 /* The index of the node (see dlock__cluster_node_ep) that is the master
  * of 'slot', reading the map first when it is not known; -1 with a code in
