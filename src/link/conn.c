@@ -492,17 +492,20 @@ static int idle_connection_is_dead(dlock__conn *c) {
  */
 static int link_locked(dlock__conn *c, int64_t deadline_us) {
   unsigned cancels = c->cancels;
-again:
-  /* Another thread is looking the master up through the Sentinels, outside
-   * 'mu': this caller waits for that, up to its own deadline, looking again
-   * every millisecond (a lookup is rare, and takes round trips). */
-  while (c->discovering) {
+  /* Another thread is finding this server outside 'mu' (resolving its host
+   * name, or looking the master up through the Sentinels): this caller
+   * waits for that, up to its own deadline, looking again every
+   * millisecond (it happens only at a connect, and takes round trips). */
+  while (c->resolving || c->discovering) {
     if (c->cancels != cancels)
       return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
     if (dlock__now_us() >= deadline_us)
       return dlock__fail(DLOCK_EIO,
-                         "no connection: the master is being looked up "
-                         "through the Sentinels, and the deadline passed");
+                         c->discovering
+                             ? "no connection: the master is being looked up "
+                               "through the Sentinels, and the deadline passed"
+                             : "no reply from Redis: still resolving its host "
+                               "name");
     conn_unlock(c);
     struct timespec ts = {0, 1000000};
     nanosleep(&ts, NULL);
@@ -522,20 +525,6 @@ again:
     return dlock__fail(c->last_code ? c->last_code : DLOCK_EIO,
                        "%s (next reconnect in %lld ms)", c->last_err,
                        (long long)((c->retry_at_us - now + 999) / 1000));
-  if (c->resolving) {
-    /* Another caller resolves the host name for this connection: wait for
-     * it (rarely: only at a connect), then look again. */
-    if (c->cancels != cancels)
-      return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
-    if (dlock__now_us() >= deadline_us)
-      return dlock__fail(DLOCK_EIO, "no reply from Redis: still resolving "
-                                    "its host name");
-    conn_unlock(c);
-    struct timespec ts = {0, 1000000};
-    nanosleep(&ts, NULL);
-    pthread_mutex_lock(&c->mu);
-    goto again;
-  }
   dlock__stream *ctx = NULL;
   unsigned gen = 0;
   int rc;

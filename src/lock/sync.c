@@ -163,6 +163,15 @@ int dlock__sync_wanted(dlock_client_t *c) {
   return n >= 0 ? n : 0;
 }
 
+/* "WAIT n timeout" as a command, as dlock__format_argv formats it. */
+static int format_wait(int n, int64_t timeout_ms, char **cmd) {
+  char nrep[DLOCK__DEC_MAX], tmo[DLOCK__DEC_MAX];
+  dlock__fmt_i64(nrep, n);
+  dlock__fmt_i64(tmo, timeout_ms);
+  const char *wait_argv[] = {"WAIT", nrep, tmo};
+  return dlock__format_argv(cmd, 3, wait_argv, NULL);
+}
+
 /*
  * On a cluster: the replicas a write of 'calls' waits for, the fewest that
  * the masters of their slots have in step, reading each master's INFO
@@ -254,15 +263,11 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
   char *tail[2];
   size_t lens[2], ntail = 0;
   redisReply *got[2] = {NULL, NULL};
-  char nrep[16], tmo[24];
-  snprintf(nrep, sizeof(nrep), "%d", wanted);
-  snprintf(tmo, sizeof(tmo), "%lld", (long long)s->timeout_ms);
-  const char *wait_argv[] = {"WAIT", nrep, tmo};
   const char *info_argv[] = {"INFO", "replication"};
   int len;
   int rc = 0;
   if (wanted > 0) {
-    if ((len = dlock__format_argv(&tail[ntail], 3, wait_argv, NULL)) < 0)
+    if ((len = format_wait(wanted, s->timeout_ms, &tail[ntail])) < 0)
       rc = DLOCK_ENOMEM;
     else
       lens[ntail++] = (size_t)len;
@@ -364,11 +369,7 @@ int dlock__eval_send_synced(dlock_client_t *c, const dlock__eval *call,
     dlock__eval_send(c->conn, call, 0, p);
     return 0;
   }
-  char nrep[16], tmo[24];
-  snprintf(nrep, sizeof(nrep), "%d", wanted);
-  snprintf(tmo, sizeof(tmo), "%lld", (long long)s->timeout_ms);
-  const char *wait_argv[] = {"WAIT", nrep, tmo};
-  int len = dlock__format_argv(&sc->wait_cmd, 3, wait_argv, NULL);
+  int len = format_wait(wanted, s->timeout_ms, &sc->wait_cmd);
   if (len < 0) {
     sc->wait_cmd = NULL;
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting WAIT");
@@ -404,11 +405,8 @@ int dlock__eval_wait_synced_until(dlock_client_t *c, const dlock__eval *call,
     int n = atomic_load(&s->replicas);
     sc->wanted = n > 0 ? n : 0;
     if (n > 0) {
-      char nrep[16], tmo[24], *cmd;
-      snprintf(nrep, sizeof(nrep), "%d", n);
-      snprintf(tmo, sizeof(tmo), "%lld", (long long)s->timeout_ms);
-      const char *wait_argv[] = {"WAIT", nrep, tmo};
-      int len = dlock__format_argv(&cmd, 3, wait_argv, NULL);
+      char *cmd;
+      int len = format_wait(n, s->timeout_ms, &cmd);
       if (len < 0) {
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory formatting WAIT");
       } else {
