@@ -1521,8 +1521,10 @@ def make_plots(doc, outdir):
         log("bench: gnuplot not found; no plots")
         return []
     res = doc["results"]
+    # One colour per contender: a colour used twice would make the legend
+    # ambiguous.
     pal = ["#1b9e77", "#66a61e", "#d95f02", "#e6ab02", "#7570b3", "#a6761d", "#e7298a", "#666666",
-           "#1f78b4", "#b2df8a"]
+           "#1f78b4", "#b2df8a", "#e31a1c", "#000000", "#6a3d9a", "#fb9a99", "#17becf"]
     names = ["raw", "dlock", "dlock-fair"] + PEERS_ALL
     colour = {c: pal[i % len(pal)] for i, c in enumerate(names)}
     tmp = tempfile.mkdtemp(prefix="dlock-plot.")
