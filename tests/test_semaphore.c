@@ -597,6 +597,221 @@ TEST(sem_waiters_woken_by_release_without_polling) {
   rp_free(s);
 }
 
+/* ---- hand-overs inside a client ------------------------------------------ */
+
+/* Waits until 'n' waiters of client 'c' sleep on the semaphore's
+ * channel: a waiter still in an attempt is not handed permits. */
+static void wait_parked(dlock_client_t *c, const char *name, int n) {
+  char chan[128];
+  size_t len = lu_keyname(chan, sizeof chan, "redisson_sc", name, strlen(name));
+  for (int i = 0; i < 4000 && dlock__pubsub_parked(c->ps, chan, len) < n; i++)
+    lu_sleep_ms(5);
+  ASSERT_GE(dlock__pubsub_parked(c->ps, chan, len), n);
+}
+
+TEST(sem_release_hands_permits_to_a_waiter_of_the_same_client) {
+  /* A thread releasing a permit that another thread of its client waits
+   * for hands it over: no script runs, Redis's count never moves, and the
+   * waiter holds it. */
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  dlock_sem_t *sem = sem_get(c, "sem:hand");
+  ASSERT_EQ(dlock_sem_try_set_permits(sem, 1), 1);
+  ASSERT_DLOCK_OK(dlock_sem_acquire(sem, 1, 0));
+  sem_waiter_t w;
+  memset(&w, 0, sizeof w);
+  w.sem = sem;
+  w.permits = 1;
+  ASSERT_EQ(pthread_create(&w.thread, NULL, sem_waiter_main, &w), 0);
+  wait_parked(c, "sem:hand", 1);
+  int64_t before = scripts_run(s);
+  ASSERT_DLOCK_OK(dlock_sem_release(sem, 1));
+  pthread_join(w.thread, NULL);
+  ASSERT_DLOCK_OK(w.rc);
+  int64_t ran = scripts_run(s) - before;
+  printf("scripts run by the release and the waiter's acquisition: %lld\n",
+         (long long)ran);
+  ASSERT_EQ(ran, 0);
+  ASSERT_EQ(get_num(s, "sem:hand"), 0);
+  ASSERT_EQ(dlock_sem_held(sem), 1);
+  ASSERT_DLOCK_OK(dlock_sem_release(sem, 1));
+  ASSERT_EQ(get_num(s, "sem:hand"), 1);
+  dlock_sem_free(sem);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+typedef struct sem_looper {
+  pthread_t thread;
+  dlock_sem_t *sem;
+  atomic_int *stop;
+  int rc;
+  long turns;
+} sem_looper_t;
+
+static void *sem_looper_main(void *arg) {
+  sem_looper_t *l = arg;
+  while (!atomic_load(l->stop) && l->rc == 0) {
+    l->rc = dlock_sem_acquire(l->sem, 1, 30000);
+    if (l->rc != 0)
+      break;
+    l->turns++;
+    /* Held long enough for the others to be asleep at the release. */
+    lu_sleep_ms(1);
+    l->rc = dlock_sem_release(l->sem, 1);
+  }
+  return NULL;
+}
+
+TEST(sem_handover_runs_give_other_clients_a_turn) {
+  /* Four threads of one client pass a single permit around, nearly every
+   * release a hand-over to one of the others. A waiter of another client still
+   * gets the permit again and again: a run of hand-overs ends with a
+   * release for everyone, and the first client then holds back. */
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c1 = lu_client(s), *c2 = lu_client(s);
+  dlock_sem_t *a = sem_get(c1, "sem:run"), *b = sem_get(c2, "sem:run");
+  ASSERT_EQ(dlock_sem_try_set_permits(a, 1), 1);
+  atomic_int stop = 0;
+  enum { L = 4 };
+  sem_looper_t l[L];
+  for (int i = 0; i < L; i++) {
+    memset(&l[i], 0, sizeof l[i]);
+    l[i].sem = a;
+    l[i].stop = &stop;
+    ASSERT_EQ(pthread_create(&l[i].thread, NULL, sem_looper_main, &l[i]), 0);
+  }
+  int got = 0;
+  for (int k = 0; k < 5; k++) {
+    ASSERT_DLOCK_OK(dlock_sem_acquire(b, 1, 20000));
+    got++;
+    lu_sleep_ms(2);
+    ASSERT_DLOCK_OK(dlock_sem_release(b, 1));
+    lu_sleep_ms(20);
+  }
+  atomic_store(&stop, 1);
+  long turns = 0;
+  for (int i = 0; i < L; i++) {
+    pthread_join(l[i].thread, NULL);
+    ASSERT_DLOCK_OK(l[i].rc);
+    turns += l[i].turns;
+  }
+  printf("the other client's waiter got the permit %d times; the %d "
+         "threads %ld times\n",
+         got, L, turns);
+  ASSERT_EQ(got, 5);
+  ASSERT_GT(turns, 0);
+  ASSERT_EQ(get_num(s, "sem:run"), 1);
+  ASSERT_EQ(dlock_sem_held(a) + dlock_sem_held(b), 0);
+  dlock_sem_free(a);
+  dlock_sem_free(b);
+  dlock_client_close(c1);
+  dlock_client_close(c2);
+  rp_free(s);
+}
+
+/* ---- threads of several processes --------------------------------------- */
+
+typedef struct holder_thread {
+  pthread_t thread;
+  dlock_sem_t *sem;
+  int fd, who, iter, code;
+} holder_thread_t;
+
+static void *holder_thread_main(void *arg) {
+  holder_thread_t *h = arg;
+  for (int i = 0; i < h->iter && h->code == 0; i++) {
+    int rc = dlock_sem_acquire(h->sem, 1, DLOCK_WAIT_FOREVER);
+    if (rc != 0) {
+      fprintf(stderr, "acquire: %s %s\n", dlock_err_name(rc),
+              dlock_last_error());
+      h->code = 13;
+      break;
+    }
+    log_line(h->fd, '+', h->who);
+    lu_sleep_ms(1 + i % 3);
+    log_line(h->fd, '-', h->who);
+    rc = dlock_sem_release(h->sem, 1);
+    if (rc != 0) {
+      fprintf(stderr, "release: %s %s\n", dlock_err_name(rc),
+              dlock_last_error());
+      h->code = 14;
+    }
+  }
+  return NULL;
+}
+
+static int threads_child(const rp_server_t *s, const char *log, int who) {
+  enum { T = 3, ITER = 30 };
+  dlock_options_t o;
+  lu_options(&o, s);
+  dlock_client_t *c = NULL;
+  dlock_sem_t *sem = NULL;
+  if (dlock_client_open(&o, &c) != 0 || dlock_sem_get(c, "sem:t", &sem) != 0)
+    return 10;
+  int fd = open(log, O_WRONLY | O_APPEND);
+  if (fd < 0)
+    return 12;
+  holder_thread_t h[T];
+  for (int i = 0; i < T; i++) {
+    h[i] = (holder_thread_t){
+        .sem = sem, .fd = fd, .who = who * 10 + i, .iter = ITER};
+    if (pthread_create(&h[i].thread, NULL, holder_thread_main, &h[i]) != 0)
+      return 15;
+  }
+  int code = 0;
+  for (int i = 0; i < T; i++) {
+    pthread_join(h[i].thread, NULL);
+    if (h[i].code != 0)
+      code = h[i].code;
+  }
+  if (dlock_sem_held(sem) != 0)
+    code = 16;
+  close(fd);
+  dlock_sem_free(sem);
+  dlock_client_close(c);
+  return code;
+}
+
+TEST(sem_never_more_than_n_holders_threads_across_processes) {
+  /* Three threads in each of four processes on 2 permits: releases hand
+   * permits to threads of the same client and to other processes. */
+  enum { PROCS = 4, N = 2 };
+  rp_server_t *s = lu_server(0);
+  char dir[] = "/tmp/dlock-sem-XXXXXX";
+  ASSERT_NOT_NULL(mkdtemp(dir));
+  char log[64];
+  snprintf(log, sizeof log, "%s/log", dir);
+  int fd = open(log, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  lu_ok(rp_cmd(s, "SET sem:t %d", N));
+  pid_t pids[PROCS];
+  for (int i = 0; i < PROCS; i++) {
+    pid_t p = fork();
+    ASSERT_GE(p, 0);
+    if (p == 0)
+      _exit(threads_child(s, log, i));
+    pids[i] = p;
+  }
+  for (int i = 0; i < PROCS; i++) {
+    int st = 0;
+    ASSERT_EQ(waitpid(pids[i], &st, 0), pids[i]);
+    ASSERT(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+  }
+  int lines = 0, most = most_at_once(log, &lines);
+  printf("%d processes x 3 threads x 30 turns, N = %d: at most %d holders "
+         "at once\n",
+         PROCS, N, most);
+  ASSERT_EQ(lines, 2 * PROCS * 3 * 30);
+  ASSERT_LE(most, N);
+  ASSERT_EQ(get_num(s, "sem:t"), N);
+  unlink(log);
+  rmdir(dir);
+  rp_free(s);
+}
+
 TEST(sem_woken_waiter_that_needs_more_passes_the_wake_up_on) {
   /* Two waiters of one client: one wants 3 permits, one wants 1. One
    * permit released wakes one waiter; when that is the one that needs 3,

@@ -182,6 +182,6 @@ int dlock_latch_await(dlock_latch_t *l, int64_t wait_ms) {
     return rc;
   char what[160];
   snprintf(what, sizeof(what), "latch \"%.100s\" not at zero", l->name);
-  return dlock__wait_for(l->c, l->channel, l->channel_len, DLOCK__WAKE_LATCH,
+  return dlock__wait_for(l->c, l->channel, l->channel_len, DLOCK__WAKE_LATCH, 0,
                          wait_ms, latch_attempt, NULL, l, what);
 }

@@ -11,7 +11,9 @@
 #include "lock.h"
 #include "monotime.h"
 #include "proto/format.h"
+#include "pubsub.h"
 #include "reply.h"
+#include "sleep.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -134,8 +136,9 @@ static int attempt_riding(dlock_client_t *c, riding *r,
 }
 
 int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
-                    int wake, int64_t wait_ms, dlock__attempt_fn attempt,
-                    dlock__retry_fn may_retry, void *arg, const char *what) {
+                    int wake, int64_t permits, int64_t wait_ms,
+                    dlock__attempt_fn attempt, dlock__retry_fn may_retry,
+                    void *arg, const char *what) {
   int64_t deadline_us =
       wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
   riding ride = {wait_ms, deadline_us, 0, 0};
@@ -150,6 +153,7 @@ int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
    * attempt and the sleep is heard. */
   dlock__waiter w;
   memset(&w, 0, sizeof(w));
+  w.permits = permits;
   int64_t join_by = dlock__deadline_ms(c->opt.command_timeout_ms);
   rc = dlock__pubsub_join_as(c->ps, channel, channel_len,
                              join_by < deadline_us ? join_by : deadline_us, &w,
@@ -158,6 +162,12 @@ int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
     return rc;
   int woken = 0;
   for (;;) {
+    /* After a run of hand-overs inside the client ended with a release
+     * for everyone, this client's waiters hold back a moment, so that a
+     * waiter of another client gets the permits (see handover.c). */
+    if (woken)
+      dlock__sleep_us(
+          dlock__pubsub_contention_pause(c->ps, &w, dlock__jitter()));
     pass = 0;
     rc = attempt_riding(c, &ride, attempt, may_retry, arg, &sleep_ms, &pass);
     if (rc != 1)
@@ -176,11 +186,15 @@ int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
     if (sleep_ms >= 0 && dlock__after_ms(now, sleep_ms) < until)
       until = dlock__after_ms(now, sleep_ms);
     rc = dlock__pubsub_wait(c->ps, &w, until);
-    if (rc < 0)
+    if (rc < 0 || rc == 2)
       break;
     woken = rc > 0;
   }
   dlock__pubsub_leave(c->ps, &w);
+  /* Handed the permits by a release inside the client: they are this
+   * waiter's now. */
+  if (w.grant != 0)
+    rc = DLOCK__HANDED;
   return rc;
 }
 
@@ -442,7 +456,10 @@ int dlock_sem_acquire(dlock_sem_t *s, int64_t permits, int64_t wait_ms) {
            "semaphore \"%.100s\": %lld permits not acquired", s->name,
            (long long)permits);
   rc = dlock__wait_for(s->c, s->channel, s->channel_len, DLOCK__WAKE_COUNT,
-                       wait_ms, sem_attempt, sem_may_retry, &t, what);
+                       permits, wait_ms, sem_attempt, sem_may_retry, &t, what);
+  /* Handed over by a release of this client: counted already. */
+  if (rc == DLOCK__HANDED)
+    return 0;
   if (rc == 0 && note_held(s, permits) != 0) {
     /* Not counted, they could never be released: given back now. */
     const char *argv[] = {s->name, s->channel, t.n};
@@ -464,24 +481,47 @@ int dlock_sem_release(dlock_sem_t *s, int64_t permits) {
   if (rc != 0)
     return rc;
   dlock_client_t *c = s->c;
+  /* A thread of this client waiting for these permits (or fewer) is
+   * handed them: nothing changes in Redis, no message wakes the waiters of
+   * every client to race for them, and the waiter needs no round trip.
+   * After a run of such hand-overs they go back to Redis for everyone
+   * (see handover.c for the lock's same scheme). The waiter is reserved
+   * first, so that it stays to be told the outcome. */
+  int at_cap = 0;
+  dlock__waiter *next =
+      dlock__pubsub_reserve_permits(c->ps, s->channel, s->channel_len, permits,
+                                    DLOCK__HANDOVER_RUN_MAX, &at_cap);
+  int64_t handed = next != NULL && !at_cap ? next->permits : 0;
   /* Taken off the count before the release is sent, so that two threads
-   * cannot both give back the same permit. */
+   * cannot both give back the same permit. Permits handed over stay on
+   * the count: they stay the client's, counted before their new holder
+   * can give them back. */
   pthread_mutex_lock(&c->mu);
   dlock__hold *h =
       dlock__holds_find(&c->holds, s->name, s->len, 0, DLOCK__KIND_SEM);
   int64_t held = h != NULL ? h->count : 0;
   if (held >= permits) {
-    h->count -= (int)permits;
+    h->count -= (int)(permits - handed);
     if (h->count == 0)
       dlock__holds_remove(&c->holds, h);
   }
   pthread_mutex_unlock(&c->mu);
-  if (held < permits)
+  if (held < permits) {
+    if (next != NULL)
+      dlock__pubsub_resolve(c->ps, next, 0, DLOCK__RESOLVE_FAILED);
     return dlock__fail(DLOCK_ENOTHELD,
                        "cannot release %lld permits of semaphore \"%.100s\": "
                        "this client acquired %lld; nothing was changed (use "
                        "dlock_sem_add_permits to add permits)",
                        (long long)permits, s->name, (long long)held);
+  }
+  if (handed > 0) {
+    dlock__pubsub_resolve(c->ps, next, 1, DLOCK__RESOLVE_HANDED);
+    next = NULL;
+    permits -= handed;
+    if (permits == 0)
+      return 0;
+  }
   char n[24];
   snprintf(n, sizeof(n), "%" PRId64, permits);
   const char *argv[] = {s->name, s->channel, n};
@@ -494,6 +534,12 @@ int dlock_sem_release(dlock_sem_t *s, int64_t permits) {
    * release may have run, and sending it again could give back twice. */
   if (rc != 0 && !dlock__outcome_unknown(rc))
     note_held(s, permits);
+  /* The waiter reserved at the end of a run: the release message wakes it
+   * with the others, after its hold-back; if there was none, it tries. */
+  if (next != NULL)
+    dlock__pubsub_resolve(c->ps, next, 0,
+                          rc == 0 ? DLOCK__RESOLVE_RELEASED
+                                  : DLOCK__RESOLVE_FAILED);
   return rc;
 }
 
@@ -820,7 +866,7 @@ int dlock_psem_acquire(dlock_psem_t *s, int64_t wait_ms, int64_t lease_ms,
   char what[160];
   snprintf(what, sizeof(what), "semaphore \"%.100s\": no permit acquired",
            s->name);
-  rc = dlock__wait_for(s->c, s->channel, s->channel_len, DLOCK__WAKE_COUNT,
+  rc = dlock__wait_for(s->c, s->channel, s->channel_len, DLOCK__WAKE_COUNT, 0,
                        wait_ms, psem_attempt, psem_may_retry, &t, what);
   if (rc != 0 && dlock__outcome_unknown(rc)) {
     /* The last attempt may have taken the permit without the answer

@@ -61,16 +61,21 @@ int dlock__permit_zset(const char *name, size_t len, char **out,
  * before subscribing; with 'wait_ms' 0 it is the only one. An attempt
  * that fails with an error an outage causes is made again after a pause
  * within the wait, as a lock's is, when 'may_retry' (NULL: always)
- * allows it. Returns 0,
+ * allows it. A semaphore's waiter for 'permits' (> 0; 0 for others) may
+ * instead be handed them by a release inside the client
+ * (dlock__pubsub_reserve_permits), which counts them as the client's
+ * still: it then returns DLOCK__HANDED. Otherwise returns 0,
  * DLOCK_ETIMEDOUT (with 'what' in the detail) or the attempt's error.
  */
+#define DLOCK__HANDED 2
 typedef int (*dlock__attempt_fn)(void *arg, int64_t *sleep_ms, int *pass);
 /* After an attempt failed with 'rc', an error an outage causes: 1 to try
  * again after a pause (within the wait), having made ready for it. */
 typedef int (*dlock__retry_fn)(void *arg, int rc);
 int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
-                    int wake, int64_t wait_ms, dlock__attempt_fn attempt,
-                    dlock__retry_fn may_retry, void *arg, const char *what);
+                    int wake, int64_t permits, int64_t wait_ms,
+                    dlock__attempt_fn attempt, dlock__retry_fn may_retry,
+                    void *arg, const char *what);
 
 /* The checks every call on an object handle makes: 'c' usable (not
  * forked, not shutting down). */

@@ -1086,6 +1086,21 @@ int dlock__pubsub_state(dlock__pubsub *ps, const char *channel, size_t len,
   return state;
 }
 
+int dlock__pubsub_parked(dlock__pubsub *ps, const char *channel, size_t len) {
+  if (ps->shards != NULL) {
+    int rc;
+    if ((ps = shard_of(ps, channel, len, 0, &rc)) == NULL)
+      return 0;
+  }
+  int n = 0;
+  pthread_mutex_lock(&ps->mu);
+  dlock__sub *s = find_sub(ps, channel, len);
+  for (dlock__waiter *w = s != NULL ? s->head : NULL; w != NULL; w = w->next)
+    n += w->parked;
+  pthread_mutex_unlock(&ps->mu);
+  return n;
+}
+
 int dlock__pubsub_thread_reads(dlock__pubsub *ps) {
   if (ps->shards != NULL)
     return 0;
@@ -1177,7 +1192,11 @@ int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
   }
   pthread_mutex_lock(&ps->mu);
   int was_reader = 0;
-  while (!w->permit) {
+  w->parked = 1;
+  /* A semaphore's waiter reserved for a hand-over stays for it even when a
+   * message woke it meanwhile: going on to an attempt of its own, it could
+   * take permits in Redis as well as the ones handed to it. */
+  while (!w->permit || (w->reserved && w->permits > 0)) {
     /* A reserved waiter stays for the outcome, which a releasing thread
      * brings within one command, whatever its own deadline. */
     int64_t now = dlock__now_us(), limit = until_us;
@@ -1197,6 +1216,7 @@ int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
    * others still wait. */
   if (was_reader && ps->thread_left_socket && ps->waiting > 1)
     poke_thread(ps);
+  w->parked = 0;
   int rc = 0;
   if (ps->canceled)
     rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
@@ -1234,9 +1254,23 @@ void dlock__pubsub_note_attempt(dlock__pubsub *ps, dlock__waiter *w,
   pthread_mutex_unlock(&ps->mu);
 }
 
-dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
-                                     size_t len, uint64_t owner, int max_run,
-                                     int *at_cap) {
+/* Whether a releasing thread may hand 'w' what it releases: a lock of
+ * 'owner' (permits 0), or that many of a semaphore's permits. */
+static int takes_handover(const dlock__waiter *w, uint64_t owner,
+                          int64_t permits) {
+  if (w->permit || w->reserved)
+    return 0;
+  /* Permits go only to a waiter that is asleep: one in the middle of an
+   * attempt could take permits in Redis as well, and hold twice as many
+   * as it counts. */
+  if (permits > 0)
+    return w->parked && w->permits > 0 && w->permits <= permits;
+  return w->lease_ms != 0 && w->owner != owner;
+}
+
+static dlock__waiter *reserve(dlock__pubsub *ps, const char *channel,
+                              size_t len, uint64_t owner, int64_t permits,
+                              int max_run, int *at_cap) {
   *at_cap = 0;
   if (ps->shards != NULL) {
     int rc;
@@ -1250,7 +1284,7 @@ dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
   dlock__waiter *chosen = NULL;
   if (s != NULL)
     for (dlock__waiter *w = s->head; w != NULL; w = w->next)
-      if (w->lease_ms != 0 && w->owner != owner && !w->permit && !w->reserved) {
+      if (takes_handover(w, owner, permits)) {
         chosen = w;
         break;
       }
@@ -1264,6 +1298,19 @@ dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
   }
   pthread_mutex_unlock(&ps->mu);
   return chosen;
+}
+
+dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
+                                     size_t len, uint64_t owner, int max_run,
+                                     int *at_cap) {
+  return reserve(ps, channel, len, owner, 0, max_run, at_cap);
+}
+
+dlock__waiter *dlock__pubsub_reserve_permits(dlock__pubsub *ps,
+                                             const char *channel, size_t len,
+                                             int64_t permits, int max_run,
+                                             int *at_cap) {
+  return reserve(ps, channel, len, 0, permits, max_run, at_cap);
 }
 
 void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,

@@ -55,6 +55,10 @@ typedef struct dlock__waiter {
    * whose waiter this is, and the lease it asked for (0: it takes none). */
   uint64_t owner;
   int64_t lease_ms;
+  /* Set by a semaphore's waiter before it joins: the permits it waits for,
+   * which a release inside the client may hand it (0: none). */
+  int64_t permits;
+  int parked;   /* inside dlock__pubsub_wait, making no attempt of its own */
   int reserved; /* chosen by a releasing thread; see dlock__pubsub_reserve */
 } dlock__waiter;
 
@@ -171,9 +175,17 @@ dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
                                      size_t len, uint64_t owner, int max_run,
                                      int *at_cap);
 
+/* The same for a semaphore's release of 'permits': reserves the first
+ * waiter on 'channel' that waits for at most that many permits. */
+dlock__waiter *dlock__pubsub_reserve_permits(dlock__pubsub *ps,
+                                             const char *channel, size_t len,
+                                             int64_t permits, int max_run,
+                                             int *at_cap);
+
 /* How a reservation ended. */
 enum dlock__resolve {
-  DLOCK__RESOLVE_HANDED,   /* the waiter holds the lock with the token */
+  DLOCK__RESOLVE_HANDED,   /* the waiter holds the lock with the token
+                              (a semaphore's waiter: its permits) */
   DLOCK__RESOLVE_FAILED,   /* the hand-over failed: it is woken to try */
   DLOCK__RESOLVE_RELEASED, /* released for every client after a run of
                               hand-overs; the unlock message wakes the
@@ -213,6 +225,10 @@ int dlock__pubsub_state(dlock__pubsub *ps, const char *channel, size_t len,
 /* 1 when the thread's last poll() included the connection's socket (it
  * reads the messages itself), 0 when it left the socket to a waiter. For
  * tests. */
+/* How many waiters on 'channel' are asleep in dlock__pubsub_wait (for
+ * tests, which must know that a waiter sleeps before they release). */
+int dlock__pubsub_parked(dlock__pubsub *ps, const char *channel, size_t len);
+
 int dlock__pubsub_thread_reads(dlock__pubsub *ps);
 
 #endif
