@@ -324,3 +324,45 @@ TEST(conn_unsolicited_bytes_never_taken_for_a_reply) {
   tc_free(&t);
   fs_free(fs);
 }
+
+/*
+ * Commands queued while another caller's request is in flight are not
+ * sent one by one: the thread reading for everybody sends them, in one
+ * write, with the reply it reads next (Redis could not answer them before
+ * that request anyway). So a caller that comes while A's ECHO is held back
+ * by the server has its ECHO reach the server only once A's answer has
+ * come, and both get their replies. A lone caller always sends at once.
+ */
+TEST(conn_commands_queued_behind_a_request_go_out_with_its_reply) {
+  fs_server_t *fs = fs_start();
+  tconn t;
+  tc_new(&t, fs_url(fs), 2000, 10000);
+  ASSERT_DLOCK_OK(dlock__conn_open(t.c, INT64_MAX));
+  fs_set(fs, "ECHO", &(fs_action_t){.delay_ms = 1500, .times = 1});
+  echo_call a, b, c;
+  echo_start(&a, t.c, "a", 8000);
+  ASSERT(fs_wait_count(fs, "ECHO", 1, 5000));
+  echo_start(&b, t.c, "b", 8000);
+  echo_start(&c, t.c, "c", 8000);
+  /* Both queued behind A's request, whose reply is 1.5 s away. */
+  lu_sleep_ms(300);
+  int early = fs_count(fs, "ECHO");
+  printf("ECHOs at the server 0.3 s into A's wait: %d\n", early);
+  echo_join(&a, "a");
+  echo_join(&b, "b");
+  echo_join(&c, "c");
+  ASSERT_EQ(early, 1);
+  ASSERT_DLOCK_OK(a.rc);
+  ASSERT_STR_EQ(a.reply, "a");
+  ASSERT_DLOCK_OK(b.rc);
+  ASSERT_STR_EQ(b.reply, "b");
+  ASSERT_DLOCK_OK(c.rc);
+  ASSERT_STR_EQ(c.reply, "c");
+  ASSERT_EQ(fs_count(fs, "ECHO"), 3);
+  /* Alone again: sent at once and answered at once. */
+  char out[16];
+  ASSERT_DLOCK_OK(tc_echo(t.c, "d", 5000, out, sizeof(out)));
+  ASSERT_STR_EQ(out, "d");
+  tc_free(&t);
+  fs_free(fs);
+}

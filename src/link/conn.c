@@ -961,8 +961,18 @@ static void drive_locked(dlock__conn *c, caller *me) {
         fail_all_locked(c, rc, why);
         break;
       }
+      /* Commands left for the driver (leave_to_driver) go out now, in one
+       * write, before the callers just answered are woken. */
+      if (has_output(c)) {
+        write_out_locked(c);
+        if (c->ctx == NULL)
+          break;
+      }
     }
   }
+  /* Nor are any left behind when the driver goes. */
+  if (c->ctx != NULL && has_output(c))
+    write_out_locked(c);
   c->driving = 0;
   pass_role_locked(c, me);
 }
@@ -1032,6 +1042,20 @@ static int enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
   return 0;
 }
 
+/*
+ * Whether commands just queued are left for the driver to send with the
+ * next reply it reads, rather than cost a send() of their own: while an
+ * earlier request is in flight, Redis answers this connection's commands
+ * in order, so these could not be answered before it anyway; sent as it
+ * answers, they cost at most the one round trip that their own send would
+ * have overlapped, and everything queued meanwhile goes out in one write,
+ * as an event loop sends it. A lone caller (nothing in flight before its
+ * own requests) always sends at once.
+ */
+static int leave_to_driver(const dlock__conn *c, const request *mine) {
+  return c->driving && c->head != NULL && c->head != mine;
+}
+
 static int send_common(dlock__conn *c, size_t n, char *const *cmds,
                        const size_t *lens, int64_t deadline_us, int64_t idle_ms,
                        int64_t limit_us, dlock__pending *p) {
@@ -1075,7 +1099,7 @@ static int send_common(dlock__conn *c, size_t n, char *const *cmds,
     rc = enqueue_locked(c, n, cmds, lens, p->reqs, me);
   /* A thread already writing sends these commands too; on a connection
    * still in its handshake they wait for it (drive_locked). */
-  if (rc == 0 && !c->writing && is_ready(c))
+  if (rc == 0 && !c->writing && is_ready(c) && !leave_to_driver(c, p->reqs))
     write_out_locked(c);
   conn_unlock(c);
   p->rc = rc;

@@ -2,13 +2,17 @@
  * A command connection to one Redis server, shared by every thread of a
  * client with automatic pipelining.
  *
- * There is no I/O thread in the request path. A calling thread writes its
- * command straight to the socket; the first thread that needs a reply reads
- * for everybody (the "driver") and hands each reply to the thread waiting for
- * it, in order. So a lone caller costs exactly one round trip, like a plain
- * synchronous client, while many callers share the socket and their commands
- * travel together. When the driver has its reply it passes the role to the
- * oldest waiter.
+ * There is no I/O thread in the request path. A lone calling thread writes
+ * its command straight to the socket; the first thread that needs a reply
+ * reads for everybody (the "driver") and hands each reply to the thread
+ * waiting for it, in order. Commands queued while an earlier request is in
+ * flight are left to the driver, which sends them all in one write with the
+ * next reply it reads (Redis answers a connection in order, so they lose
+ * nothing by it). So a lone caller costs exactly one round trip, like a
+ * plain synchronous client, while many callers share the socket and their
+ * commands travel together, as an event loop's would. When the driver has
+ * its reply it sends what is left to it and passes the role to the oldest
+ * waiter.
  */
 #ifndef DLOCK_CONN_H
 #define DLOCK_CONN_H
