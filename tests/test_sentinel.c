@@ -664,6 +664,59 @@ TEST(sentinel_lookup_does_not_hold_other_callers) {
   rp_free(m);
 }
 
+TEST(sentinel_lookup_ends_when_the_client_shuts_down) {
+  /* Six silent Sentinels make a lookup last about 6 s (1 s command
+   * timeout each). Shutting the client down while it runs ends it at
+   * once: the caller gets DLOCK_ECANCELED and closing waits for nothing.
+   * Before, the lookup went on through every Sentinel first. */
+  rp_server_t *m = lu_server(0);
+  fs_server_t *fs = fs_start();
+  char addr[128];
+  master_addr(addr, sizeof(addr), rp_port(m));
+  fs_set(fs, "SENTINEL GET-MASTER-ADDR-BY-NAME", &(fs_action_t){.reply = addr});
+  fs_set(fs, "SENTINEL REPLICAS", &(fs_action_t){.reply = "*0\r\n"});
+  char url[256];
+  int p = fs_port(fs);
+  snprintf(url, sizeof(url),
+           "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,"
+           "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
+           p, p, p, p, p, p);
+  dlock_options_t o;
+  sentinel_options(&o, url, 0, NULL);
+  o.connect_timeout_ms = 5000;
+  o.command_timeout_ms = 1000;
+  o.outage_wait_ms = 0;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *a = lu_get(c, "lookup-shutdown");
+  ASSERT_EQ(dlock_trylock(a, 0, 30000), 0);
+  ASSERT_EQ(dlock_unlock(a), 0);
+  fs_set(fs, "SENTINEL", &(fs_action_t){.how = FS_SILENT});
+  ASSERT_EQ(rp_kill(m), 0);
+  lu_sleep_ms(200);
+  timed_call_t ka = {a, 0, 0, ""};
+  pthread_t ta;
+  ASSERT_EQ(pthread_create(&ta, NULL, do_timed_call, &ka), 0);
+  /* Inside the lookup: the first Sentinel has the question. */
+  int before = fs_count(fs, "SENTINEL");
+  ASSERT(fs_wait_count(fs, "SENTINEL", before + 1, 5000));
+  lu_sleep_ms(300);
+  int64_t t0 = lu_now_ms();
+  dlock_client_shutdown(c);
+  ASSERT_EQ(pthread_join(ta, NULL), 0);
+  int64_t ended = lu_now_ms() - t0;
+  dlock_free(a);
+  dlock_client_close(c);
+  int64_t closed = lu_now_ms() - t0;
+  printf("A: %s (%s) %" PRId64 " ms after the shutdown; closed after %" PRId64
+         " ms\n",
+         dlock_err_name(ka.rc), ka.err, ended, closed);
+  ASSERT_EQ(ka.rc, DLOCK_ECANCELED);
+  /* The lookup had five Sentinels and over 4 s to go. */
+  ASSERT_LT(closed, 2500);
+  fs_free(fs);
+  rp_free(m);
+}
+
 /*
  * TLS all the way: a master, a replica and three Sentinels that speak TLS
  * to each other (tls-replication yes), reached through a

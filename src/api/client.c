@@ -361,9 +361,10 @@ static int open_sentinel(dlock_client_t *c, const char *url) {
 }
 
 /* The Sentinel discovery as the command connection's locator. */
-static int locate_master(void *s, int64_t deadline_us, dlock__stream **out,
+static int locate_master(void *s, int64_t deadline_us,
+                         const dlock__cancel *cancel, dlock__stream **out,
                          unsigned *gen) {
-  return dlock__sentinel_open(s, deadline_us, out, gen);
+  return dlock__sentinel_open(s, deadline_us, cancel, out, gen);
 }
 
 static unsigned master_gen(void *s) { return dlock__sentinel_gen(s); }

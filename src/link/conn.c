@@ -441,6 +441,15 @@ static void fail_all_locked(dlock__conn *c, int code, const char *why) {
 /* Fails the connection from a thread that may not be the driver: with a
  * driver polling the socket, the socket is only shut down (which wakes the
  * driver) and the driver closes it. */
+/* Wakes whoever polls the wake-up pipe: the driver, or a lookup through
+ * the Sentinels. A full pipe already holds a wake-up, so a failed write
+ * is fine. */
+static void wake_pipe(dlock__conn *c) {
+  char one = 1;
+  ssize_t w = write(c->wake_fd[1], &one, 1);
+  (void)w;
+}
+
 static void break_locked(dlock__conn *c, int code, const char *why) {
   if (!c->driving) {
     fail_all_locked(c, code, why);
@@ -451,10 +460,7 @@ static void break_locked(dlock__conn *c, int code, const char *why) {
     snprintf(c->last_err, sizeof(c->last_err), "%s", why);
   }
   shutdown(dlock__stream_fd(c->ctx), SHUT_RDWR);
-  /* A full pipe already holds a wake-up, so a failed write is fine. */
-  char one = 1;
-  ssize_t w = write(c->wake_fd[1], &one, 1);
-  (void)w;
+  wake_pipe(c);
 }
 
 static void drain_wake(dlock__conn *c) {
@@ -490,6 +496,22 @@ static int idle_connection_is_dead(dlock__conn *c) {
  * the callers waiting for it, each until its own deadline, and a cancel
  * ends the wait at once.
  */
+/* A lookup through the Sentinels started at cancel count 'cancels' ends
+ * when dlock__conn_cancel is called meanwhile (it writes to the wake-up
+ * pipe, which the lookup watches). */
+typedef struct lookup_cancel {
+  dlock__conn *c;
+  unsigned cancels;
+} lookup_cancel;
+
+static int lookup_canceled(void *arg) {
+  lookup_cancel *lc = arg;
+  pthread_mutex_lock(&lc->c->mu);
+  int canceled = lc->c->cancels != lc->cancels;
+  pthread_mutex_unlock(&lc->c->mu);
+  return canceled;
+}
+
 static int link_locked(dlock__conn *c, int64_t deadline_us) {
   unsigned cancels = c->cancels;
   /* Another thread is finding this server outside 'mu' (resolving its host
@@ -557,10 +579,12 @@ static int link_locked(dlock__conn *c, int64_t deadline_us) {
      * is seen above), so 'ctx' stays NULL. */
     c->discovering = 1;
     conn_unlock(c);
+    lookup_cancel lc = {c, cancels};
+    dlock__cancel cancel = {c->wake_fd[0], lookup_canceled, &lc};
     rc = c->cfg.locator->open(c->cfg.locator->ctx,
                               dlock__deadline_ms(c->cfg.connect_timeout_ms +
                                                  c->cfg.command_timeout_ms),
-                              &ctx, &gen);
+                              &cancel, &ctx, &gen);
     pthread_mutex_lock(&c->mu);
     c->discovering = 0;
   } else
@@ -1238,6 +1262,8 @@ void dlock__conn_cancel(dlock__conn *c) {
   c->cancels++;
   if (c->ctx != NULL)
     break_locked(c, DLOCK_ECANCELED, "client is shutting down");
+  else if (c->discovering)
+    wake_pipe(c);
   conn_unlock(c);
 }
 

@@ -14,9 +14,10 @@
 typedef struct dlock__locator {
   /* Connects to the server now in charge, by 'deadline_us', and gives a
    * stream past its handshake and the generation it was found in: 0, or
-   * an error with its detail. */
-  int (*open)(void *ctx, int64_t deadline_us, dlock__stream **out,
-              unsigned *gen);
+   * an error with its detail (DLOCK_ECANCELED at once when 'cancel' says
+   * stop). */
+  int (*open)(void *ctx, int64_t deadline_us, const dlock__cancel *cancel,
+              dlock__stream **out, unsigned *gen);
   /* The generation now: it moves on when the server in charge changes,
    * and a connection made in an older one is replaced. */
   unsigned (*gen)(void *ctx);

@@ -374,16 +374,27 @@ int dlock__stream_open(const dlock__endpoint *ep, const dlock__tls *tls,
 /* ---- one command at a time ---------------------------------------------- */
 
 /*
- * Waits until the socket is ready for 'events' or 'deadline_us' passes. It
- * polls rather than relying on a socket timeout: a socket timeout bounds
- * each read, and a server that sends one byte at a time restarts it with
- * every byte. 1 when ready, 0 at the deadline, -1 on error (errno).
+ * Waits until the socket is ready for 'events' or 'deadline_us' passes, or
+ * 'cancel' (NULL: none) says stop. It polls rather than relying on a
+ * socket timeout: a socket timeout bounds each read, and a server that
+ * sends one byte at a time restarts it with every byte. 1 when ready, 0 at
+ * the deadline, -1 on error (errno), -2 when canceled.
  */
-static int wait_fd(int fd, short events, int64_t deadline_us) {
+static int wait_fd(int fd, short events, int64_t deadline_us,
+                   const dlock__cancel *cancel) {
+  int cfd = cancel != NULL ? cancel->fd : -1;
   for (;;) {
-    struct pollfd p = {.fd = fd, .events = events, .revents = 0};
-    int n = poll(&p, 1, dlock__ms_until(deadline_us));
-    if (n > 0)
+    struct pollfd p[2] = {{.fd = fd, .events = events, .revents = 0},
+                          {.fd = cfd, .events = POLLIN, .revents = 0}};
+    int n = poll(p, cfd >= 0 ? 2 : 1, dlock__ms_until(deadline_us));
+    if (n > 0 && cfd >= 0 && (p[1].revents & POLLIN)) {
+      char buf[64];
+      while (read(cfd, buf, sizeof(buf)) > 0) {
+      }
+      if (cancel->canceled != NULL && cancel->canceled(cancel->arg))
+        return -2;
+    }
+    if (n > 0 && p[0].revents != 0)
       return 1;
     if (n == 0 && dlock__now_us() >= deadline_us)
       return 0;
@@ -396,8 +407,8 @@ static int wait_fd(int fd, short events, int64_t deadline_us) {
  * '*out' (the caller's; an error reply too). 'budget_ms' is the time it
  * had, for the message. */
 static int roundtrip(dlock__stream *s, const char *addr, int64_t deadline_us,
-                     int64_t budget_ms, int argc, const char **argv,
-                     redisReply **out) {
+                     int64_t budget_ms, const dlock__cancel *cancel, int argc,
+                     const char **argv, redisReply **out) {
   void *reply = NULL;
   int done = 0;
   *out = NULL;
@@ -406,7 +417,9 @@ static int roundtrip(dlock__stream *s, const char *addr, int64_t deadline_us,
     rc = dlock__stream_flush(s, &done);
     if (rc != 0 || done)
       break;
-    int w = wait_fd(dlock__stream_fd(s), POLLOUT, deadline_us);
+    int w = wait_fd(dlock__stream_fd(s), POLLOUT, deadline_us, cancel);
+    if (w == -2)
+      goto canceled;
     if (w <= 0)
       goto no_answer;
   }
@@ -416,7 +429,9 @@ static int roundtrip(dlock__stream *s, const char *addr, int64_t deadline_us,
                          argv[0], addr, dlock__stream_proto_error(s));
     if (reply != NULL)
       break;
-    int w = wait_fd(dlock__stream_fd(s), POLLIN, deadline_us);
+    int w = wait_fd(dlock__stream_fd(s), POLLIN, deadline_us, cancel);
+    if (w == -2)
+      goto canceled;
     if (w <= 0)
       goto no_answer;
     rc = dlock__stream_read(s);
@@ -427,11 +442,23 @@ static int roundtrip(dlock__stream *s, const char *addr, int64_t deadline_us,
 no_answer:
   return dlock__fail(DLOCK_EIO, "%s %s: no complete answer within %lld ms",
                      argv[0], addr, (long long)budget_ms);
+canceled:
+  if (reply != NULL)
+    freeReplyObject(reply);
+  return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+}
+
+int dlock__stream_command_cancel(dlock__stream *s, const char *addr,
+                                 int64_t deadline_us,
+                                 const dlock__cancel *cancel, int argc,
+                                 const char **argv, redisReply **out) {
+  int64_t budget_ms = (deadline_us - dlock__now_us() + 999) / 1000;
+  return roundtrip(s, addr, deadline_us, budget_ms, cancel, argc, argv, out);
 }
 
 int dlock__stream_command(dlock__stream *s, const char *addr,
                           int64_t deadline_us, int argc, const char **argv,
                           redisReply **out) {
-  int64_t budget_ms = (deadline_us - dlock__now_us() + 999) / 1000;
-  return roundtrip(s, addr, deadline_us, budget_ms, argc, argv, out);
+  return dlock__stream_command_cancel(s, addr, deadline_us, NULL, argc, argv,
+                                      out);
 }

@@ -81,6 +81,17 @@ int64_t dlock__stream_deadline(const dlock__stream *s);
 int dlock__stream_ready(const dlock__stream *s);
 
 /*
+ * What ends a wait for a server early: when 'fd' (-1: none) becomes
+ * readable it is drained and 'canceled(arg)' asked; 1 ends the wait with
+ * DLOCK_ECANCELED.
+ */
+typedef struct dlock__cancel {
+  int fd;
+  int (*canceled)(void *arg);
+  void *arg;
+} dlock__cancel;
+
+/*
  * dlock__stream_start and dlock__stream_step until ready, waiting on the
  * socket and on 'cancel_fd' (-1: none) at once. When 'cancel_fd' becomes
  * readable it is drained and 'canceled(arg)' asked: 1 ends the connect
@@ -110,6 +121,12 @@ int dlock__stream_open_until(const dlock__endpoint *ep, const dlock__tls *tls,
 int dlock__stream_command(dlock__stream *s, const char *addr,
                           int64_t deadline_us, int argc, const char **argv,
                           redisReply **out);
+
+/* The same, ended early by 'cancel' (NULL: never). */
+int dlock__stream_command_cancel(dlock__stream *s, const char *addr,
+                                 int64_t deadline_us,
+                                 const dlock__cancel *cancel, int argc,
+                                 const char **argv, redisReply **out);
 
 /* The socket, to poll; for POLLIN always (see dlock__stream_read). */
 int dlock__stream_fd(const dlock__stream *s);

@@ -334,8 +334,11 @@ static int stop_requested(void *arg) {
 static int open_stream(dlock__pubsub *ps, int cancel_fd, dlock__stream **out,
                        unsigned *gen) {
   *gen = 0;
-  if (ps->sentinel != NULL)
-    return dlock__sentinel_open(ps->sentinel, INT64_MAX, out, gen);
+  if (ps->sentinel != NULL) {
+    dlock__cancel stop = {cancel_fd, cancel_fd >= 0 ? stop_requested : NULL,
+                          ps};
+    return dlock__sentinel_open(ps->sentinel, INT64_MAX, &stop, out, gen);
+  }
   if (ps->cluster != NULL) {
     /* Any node will do: the first that answers, from the last that did. */
     int n = dlock__cluster_nnodes(ps->cluster), rc = DLOCK_EIO;

@@ -163,7 +163,8 @@ static const dlock__tls *tls_of(const dlock__sentinel *s,
 /* Opens a stream to the data node 'host':'port' and checks with ROLE that
  * it is a master. */
 static int open_master(dlock__sentinel *s, const char *host, int port,
-                       int64_t deadline_us, dlock__stream **out) {
+                       int64_t deadline_us, const dlock__cancel *cancel,
+                       dlock__stream **out) {
   *out = NULL;
   dlock__endpoint ep = s->url.data;
   ep.host = (char *)host;
@@ -172,16 +173,16 @@ static int open_master(dlock__sentinel *s, const char *host, int port,
   char addr[160];
   dlock__endpoint_describe(&ep, addr, sizeof(addr));
   dlock__stream *st = NULL;
-  int rc = dlock__stream_open_until(&ep, tls_of(s, &ep), s->connect_timeout_ms,
-                                    s->command_timeout_ms, deadline_us, -1,
-                                    NULL, NULL, &st);
+  int rc = dlock__stream_open_until(
+      &ep, tls_of(s, &ep), s->connect_timeout_ms, s->command_timeout_ms,
+      deadline_us, cancel->fd, cancel->canceled, cancel->arg, &st);
   if (rc != 0)
     return rc;
   const char *argv[] = {"ROLE"};
   redisReply *r = NULL;
-  rc = dlock__stream_command(
+  rc = dlock__stream_command_cancel(
       st, addr, earlier(deadline_us, dlock__deadline_ms(s->command_timeout_ms)),
-      1, argv, &r);
+      cancel, 1, argv, &r);
   if (rc == 0 && r->type == REDIS_REPLY_ERROR) {
     /* A user not allowed ROLE cannot confirm the master this way; a
      * replica would refuse its writes with READONLY all the same. */
@@ -212,15 +213,15 @@ static int open_master(dlock__sentinel *s, const char *host, int port,
 /* Asks Sentinel 'i' for the master's address: 0 with '*host' (the
  * caller's) and '*port', or an error. */
 static int ask_sentinel(dlock__sentinel *s, size_t i, int64_t deadline_us,
-                        char **host, int *port) {
+                        const dlock__cancel *cancel, char **host, int *port) {
   *host = NULL;
   const dlock__endpoint *ep = &s->url.sentinels[i];
   char addr[160];
   dlock__endpoint_describe(ep, addr, sizeof(addr));
   dlock__stream *st = NULL;
-  int rc = dlock__stream_open_until(ep, tls_of(s, ep), s->connect_timeout_ms,
-                                    s->command_timeout_ms, deadline_us, -1,
-                                    NULL, NULL, &st);
+  int rc = dlock__stream_open_until(
+      ep, tls_of(s, ep), s->connect_timeout_ms, s->command_timeout_ms,
+      deadline_us, cancel->fd, cancel->canceled, cancel->arg, &st);
   if (rc != 0) {
     char why[300];
     snprintf(why, sizeof(why), "%s", dlock_last_error());
@@ -228,9 +229,9 @@ static int ask_sentinel(dlock__sentinel *s, size_t i, int64_t deadline_us,
   }
   const char *argv[] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", s->url.master};
   redisReply *r = NULL;
-  rc = dlock__stream_command(
+  rc = dlock__stream_command_cancel(
       st, addr, earlier(deadline_us, dlock__deadline_ms(s->command_timeout_ms)),
-      3, argv, &r);
+      cancel, 3, argv, &r);
   dlock__stream_free(st);
   if (rc != 0)
     return rc;
@@ -262,8 +263,17 @@ static int ask_sentinel(dlock__sentinel *s, size_t i, int64_t deadline_us,
   return rc;
 }
 
+/* Whether 'cancel' says stop now. */
+static int stop_now(const dlock__cancel *cancel) {
+  return cancel->canceled != NULL && cancel->canceled(cancel->arg);
+}
+
 int dlock__sentinel_open(dlock__sentinel *s, int64_t deadline_us,
-                         dlock__stream **out, unsigned *gen) {
+                         const dlock__cancel *cancel, dlock__stream **out,
+                         unsigned *gen) {
+  static const dlock__cancel never = {-1, NULL, NULL};
+  if (cancel == NULL)
+    cancel = &never;
   *out = NULL;
   char why[1024] = "";
   /* The master last known first: after a reconnect it is usually still
@@ -278,37 +288,40 @@ int dlock__sentinel_open(dlock__sentinel *s, int64_t deadline_us,
   pthread_mutex_unlock(&s->mu);
   int rc = DLOCK_EIO;
   if (known != NULL) {
-    rc = open_master(s, known, known_port, deadline_us, out);
+    rc = open_master(s, known, known_port, deadline_us, cancel, out);
     dlock__free(known);
     if (rc == 0) {
       *gen = known_gen;
       return 0;
     }
-    if (rc == DLOCK_EAUTH || rc == DLOCK_ENOMEM)
+    if (rc == DLOCK_EAUTH || rc == DLOCK_ENOMEM || rc == DLOCK_ECANCELED)
       return rc;
     add_reason(why, sizeof(why), dlock_last_error());
   }
   for (size_t k = 0; k < s->url.n; k++) {
     if (dlock__now_us() >= deadline_us)
       break;
+    /* A client closing stops the lookup between Sentinels too. */
+    if (stop_now(cancel))
+      return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
     size_t i = (first + k) % s->url.n;
     char *host;
     int port = 0;
-    rc = ask_sentinel(s, i, deadline_us, &host, &port);
-    if (rc == DLOCK_ENOMEM)
+    rc = ask_sentinel(s, i, deadline_us, cancel, &host, &port);
+    if (rc == DLOCK_ENOMEM || rc == DLOCK_ECANCELED)
       return rc;
     if (rc != 0) {
       add_reason(why, sizeof(why), dlock_last_error());
       continue;
     }
     unsigned g = set_master(s, host, strlen(host), port, i);
-    rc = open_master(s, host, port, deadline_us, out);
+    rc = open_master(s, host, port, deadline_us, cancel, out);
     dlock__free(host);
     if (rc == 0) {
       *gen = g;
       return 0;
     }
-    if (rc == DLOCK_EAUTH || rc == DLOCK_ENOMEM)
+    if (rc == DLOCK_EAUTH || rc == DLOCK_ENOMEM || rc == DLOCK_ECANCELED)
       return rc;
     add_reason(why, sizeof(why), dlock_last_error());
   }

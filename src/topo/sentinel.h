@@ -53,10 +53,12 @@ int dlock__sentinel_watch(dlock__sentinel *s, dlock__sentinel_cb cb,
  * password and db applied), confirmed with ROLE, by 'deadline_us'. '*gen'
  * is the generation it belongs to. DLOCK_EIO, with every Sentinel's and
  * node's reason in the detail, when no confirmed master was found;
- * DLOCK_EAUTH when a password was refused.
+ * DLOCK_EAUTH when a password was refused; DLOCK_ECANCELED as soon as
+ * 'cancel' (NULL: never) says stop, whatever server it waits for.
  */
 int dlock__sentinel_open(dlock__sentinel *s, int64_t deadline_us,
-                         dlock__stream **out, unsigned *gen);
+                         const dlock__cancel *cancel, dlock__stream **out,
+                         unsigned *gen);
 
 /*
  * How many replicas of the master the Sentinels list and do not flag down
