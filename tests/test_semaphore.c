@@ -310,8 +310,46 @@ static void log_line(int fd, char what, int who) {
   ASSERT_EQ(write(fd, line, (size_t)n), n);
 }
 
+/* One holder: 'iter' turns of acquire, a logged hold, release. */
+typedef struct holder {
+  pthread_t thread;
+  dlock_sem_t *sem;
+  dlock_psem_t *psem;
+  int fd, who, iter, code;
+} holder_t;
+
+static void *holder_main(void *arg) {
+  holder_t *h = arg;
+  for (int i = 0; i < h->iter && h->code == 0; i++) {
+    dlock_permit_t pm;
+    int rc = h->psem != NULL
+                 ? dlock_psem_acquire(h->psem, DLOCK_WAIT_FOREVER,
+                                      i % 2 ? DLOCK_WATCHDOG : 10000, &pm)
+                 : dlock_sem_acquire(h->sem, 1, DLOCK_WAIT_FOREVER);
+    if (rc != 0) {
+      fprintf(stderr, "acquire: %s %s\n", dlock_err_name(rc),
+              dlock_last_error());
+      h->code = 13;
+      break;
+    }
+    log_line(h->fd, '+', h->who);
+    lu_sleep_ms(1 + i % 3);
+    log_line(h->fd, '-', h->who);
+    rc = h->psem != NULL ? dlock_psem_release(h->psem, pm.id)
+                         : dlock_sem_release(h->sem, 1);
+    if (rc != 0) {
+      fprintf(stderr, "release: %s %s\n", dlock_err_name(rc),
+              dlock_last_error());
+      h->code = 14;
+    }
+  }
+  return NULL;
+}
+
+/* A process of 'threads' holders sharing one client: the exit code is 0
+ * when every turn went well and the client holds nothing at the end. */
 static int holders_child(const rp_server_t *s, const char *name, int expirable,
-                         const char *log, int who, int iter) {
+                         const char *log, int who, int iter, int threads) {
   dlock_options_t o;
   lu_options(&o, s);
   dlock_client_t *c = NULL;
@@ -324,28 +362,23 @@ static int holders_child(const rp_server_t *s, const char *name, int expirable,
   int fd = open(log, O_WRONLY | O_APPEND);
   if (fd < 0)
     return 12;
-  int code = 0;
-  for (int i = 0; i < iter && code == 0; i++) {
-    dlock_permit_t pm;
-    int rc = expirable ? dlock_psem_acquire(p, DLOCK_WAIT_FOREVER,
-                                            i % 2 ? DLOCK_WATCHDOG : 10000, &pm)
-                       : dlock_sem_acquire(sem, 1, DLOCK_WAIT_FOREVER);
-    if (rc != 0) {
-      fprintf(stderr, "acquire: %s %s\n", dlock_err_name(rc),
-              dlock_last_error());
-      code = 13;
-      break;
-    }
-    log_line(fd, '+', who);
-    lu_sleep_ms(1 + i % 3);
-    log_line(fd, '-', who);
-    rc = expirable ? dlock_psem_release(p, pm.id) : dlock_sem_release(sem, 1);
-    if (rc != 0) {
-      fprintf(stderr, "release: %s %s\n", dlock_err_name(rc),
-              dlock_last_error());
-      code = 14;
-    }
+  holder_t h[4];
+  if (threads < 1 || threads > 4)
+    return 15;
+  for (int i = 0; i < threads; i++) {
+    h[i] = (holder_t){
+        .sem = sem, .psem = p, .fd = fd, .who = who * 10 + i, .iter = iter};
+    if (pthread_create(&h[i].thread, NULL, holder_main, &h[i]) != 0)
+      return 15;
   }
+  int code = 0;
+  for (int i = 0; i < threads; i++) {
+    pthread_join(h[i].thread, NULL);
+    if (h[i].code != 0)
+      code = h[i].code;
+  }
+  if (code == 0 && !expirable && dlock_sem_held(sem) != 0)
+    code = 16;
   close(fd);
   dlock_psem_free(p);
   dlock_sem_free(sem);
@@ -371,8 +404,11 @@ static int most_at_once(const char *log, int *lines) {
   return most;
 }
 
-static void run_holders(int expirable) {
-  enum { PROCS = 6, ITER = 40, N = 3 };
+/* 'procs' processes of 'threads' holders each, 'iter' turns per holder, on
+ * a semaphore of 'n' permits: never more than 'n' hold at once, and every
+ * permit is free again at the end. */
+static void run_holders(const char *name, int expirable, int procs, int threads,
+                        int iter, int n) {
   rp_server_t *s = lu_server(0);
   char dir[] = "/tmp/dlock-sem-XXXXXX";
   ASSERT_NOT_NULL(mkdtemp(dir));
@@ -381,39 +417,54 @@ static void run_holders(int expirable) {
   int fd = open(log, O_CREAT | O_WRONLY | O_TRUNC, 0600);
   ASSERT_GE(fd, 0);
   close(fd);
-  lu_ok(rp_cmd(s, "SET sem:n %d", N));
-  pid_t pids[PROCS];
-  for (int i = 0; i < PROCS; i++) {
+  lu_ok(rp_cmd(s, "SET %s %d", name, n));
+  pid_t pids[8];
+  ASSERT_LE(procs, 8);
+  for (int i = 0; i < procs; i++) {
     pid_t p = fork();
     ASSERT_GE(p, 0);
     if (p == 0)
-      _exit(holders_child(s, "sem:n", expirable, log, i, ITER));
+      _exit(holders_child(s, name, expirable, log, i, iter, threads));
     pids[i] = p;
   }
-  for (int i = 0; i < PROCS; i++) {
+  for (int i = 0; i < procs; i++) {
     int st = 0;
     ASSERT_EQ(waitpid(pids[i], &st, 0), pids[i]);
     ASSERT(WIFEXITED(st));
     ASSERT_EQ(WEXITSTATUS(st), 0);
   }
   int lines = 0, most = most_at_once(log, &lines);
-  printf("%d processes x %d turns, N = %d: at most %d holders at once\n", PROCS,
-         ITER, N, most);
-  ASSERT_EQ(lines, 2 * PROCS * ITER);
-  ASSERT_LE(most, N);
+  printf("%d processes x %d threads x %d turns, N = %d: at most %d holders at "
+         "once\n",
+         procs, threads, iter, n, most);
+  ASSERT_EQ(lines, 2 * procs * threads * iter);
+  ASSERT_LE(most, n);
   /* Contended enough that the permits were all in use at some point. */
   ASSERT_GE(most, 2);
-  ASSERT_EQ(get_num(s, "sem:n"), N);
-  if (expirable)
-    ASSERT_EQ(zcard(s, "{sem:n}:timeout"), 0);
+  ASSERT_EQ(get_num(s, name), n);
+  if (expirable) {
+    char timeout[128];
+    snprintf(timeout, sizeof timeout, "{%s}:timeout", name);
+    ASSERT_EQ(zcard(s, timeout), 0);
+  }
   unlink(log);
   rmdir(dir);
   rp_free(s);
 }
 
-TEST(sem_never_more_than_n_holders_across_processes) { run_holders(0); }
+TEST(sem_never_more_than_n_holders_across_processes) {
+  run_holders("sem:n", 0, 6, 1, 40, 3);
+}
 
-TEST(psem_never_more_than_n_holders_across_processes) { run_holders(1); }
+TEST(psem_never_more_than_n_holders_across_processes) {
+  run_holders("sem:n", 1, 6, 1, 40, 3);
+}
+
+/* Three threads in each of four processes on 2 permits: releases hand
+ * permits to threads of the same client and to other processes. */
+TEST(sem_never_more_than_n_holders_threads_across_processes) {
+  run_holders("sem:t", 0, 4, 3, 30, 2);
+}
 
 /* ---- a killed holder ---------------------------------------------------- */
 
@@ -707,108 +758,6 @@ TEST(sem_handover_runs_give_other_clients_a_turn) {
   dlock_sem_free(b);
   dlock_client_close(c1);
   dlock_client_close(c2);
-  rp_free(s);
-}
-
-/* ---- threads of several processes --------------------------------------- */
-
-typedef struct holder_thread {
-  pthread_t thread;
-  dlock_sem_t *sem;
-  int fd, who, iter, code;
-} holder_thread_t;
-
-static void *holder_thread_main(void *arg) {
-  holder_thread_t *h = arg;
-  for (int i = 0; i < h->iter && h->code == 0; i++) {
-    int rc = dlock_sem_acquire(h->sem, 1, DLOCK_WAIT_FOREVER);
-    if (rc != 0) {
-      fprintf(stderr, "acquire: %s %s\n", dlock_err_name(rc),
-              dlock_last_error());
-      h->code = 13;
-      break;
-    }
-    log_line(h->fd, '+', h->who);
-    lu_sleep_ms(1 + i % 3);
-    log_line(h->fd, '-', h->who);
-    rc = dlock_sem_release(h->sem, 1);
-    if (rc != 0) {
-      fprintf(stderr, "release: %s %s\n", dlock_err_name(rc),
-              dlock_last_error());
-      h->code = 14;
-    }
-  }
-  return NULL;
-}
-
-static int threads_child(const rp_server_t *s, const char *log, int who) {
-  enum { T = 3, ITER = 30 };
-  dlock_options_t o;
-  lu_options(&o, s);
-  dlock_client_t *c = NULL;
-  dlock_sem_t *sem = NULL;
-  if (dlock_client_open(&o, &c) != 0 || dlock_sem_get(c, "sem:t", &sem) != 0)
-    return 10;
-  int fd = open(log, O_WRONLY | O_APPEND);
-  if (fd < 0)
-    return 12;
-  holder_thread_t h[T];
-  for (int i = 0; i < T; i++) {
-    h[i] = (holder_thread_t){
-        .sem = sem, .fd = fd, .who = who * 10 + i, .iter = ITER};
-    if (pthread_create(&h[i].thread, NULL, holder_thread_main, &h[i]) != 0)
-      return 15;
-  }
-  int code = 0;
-  for (int i = 0; i < T; i++) {
-    pthread_join(h[i].thread, NULL);
-    if (h[i].code != 0)
-      code = h[i].code;
-  }
-  if (dlock_sem_held(sem) != 0)
-    code = 16;
-  close(fd);
-  dlock_sem_free(sem);
-  dlock_client_close(c);
-  return code;
-}
-
-TEST(sem_never_more_than_n_holders_threads_across_processes) {
-  /* Three threads in each of four processes on 2 permits: releases hand
-   * permits to threads of the same client and to other processes. */
-  enum { PROCS = 4, N = 2 };
-  rp_server_t *s = lu_server(0);
-  char dir[] = "/tmp/dlock-sem-XXXXXX";
-  ASSERT_NOT_NULL(mkdtemp(dir));
-  char log[64];
-  snprintf(log, sizeof log, "%s/log", dir);
-  int fd = open(log, O_CREAT | O_WRONLY | O_TRUNC, 0600);
-  ASSERT_GE(fd, 0);
-  close(fd);
-  lu_ok(rp_cmd(s, "SET sem:t %d", N));
-  pid_t pids[PROCS];
-  for (int i = 0; i < PROCS; i++) {
-    pid_t p = fork();
-    ASSERT_GE(p, 0);
-    if (p == 0)
-      _exit(threads_child(s, log, i));
-    pids[i] = p;
-  }
-  for (int i = 0; i < PROCS; i++) {
-    int st = 0;
-    ASSERT_EQ(waitpid(pids[i], &st, 0), pids[i]);
-    ASSERT(WIFEXITED(st));
-    ASSERT_EQ(WEXITSTATUS(st), 0);
-  }
-  int lines = 0, most = most_at_once(log, &lines);
-  printf("%d processes x 3 threads x 30 turns, N = %d: at most %d holders "
-         "at once\n",
-         PROCS, N, most);
-  ASSERT_EQ(lines, 2 * PROCS * 3 * 30);
-  ASSERT_LE(most, N);
-  ASSERT_EQ(get_num(s, "sem:t"), N);
-  unlink(log);
-  rmdir(dir);
   rp_free(s);
 }
 

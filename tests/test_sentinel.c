@@ -594,6 +594,31 @@ static void *do_timed_call(void *arg) {
   return NULL;
 }
 
+/* A client of a Sentinel group that is one fake Sentinel listed six
+ * times, naming master 'm', with 1 s commands: a lookup through Sentinels
+ * that all fall silent takes about 6 s. Its fake server goes to '*fs'. */
+static dlock_client_t *six_sentinels_client(rp_server_t *m, fs_server_t **fs) {
+  *fs = fs_start();
+  char addr[128];
+  master_addr(addr, sizeof(addr), rp_port(m));
+  fs_set(*fs, "SENTINEL GET-MASTER-ADDR-BY-NAME",
+         &(fs_action_t){.reply = addr});
+  fs_set(*fs, "SENTINEL REPLICAS", &(fs_action_t){.reply = "*0\r\n"});
+  char url[256];
+  int p = fs_port(*fs);
+  snprintf(url, sizeof(url),
+           "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,"
+           "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
+           p, p, p, p, p, p);
+  dlock_options_t o;
+  /* Without replica sync, the only SENTINEL commands are the lookup's. */
+  sentinel_options(&o, url, 0, NULL);
+  o.connect_timeout_ms = 5000;
+  o.command_timeout_ms = 1000;
+  o.outage_wait_ms = 0;
+  return lu_client_opts(&o);
+}
+
 /*
  * The master is looked up through the Sentinels outside the connection's
  * mutex: while one caller waits for silent Sentinels (here one fake
@@ -604,25 +629,8 @@ static void *do_timed_call(void *arg) {
  */
 TEST(sentinel_lookup_does_not_hold_other_callers) {
   rp_server_t *m = lu_server(0);
-  fs_server_t *fs = fs_start();
-  char addr[128];
-  master_addr(addr, sizeof(addr), rp_port(m));
-  fs_set(fs, "SENTINEL GET-MASTER-ADDR-BY-NAME", &(fs_action_t){.reply = addr});
-  fs_set(fs, "SENTINEL REPLICAS", &(fs_action_t){.reply = "*0\r\n"});
-  char url[256];
-  int p = fs_port(fs);
-  snprintf(url, sizeof(url),
-           "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,"
-           "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
-           p, p, p, p, p, p);
-  dlock_options_t o;
-  /* Without replica sync, the only SENTINEL commands are the lookup's. */
-  sentinel_options(&o, url, 0, NULL);
-  /* The lookup may take 6 s (connect and command timeouts). */
-  o.connect_timeout_ms = 5000;
-  o.command_timeout_ms = 1000;
-  o.outage_wait_ms = 0;
-  dlock_client_t *c = lu_client_opts(&o);
+  fs_server_t *fs;
+  dlock_client_t *c = six_sentinels_client(m, &fs);
   dlock_t *a = lu_get(c, "lookup-a"), *b = lu_get(c, "lookup-b");
   ASSERT_EQ(dlock_trylock(a, 0, 30000), 0);
   ASSERT_EQ(dlock_unlock(a), 0);
@@ -670,23 +678,8 @@ TEST(sentinel_lookup_ends_when_the_client_shuts_down) {
    * once: the caller gets DLOCK_ECANCELED and closing waits for nothing.
    * Before, the lookup went on through every Sentinel first. */
   rp_server_t *m = lu_server(0);
-  fs_server_t *fs = fs_start();
-  char addr[128];
-  master_addr(addr, sizeof(addr), rp_port(m));
-  fs_set(fs, "SENTINEL GET-MASTER-ADDR-BY-NAME", &(fs_action_t){.reply = addr});
-  fs_set(fs, "SENTINEL REPLICAS", &(fs_action_t){.reply = "*0\r\n"});
-  char url[256];
-  int p = fs_port(fs);
-  snprintf(url, sizeof(url),
-           "redis-sentinel://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d,"
-           "127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/mymaster",
-           p, p, p, p, p, p);
-  dlock_options_t o;
-  sentinel_options(&o, url, 0, NULL);
-  o.connect_timeout_ms = 5000;
-  o.command_timeout_ms = 1000;
-  o.outage_wait_ms = 0;
-  dlock_client_t *c = lu_client_opts(&o);
+  fs_server_t *fs;
+  dlock_client_t *c = six_sentinels_client(m, &fs);
   dlock_t *a = lu_get(c, "lookup-shutdown");
   ASSERT_EQ(dlock_trylock(a, 0, 30000), 0);
   ASSERT_EQ(dlock_unlock(a), 0);
