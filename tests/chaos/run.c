@@ -541,8 +541,18 @@ static void fault_cluster(nemesis *nm, chaos_fault_t kind) {
   note(nm, EV_FAULT, kind, 0, old);
   int m = -1;
   if (kind == CHAOS_CLUSTER_FAILOVER) {
-    if (cg_failover(g, rep, 30000) == 0)
-      m = rep;
+    /* The replica can win its election and still turn back into a replica
+     * a moment later (seen when failovers follow each other closely: the
+     * old master's newer configuration wins), so the new master is the
+     * one every node names once they agree, not the replica asked. */
+    cg_failover(g, rep, 30000);
+    int64_t until = chaos__now_us() + 30000000;
+    while (m < 0 && chaos__now_us() < until) {
+      if (cg_wait_agree(g, nm->slot, 1000) == 0)
+        m = cluster_slot_master(nm);
+      if (m < 0)
+        chaos__sleep_ms(20);
+    }
   } else {
     rp_kill(cg_node(g, old));
     int64_t until = chaos__now_us() + 30000000;
@@ -562,12 +572,12 @@ static void fault_cluster(nemesis *nm, chaos_fault_t kind) {
     if (restarted != 0)
       fprintf(stderr, "chaos: the old master did not come back\n");
   }
-  if (m >= 0) {
+  if (m >= 0)
     nm->nodes[0] = cg_node(g, m);
+  if (m >= 0 && m != old)
     nm->r->failovers++;
-  } else {
+  else
     fprintf(stderr, "chaos: no new master after %s\n", chaos_fault_name(kind));
-  }
   int64_t until = chaos__now_us() + 30000000;
   while (chaos__now_us() < until &&
          (cg_wait_agree(g, -1, 1000) != 0 ||
