@@ -9,7 +9,7 @@
  * same scenarios for longer (dlock_chaos cluster-failover cluster-kill).
  *
  * Starting a cluster takes seconds and each failover seconds more, so each
- * test is one run of about 15 s. Under valgrind or ThreadSanitizer only the
+ * test is one run of 16-18 s. Under valgrind or ThreadSanitizer only the
  * safety promises are checked (chaos_slow_runtime()).
  */
 #include "chaos.h"
@@ -41,7 +41,7 @@ static void run(const char *scenario, int64_t ms, chaos_result_t *r) {
  * go on across each switch, and the lock is granted again after each. */
 TEST(cluster_failover_repeated) {
   chaos_result_t r;
-  run("cluster-failover", 15000, &r);
+  run("cluster-failover", 16000, &r);
   if (at_full_speed()) {
     ASSERT_GE(r.faults[CHAOS_CLUSTER_FAILOVER], 2);
     /* Not every one need take: a replica that won its election can be

@@ -112,6 +112,48 @@ static int sem_init(nemesis *nm) {
   return ok ? 0 : -1;
 }
 
+/*
+ * 1 when every live node of the cluster names 3 masters and has its bus
+ * links to the others up (CLUSTER NODES). A replica asked for CLUSTER
+ * FAILOVER sends its master the request over the bus, and a master heeds
+ * it only from a node it knows as its own replica: right after the
+ * cluster was made, nodes still list replicas as masters, the request is
+ * dropped, and the failover times out 5 s later.
+ */
+static int cluster_links_up(cg_group_t *g) {
+  for (int i = 0; i < cg_nnodes(g); i++) {
+    if (rp_pid(cg_node(g, i)) == 0)
+      continue;
+    redisReply *r = rp_cmd(cg_node(g, i), "CLUSTER NODES");
+    int up = r != NULL && r->type == REDIS_REPLY_STRING, masters = 0;
+    for (char *line = up ? r->str : NULL; up && line && *line;) {
+      char *end = strchr(line, '\n');
+      if (end != NULL)
+        *end = '\0';
+      /* <id> <addr> <flags> <master> <ping> <pong> <epoch> <link> ... */
+      char flags[128] = "", link[32] = "";
+      if (sscanf(line, "%*s %*s %127s %*s %*s %*s %*s %31s", flags, link) !=
+          2)
+        up = 0;
+      else if (strstr(flags, "fail") == NULL && strstr(flags, "noaddr") == NULL)
+        up = strcmp(link, "connected") == 0;
+      masters += strstr(flags, "master") != NULL && strstr(flags, "fail") == NULL;
+      line = end != NULL ? end + 1 : NULL;
+    }
+    freeReplyObject(r);
+    if (!up || masters != 3)
+      return 0;
+  }
+  return 1;
+}
+
+/* Waits (up to 'ms') for cluster_links_up(). */
+static void cluster_wait_links(cg_group_t *g, int64_t ms) {
+  int64_t until = chaos__now_us() + ms * 1000;
+  while (!cluster_links_up(g) && chaos__now_us() < until)
+    chaos__sleep_ms(20);
+}
+
 static int start_servers(nemesis *nm) {
   const chaos_config_t *c = nm->cfg;
   rp_options_t o;
@@ -142,6 +184,7 @@ static int start_servers(nemesis *nm) {
       return -1;
     nm->nodes[0] = cg_node(nm->cluster, m);
     nm->env.urls[0] = cg_url(nm->cluster);
+    cluster_wait_links(nm->cluster, 10000);
     nm->env.resource_port = rp_port(nm->resource);
     return 0;
   }
@@ -541,6 +584,7 @@ static void fault_cluster(nemesis *nm, chaos_fault_t kind) {
   note(nm, EV_FAULT, kind, 0, old);
   int m = -1;
   if (kind == CHAOS_CLUSTER_FAILOVER) {
+    cluster_wait_links(g, 5000);
     /* The replica can win its election and still turn back into a replica
      * a moment later (seen when failovers follow each other closely: the
      * old master's newer configuration wins), so the new master is the
