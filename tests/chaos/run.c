@@ -28,8 +28,8 @@
 
 #include <hiredis/hiredis.h>
 
-#include "dlock.h"
 #include "cluster_group.h"
+#include "dlock.h"
 #include "redis_proc.h"
 #include "sentinel_group.h"
 #include "tls_server.h"
@@ -132,12 +132,12 @@ static int cluster_links_up(cg_group_t *g) {
         *end = '\0';
       /* <id> <addr> <flags> <master> <ping> <pong> <epoch> <link> ... */
       char flags[128] = "", link[32] = "";
-      if (sscanf(line, "%*s %*s %127s %*s %*s %*s %*s %31s", flags, link) !=
-          2)
+      if (sscanf(line, "%*s %*s %127s %*s %*s %*s %*s %31s", flags, link) != 2)
         up = 0;
       else if (strstr(flags, "fail") == NULL && strstr(flags, "noaddr") == NULL)
         up = strcmp(link, "connected") == 0;
-      masters += strstr(flags, "master") != NULL && strstr(flags, "fail") == NULL;
+      masters +=
+          strstr(flags, "master") != NULL && strstr(flags, "fail") == NULL;
       line = end != NULL ? end + 1 : NULL;
     }
     freeReplyObject(r);
@@ -623,9 +623,8 @@ static void fault_cluster(nemesis *nm, chaos_fault_t kind) {
   else
     fprintf(stderr, "chaos: no new master after %s\n", chaos_fault_name(kind));
   int64_t until = chaos__now_us() + 30000000;
-  while (chaos__now_us() < until &&
-         (cg_wait_agree(g, -1, 1000) != 0 ||
-          (m >= 0 && !cluster_has_replica(nm, m))))
+  while (chaos__now_us() < until && (cg_wait_agree(g, -1, 1000) != 0 ||
+                                     (m >= 0 && !cluster_has_replica(nm, m))))
     chaos__sleep_ms(50);
   note(nm, EV_HEAL, kind, 0, m);
 }
