@@ -582,6 +582,7 @@ static void fault_cluster(nemesis *nm, chaos_fault_t kind) {
   }
   nm->r->faults[kind]++;
   note(nm, EV_FAULT, kind, 0, old);
+  int64_t t0 = chaos__now_us(), t_m = 0;
   int m = -1;
   if (kind == CHAOS_CLUSTER_FAILOVER) {
     cluster_wait_links(g, 5000);
@@ -597,6 +598,7 @@ static void fault_cluster(nemesis *nm, chaos_fault_t kind) {
       if (m < 0)
         chaos__sleep_ms(20);
     }
+    t_m = chaos__now_us();
   } else {
     rp_kill(cg_node(g, old));
     int64_t until = chaos__now_us() + 30000000;
@@ -607,6 +609,7 @@ static void fault_cluster(nemesis *nm, chaos_fault_t kind) {
       else
         chaos__sleep_ms(20);
     }
+    t_m = chaos__now_us();
     int restarted = -1;
     for (int attempt = 0; attempt < 5 && restarted != 0; attempt++) {
       restarted = rp_restart(cg_node(g, old));
@@ -616,6 +619,9 @@ static void fault_cluster(nemesis *nm, chaos_fault_t kind) {
     if (restarted != 0)
       fprintf(stderr, "chaos: the old master did not come back\n");
   }
+  if (m >= 0 && nm->cfg->verbose)
+    fprintf(stderr, "chaos: node %d serves the lock's slot %lld ms after %s\n",
+            m, (long long)(t_m - t0) / 1000, chaos_fault_name(kind));
   if (m >= 0)
     nm->nodes[0] = cg_node(g, m);
   if (m >= 0 && m != old)
