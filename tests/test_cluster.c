@@ -3,7 +3,8 @@
  * (harness/cluster_group.h) behind a redis-cluster:// URL. Key slots as the
  * servers compute them; every lock kind on names spread over all masters,
  * each lock's keys on the master of its slot; exclusion across processes;
- * wake-up after a release; a held and awaited lock whose slot is migrated
+ * wake-up after a release; fair-lock FIFO order on a master other than
+ * slot 0's; a held and awaited lock whose slot is migrated
  * (TRYAGAIN, ASK, then MOVED, for real); and CLUSTER FAILOVER under a held
  * lock with a waiter.
  *
@@ -15,6 +16,7 @@
 #endif
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -284,6 +286,129 @@ TEST(cluster_exclusion_and_wakeup) {
   }
   dlock_client_close(a);
   dlock_client_close(b);
+  cg_free(g);
+}
+
+/* ---- fair lock FIFO ------------------------------------------------------ */
+
+typedef struct fifo_waiter {
+  dlock_client_t *c;
+  dlock_t *l;
+  uint64_t owner;
+  int idx, rc;
+  atomic_int *seq, *inside, *overlaps;
+  int *order;
+} fifo_waiter;
+
+/* Waits for the fair lock, notes its place in the order of grants, holds
+ * it a little (any other holder meanwhile is an overlap) and lets go. */
+static void *fifo_waiter_main(void *p) {
+  fifo_waiter *w = p;
+  w->rc = dlock_trylock_as(w->l, w->owner, 60000, 30000);
+  if (w->rc != 0)
+    return NULL;
+  if (atomic_fetch_add(w->inside, 1) != 0)
+    atomic_fetch_add(w->overlaps, 1);
+  w->order[atomic_fetch_add(w->seq, 1)] = w->idx;
+  lu_sleep_ms(20);
+  atomic_fetch_sub(w->inside, 1);
+  w->rc = dlock_unlock_as(w->l, w->owner);
+  return NULL;
+}
+
+/*
+ * A fair lock on a cluster keeps its waiters in FIFO order. The lock's
+ * slot is on a master other than the first (slot 0's), so its queue lives
+ * on a node a client must be sent to. Waiters, each with its own client,
+ * join the queue one at a time (each only once the previous one is seen
+ * in the queue list on that master), and after the holder's release
+ * acquire in exactly that order, one at a time.
+ */
+TEST(cluster_fair_fifo_order) {
+  enum { K = 5 };
+  cg_group_t *g = cluster();
+  int first = cg_master_of_slot(g, 0, 0), owner = -1;
+  ASSERT_GE(first, 0);
+  char name[32];
+  for (int i = 0; i < 10000 && owner < 0; i++) {
+    snprintf(name, sizeof(name), "fifo%d", i);
+    int m = cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name)));
+    if (m >= 0 && m != first && m != 0)
+      owner = m;
+  }
+  ASSERT_GE(owner, 0);
+  rp_server_t *s = cg_node(g, owner);
+  char qk[64];
+  lu_keyname(qk, sizeof(qk), "redisson_lock_queue", name, strlen(name));
+  printf("fair lock %s on node %d (slot 0 on node %d)\n", name, owner, first);
+
+  dlock_client_t *hc = cluster_client(g, 30000);
+  dlock_t *h = NULL;
+  ASSERT_DLOCK_OK(dlock_get_fair(hc, name, &h));
+  ASSERT_DLOCK_OK(dlock_lock(h, DLOCK_WATCHDOG));
+  ASSERT_EQ(lu_exists(s, name), 1);
+
+  atomic_int seq, inside, overlaps;
+  atomic_init(&seq, 0);
+  atomic_init(&inside, 0);
+  atomic_init(&overlaps, 0);
+  int order[K];
+  fifo_waiter w[K];
+  pthread_t t[K];
+  char fields[K][128];
+  for (int i = 0; i < K; i++) {
+    memset(&w[i], 0, sizeof(w[i]));
+    w[i].c = cluster_client(g, 30000);
+    ASSERT_DLOCK_OK(dlock_get_fair(w[i].c, name, &w[i].l));
+    w[i].owner = dlock_owner_new();
+    w[i].idx = i;
+    w[i].rc = 1;
+    w[i].seq = &seq;
+    w[i].inside = &inside;
+    w[i].overlaps = &overlaps;
+    w[i].order = order;
+    lu_field(fields[i], sizeof(fields[i]), w[i].c, w[i].owner);
+    ASSERT_EQ(pthread_create(&t[i], NULL, fifo_waiter_main, &w[i]), 0);
+    /* The next one starts only once this one is queued: a known order.
+     * Generous, for a loaded machine. */
+    int64_t t0 = lu_now_ms(), len = -1;
+    while (lu_now_ms() - t0 < 30000 &&
+           (len = lu_reply_int(rp_cmd(s, "LLEN %s", qk))) != i + 1)
+      lu_sleep_ms(5);
+    ASSERT_EQ(len, i + 1);
+  }
+  /* The queue, on the slot's master, lists them in the order they asked. */
+  redisReply *r = rp_cmd(s, "LRANGE %s 0 -1", qk);
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ(r->elements, K);
+  for (int i = 0; i < K; i++)
+    ASSERT_STR_EQ(r->element[i]->str, fields[i]);
+  freeReplyObject(r);
+  ASSERT_EQ(atomic_load(&seq), 0);
+
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  for (int i = 0; i < K; i++) {
+    pthread_join(t[i], NULL);
+    ASSERT_DLOCK_OK(w[i].rc);
+  }
+  ASSERT_EQ(atomic_load(&seq), K);
+  printf("grant order:");
+  for (int i = 0; i < K; i++)
+    printf(" %d", order[i]);
+  printf("\n");
+  for (int i = 0; i < K; i++)
+    ASSERT_EQ(order[i], i);
+  ASSERT_EQ(atomic_load(&overlaps), 0);
+  ASSERT_EQ(lu_exists(s, qk), 0);
+  ASSERT_EQ(lu_exists(s, name), 0);
+
+  for (int i = 0; i < K; i++) {
+    dlock_free(w[i].l);
+    dlock_client_close(w[i].c);
+  }
+  dlock_free(h);
+  dlock_client_close(hc);
   cg_free(g);
 }
 

@@ -39,6 +39,11 @@ typedef enum chaos_fault {
   CHAOS_MASTER_KILL,        /* Sentinel: the master SIGKILLed; once the
                                Sentinels promoted a replica, it comes back
                                as a replica of the new master (no data) */
+  CHAOS_CLUSTER_FAILOVER,   /* Cluster: CLUSTER FAILOVER on the replica of
+                               the master serving the lock's slot */
+  CHAOS_CLUSTER_KILL,       /* Cluster: that master SIGKILLed; once its
+                               replica took over, it is restarted (no data)
+                               and rejoins as the new master's replica */
   CHAOS_FAULT_COUNT
 } chaos_fault_t;
 
@@ -59,6 +64,10 @@ typedef struct chaos_config {
    * Sentinels (tests/harness/sentinel_group.h), which the workers reach
    * by a redis-sentinel:// URL, with replica sync on. */
   int sentinel;
+  /* 1: the lock server is a Redis Cluster of 3 masters with a replica each
+   * (tests/harness/cluster_group.h), which the workers reach by a
+   * redis-cluster:// URL, with replica sync on. */
+  int cluster;
   /* 0: the workers take a lock. N > 0: they take permits of an
    * expirable-permit semaphore of N permits instead (one Redis only), and
    * the checker's bound is N holders at once rather than one. */
@@ -86,6 +95,12 @@ typedef struct chaos_timing {
   int64_t n, max_ms, sum_ms;
 } chaos_timing_t;
 
+/* Count, smallest, median and largest of a set of durations in ms, and how
+ * many of the events they follow were never followed at all. */
+typedef struct chaos_spread {
+  int64_t n, min_ms, median_ms, max_ms, never;
+} chaos_spread_t;
+
 typedef struct chaos_result {
   int setup_failed;  /* servers or workers could not be started */
   double seconds;    /* how long the workers ran */
@@ -100,7 +115,8 @@ typedef struct chaos_result {
   int64_t final_counter, fence_log_length;
 
   int64_t faults[CHAOS_FAULT_COUNT]; /* injected, by kind */
-  int64_t failovers; /* Sentinel runs: new masters the Sentinels named */
+  int64_t failovers; /* Sentinel and cluster runs: new masters that took
+                        over the lock (for a cluster: its slot) */
 
   /*
    * Violations: each is a broken promise when the scenario is one where
@@ -152,6 +168,9 @@ typedef struct chaos_result {
   chaos_timing_t free_after_death;     /* holder killed -> lock free */
   chaos_timing_t progress_after_death; /* holder killed -> next holder */
   chaos_timing_t progress_after_heal[CHAOS_FAULT_COUNT]; /* -> next holder */
+  /* From a fault's injection to the first grant of an acquisition invoked
+   * after it: how long the lock stayed out of reach, by kind. */
+  chaos_spread_t recovery[CHAOS_FAULT_COUNT];
   int64_t lease_limit_ms; /* the longest lease, plus 1 s */
 } chaos_result_t;
 
@@ -165,7 +184,9 @@ const char *chaos_fault_name(chaos_fault_t f);
  * restart-aof, restart-empty, clients, redlock-minority, redlock-majority,
  * mixed, redlock-mixed, sentinel-failover (SENTINEL FAILOVER and SIGKILL of
  * the master, with longer leases than the others: 5 s, beyond the
- * failover's outage); and "sem-" before any of the single-Redis ones
+ * failover's outage); cluster-failover and cluster-kill (CLUSTER FAILOVER,
+ * or SIGKILL, of the master serving the lock's slot in a 3-master cluster,
+ * 20 s, leases of 5 s and 8 s); and "sem-" before any of the single-Redis ones
  * (sem-kill, sem-mixed, ...): the same faults on an expirable-permit
  * semaphore of CHAOS_SEM_PERMITS permits; and "tls-" before any of the
  * single-Redis ones (tls-kill, tls-pause, tls-restart-aof, tls-mixed...):

@@ -28,6 +28,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "cluster_group.h"
 #include "dlock.h"
 #include "redis_proc.h"
 #include "sentinel_group.h"
@@ -47,7 +48,9 @@ static const char *const fault_names[CHAOS_FAULT_COUNT] = {
     "redlock-pause-minority",
     "redlock-kill-majority",
     "sentinel-failover",
-    "master-kill"};
+    "master-kill",
+    "cluster-failover",
+    "cluster-kill"};
 
 const char *chaos_fault_name(chaos_fault_t f) {
   return (int)f >= 0 && f < CHAOS_FAULT_COUNT ? fault_names[f] : "?";
@@ -71,6 +74,10 @@ typedef struct nemesis {
    * owns it. */
   rp_server_t *nodes[CHAOS_NODES_MAX];
   sg_group_t *group;
+  /* In a cluster run, nodes[0] is the master of 'cluster' that serves the
+   * lock's slot, 'slot'; the group owns it. */
+  cg_group_t *cluster;
+  int slot;
   int down[CHAOS_NODES_MAX]; /* 1 killed, 2 paused */
   rp_server_t *resource;
   int fd;
@@ -105,6 +112,48 @@ static int sem_init(nemesis *nm) {
   return ok ? 0 : -1;
 }
 
+/*
+ * 1 when every live node of the cluster names 3 masters and has its bus
+ * links to the others up (CLUSTER NODES). A replica asked for CLUSTER
+ * FAILOVER sends its master the request over the bus, and a master heeds
+ * it only from a node it knows as its own replica: right after the
+ * cluster was made, nodes still list replicas as masters, the request is
+ * dropped, and the failover times out 5 s later.
+ */
+static int cluster_links_up(cg_group_t *g) {
+  for (int i = 0; i < cg_nnodes(g); i++) {
+    if (rp_pid(cg_node(g, i)) == 0)
+      continue;
+    redisReply *r = rp_cmd(cg_node(g, i), "CLUSTER NODES");
+    int up = r != NULL && r->type == REDIS_REPLY_STRING, masters = 0;
+    for (char *line = up ? r->str : NULL; up && line && *line;) {
+      char *end = strchr(line, '\n');
+      if (end != NULL)
+        *end = '\0';
+      /* <id> <addr> <flags> <master> <ping> <pong> <epoch> <link> ... */
+      char flags[128] = "", link[32] = "";
+      if (sscanf(line, "%*s %*s %127s %*s %*s %*s %*s %31s", flags, link) != 2)
+        up = 0;
+      else if (strstr(flags, "fail") == NULL && strstr(flags, "noaddr") == NULL)
+        up = strcmp(link, "connected") == 0;
+      masters +=
+          strstr(flags, "master") != NULL && strstr(flags, "fail") == NULL;
+      line = end != NULL ? end + 1 : NULL;
+    }
+    freeReplyObject(r);
+    if (!up || masters != 3)
+      return 0;
+  }
+  return 1;
+}
+
+/* Waits (up to 'ms') for cluster_links_up(). */
+static void cluster_wait_links(cg_group_t *g, int64_t ms) {
+  int64_t until = chaos__now_us() + ms * 1000;
+  while (!cluster_links_up(g) && chaos__now_us() < until)
+    chaos__sleep_ms(20);
+}
+
 static int start_servers(nemesis *nm) {
   const chaos_config_t *c = nm->cfg;
   rp_options_t o;
@@ -123,6 +172,19 @@ static int start_servers(nemesis *nm) {
       return -1;
     nm->nodes[0] = sg_node(nm->group, sg_master_index(nm->group));
     nm->env.urls[0] = sg_url(nm->group);
+    nm->env.resource_port = rp_port(nm->resource);
+    return 0;
+  }
+  if (c->cluster) {
+    if (cg_start(&nm->cluster) != 0)
+      return -1;
+    nm->slot = cg_keyslot(nm->cluster, CHAOS_LOCK);
+    int m = nm->slot >= 0 ? cg_master_of_slot(nm->cluster, 0, nm->slot) : -1;
+    if (m < 0)
+      return -1;
+    nm->nodes[0] = cg_node(nm->cluster, m);
+    nm->env.urls[0] = cg_url(nm->cluster);
+    cluster_wait_links(nm->cluster, 10000);
     nm->env.resource_port = rp_port(nm->resource);
     return 0;
   }
@@ -472,6 +534,107 @@ static void fault_failover(nemesis *nm, chaos_fault_t kind) {
   note(nm, EV_HEAL, kind, 0, m);
 }
 
+/* The node that the live nodes name as master of the lock's slot, or -1
+ * while they do not agree on a live one. */
+static int cluster_slot_master(nemesis *nm) {
+  cg_group_t *g = nm->cluster;
+  int owner = -1;
+  for (int i = 0; i < cg_nnodes(g); i++) {
+    if (rp_pid(cg_node(g, i)) == 0)
+      continue;
+    int m = cg_master_of_slot(g, i, nm->slot);
+    if (m < 0 || rp_pid(cg_node(g, m)) == 0 || (owner >= 0 && m != owner))
+      return -1;
+    owner = m;
+  }
+  return owner;
+}
+
+/* 1 when master 'm' has a replica in sync that it streams its writes to,
+ * so that a failover has something to promote and replica sync a replica
+ * to count. */
+static int cluster_has_replica(nemesis *nm, int m) {
+  if (cg_replica_of(nm->cluster, m) < 0)
+    return 0;
+  redisReply *r = rp_cmd(cg_node(nm->cluster, m), "INFO replication");
+  int ok = r != NULL && r->type == REDIS_REPLY_STRING &&
+           strstr(r->str, "state=online") != NULL;
+  freeReplyObject(r);
+  return ok;
+}
+
+/*
+ * A failover of the lock's shard in a cluster: CLUSTER FAILOVER on the
+ * replica of the master serving the lock's slot, or SIGKILL of that
+ * master, which the cluster replaces by its replica once the node timeout
+ * has passed and the other masters voted; the killed node is then
+ * restarted (no data, its nodes.conf kept) and rejoins as a replica of the
+ * new master. Healed once every node agrees on the new master and it has
+ * its replica in step again, so that the next fault has one to promote.
+ */
+static void fault_cluster(nemesis *nm, chaos_fault_t kind) {
+  cg_group_t *g = nm->cluster;
+  int old = cluster_slot_master(nm);
+  int rep = old >= 0 ? cg_replica_of(g, old) : -1;
+  if (rep < 0) {
+    fprintf(stderr, "chaos: no replica in step to fail over to\n");
+    return;
+  }
+  nm->r->faults[kind]++;
+  note(nm, EV_FAULT, kind, 0, old);
+  int64_t t0 = chaos__now_us(), t_m = 0;
+  int m = -1;
+  if (kind == CHAOS_CLUSTER_FAILOVER) {
+    cluster_wait_links(g, 5000);
+    /* The replica can win its election and still turn back into a replica
+     * a moment later (seen when failovers follow each other closely: the
+     * old master's newer configuration wins), so the new master is the
+     * one every node names once they agree, not the replica asked. */
+    cg_failover(g, rep, 30000);
+    int64_t until = chaos__now_us() + 30000000;
+    while (m < 0 && chaos__now_us() < until) {
+      if (cg_wait_agree(g, nm->slot, 1000) == 0)
+        m = cluster_slot_master(nm);
+      if (m < 0)
+        chaos__sleep_ms(20);
+    }
+    t_m = chaos__now_us();
+  } else {
+    rp_kill(cg_node(g, old));
+    int64_t until = chaos__now_us() + 30000000;
+    while (m < 0 && chaos__now_us() < until) {
+      if (cluster_slot_master(nm) == rep &&
+          cg_wait_agree(g, nm->slot, 1000) == 0)
+        m = rep;
+      else
+        chaos__sleep_ms(20);
+    }
+    t_m = chaos__now_us();
+    int restarted = -1;
+    for (int attempt = 0; attempt < 5 && restarted != 0; attempt++) {
+      restarted = rp_restart(cg_node(g, old));
+      if (restarted != 0)
+        chaos__sleep_ms(200);
+    }
+    if (restarted != 0)
+      fprintf(stderr, "chaos: the old master did not come back\n");
+  }
+  if (m >= 0 && nm->cfg->verbose)
+    fprintf(stderr, "chaos: node %d serves the lock's slot %lld ms after %s\n",
+            m, (long long)(t_m - t0) / 1000, chaos_fault_name(kind));
+  if (m >= 0)
+    nm->nodes[0] = cg_node(g, m);
+  if (m >= 0 && m != old)
+    nm->r->failovers++;
+  else
+    fprintf(stderr, "chaos: no new master after %s\n", chaos_fault_name(kind));
+  int64_t until = chaos__now_us() + 30000000;
+  while (chaos__now_us() < until && (cg_wait_agree(g, -1, 1000) != 0 ||
+                                     (m >= 0 && !cluster_has_replica(nm, m))))
+    chaos__sleep_ms(50);
+  note(nm, EV_HEAL, kind, 0, m);
+}
+
 /* Picks 'k' distinct nodes into the bitmask it returns. */
 static int pick_nodes(nemesis *nm, int k) {
   int mask = 0;
@@ -537,6 +700,10 @@ static void inject(nemesis *nm, chaos_fault_t kind) {
   case CHAOS_MASTER_KILL:
     fault_failover(nm, kind);
     break;
+  case CHAOS_CLUSTER_FAILOVER:
+  case CHAOS_CLUSTER_KILL:
+    fault_cluster(nm, kind);
+    break;
   default:
     fault_redlock(nm, kind);
     break;
@@ -575,6 +742,12 @@ static int64_t fault_ms(const nemesis *nm, chaos_fault_t kind) {
   case CHAOS_MASTER_KILL:
     /* Detection (down-after 1 s), election, the replicas' resync. */
     return 6000;
+  case CHAOS_CLUSTER_FAILOVER:
+    /* The replica's catch-up and takeover, then every node agreeing. */
+    return 3000;
+  case CHAOS_CLUSTER_KILL:
+    /* The node timeout (2 s), the vote, the restart and the resync. */
+    return 8000;
   default:
     return 300;
   }
@@ -754,9 +927,9 @@ int chaos_run(const chaos_config_t *c, chaos_result_t *r) {
     nm.max_lease_ms = c->fixed_lease_ms;
   r->lease_limit_ms = nm.max_lease_ms + 1000;
 
-  if ((c->permits > 0 || c->redlock) && c->sentinel) {
-    fprintf(stderr, "chaos: a Sentinel run takes a lock, not a RedLock or "
-                    "a semaphore\n");
+  if ((c->permits > 0 || c->redlock) && (c->sentinel || c->cluster)) {
+    fprintf(stderr, "chaos: a Sentinel or cluster run takes a lock, not a "
+                    "RedLock or a semaphore\n");
     r->setup_failed = 1;
     return -1;
   }
@@ -819,6 +992,10 @@ out:
   if (nm.group != NULL) {
     nm.nodes[0] = NULL;
     sg_free(nm.group);
+  }
+  if (nm.cluster != NULL) {
+    nm.nodes[0] = NULL;
+    cg_free(nm.cluster);
   }
   for (int i = 0; i < CHAOS_NODES_MAX; i++)
     rp_free(nm.nodes[i]);
