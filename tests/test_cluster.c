@@ -599,24 +599,14 @@ static void woken(pthread_t t, const int *rc, const int64_t *got_ms,
   ASSERT_LT(*got_ms - released, 10000);
 }
 
-/*
- * On a Redis 7 cluster dlock does what Redisson does there: its scripts
- * publish with SPUBLISH and its waiters subscribe with SSUBSCRIBE on the
- * master of the channel's slot (and never with SUBSCRIBE). A waiter of
- * every kind (plain, fair, read-write, semaphore) on every master is
- * woken by the release; a raw SSUBSCRIBE on the slot's master (what a
- * Redisson waiter does) hears dlock's unlock message; a Redisson-layout
- * peer that publishes with SPUBLISH wakes a dlock waiter; and a waiter
- * whose slot moves to another master while it waits (Redis drops the
- * sharded subscription) follows it and is woken by the release there.
- */
-TEST(cluster_sharded_pubsub) {
-  cg_group_t *g = cluster();
-  char names[3][32];
-  int owner[3];
-  spread_names(g, "shard", 1, names, owner);
-  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
-
+/* A waiter of every kind (plain, fair, read-write, semaphore) on each
+ * name of 'names' (one per master, 'owner' its node): 'b' waits for what
+ * 'a' holds, 'await' returns once the waiter listens for the release
+ * (where it should), and the release wakes it, well before the 30 s
+ * lease. */
+static void wake_every_kind(cg_group_t *g, dlock_client_t *a, dlock_client_t *b,
+                            char names[][32], const int *owner,
+                            void (*await)(cg_group_t *, int, const char *)) {
   for (int k = 0; k < 3; k++) {
     const char *name = names[k];
     char what[160];
@@ -626,7 +616,7 @@ TEST(cluster_sharded_pubsub) {
     ASSERT_DLOCK_OK(dlock_lock(h, 30000));
     pthread_t t;
     ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
-    await_shard_sub(g, owner[k], name);
+    await(g, owner[k], name);
     int64_t released = lu_now_ms();
     ASSERT_DLOCK_OK(dlock_unlock(h));
     snprintf(what, sizeof(what), "%s plain", name);
@@ -644,7 +634,7 @@ TEST(cluster_sharded_pubsub) {
     ASSERT_DLOCK_OK(dlock_get_fair(b, fair, &fw.l));
     ASSERT_DLOCK_OK(dlock_lock(f, 30000));
     ASSERT_EQ(pthread_create(&t, NULL, waiter, &fw), 0);
-    await_shard_sub(g, owner[k], fair);
+    await(g, owner[k], fair);
     released = lu_now_ms();
     ASSERT_DLOCK_OK(dlock_unlock(f));
     snprintf(what, sizeof(what), "%s fair", name);
@@ -662,7 +652,7 @@ TEST(cluster_sharded_pubsub) {
     waiter_arg rwait = {r2, 1, 0, dlock_owner_new()};
     ASSERT_DLOCK_OK(dlock_lock(wr, 30000));
     ASSERT_EQ(pthread_create(&t, NULL, waiter, &rwait), 0);
-    await_shard_sub(g, owner[k], rw);
+    await(g, owner[k], rw);
     released = lu_now_ms();
     ASSERT_DLOCK_OK(dlock_unlock(wr));
     snprintf(what, sizeof(what), "%s read-write", name);
@@ -683,7 +673,7 @@ TEST(cluster_sharded_pubsub) {
     ASSERT_EQ(dlock_sem_try_set_permits(s, 1), 1);
     ASSERT_DLOCK_OK(dlock_sem_acquire(s, 1, 0));
     ASSERT_EQ(pthread_create(&t, NULL, sem_waiter, &sw), 0);
-    await_shard_sub(g, owner[k], semname);
+    await(g, owner[k], semname);
     released = lu_now_ms();
     ASSERT_DLOCK_OK(dlock_sem_release(s, 1));
     snprintf(what, sizeof(what), "%s semaphore", name);
@@ -692,6 +682,27 @@ TEST(cluster_sharded_pubsub) {
     dlock_sem_free(s);
     dlock_sem_free(sw.s);
   }
+}
+
+/*
+ * On a Redis 7 cluster dlock does what Redisson does there: its scripts
+ * publish with SPUBLISH and its waiters subscribe with SSUBSCRIBE on the
+ * master of the channel's slot (and never with SUBSCRIBE). A waiter of
+ * every kind (plain, fair, read-write, semaphore) on every master is
+ * woken by the release; a raw SSUBSCRIBE on the slot's master (what a
+ * Redisson waiter does) hears dlock's unlock message; a Redisson-layout
+ * peer that publishes with SPUBLISH wakes a dlock waiter; and a waiter
+ * whose slot moves to another master while it waits (Redis drops the
+ * sharded subscription) follows it and is woken by the release there.
+ */
+TEST(cluster_sharded_pubsub) {
+  cg_group_t *g = cluster();
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "shard", 1, names, owner);
+  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
+
+  wake_every_kind(g, a, b, names, owner, await_shard_sub);
 
   /* What a Redisson waiter hears: SSUBSCRIBE on the slot's master, and
    * dlock's release announced there with SPUBLISH. */
@@ -761,6 +772,117 @@ TEST(cluster_sharded_pubsub) {
   ASSERT_EQ(lu_exists(cg_node(g, to), name), 1);
   ASSERT_DLOCK_OK(dlock_unlock_as(mw.l, mw.owner));
   dlock_free(mw.l);
+  dlock_free(h);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}
+
+/* Waits (up to 20 s) until some node has a classic subscription matching
+ * 'part' (a classic PUBLISH on a cluster reaches every node, so a waiter
+ * may listen on any), and checks that no node has a sharded one. 'i' is
+ * the master of the name's slot, which does not matter here. */
+static void await_classic_sub(cg_group_t *g, int i, const char *part) {
+  (void)i;
+  int64_t until = lu_now_ms() + 20000;
+  for (;;) {
+    int found = 0;
+    for (int k = 0; k < cg_nnodes(g); k++)
+      if (rp_pid(cg_node(g, k)) > 0)
+        found += channels_on(g, k, 0, part);
+    if (found > 0)
+      break;
+    ASSERT(lu_now_ms() < until);
+    lu_sleep_ms(20);
+  }
+  for (int k = 0; k < cg_nnodes(g); k++)
+    if (rp_pid(cg_node(g, k)) > 0)
+      ASSERT_EQ(channels_on(g, k, 1, part), 0);
+}
+
+/* Redis 7 nodes without sharded pub/sub, as a server that renamed its
+ * commands away (or one before Redis 7) has. */
+#define NO_SHARDED_PUBSUB                                                      \
+  "rename-command SPUBLISH \"\"\nrename-command SSUBSCRIBE \"\""
+
+/*
+ * Where the cluster refuses SPUBLISH, dlock finds out at open (its probe
+ * is refused, as Redisson's is) and falls back to classic pub/sub: its
+ * scripts publish with PUBLISH, which the cluster carries to every node,
+ * and its waiters subscribe with SUBSCRIBE. A waiter of every kind on
+ * every master is woken by the release; a raw SUBSCRIBE on a node that
+ * does not own the lock's slot (what a Redisson client in the same mode
+ * does) hears dlock's unlock message; and a Redisson-layout peer that
+ * publishes with PUBLISH wakes a dlock waiter.
+ */
+TEST(cluster_classic_pubsub) {
+  cg_group_t *g = NULL;
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(cg_start_conf(NO_SHARDED_PUBSUB, &g), 0);
+  printf("cluster without sharded pub/sub up in %" PRId64 " ms: %s\n",
+         lu_now_ms() - t0, cg_url(g));
+  /* The nodes do refuse it. */
+  for (int k = 0; k < cg_nnodes(g); k++) {
+    redisReply *r = rp_cmd(cg_node(g, k), "SPUBLISH x y");
+    ASSERT_NOT_NULL(r);
+    ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+  }
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "classic", 1, names, owner);
+  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
+
+  wake_every_kind(g, a, b, names, owner, await_classic_sub);
+
+  /* What a Redisson waiter in classic mode hears: SUBSCRIBE on any node,
+   * here one that does not serve the lock's slot. */
+  const char *name = names[0];
+  int other = owner[0] == 0 ? 1 : 0;
+  ASSERT_NE(cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name))),
+            other);
+  char chan[128];
+  lu_channel(chan, sizeof(chan), name, strlen(name));
+  redisContext *raw = lu_connect(cg_node(g, other));
+  ASSERT_NOT_NULL(raw);
+  redisReply *rr = redisCommand(raw, "SUBSCRIBE %s", chan);
+  ASSERT_NOT_NULL(rr);
+  ASSERT_EQ(rr->type, REDIS_REPLY_ARRAY);
+  freeReplyObject(rr);
+  struct timeval tv = {10, 0};
+  redisSetTimeout(raw, tv);
+  dlock_t *h = lu_get(a, name);
+  ASSERT_DLOCK_OK(dlock_lock(h, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  void *msg = NULL;
+  ASSERT_EQ(redisGetReply(raw, &msg), REDIS_OK);
+  rr = msg;
+  ASSERT_EQ(rr->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ(rr->elements, 3);
+  ASSERT_STR_EQ(rr->element[0]->str, "message");
+  ASSERT_STR_EQ(rr->element[1]->str, chan);
+  ASSERT_STR_EQ(rr->element[2]->str, "0");
+  freeReplyObject(rr);
+  redisFree(raw);
+
+  /* A Redisson-layout peer in classic mode: its PUBLISH wakes a dlock
+   * waiter long before the 30 s lease runs out, and it sees dlock's hold
+   * and its end. */
+  rs_client_t *peer = rs_client_new(cg_node(g, owner[0]), "java-peer");
+  ASSERT_EQ(rs_lock_try(peer, name, 1, 30000), -1);
+  waiter_arg pw = {lu_get(b, name), 1, 0, dlock_owner_new()};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &pw), 0);
+  await_classic_sub(g, owner[0], name);
+  int64_t released = lu_now_ms();
+  ASSERT_EQ(rs_unlock(peer, name, 1, 30000), 1);
+  woken(t, &pw.rc, &pw.got_ms, released, "released by the Redisson peer");
+  ASSERT_GT(rs_lock_try(peer, name, 1, 30000), 0);
+  ASSERT_DLOCK_OK(dlock_unlock_as(pw.l, pw.owner));
+  ASSERT_EQ(rs_lock_try(peer, name, 1, 30000), -1);
+  ASSERT_EQ(rs_unlock(peer, name, 1, 30000), 1);
+  rs_client_free(peer);
+  dlock_free(pw.l);
   dlock_free(h);
   dlock_client_close(a);
   dlock_client_close(b);
