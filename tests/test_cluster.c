@@ -806,32 +806,26 @@ static void await_classic_sub(cg_group_t *g, int i, const char *part) {
   "rename-command SPUBLISH \"\"\nrename-command SSUBSCRIBE \"\""
 
 /*
- * Where the cluster refuses SPUBLISH, dlock finds out at open (its probe
- * is refused, as Redisson's is) and falls back to classic pub/sub: its
- * scripts publish with PUBLISH, which the cluster carries to every node,
- * and its waiters subscribe with SUBSCRIBE. A waiter of every kind on
- * every master is woken by the release; a raw SUBSCRIBE on a node that
- * does not own the lock's slot (what a Redisson client in the same mode
- * does) hears dlock's unlock message; and a Redisson-layout peer that
- * publishes with PUBLISH wakes a dlock waiter.
+ * Classic pub/sub on a cluster, for the clients of 'url' (the cluster's,
+ * with a query or not): their scripts publish with PUBLISH, which the
+ * cluster carries to every node, and their waiters subscribe with
+ * SUBSCRIBE. A waiter of every kind on every master is woken by the
+ * release; a raw SUBSCRIBE on a node that does not own the lock's slot
+ * (what a Redisson client in the same mode does) hears dlock's unlock
+ * message; and a Redisson-layout peer that publishes with PUBLISH wakes a
+ * dlock waiter.
  */
-TEST(cluster_classic_pubsub) {
-  cg_group_t *g = NULL;
-  int64_t t0 = lu_now_ms();
-  ASSERT_EQ(cg_start_conf(NO_SHARDED_PUBSUB, &g), 0);
-  printf("cluster without sharded pub/sub up in %" PRId64 " ms: %s\n",
-         lu_now_ms() - t0, cg_url(g));
-  /* The nodes do refuse it. */
-  for (int k = 0; k < cg_nnodes(g); k++) {
-    redisReply *r = rp_cmd(cg_node(g, k), "SPUBLISH x y");
-    ASSERT_NOT_NULL(r);
-    ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
-    freeReplyObject(r);
-  }
+static void classic_pubsub(cg_group_t *g, const char *url) {
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = url;
+  o.connect_timeout_ms = 2000;
+  o.command_timeout_ms = 5000;
+  o.watchdog_timeout_ms = 30000;
   char names[3][32];
   int owner[3];
   spread_names(g, "classic", 1, names, owner);
-  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
+  dlock_client_t *a = lu_client_opts(&o), *b = lu_client_opts(&o);
 
   wake_every_kind(g, a, b, names, owner, await_classic_sub);
 
@@ -886,6 +880,35 @@ TEST(cluster_classic_pubsub) {
   dlock_free(h);
   dlock_client_close(a);
   dlock_client_close(b);
+}
+
+/* Where the cluster refuses SPUBLISH, dlock finds out at open (its probe
+ * is refused, as Redisson's is) and falls back to classic pub/sub. */
+TEST(cluster_classic_pubsub) {
+  cg_group_t *g = NULL;
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(cg_start_conf(NO_SHARDED_PUBSUB, &g), 0);
+  printf("cluster without sharded pub/sub up in %" PRId64 " ms: %s\n",
+         lu_now_ms() - t0, cg_url(g));
+  /* The nodes do refuse it. */
+  for (int k = 0; k < cg_nnodes(g); k++) {
+    redisReply *r = rp_cmd(cg_node(g, k), "SPUBLISH x y");
+    ASSERT_NOT_NULL(r);
+    ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+  }
+  classic_pubsub(g, cg_url(g));
+  cg_free(g);
+}
+
+/* On a Redis 7 cluster, a URL with sharded_pubsub=off keeps dlock on
+ * classic pub/sub (as Redisson's shardedSubscriptionMode OFF), for peers
+ * that speak nothing else. */
+TEST(cluster_sharded_pubsub_off) {
+  cg_group_t *g = cluster();
+  char url[256];
+  snprintf(url, sizeof(url), "%s?sharded_pubsub=off", cg_url(g));
+  classic_pubsub(g, url);
   cg_free(g);
 }
 

@@ -448,10 +448,13 @@ static cg_group_t *cluster_start(const char *conf) {
   return g;
 }
 
-static dlock_client_t *cluster_client(cg_group_t *g) {
+/* A client of the cluster, its URL followed by 'query' ("" for none). */
+static dlock_client_t *cluster_client(cg_group_t *g, const char *query) {
+  char url[256];
+  snprintf(url, sizeof(url), "%s%s", cg_url(g), query);
   dlock_options_t o;
   dlock_options_init(&o);
-  o.url = cg_url(g);
+  o.url = url;
   o.connect_timeout_ms = 2000;
   o.command_timeout_ms = 5000;
   o.watchdog_timeout_ms = 30000;
@@ -579,7 +582,7 @@ static int64_t classic_listens(cg_group_t *g, int owner, const char *name) {
 TEST(cluster_classic_wake_ups_both_ways) {
   cg_group_t *g = cluster_start(NO_SHARDED_PUBSUB);
   peer_t *p = peer_ready_started(peer_start_url(cg_url(g)));
-  dlock_client_t *c = cluster_client(g);
+  dlock_client_t *c = cluster_client(g, "");
   char names[3][32];
   int owner[3];
   names_on_masters(g, "node-cl", names, owner);
@@ -606,28 +609,74 @@ static int64_t sharded_listens(cg_group_t *g, int owner, const char *name) {
   return shard_numsub(g, owner, name);
 }
 
+/* Either side's hold keeps the other out, on 'name'. */
+static void exclude_both_ways(peer_t *p, dlock_t *l, const char *name) {
+  char rest[64];
+  peer_say(p, "lock %s 30000", name);
+  peer_expect(p, "locked", name, NULL, 0, 10000);
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+  peer_say(p, "unlock %s", name);
+  peer_expect(p, "unlocked", name, NULL, 0, 10000);
+  ASSERT_DLOCK_OK(dlock_trylock(l, 0, DLOCK_WATCHDOG));
+  peer_say(p, "trylock %s 0", name);
+  peer_expect(p, "trylock", name, rest, sizeof(rest), 10000);
+  ASSERT(strncmp(rest, "false", 5) == 0);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+}
+
 /* On a Redis 7 cluster dlock uses sharded pub/sub, as Redisson does, and
  * node-redisson classic: exclusion holds both ways on a name on every
  * master, but neither side hears the other's unlock message, so a waiter
- * gets the lock only when the lease it saw runs out (3 s here), which this
- * test shows rather than hides. */
+ * gets the lock only when the lease it saw runs out (5 s here), which this
+ * test shows rather than hides (the next test shows the way out). */
 TEST(cluster_sharded_exclusion_lease_bound_wake_ups) {
   cg_group_t *g = cluster_start(NULL);
   peer_t *p = peer_ready_started(peer_start_url(cg_url(g)));
-  dlock_client_t *c = cluster_client(g);
+  dlock_client_t *c = cluster_client(g, "");
   char names[3][32];
   int owner[3];
   names_on_masters(g, "node-sh", names, owner);
   for (int k = 0; k < 3; k++) {
     dlock_t *l = lu_get(c, names[k]);
+    exclude_both_ways(p, l, names[k]);
+    dlock_free(l);
+  }
+  dlock_t *l = lu_get(c, names[0]);
+  double dlock_wake, node_wake;
+  take_turns(g, p, l, names[0], 5000, 5000, sharded_listens, owner[0],
+             &dlock_wake, &node_wake);
+  printf("%s (node %d): dlock got the lock %.0f ms after node-redisson's "
+         "unlock, node-redisson %.0f ms after dlock's (5 s leases)\n",
+         names[0], owner[0], dlock_wake, node_wake);
+  ASSERT_LT(dlock_wake, 20000);
+  ASSERT_LT(node_wake, 20000);
+  dlock_free(l);
+  peer_quit(p);
+  dlock_client_close(c);
+  cg_free(g);
+}
+
+/* On the same Redis 7 cluster, a dlock client whose URL says
+ * sharded_pubsub=off uses classic pub/sub as node-redisson does: on a name
+ * on every master they exclude each other and wake each other at once
+ * (not at the end of the 20 s lease). */
+TEST(cluster_sharded_pubsub_off_wakes_both_ways) {
+  cg_group_t *g = cluster_start(NULL);
+  peer_t *p = peer_ready_started(peer_start_url(cg_url(g)));
+  dlock_client_t *c = cluster_client(g, "?sharded_pubsub=off");
+  char names[3][32];
+  int owner[3];
+  names_on_masters(g, "node-off", names, owner);
+  for (int k = 0; k < 3; k++) {
+    dlock_t *l = lu_get(c, names[k]);
     double dlock_wake, node_wake;
-    take_turns(g, p, l, names[k], 3000, 3000, sharded_listens, owner[k],
+    take_turns(g, p, l, names[k], 20000, 0, classic_listens, owner[k],
                &dlock_wake, &node_wake);
-    printf("%s (node %d): dlock got the lock %.0f ms after node-redisson's "
-           "unlock, node-redisson %.0f ms after dlock's (3 s leases)\n",
+    printf("%s (node %d), sharded_pubsub=off: dlock woken by node-redisson's "
+           "unlock after %.2f ms, node-redisson by dlock's after %.2f ms\n",
            names[k], owner[k], dlock_wake, node_wake);
-    ASSERT_LT(dlock_wake, 15000);
-    ASSERT_LT(node_wake, 15000);
+    ASSERT_LT(dlock_wake, 2000);
+    ASSERT_LT(node_wake, 2000);
     dlock_free(l);
   }
   peer_quit(p);

@@ -54,6 +54,9 @@ struct dlock__cluster {
   atomic_int masters;           /* masters in the last map read */
   /* Scripts publish with SPUBLISH (dlock__cluster_probe_sharded). */
   atomic_int sharded;
+  /* The URL's sharded_pubsub=off: classic pub/sub whatever the cluster
+   * runs. */
+  int sharded_off;
 };
 
 /* ---- nodes -------------------------------------------------------------- */
@@ -126,6 +129,7 @@ int dlock__cluster_new(dlock__cluster_url *u, const dlock__tls *tls,
   pthread_mutex_init(&cl->mu, NULL);
   cl->data = u->data;
   memset(&u->data, 0, sizeof(u->data));
+  cl->sharded_off = u->sharded_off;
   cl->tls = tls;
   cl->connect_timeout_ms = connect_timeout_ms;
   cl->command_timeout_ms = command_timeout_ms;
@@ -500,7 +504,13 @@ int dlock__cluster_sharded(dlock__cluster *cl) {
 int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us) {
   /* As Redisson does at start: a node that runs SPUBLISH has sharded
    * pub/sub (Redis 7), and then both sides publish and listen there. An
-   * empty channel is in slot 0, and a redirection is followed. */
+   * empty channel is in slot 0, and a redirection is followed. Told to
+   * keep off it (for peers that speak classic pub/sub only), it asks
+   * nothing, as Redisson in its mode OFF. */
+  if (cl->sharded_off) {
+    atomic_store(&cl->sharded, 0);
+    return 0;
+  }
   static const char cmd[] = "*3\r\n$8\r\nSPUBLISH\r\n$0\r\n\r\n$0\r\n\r\n";
   char *cmds[1] = {(char *)cmd};
   size_t lens[1] = {sizeof(cmd) - 1};

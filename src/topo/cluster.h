@@ -78,7 +78,8 @@ void dlock__cluster_mark_stale(dlock__cluster *cl);
  * the scripts publish with SPUBLISH (their 'sharded' variant) and waiters
  * subscribe with SSUBSCRIBE on the master of the channel's slot, as
  * Redisson's locks publish and listen on such a cluster; else with PUBLISH
- * and SUBSCRIBE. Returns 1 (sharded), 0 (classic) or why no node answered.
+ * and SUBSCRIBE. A URL with sharded_pubsub=off keeps to those without
+ * asking. Returns 1 (sharded), 0 (classic) or why no node answered.
  */
 int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us);
 /* 1 once dlock__cluster_probe_sharded found sharded pub/sub. */
