@@ -14,7 +14,8 @@
  * an unlock in between is missed and it waits for the lock's TTL, so the
  * tests wait until it listens before unlocking; its tryLock(wait) gives up
  * after one TTL-bounded wait, so waits here are lock(); and its unlock
- * latch lives 10 ms, which no test relies on.
+ * latch lives 10 ms, which no test relies on. On a cluster (the tests at
+ * the end) its unlock messages are always classic pub/sub.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
