@@ -195,10 +195,10 @@ typedef struct dlock_options {
    * "redis-cluster://[user:pass@]host[:port][,host[:port]...]
    * [?sharded_pubsub=auto|off]" (or rediss-cluster:// for TLS), each lock
    * then on the master of its slot and its unlock messages on sharded
-   * pub/sub (SPUBLISH, SSUBSCRIBE on that master) where the cluster runs
-   * SPUBLISH when the client opens, as Redisson's are, else (or with
-   * sharded_pubsub=off, as Redisson's shardedSubscriptionMode OFF) on
-   * classic pub/sub;
+   * pub/sub (SPUBLISH, SSUBSCRIBE on that master) where the cluster
+   * answers PUBSUB SHARDNUMSUB and runs SPUBLISH when the client opens, as
+   * Redisson's are, else (or with sharded_pubsub=off, as Redisson's
+   * shardedSubscriptionMode OFF) on classic pub/sub;
    * default "redis://127.0.0.1:6379". Not copied by
    * dlock_options_init. */
   const char *url;

@@ -882,8 +882,10 @@ static void classic_pubsub(cg_group_t *g, const char *url) {
   dlock_client_close(b);
 }
 
-/* Where the cluster refuses SPUBLISH, dlock finds out at open (its probe
- * is refused, as Redisson's is) and falls back to classic pub/sub. */
+/* Where the cluster refuses SPUBLISH, dlock finds out at open (the
+ * SPUBLISH of its probe is refused) and falls back to classic pub/sub.
+ * (Redisson, which asks PUBSUB SHARDNUMSUB only, would pick sharded pub/sub
+ * here, and its releases would fail.) */
 TEST(cluster_classic_pubsub) {
   cg_group_t *g = NULL;
   int64_t t0 = lu_now_ms();
@@ -893,6 +895,25 @@ TEST(cluster_classic_pubsub) {
   /* The nodes do refuse it. */
   for (int k = 0; k < cg_nnodes(g); k++) {
     redisReply *r = rp_cmd(cg_node(g, k), "SPUBLISH x y");
+    ASSERT_NOT_NULL(r);
+    ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+  }
+  classic_pubsub(g, cg_url(g));
+  cg_free(g);
+}
+
+/* Where the cluster runs SPUBLISH but denies PUBSUB SHARDNUMSUB (an ACL
+ * rule here), Redisson, whose start-up probe is that command, uses classic
+ * pub/sub; so does dlock, which asks it too. */
+TEST(cluster_classic_pubsub_shardnumsub_denied) {
+  cg_group_t *g = NULL;
+  ASSERT_EQ(cg_start_conf("user default on nopass ~* &* +@all "
+                          "-pubsub|shardnumsub",
+                          &g),
+            0);
+  for (int k = 0; k < cg_nnodes(g); k++) {
+    redisReply *r = rp_cmd(cg_node(g, k), "PUBSUB SHARDNUMSUB 0");
     ASSERT_NOT_NULL(r);
     ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
     freeReplyObject(r);
