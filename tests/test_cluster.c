@@ -924,6 +924,72 @@ TEST(cluster_classic_pubsub_shardnumsub_denied) {
   cg_free(g);
 }
 
+/* The node a client's classic subscriber listens on is killed (with the
+ * seeds being masters, a master: its replica is then promoted) while a
+ * waiter of that client waits on a name another master serves. The
+ * subscriber moves to another node and subscribes again, and the release
+ * wakes the waiter long before the holder's 60 s lease. */
+TEST(cluster_classic_pubsub_node_killed) {
+  cg_group_t *g = NULL;
+  ASSERT_EQ(cg_start_conf(NO_SHARDED_PUBSUB, &g), 0);
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "ckill", 1, names, owner);
+  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
+
+  /* Which node b's subscriber is on: a first waiter shows it. */
+  dlock_t *h = lu_get(a, names[0]);
+  waiter_arg w = {lu_get(b, names[0]), 1, 0, dlock_owner_new()};
+  ASSERT_DLOCK_OK(dlock_lock(h, 60000));
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
+  await_classic_sub(g, owner[0], names[0]);
+  int sub = -1;
+  for (int k = 0; k < cg_nnodes(g) && sub < 0; k++)
+    if (channels_on(g, k, 0, names[0]) > 0)
+      sub = k;
+  ASSERT_GE(sub, 0);
+  int64_t released = lu_now_ms();
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  woken(t, &w.rc, &w.got_ms, released, "before the kill");
+  ASSERT_DLOCK_OK(dlock_unlock_as(w.l, w.owner));
+  dlock_free(h);
+  dlock_free(w.l);
+
+  int k = owner[0] != sub ? 0 : 1;
+  ASSERT_NE(owner[k], sub);
+  h = lu_get(a, names[k]);
+  waiter_arg kw = {lu_get(b, names[k]), 1, 0, dlock_owner_new()};
+  ASSERT_DLOCK_OK(dlock_lock(h, 60000));
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &kw), 0);
+  await_classic_sub(g, owner[k], names[k]);
+  ASSERT_GT(channels_on(g, sub, 0, names[k]), 0);
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(rp_kill(cg_node(g, sub)), 0);
+  /* await_classic_sub looks at live nodes only. */
+  await_classic_sub(g, owner[k], names[k]);
+  printf("node %d killed; the waiter listens again on another node after "
+         "%" PRId64 " ms\n",
+         sub, lu_now_ms() - t0);
+  ASSERT_EQ(kw.rc, 1); /* still waiting */
+  released = lu_now_ms();
+  /* The cluster may be failing over the killed master: the release rides
+   * that out within its outage wait. */
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  printf("unlock done %" PRId64 " ms after the kill\n", lu_now_ms() - t0);
+  pthread_join(t, NULL);
+  ASSERT_DLOCK_OK(kw.rc);
+  printf("waiter woken %" PRId64 " ms after the release began\n",
+         kw.got_ms - released);
+  ASSERT_LT(kw.got_ms - released, 20000);
+  ASSERT_DLOCK_OK(dlock_unlock_as(kw.l, kw.owner));
+  dlock_free(h);
+  dlock_free(kw.l);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}
+
 /* On a Redis 7 cluster, a URL with sharded_pubsub=off keeps dlock on
  * classic pub/sub (as Redisson's shardedSubscriptionMode OFF), for peers
  * that speak nothing else. */
