@@ -802,11 +802,6 @@ static void await_classic_sub(cg_group_t *g, int i, const char *part) {
       ASSERT_EQ(channels_on(g, k, 1, part), 0);
 }
 
-/* Redis 7 nodes without sharded pub/sub, as a server that renamed its
- * commands away (or one before Redis 7) has. */
-#define NO_SHARDED_PUBSUB                                                      \
-  "rename-command SPUBLISH \"\"\nrename-command SSUBSCRIBE \"\""
-
 /*
  * Classic pub/sub on a cluster, for the clients of 'url' (the cluster's,
  * with a query or not): their scripts publish with PUBLISH, which the
@@ -891,7 +886,7 @@ static void classic_pubsub(cg_group_t *g, const char *url) {
 TEST(cluster_classic_pubsub) {
   cg_group_t *g = NULL;
   int64_t t0 = lu_now_ms();
-  ASSERT_EQ(cg_start_conf(NO_SHARDED_PUBSUB, &g), 0);
+  ASSERT_EQ(cg_start_conf(CG_NO_SHARDED_PUBSUB, &g), 0);
   printf("cluster without sharded pub/sub up in %" PRId64 " ms: %s\n",
          lu_now_ms() - t0, cg_url(g));
   /* The nodes do refuse it. */
@@ -931,7 +926,7 @@ TEST(cluster_classic_pubsub_shardnumsub_denied) {
  * wakes the waiter long before the holder's 60 s lease. */
 TEST(cluster_classic_pubsub_node_killed) {
   cg_group_t *g = NULL;
-  ASSERT_EQ(cg_start_conf(NO_SHARDED_PUBSUB, &g), 0);
+  ASSERT_EQ(cg_start_conf(CG_NO_SHARDED_PUBSUB, &g), 0);
   char names[3][32];
   int owner[3];
   spread_names(g, "ckill", 1, names, owner);

@@ -438,11 +438,6 @@ TEST(watchdog_holders_take_turns) {
  * messages.
  */
 
-/* Redis 7 nodes without sharded pub/sub, as a server that renamed its
- * commands away (or one before Redis 7) has. */
-#define NO_SHARDED_PUBSUB                                                      \
-  "rename-command SPUBLISH \"\"\nrename-command SSUBSCRIBE \"\""
-
 static cg_group_t *cluster_start(const char *conf) {
   cg_group_t *g = NULL;
   ASSERT_EQ(cg_start_conf(conf, &g), 0);
@@ -581,7 +576,7 @@ static int64_t classic_listens(cg_group_t *g, int owner, const char *name) {
  * hold keeps the other out, and either side's unlock wakes a waiter on the
  * other at once (not at the end of the 20 s lease). */
 TEST(cluster_classic_wake_ups_both_ways) {
-  cg_group_t *g = cluster_start(NO_SHARDED_PUBSUB);
+  cg_group_t *g = cluster_start(CG_NO_SHARDED_PUBSUB);
   peer_t *p = peer_ready_started(peer_start_url(cg_url(g)));
   dlock_client_t *c = cluster_client(g, "");
   char names[3][32];

@@ -27,6 +27,12 @@ int cg_start(cg_group_t **out);
  * away, as a server without it would. */
 int cg_start_conf(const char *extra_conf, cg_group_t **out);
 
+/* The extra_conf of nodes without sharded pub/sub, as a server before Redis
+ * 7 (or one that renamed the commands away) has: SPUBLISH and SSUBSCRIBE
+ * are unknown commands, in scripts too. */
+#define CG_NO_SHARDED_PUBSUB                                                   \
+  "rename-command SPUBLISH \"\"\nrename-command SSUBSCRIBE \"\""
+
 /* "redis-cluster://127.0.0.1:P0,127.0.0.1:P1". */
 const char *cg_url(const cg_group_t *g);
 
