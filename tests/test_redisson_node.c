@@ -435,7 +435,11 @@ TEST(watchdog_holders_take_turns) {
  * node of ioredis's choosing (a cluster carries a classic message to every
  * node). Redisson, and dlock, use sharded pub/sub where the cluster has it
  * (Redis 7): there node-redisson and they do not hear each other's unlock
- * messages.
+ * messages. (node-redisson's other event mode, eventAdapter "streams",
+ * has its unlock script XADD to one stream, redisson:events, a key it does
+ * not declare: not Redisson's layout, and on a cluster the release of a
+ * lock on another master than that key's fails with "Script attempted to
+ * access a non local key". It is not tested.)
  */
 
 static cg_group_t *cluster_start(const char *conf) {
