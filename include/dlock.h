@@ -192,11 +192,13 @@ typedef struct dlock_options {
    * [?db=N&sentinel_user=U&sentinel_password=P]" (or rediss-sentinel://
    * for TLS to the Sentinels and the data nodes; see "Replicated Redis"
    * below), or a Redis Cluster's seed nodes:
-   * "redis-cluster://[user:pass@]host[:port][,host[:port]...]" (or
-   * rediss-cluster:// for TLS), each lock then on the master of its slot
-   * and its unlock messages on sharded pub/sub (SPUBLISH, SSUBSCRIBE on
-   * that master) where the cluster runs SPUBLISH when the client opens,
-   * as Redisson's are, else on classic pub/sub;
+   * "redis-cluster://[user:pass@]host[:port][,host[:port]...]
+   * [?sharded_pubsub=auto|off]" (or rediss-cluster:// for TLS), each lock
+   * then on the master of its slot and its unlock messages on sharded
+   * pub/sub (SPUBLISH, SSUBSCRIBE on that master) where the cluster
+   * answers PUBSUB SHARDNUMSUB and runs SPUBLISH when the client opens, as
+   * Redisson's are, else (or with sharded_pubsub=off, as Redisson's
+   * shardedSubscriptionMode OFF) on classic pub/sub;
    * default "redis://127.0.0.1:6379". Not copied by
    * dlock_options_init. */
   const char *url;

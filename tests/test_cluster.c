@@ -724,24 +724,14 @@ static void woken(pthread_t t, const int *rc, const int64_t *got_ms,
   ASSERT_LT(*got_ms - released, 10000);
 }
 
-/*
- * On a Redis 7 cluster dlock does what Redisson does there: its scripts
- * publish with SPUBLISH and its waiters subscribe with SSUBSCRIBE on the
- * master of the channel's slot (and never with SUBSCRIBE). A waiter of
- * every kind (plain, fair, read-write, semaphore) on every master is
- * woken by the release; a raw SSUBSCRIBE on the slot's master (what a
- * Redisson waiter does) hears dlock's unlock message; a Redisson-layout
- * peer that publishes with SPUBLISH wakes a dlock waiter; and a waiter
- * whose slot moves to another master while it waits (Redis drops the
- * sharded subscription) follows it and is woken by the release there.
- */
-TEST(cluster_sharded_pubsub) {
-  cg_group_t *g = cluster();
-  char names[3][32];
-  int owner[3];
-  spread_names(g, "shard", 1, names, owner);
-  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
-
+/* A waiter of every kind (plain, fair, read-write, semaphore) on each
+ * name of 'names' (one per master, 'owner' its node): 'b' waits for what
+ * 'a' holds, 'await' returns once the waiter listens for the release
+ * (where it should), and the release wakes it, well before the 30 s
+ * lease. */
+static void wake_every_kind(cg_group_t *g, dlock_client_t *a, dlock_client_t *b,
+                            char names[][32], const int *owner,
+                            void (*await)(cg_group_t *, int, const char *)) {
   for (int k = 0; k < 3; k++) {
     const char *name = names[k];
     char what[160];
@@ -751,7 +741,7 @@ TEST(cluster_sharded_pubsub) {
     ASSERT_DLOCK_OK(dlock_lock(h, 30000));
     pthread_t t;
     ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
-    await_shard_sub(g, owner[k], name);
+    await(g, owner[k], name);
     int64_t released = lu_now_ms();
     ASSERT_DLOCK_OK(dlock_unlock(h));
     snprintf(what, sizeof(what), "%s plain", name);
@@ -769,7 +759,7 @@ TEST(cluster_sharded_pubsub) {
     ASSERT_DLOCK_OK(dlock_get_fair(b, fair, &fw.l));
     ASSERT_DLOCK_OK(dlock_lock(f, 30000));
     ASSERT_EQ(pthread_create(&t, NULL, waiter, &fw), 0);
-    await_shard_sub(g, owner[k], fair);
+    await(g, owner[k], fair);
     released = lu_now_ms();
     ASSERT_DLOCK_OK(dlock_unlock(f));
     snprintf(what, sizeof(what), "%s fair", name);
@@ -787,7 +777,7 @@ TEST(cluster_sharded_pubsub) {
     waiter_arg rwait = {r2, 1, 0, dlock_owner_new()};
     ASSERT_DLOCK_OK(dlock_lock(wr, 30000));
     ASSERT_EQ(pthread_create(&t, NULL, waiter, &rwait), 0);
-    await_shard_sub(g, owner[k], rw);
+    await(g, owner[k], rw);
     released = lu_now_ms();
     ASSERT_DLOCK_OK(dlock_unlock(wr));
     snprintf(what, sizeof(what), "%s read-write", name);
@@ -808,7 +798,7 @@ TEST(cluster_sharded_pubsub) {
     ASSERT_EQ(dlock_sem_try_set_permits(s, 1), 1);
     ASSERT_DLOCK_OK(dlock_sem_acquire(s, 1, 0));
     ASSERT_EQ(pthread_create(&t, NULL, sem_waiter, &sw), 0);
-    await_shard_sub(g, owner[k], semname);
+    await(g, owner[k], semname);
     released = lu_now_ms();
     ASSERT_DLOCK_OK(dlock_sem_release(s, 1));
     snprintf(what, sizeof(what), "%s semaphore", name);
@@ -817,6 +807,27 @@ TEST(cluster_sharded_pubsub) {
     dlock_sem_free(s);
     dlock_sem_free(sw.s);
   }
+}
+
+/*
+ * On a Redis 7 cluster dlock does what Redisson does there: its scripts
+ * publish with SPUBLISH and its waiters subscribe with SSUBSCRIBE on the
+ * master of the channel's slot (and never with SUBSCRIBE). A waiter of
+ * every kind (plain, fair, read-write, semaphore) on every master is
+ * woken by the release; a raw SSUBSCRIBE on the slot's master (what a
+ * Redisson waiter does) hears dlock's unlock message; a Redisson-layout
+ * peer that publishes with SPUBLISH wakes a dlock waiter; and a waiter
+ * whose slot moves to another master while it waits (Redis drops the
+ * sharded subscription) follows it and is woken by the release there.
+ */
+TEST(cluster_sharded_pubsub) {
+  cg_group_t *g = cluster();
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "shard", 1, names, owner);
+  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
+
+  wake_every_kind(g, a, b, names, owner, await_shard_sub);
 
   /* What a Redisson waiter hears: SSUBSCRIBE on the slot's master, and
    * dlock's release announced there with SPUBLISH. */
@@ -889,6 +900,224 @@ TEST(cluster_sharded_pubsub) {
   dlock_free(h);
   dlock_client_close(a);
   dlock_client_close(b);
+  cg_free(g);
+}
+
+/* Waits (up to 20 s) until some node has a classic subscription matching
+ * 'part' (a classic PUBLISH on a cluster reaches every node, so a waiter
+ * may listen on any), and checks that no node has a sharded one. 'i' is
+ * the master of the name's slot, named in the failure. */
+static void await_classic_sub(cg_group_t *g, int i, const char *part) {
+  int64_t until = lu_now_ms() + 20000;
+  for (;;) {
+    int found = 0;
+    for (int k = 0; k < cg_nnodes(g); k++)
+      if (rp_pid(cg_node(g, k)) > 0)
+        found += channels_on(g, k, 0, part);
+    if (found > 0)
+      break;
+    if (lu_now_ms() > until)
+      TEST_FAIL("no node has a classic subscription matching %s in 20 s "
+                "(sharded ones on the slot's master: %d)",
+                part, channels_on(g, i, 1, part));
+    lu_sleep_ms(20);
+  }
+  for (int k = 0; k < cg_nnodes(g); k++)
+    if (rp_pid(cg_node(g, k)) > 0)
+      ASSERT_EQ(channels_on(g, k, 1, part), 0);
+}
+
+/*
+ * Classic pub/sub on a cluster, for the clients of 'url' (the cluster's,
+ * with a query or not): their scripts publish with PUBLISH, which the
+ * cluster carries to every node, and their waiters subscribe with
+ * SUBSCRIBE. A waiter of every kind on every master is woken by the
+ * release; a raw SUBSCRIBE on a node that does not own the lock's slot
+ * (what a Redisson client in the same mode does) hears dlock's unlock
+ * message; and a Redisson-layout peer that publishes with PUBLISH wakes a
+ * dlock waiter.
+ */
+static void classic_pubsub(cg_group_t *g, const char *url) {
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = url;
+  o.connect_timeout_ms = 2000;
+  o.command_timeout_ms = 5000;
+  o.watchdog_timeout_ms = 30000;
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "classic", 1, names, owner);
+  dlock_client_t *a = lu_client_opts(&o), *b = lu_client_opts(&o);
+
+  wake_every_kind(g, a, b, names, owner, await_classic_sub);
+
+  /* What a Redisson waiter in classic mode hears: SUBSCRIBE on any node,
+   * here one that does not serve the lock's slot. */
+  const char *name = names[0];
+  int other = owner[0] == 0 ? 1 : 0;
+  ASSERT_NE(cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name))),
+            other);
+  char chan[128];
+  lu_channel(chan, sizeof(chan), name, strlen(name));
+  redisContext *raw = lu_connect(cg_node(g, other));
+  ASSERT_NOT_NULL(raw);
+  redisReply *rr = redisCommand(raw, "SUBSCRIBE %s", chan);
+  ASSERT_NOT_NULL(rr);
+  ASSERT_EQ(rr->type, REDIS_REPLY_ARRAY);
+  freeReplyObject(rr);
+  struct timeval tv = {10, 0};
+  redisSetTimeout(raw, tv);
+  dlock_t *h = lu_get(a, name);
+  ASSERT_DLOCK_OK(dlock_lock(h, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  void *msg = NULL;
+  ASSERT_EQ(redisGetReply(raw, &msg), REDIS_OK);
+  rr = msg;
+  ASSERT_EQ(rr->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ(rr->elements, 3);
+  ASSERT_STR_EQ(rr->element[0]->str, "message");
+  ASSERT_STR_EQ(rr->element[1]->str, chan);
+  ASSERT_STR_EQ(rr->element[2]->str, "0");
+  freeReplyObject(rr);
+  redisFree(raw);
+
+  /* A Redisson-layout peer in classic mode: its PUBLISH wakes a dlock
+   * waiter long before the 30 s lease runs out, and it sees dlock's hold
+   * and its end. */
+  rs_client_t *peer = rs_client_new(cg_node(g, owner[0]), "java-peer");
+  ASSERT_EQ(rs_lock_try(peer, name, 1, 30000), -1);
+  waiter_arg pw = {lu_get(b, name), 1, 0, dlock_owner_new()};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &pw), 0);
+  await_classic_sub(g, owner[0], name);
+  int64_t released = lu_now_ms();
+  ASSERT_EQ(rs_unlock(peer, name, 1, 30000), 1);
+  woken(t, &pw.rc, &pw.got_ms, released, "released by the Redisson peer");
+  ASSERT_GT(rs_lock_try(peer, name, 1, 30000), 0);
+  ASSERT_DLOCK_OK(dlock_unlock_as(pw.l, pw.owner));
+  ASSERT_EQ(rs_lock_try(peer, name, 1, 30000), -1);
+  ASSERT_EQ(rs_unlock(peer, name, 1, 30000), 1);
+  rs_client_free(peer);
+  dlock_free(pw.l);
+  dlock_free(h);
+  dlock_client_close(a);
+  dlock_client_close(b);
+}
+
+/* Where the cluster refuses SPUBLISH, dlock finds out at open (the
+ * SPUBLISH of its probe is refused) and falls back to classic pub/sub.
+ * (Redisson, which asks PUBSUB SHARDNUMSUB only, would pick sharded pub/sub
+ * here, and its releases would fail.) */
+TEST(cluster_classic_pubsub) {
+  cg_group_t *g = NULL;
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(cg_start_conf(CG_NO_SHARDED_PUBSUB, &g), 0);
+  printf("cluster without sharded pub/sub up in %" PRId64 " ms: %s\n",
+         lu_now_ms() - t0, cg_url(g));
+  /* The nodes do refuse it. */
+  for (int k = 0; k < cg_nnodes(g); k++) {
+    redisReply *r = rp_cmd(cg_node(g, k), "SPUBLISH x y");
+    ASSERT_NOT_NULL(r);
+    ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+  }
+  classic_pubsub(g, cg_url(g));
+  cg_free(g);
+}
+
+/* Where the cluster runs SPUBLISH but denies PUBSUB SHARDNUMSUB (an ACL
+ * rule here), Redisson, whose start-up probe is that command, uses classic
+ * pub/sub; so does dlock, which asks it too. */
+TEST(cluster_classic_pubsub_shardnumsub_denied) {
+  cg_group_t *g = NULL;
+  ASSERT_EQ(cg_start_conf("user default on nopass ~* &* +@all "
+                          "-pubsub|shardnumsub",
+                          &g),
+            0);
+  for (int k = 0; k < cg_nnodes(g); k++) {
+    redisReply *r = rp_cmd(cg_node(g, k), "PUBSUB SHARDNUMSUB 0");
+    ASSERT_NOT_NULL(r);
+    ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+  }
+  classic_pubsub(g, cg_url(g));
+  cg_free(g);
+}
+
+/* The node a client's classic subscriber listens on is killed (with the
+ * seeds being masters, a master: its replica is then promoted) while a
+ * waiter of that client waits on a name another master serves. The
+ * subscriber moves to another node and subscribes again, and the release
+ * wakes the waiter long before the holder's 60 s lease. */
+TEST(cluster_classic_pubsub_node_killed) {
+  cg_group_t *g = NULL;
+  ASSERT_EQ(cg_start_conf(CG_NO_SHARDED_PUBSUB, &g), 0);
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "ckill", 1, names, owner);
+  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
+
+  /* Which node b's subscriber is on: a first waiter shows it. */
+  dlock_t *h = lu_get(a, names[0]);
+  waiter_arg w = {lu_get(b, names[0]), 1, 0, dlock_owner_new()};
+  ASSERT_DLOCK_OK(dlock_lock(h, 60000));
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &w), 0);
+  await_classic_sub(g, owner[0], names[0]);
+  int sub = -1;
+  for (int k = 0; k < cg_nnodes(g) && sub < 0; k++)
+    if (channels_on(g, k, 0, names[0]) > 0)
+      sub = k;
+  ASSERT_GE(sub, 0);
+  int64_t released = lu_now_ms();
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  woken(t, &w.rc, &w.got_ms, released, "before the kill");
+  ASSERT_DLOCK_OK(dlock_unlock_as(w.l, w.owner));
+  dlock_free(h);
+  dlock_free(w.l);
+
+  int k = owner[0] != sub ? 0 : 1;
+  ASSERT_NE(owner[k], sub);
+  h = lu_get(a, names[k]);
+  waiter_arg kw = {lu_get(b, names[k]), 1, 0, dlock_owner_new()};
+  ASSERT_DLOCK_OK(dlock_lock(h, 60000));
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &kw), 0);
+  await_classic_sub(g, owner[k], names[k]);
+  ASSERT_GT(channels_on(g, sub, 0, names[k]), 0);
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(rp_kill(cg_node(g, sub)), 0);
+  /* await_classic_sub looks at live nodes only. */
+  await_classic_sub(g, owner[k], names[k]);
+  printf("node %d killed; the waiter listens again on another node after "
+         "%" PRId64 " ms\n",
+         sub, lu_now_ms() - t0);
+  ASSERT_EQ(kw.rc, 1); /* still waiting */
+  released = lu_now_ms();
+  /* The cluster may be failing over the killed master: the release rides
+   * that out within its outage wait. */
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  printf("unlock done %" PRId64 " ms after the kill\n", lu_now_ms() - t0);
+  pthread_join(t, NULL);
+  ASSERT_DLOCK_OK(kw.rc);
+  printf("waiter woken %" PRId64 " ms after the release began\n",
+         kw.got_ms - released);
+  ASSERT_LT(kw.got_ms - released, 20000);
+  ASSERT_DLOCK_OK(dlock_unlock_as(kw.l, kw.owner));
+  dlock_free(h);
+  dlock_free(kw.l);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}
+
+/* On a Redis 7 cluster, a URL with sharded_pubsub=off keeps dlock on
+ * classic pub/sub (as Redisson's shardedSubscriptionMode OFF), for peers
+ * that speak nothing else. */
+TEST(cluster_sharded_pubsub_off) {
+  cg_group_t *g = cluster();
+  char url[256];
+  snprintf(url, sizeof(url), "%s?sharded_pubsub=off", cg_url(g));
+  classic_pubsub(g, url);
   cg_free(g);
 }
 

@@ -14,7 +14,8 @@
  * an unlock in between is missed and it waits for the lock's TTL, so the
  * tests wait until it listens before unlocking; its tryLock(wait) gives up
  * after one TTL-bounded wait, so waits here are lock(); and its unlock
- * latch lives 10 ms, which no test relies on.
+ * latch lives 10 ms, which no test relies on. On a cluster (the tests at
+ * the end) its unlock messages are always classic pub/sub.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -27,6 +28,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../src/proto/slot.h"
+#include "harness/cluster_group.h"
 #include "lock_util.h"
 
 #ifndef DLOCK_NODE_PEER
@@ -42,15 +45,13 @@ typedef struct peer {
   size_t len;
 } peer_t;
 
-static peer_t *peer_start(const rp_server_t *s) {
-  ASSERT(rp_port(s) > 0);
+/* A peer on 'url': redis://host:port, or redis-cluster://host:port,... */
+static peer_t *peer_start_url(const char *url) {
   peer_t *p = calloc(1, sizeof(*p));
   ASSERT_NOT_NULL(p);
   int to[2], from[2];
   ASSERT_EQ(pipe(to), 0);
   ASSERT_EQ(pipe(from), 0);
-  char url[64];
-  snprintf(url, sizeof(url), "redis://127.0.0.1:%d", rp_port(s));
   p->pid = fork();
   ASSERT_GE(p->pid, 0);
   if (p->pid == 0) {
@@ -70,6 +71,13 @@ static peer_t *peer_start(const rp_server_t *s) {
   p->in = to[1];
   p->out = from[0];
   return p;
+}
+
+static peer_t *peer_start(const rp_server_t *s) {
+  ASSERT(rp_port(s) > 0);
+  char url[64];
+  snprintf(url, sizeof(url), "redis://127.0.0.1:%d", rp_port(s));
+  return peer_start_url(url);
 }
 
 /* Reads the next line the peer prints, waiting up to 'timeout_ms'. */
@@ -132,13 +140,16 @@ static double peer_expect(peer_t *p, const char *word, const char *name,
   return strtod(sp ? sp + 1 : tail, NULL);
 }
 
-static peer_t *peer_ready(const rp_server_t *s) {
-  peer_t *p = peer_start(s);
+static peer_t *peer_ready_started(peer_t *p) {
   char line[256];
   /* The first start of node can be slow on a loaded machine. */
   peer_line(p, line, sizeof(line), 30000);
   ASSERT_STR_EQ(line, "ready");
   return p;
+}
+
+static peer_t *peer_ready(const rp_server_t *s) {
+  return peer_ready_started(peer_start(s));
 }
 
 static void peer_kill(peer_t *p) {
@@ -413,4 +424,262 @@ TEST(watchdog_holders_take_turns) {
   dlock_free(l);
   dlock_client_close(c);
   rp_free(s);
+}
+
+/* ---- on a Redis Cluster ---------------------------------------------------
+ *
+ * node-redisson runs on a cluster: given seed nodes ({ redis: { clusters }
+ * }) it makes ioredis Cluster connections, which send each lock's scripts
+ * to the master of its slot. Its unlock messages are classic whatever the
+ * cluster runs: its scripts PUBLISH and it listens with SUBSCRIBE, on one
+ * node of ioredis's choosing (a cluster carries a classic message to every
+ * node). Redisson, and dlock, use sharded pub/sub where the cluster has it
+ * (Redis 7): there node-redisson and they do not hear each other's unlock
+ * messages. (node-redisson's other event mode, eventAdapter "streams",
+ * has its unlock script XADD to one stream, redisson:events, a key it does
+ * not declare: not Redisson's layout, and on a cluster the release of a
+ * lock on another master than that key's fails with "Script attempted to
+ * access a non local key". It is not tested.)
+ */
+
+static cg_group_t *cluster_start(const char *conf) {
+  cg_group_t *g = NULL;
+  ASSERT_EQ(cg_start_conf(conf, &g), 0);
+  return g;
+}
+
+/* A client of the cluster, its URL followed by 'query' ("" for none). */
+static dlock_client_t *cluster_client(cg_group_t *g, const char *query) {
+  char url[256];
+  snprintf(url, sizeof(url), "%s%s", cg_url(g), query);
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = url;
+  o.connect_timeout_ms = 2000;
+  o.command_timeout_ms = 5000;
+  o.watchdog_timeout_ms = 30000;
+  return lu_client_opts(&o);
+}
+
+/* One name without braces on each of the 3 masters ("<prefix>N"), and the
+ * node that serves it. */
+static void names_on_masters(cg_group_t *g, const char *prefix,
+                             char names[3][32], int owner[3]) {
+  int masters[6];
+  ASSERT_EQ(cg_masters(g, masters), 3);
+  int n = 0, taken[6] = {0};
+  for (int i = 0; n < 3 && i < 10000; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "%s%d", prefix, i);
+    int m = cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name)));
+    ASSERT_GE(m, 0);
+    if (taken[m])
+      continue;
+    taken[m] = 1;
+    snprintf(names[n], 32, "%s", name);
+    owner[n++] = m;
+  }
+  ASSERT_EQ(n, 3);
+}
+
+/* Classic subscribers of the unlock channel of 'name', over every node. */
+static int64_t cluster_numsub(cg_group_t *g, const char *name) {
+  char ch[256];
+  size_t len = lu_channel(ch, sizeof(ch), name, strlen(name));
+  int64_t n = 0;
+  for (int k = 0; k < cg_nnodes(g); k++)
+    if (rp_pid(cg_node(g, k)) > 0)
+      n += lu_numsub(cg_node(g, k), ch, len);
+  return n;
+}
+
+/* Sharded subscribers of the unlock channel of 'name' on node 'i'. */
+static int64_t shard_numsub(cg_group_t *g, int i, const char *name) {
+  char ch[256];
+  size_t len = lu_channel(ch, sizeof(ch), name, strlen(name));
+  redisReply *r = rp_cmd(cg_node(g, i), "PUBSUB SHARDNUMSUB %b", ch, len);
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ(r->elements, 2);
+  int64_t n = (int64_t)r->element[1]->integer;
+  freeReplyObject(r);
+  return n;
+}
+
+/* Waits (up to 10 s) until 'count' returns at least 'min' (exactly 0 when
+ * 'min' is 0). */
+#define AWAIT_COUNT(count, min)                                                \
+  do {                                                                         \
+    int64_t until_ = lu_now_ms() + 10000;                                      \
+    while (((min) == 0 ? (count) != 0 : (count) < (min)) &&                    \
+           lu_now_ms() < until_)                                               \
+      lu_sleep_ms(5);                                                          \
+    if ((min) == 0)                                                            \
+      ASSERT_EQ((count), 0);                                                   \
+    else                                                                       \
+      ASSERT_GE((count), (min));                                               \
+  } while (0)
+
+/* Both directions on one name: node-redisson holds (with 'lease' ms) and a
+ * dlock waiter waits, then dlock holds and node-redisson waits; each side
+ * refuses the other's hold. 'dlock_listens' returns once dlock's waiter
+ * listens where it does; the times from each release to the other side's
+ * acquisition go in 'dlock_wake' and 'node_wake'. */
+static void take_turns(cg_group_t *g, peer_t *p, dlock_t *l, const char *name,
+                       int lease, int dlock_lease,
+                       int64_t (*dlock_listens)(cg_group_t *, int,
+                                                const char *),
+                       int owner, double *dlock_wake, double *node_wake) {
+  char rest[64];
+  peer_say(p, "lock %s %d", name, lease);
+  peer_expect(p, "locked", name, NULL, 0, 10000);
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+  waiter_t w = {l, -1, 0, dlock_self()};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, dlock_waiter, &w), 0);
+  AWAIT_COUNT(dlock_listens(g, owner, name), 1);
+  lu_sleep_ms(50);
+  peer_say(p, "unlock %s", name);
+  char times[128];
+  peer_expect(p, "unlocked", name, times, sizeof(times), 10000);
+  double unlocked = strtod(times, NULL);
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  ASSERT_DLOCK_OK(w.rc);
+  *dlock_wake = w.at - unlocked;
+
+  /* dlock holds (it does now, for its watchdog or for 'dlock_lease'). */
+  peer_say(p, "trylock %s 0", name);
+  peer_expect(p, "trylock", name, rest, sizeof(rest), 10000);
+  ASSERT(strncmp(rest, "false", 5) == 0);
+  if (dlock_lease > 0) {
+    ASSERT_DLOCK_OK(dlock_unlock(l));
+    ASSERT_DLOCK_OK(dlock_lock(l, dlock_lease));
+  }
+  /* A dlock client stays subscribed a moment after its last waiter left:
+   * nobody first, then node-redisson alone. */
+  AWAIT_COUNT(cluster_numsub(g, name), 0);
+  peer_say(p, "lock %s %d", name, lease);
+  AWAIT_COUNT(cluster_numsub(g, name), 1);
+  lu_sleep_ms(50);
+  double released = now_ms();
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  double got = peer_expect(p, "locked", name, NULL, 0, 30000);
+  *node_wake = got - released;
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+  peer_say(p, "unlock %s", name);
+  peer_expect(p, "unlocked", name, NULL, 0, 10000);
+}
+
+static int64_t classic_listens(cg_group_t *g, int owner, const char *name) {
+  (void)owner;
+  return cluster_numsub(g, name);
+}
+
+/* On a cluster without sharded pub/sub, dlock falls back to classic pub/sub
+ * as node-redisson always uses: on a name on every master, either side's
+ * hold keeps the other out, and either side's unlock wakes a waiter on the
+ * other at once (not at the end of the 20 s lease). */
+TEST(cluster_classic_wake_ups_both_ways) {
+  cg_group_t *g = cluster_start(CG_NO_SHARDED_PUBSUB);
+  peer_t *p = peer_ready_started(peer_start_url(cg_url(g)));
+  dlock_client_t *c = cluster_client(g, "");
+  char names[3][32];
+  int owner[3];
+  names_on_masters(g, "node-cl", names, owner);
+  for (int k = 0; k < 3; k++) {
+    dlock_t *l = lu_get(c, names[k]);
+    double dlock_wake, node_wake;
+    take_turns(g, p, l, names[k], 20000, 0, classic_listens, owner[k],
+               &dlock_wake, &node_wake);
+    printf("%s (node %d): dlock woken by node-redisson's unlock after %.2f "
+           "ms, node-redisson by dlock's after %.2f ms\n",
+           names[k], owner[k], dlock_wake, node_wake);
+    /* A few ms when the message arrives; a missed one costs the 20 s
+     * lease. Generous for a loaded machine. */
+    ASSERT_LT(dlock_wake, 2000);
+    ASSERT_LT(node_wake, 2000);
+    dlock_free(l);
+  }
+  peer_quit(p);
+  dlock_client_close(c);
+  cg_free(g);
+}
+
+static int64_t sharded_listens(cg_group_t *g, int owner, const char *name) {
+  return shard_numsub(g, owner, name);
+}
+
+/* Either side's hold keeps the other out, on 'name'. */
+static void exclude_both_ways(peer_t *p, dlock_t *l, const char *name) {
+  char rest[64];
+  peer_say(p, "lock %s 30000", name);
+  peer_expect(p, "locked", name, NULL, 0, 10000);
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+  peer_say(p, "unlock %s", name);
+  peer_expect(p, "unlocked", name, NULL, 0, 10000);
+  ASSERT_DLOCK_OK(dlock_trylock(l, 0, DLOCK_WATCHDOG));
+  peer_say(p, "trylock %s 0", name);
+  peer_expect(p, "trylock", name, rest, sizeof(rest), 10000);
+  ASSERT(strncmp(rest, "false", 5) == 0);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+}
+
+/* On a Redis 7 cluster dlock uses sharded pub/sub, as Redisson does, and
+ * node-redisson classic: exclusion holds both ways on a name on every
+ * master, but neither side hears the other's unlock message, so a waiter
+ * gets the lock only when the lease it saw runs out (5 s here), which this
+ * test shows rather than hides (the next test shows the way out). */
+TEST(cluster_sharded_exclusion_lease_bound_wake_ups) {
+  cg_group_t *g = cluster_start(NULL);
+  peer_t *p = peer_ready_started(peer_start_url(cg_url(g)));
+  dlock_client_t *c = cluster_client(g, "");
+  char names[3][32];
+  int owner[3];
+  names_on_masters(g, "node-sh", names, owner);
+  for (int k = 0; k < 3; k++) {
+    dlock_t *l = lu_get(c, names[k]);
+    exclude_both_ways(p, l, names[k]);
+    dlock_free(l);
+  }
+  dlock_t *l = lu_get(c, names[0]);
+  double dlock_wake, node_wake;
+  take_turns(g, p, l, names[0], 5000, 5000, sharded_listens, owner[0],
+             &dlock_wake, &node_wake);
+  printf("%s (node %d): dlock got the lock %.0f ms after node-redisson's "
+         "unlock, node-redisson %.0f ms after dlock's (5 s leases)\n",
+         names[0], owner[0], dlock_wake, node_wake);
+  ASSERT_LT(dlock_wake, 20000);
+  ASSERT_LT(node_wake, 20000);
+  dlock_free(l);
+  peer_quit(p);
+  dlock_client_close(c);
+  cg_free(g);
+}
+
+/* On the same Redis 7 cluster, a dlock client whose URL says
+ * sharded_pubsub=off uses classic pub/sub as node-redisson does: on a name
+ * on every master they exclude each other and wake each other at once
+ * (not at the end of the 20 s lease). */
+TEST(cluster_sharded_pubsub_off_wakes_both_ways) {
+  cg_group_t *g = cluster_start(NULL);
+  peer_t *p = peer_ready_started(peer_start_url(cg_url(g)));
+  dlock_client_t *c = cluster_client(g, "?sharded_pubsub=off");
+  char names[3][32];
+  int owner[3];
+  names_on_masters(g, "node-off", names, owner);
+  for (int k = 0; k < 3; k++) {
+    dlock_t *l = lu_get(c, names[k]);
+    double dlock_wake, node_wake;
+    take_turns(g, p, l, names[k], 20000, 0, classic_listens, owner[k],
+               &dlock_wake, &node_wake);
+    printf("%s (node %d), sharded_pubsub=off: dlock woken by node-redisson's "
+           "unlock after %.2f ms, node-redisson by dlock's after %.2f ms\n",
+           names[k], owner[k], dlock_wake, node_wake);
+    ASSERT_LT(dlock_wake, 2000);
+    ASSERT_LT(node_wake, 2000);
+    dlock_free(l);
+  }
+  peer_quit(p);
+  dlock_client_close(c);
+  cg_free(g);
 }

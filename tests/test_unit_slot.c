@@ -61,14 +61,40 @@ TEST(url_cluster_seeds) {
   ASSERT_EQ(dlock__url_parse_cluster("rediss-cluster://h:1/", &u), 0);
   ASSERT_EQ(u.data.tls, 1);
   ASSERT_EQ(u.seeds[0].tls, 1);
+  ASSERT_EQ(u.sharded_off, 0);
+  dlock__cluster_url_free(&u);
+  /* How unlock messages travel: sharded where the cluster has it (auto,
+   * the default) or classic whatever it has (off). */
+  ASSERT_EQ(dlock__url_parse_cluster(
+                "redis-cluster://:pw@h:1,g:2?sharded_pubsub=off", &u),
+            0);
+  ASSERT_EQ(u.n, 2);
+  ASSERT_STR_EQ(u.seeds[1].host, "g");
+  ASSERT_EQ(u.seeds[1].port, 2);
+  ASSERT_STR_EQ(u.data.pass, "pw");
+  ASSERT_EQ(u.sharded_off, 1);
+  dlock__cluster_url_free(&u);
+  ASSERT_EQ(
+      dlock__url_parse_cluster("redis-cluster://h:1/?sharded_pubsub=auto", &u),
+      0);
+  ASSERT_EQ(u.n, 1);
+  ASSERT_EQ(u.seeds[0].port, 1);
+  ASSERT_EQ(u.sharded_off, 0);
   dlock__cluster_url_free(&u);
 }
 
 TEST(url_cluster_refused) {
   dlock__cluster_url u;
-  const char *bad[] = {"redis-cluster://",         "redis-cluster://h:1/2",
-                       "redis-cluster://h:1?db=2", "redis-cluster://h:1,,h:2",
-                       "redis-cluster://h:99999",  "redis-cluster://user@h:1"};
+  const char *bad[] = {"redis-cluster://",
+                       "redis-cluster://h:1/2",
+                       "redis-cluster://h:1?db=2",
+                       "redis-cluster://h:1,,h:2",
+                       "redis-cluster://h:99999",
+                       "redis-cluster://user@h:1",
+                       "redis-cluster://h:1?sharded_pubsub=on",
+                       "redis-cluster://h:1?sharded_pubsub=",
+                       "redis-cluster://h:1?sharded_pubsub=off&db=0",
+                       "redis-cluster://h:1/2?sharded_pubsub=off"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
     ASSERT_EQ(dlock__url_parse_cluster(bad[i], &u), DLOCK_EINVAL);
     ASSERT_EQ(u.n, 0);

@@ -416,16 +416,42 @@ void dlock__cluster_url_free(dlock__cluster_url *u) {
   memset(u, 0, sizeof(*u));
 }
 
+/* The query of a cluster URL ('q' after its '?'): sharded_pubsub=auto or
+ * off, once; nothing else. */
+static int cluster_query(const char *q, dlock__cluster_url *out) {
+  static const char name[] = "sharded_pubsub=";
+  if (strncmp(q, name, sizeof(name) - 1) != 0)
+    return dlock__fail(DLOCK_EINVAL,
+                       "cluster URL query takes sharded_pubsub=auto|off "
+                       "only (a cluster has database 0 only)");
+  const char *v = q + sizeof(name) - 1;
+  if (strcmp(v, "auto") == 0)
+    out->sharded_off = 0;
+  else if (strcmp(v, "off") == 0)
+    out->sharded_off = 1;
+  else
+    return dlock__fail(DLOCK_EINVAL,
+                       "cluster URL sharded_pubsub must be auto or off");
+  return 0;
+}
+
 static int parse_cluster(const char *rest, dlock__cluster_url *out) {
   const char *end = rest + strlen(rest);
-  /* A trailing slash is harmless; anything after it (a database, a query)
-   * has no meaning on a cluster. */
-  const char *slash = strchr(rest, '/');
+  /* A query may say how unlock messages travel. Before it, a trailing
+   * slash is harmless; anything after one (a database) has no meaning on
+   * a cluster. */
   const char *query = strchr(rest, '?');
-  if (query != NULL || (slash != NULL && slash[1] != '\0'))
+  if (query != NULL) {
+    int rc = cluster_query(query + 1, out);
+    if (rc != 0)
+      return rc;
+    end = query;
+  }
+  const char *slash = memchr(rest, '/', (size_t)(end - rest));
+  if (slash != NULL && slash + 1 != end)
     return dlock__fail(DLOCK_EINVAL,
-                       "cluster URL takes no database or query: a cluster "
-                       "has database 0 only");
+                       "cluster URL takes no database: a cluster has "
+                       "database 0 only");
   if (slash != NULL)
     end = slash;
   int rc = parse_userinfo(&rest, end, &out->data);

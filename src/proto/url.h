@@ -64,16 +64,22 @@ void dlock__sentinel_url_free(dlock__sentinel_url *u);
  * A Redis Cluster URL:
  *
  *   redis-cluster://[user:pass@]host[:port][,host[:port]...]
+ *       [?sharded_pubsub=auto|off]
  *   rediss-cluster://...   (TLS to every node)
  *
  * The hosts are seed nodes (port 6379 by default; [v6] hosts too): any
  * one that answers gives the whole slot map. user and pass are those of
  * every node. A cluster has one database, so no /db is accepted.
+ * sharded_pubsub says whether unlock messages may travel on sharded
+ * pub/sub: auto (the default) where the cluster has it, as Redisson's
+ * shardedSubscriptionMode AUTO; off never (classic PUBLISH and SUBSCRIBE),
+ * as its mode OFF, for peers that only speak classic pub/sub.
  */
 typedef struct dlock__cluster_url {
   dlock__endpoint data;   /* user, pass and tls of every node */
   dlock__endpoint *seeds; /* host and port of each seed */
   size_t n;
+  int sharded_off; /* 1: ?sharded_pubsub=off */
 } dlock__cluster_url;
 
 #define DLOCK__SEEDS_MAX 64

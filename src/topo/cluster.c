@@ -54,6 +54,9 @@ struct dlock__cluster {
   atomic_int masters;           /* masters in the last map read */
   /* Scripts publish with SPUBLISH (dlock__cluster_probe_sharded). */
   atomic_int sharded;
+  /* The URL's sharded_pubsub=off: classic pub/sub whatever the cluster
+   * runs. */
+  int sharded_off;
 };
 
 /* ---- nodes -------------------------------------------------------------- */
@@ -126,6 +129,7 @@ int dlock__cluster_new(dlock__cluster_url *u, const dlock__tls *tls,
   pthread_mutex_init(&cl->mu, NULL);
   cl->data = u->data;
   memset(&u->data, 0, sizeof(u->data));
+  cl->sharded_off = u->sharded_off;
   cl->tls = tls;
   cl->connect_timeout_ms = connect_timeout_ms;
   cl->command_timeout_ms = command_timeout_ms;
@@ -498,18 +502,33 @@ int dlock__cluster_sharded(dlock__cluster *cl) {
 }
 
 int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us) {
-  /* As Redisson does at start: a node that runs SPUBLISH has sharded
-   * pub/sub (Redis 7), and then both sides publish and listen there. An
-   * empty channel is in slot 0, and a redirection is followed. */
-  static const char cmd[] = "*3\r\n$8\r\nSPUBLISH\r\n$0\r\n\r\n$0\r\n\r\n";
-  char *cmds[1] = {(char *)cmd};
-  size_t lens[1] = {sizeof(cmd) - 1};
-  redisReply *r = NULL;
-  int rc = dlock__cluster_call(cl, 0, 1, cmds, lens, &r, deadline_us);
+  /* Redisson (shardedSubscriptionMode AUTO) decides at start by whether a
+   * node answers PUBSUB SHARDNUMSUB (with a channel: without one, some
+   * services hang); that is asked here too, so that both sides pick the
+   * same kind wherever Redisson's pick works. And SPUBLISH must run as
+   * well, since the scripts are to use it: a cluster that answers the
+   * first and refuses the second (a command renamed or denied by ACL)
+   * would otherwise fail every release; Redisson cannot release there
+   * either. Both go in one round trip to the master of slot 0 (the empty
+   * channel's), following a redirection. Told to keep off sharded pub/sub
+   * (for peers that speak classic pub/sub only), it asks nothing, as
+   * Redisson in its mode OFF. */
+  if (cl->sharded_off) {
+    atomic_store(&cl->sharded, 0);
+    return 0;
+  }
+  static const char numsub[] =
+      "*3\r\n$6\r\nPUBSUB\r\n$11\r\nSHARDNUMSUB\r\n$1\r\n0\r\n";
+  static const char publish[] = "*3\r\n$8\r\nSPUBLISH\r\n$0\r\n\r\n$0\r\n\r\n";
+  char *cmds[2] = {(char *)numsub, (char *)publish};
+  size_t lens[2] = {sizeof(numsub) - 1, sizeof(publish) - 1};
+  redisReply *r[2] = {NULL, NULL};
+  int rc = dlock__cluster_call(cl, 0, 2, cmds, lens, r, deadline_us);
   if (rc != 0)
     return rc;
-  int on = r->type == REDIS_REPLY_INTEGER;
-  freeReplyObject(r);
+  int on = r[0]->type == REDIS_REPLY_ARRAY && r[1]->type == REDIS_REPLY_INTEGER;
+  freeReplyObject(r[0]);
+  freeReplyObject(r[1]);
   atomic_store(&cl->sharded, on);
   return on;
 }

@@ -74,11 +74,13 @@ int dlock__cluster_owner(dlock__cluster *cl, int slot, int *rc);
 void dlock__cluster_mark_stale(dlock__cluster *cl);
 /*
  * Finds out once, as Redisson does when it starts, whether the cluster has
- * sharded pub/sub (Redis 7): a node that runs SPUBLISH has. From then on
- * the scripts publish with SPUBLISH (their 'sharded' variant) and waiters
- * subscribe with SSUBSCRIBE on the master of the channel's slot, as
- * Redisson's locks publish and listen on such a cluster; else with PUBLISH
- * and SUBSCRIBE. Returns 1 (sharded), 0 (classic) or why no node answered.
+ * sharded pub/sub (Redis 7): a node that answers PUBSUB SHARDNUMSUB (what
+ * Redisson asks) and runs SPUBLISH has. From then on the scripts publish
+ * with SPUBLISH (their 'sharded' variant) and waiters subscribe with
+ * SSUBSCRIBE on the master of the channel's slot, as Redisson's locks
+ * publish and listen on such a cluster; else with PUBLISH and SUBSCRIBE.
+ * A URL with sharded_pubsub=off keeps to those without asking. Returns 1
+ * (sharded), 0 (classic) or why no node answered.
  */
 int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us);
 /* 1 once dlock__cluster_probe_sharded found sharded pub/sub. */

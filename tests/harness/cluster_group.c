@@ -196,7 +196,9 @@ static int master_sees_replica(cg_group_t *g, int m) {
   return ok;
 }
 
-int cg_start(cg_group_t **out) {
+int cg_start(cg_group_t **out) { return cg_start_conf(NULL, out); }
+
+int cg_start_conf(const char *extra_conf, cg_group_t **out) {
   *out = NULL;
   cg_group_t *g = calloc(1, sizeof(*g));
   if (g == NULL)
@@ -204,6 +206,7 @@ int cg_start(cg_group_t **out) {
   rp_options_t o;
   rp_options_init(&o);
   o.cluster = 1;
+  o.extra_conf = extra_conf;
   for (int i = 0; i < NODES; i++)
     if (rp_start(&o, &g->node[i]) != 0) {
       cg_free(g);

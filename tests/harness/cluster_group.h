@@ -22,6 +22,17 @@ typedef struct cg_group cg_group_t;
  * replica is in sync. 0 or -1. */
 int cg_start(cg_group_t **out);
 
+/* The same with 'extra_conf' (redis.conf lines, may be NULL) in every
+ * node's config: e.g. rename-command lines that take sharded pub/sub
+ * away, as a server without it would. */
+int cg_start_conf(const char *extra_conf, cg_group_t **out);
+
+/* The extra_conf of nodes without sharded pub/sub, as a server before Redis
+ * 7 (or one that renamed the commands away) has: SPUBLISH and SSUBSCRIBE
+ * are unknown commands, in scripts too. */
+#define CG_NO_SHARDED_PUBSUB                                                   \
+  "rename-command SPUBLISH \"\"\nrename-command SSUBSCRIBE \"\""
+
 /* "redis-cluster://127.0.0.1:P0,127.0.0.1:P1". */
 const char *cg_url(const cg_group_t *g);
 

@@ -3,7 +3,10 @@
 // tests/test_redisson_node.c. node-redisson ports Redisson's RLock to node
 // and shares its Redis layout, so it is a real Redisson-compatible peer.
 //
-//   peer.js URL          connects to redis://host:port
+//   peer.js URL          connects to redis://host:port, or with ioredis's
+//                        Cluster to the seed nodes of
+//                        redis-cluster://host:port[,host:port...]
+//                        (node-redisson's { redis: { clusters } } config)
 //
 // Commands (one per line; each lock name is one RLock object, so locking
 // it twice is a reentrant acquisition):
@@ -22,10 +25,23 @@
 const readline = require('readline');
 const { Redisson } = require('node-redisson');
 
-const url = new URL(process.argv[2]);
-const redisson = new Redisson({
-  redis: { options: { host: url.hostname, port: Number(url.port) } },
-});
+function redisConfig(arg) {
+  const scheme = 'redis-cluster://';
+  if (arg.startsWith(scheme)) {
+    const clusters = arg
+      .slice(scheme.length)
+      .split(',')
+      .map((hp) => {
+        const colon = hp.lastIndexOf(':');
+        return { host: hp.slice(0, colon), port: Number(hp.slice(colon + 1)) };
+      });
+    return { clusters, options: {} };
+  }
+  const url = new URL(arg);
+  return { options: { host: url.hostname, port: Number(url.port) } };
+}
+
+const redisson = new Redisson({ redis: redisConfig(process.argv[2]) });
 const locks = new Map();
 
 function getLock(name) {
