@@ -33,8 +33,11 @@ int dlock__check_canceled(dlock_client_t *c) {
 }
 
 int64_t dlock__client_retry_at(dlock_client_t *c) {
-  return c->cluster != NULL ? dlock__cluster_retry_at(c->cluster)
-                            : dlock__conn_retry_at(c->conn);
+  /* On a cluster the next attempt goes where the slot map says, which a
+   * failover changes: waiting for the dead master's reconnect back-off (up
+   * to a second) would hold a retry back from its promoted replica. The
+   * callers' own pauses keep a node that is down from a busy loop. */
+  return c->cluster != NULL ? 0 : dlock__conn_retry_at(c->conn);
 }
 
 int dlock__client_call(dlock_client_t *c, const char *key, size_t key_len,

@@ -201,17 +201,6 @@ int dlock__cluster_masters(dlock__cluster *cl) {
   return atomic_load(&cl->masters);
 }
 
-int64_t dlock__cluster_retry_at(dlock__cluster *cl) {
-  int n = atomic_load(&cl->nnodes);
-  int64_t at = 0;
-  for (int i = 0; i < n; i++) {
-    int64_t t = dlock__conn_retry_at(cl->nodes[i]->conn);
-    if (t > 0 && (at == 0 || t < at))
-      at = t;
-  }
-  return at;
-}
-
 /* ---- reading the map ---------------------------------------------------- */
 
 static int is_str(const redisReply *r, const char *s) {

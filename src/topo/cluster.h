@@ -119,10 +119,6 @@ const dlock__endpoint *dlock__cluster_node_ep(dlock__cluster *cl, int i);
 /* Number of masters in the map (for status output and tests). */
 int dlock__cluster_masters(dlock__cluster *cl);
 
-/* The earliest time any node's connection may be tried again (0: all
- * connected), like dlock__conn_retry_at. */
-int64_t dlock__cluster_retry_at(dlock__cluster *cl);
-
 /* dlock__conn_cancel on every node. */
 void dlock__cluster_cancel(dlock__cluster *cl);
 
