@@ -497,11 +497,20 @@ static int attempt_all(dlock_t *l, uint64_t owner, int64_t lease_ms,
       continue;
     dlock_t *sub = l->subs[i];
     int rc = b.rc[i];
+    int taken = 0;
     if (rc == 0) {
       dlock__busy bz = {-1, 0};
-      rc = dlock__finish_acquire_synced(sub, owner, lease_ms, b.reply[i],
-                                        b.sent_us, &bz, &b.sy[i]);
+      /* A grant that too few replicas acknowledged is recorded like any
+       * other, and the attempt fails with DLOCK_ENOSYNC: the parts are
+       * then given back together, in one round trip (and one WAIT), rather
+       * than one after the other. */
+      rc = dlock__finish_acquire(sub, owner, lease_ms, b.reply[i], b.sent_us,
+                                 &bz);
       b.reply[i] = NULL;
+      if (rc == 0 && !b.sy[i].ok) {
+        taken = 1;
+        rc = dlock__sync_fail(sub->c, &b.sy[i], "lock", sub->name, sub->len);
+      }
       if (rc == 1)
         rc = dlock__fail(DLOCK_ETIMEDOUT,
                          "lock \"%.100s\" is held by another owner; not "
@@ -520,9 +529,9 @@ static int attempt_all(dlock_t *l, uint64_t owner, int64_t lease_ms,
      * took is given back once its server answers (settle.c). */
     if (b.rc[i] != BATCH_ALONE && dlock__outcome_unknown(rc))
       dlock__note_unsettled(sub, owner);
-    if (rc == 0) {
+    if (rc == 0 || taken)
       held[i] = 1;
-    } else if (first == 0) {
+    if (rc != 0 && first == 0) {
       first = rc;
       *busy = i;
       snprintf(detail, sizeof(detail), "%s", dlock_last_error());
