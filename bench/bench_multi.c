@@ -10,8 +10,9 @@
  * URL may be a cluster's (redis-cluster://...): the names "bm:<i>" then
  * spread over its masters by their slots.
  *
- * Output: parts multi_pairs_per_s multi_p50 multi_p99 (us)
- *         in_turn_pairs_per_s in_turn_p50 in_turn_p99 (us) errors
+ * Output, one line of key=value pairs: parts, multi_pairs_per_s,
+ * multi_p50_us, multi_p99_us, in_turn_pairs_per_s, in_turn_p50_us,
+ * in_turn_p99_us, errors.
  */
 #include "common.h"
 
@@ -114,9 +115,9 @@ int main(int argc, char **argv) {
   }
   bench_samples_sort(&sm);
   bench_samples_sort(&st);
-  printf("parts %d multi_pairs_per_s %.0f multi_p50 %.1f multi_p99 %.1f "
-         "in_turn_pairs_per_s %.0f in_turn_p50 %.1f in_turn_p99 %.1f "
-         "errors %llu\n",
+  printf("parts=%d multi_pairs_per_s=%.0f multi_p50_us=%.1f "
+         "multi_p99_us=%.1f in_turn_pairs_per_s=%.0f in_turn_p50_us=%.1f "
+         "in_turn_p99_us=%.1f errors=%llu\n",
          parts, tm ? (double)sm.n * 1e9 / (double)tm : 0,
          bench_quantile(&sm, 0.5), bench_quantile(&sm, 0.99),
          tt ? (double)st.n * 1e9 / (double)tt : 0, bench_quantile(&st, 0.5),
