@@ -667,3 +667,32 @@ TEST(parallel_parts_exclusion_across_processes) {
   }
   rp_free(s);
 }
+
+/* A name given twice (the same handle, or two handles of one client on one
+ * name) is taken twice, reentrantly, and released twice: its hold count in
+ * Redis is 2 while held, as the client counts. */
+TEST(repeated_part_counts_twice) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *a = lu_get(c, "mu:rep:a"), *b = lu_get(c, "mu:rep:b");
+  dlock_t *a2 = lu_get(c, "mu:rep:a");
+  dlock_t *set[4] = {a, b, a, a2}, *m = NULL;
+  ASSERT_DLOCK_OK(dlock_get_multi(set, 4, &m));
+  char field[256];
+  lu_field(field, sizeof(field), c, dlock_self());
+  for (int round = 0; round < 2; round++) {
+    ASSERT_DLOCK_OK(dlock_lock(m, 30000));
+    ASSERT_EQ(lu_hget_num(s, "mu:rep:a", field), 3);
+    ASSERT_EQ(lu_hget_num(s, "mu:rep:b", field), 1);
+    ASSERT_EQ(dlock_hold_count(a), 3);
+    ASSERT_DLOCK_OK(dlock_unlock(m));
+    ASSERT_EQ(lu_exists(s, "mu:rep:a"), 0);
+    ASSERT_EQ(lu_exists(s, "mu:rep:b"), 0);
+  }
+  dlock_free(m);
+  dlock_free(a);
+  dlock_free(a2);
+  dlock_free(b);
+  dlock_client_close(c);
+  rp_free(s);
+}

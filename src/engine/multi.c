@@ -156,6 +156,20 @@ static int batch_wanted(dlock_client_t *c, size_t m, const dlock__eval *calls) {
   return atomic_load(&s->replicas);
 }
 
+/* 1 when two parts are the same lock of one client (a name given twice):
+ * the scripts set a hold count from the one the client believes, so the
+ * second call must follow the first one's answer, and such a MultiLock
+ * takes its parts one after the other. */
+static int repeated_part(const dlock_t *l) {
+  for (size_t i = 0; i < l->nsubs; i++)
+    for (size_t j = i + 1; j < l->nsubs; j++)
+      if (l->subs[i]->c == l->subs[j]->c &&
+          l->subs[i]->len == l->subs[j]->len &&
+          memcmp(l->subs[i]->name, l->subs[j]->name, l->subs[i]->len) == 0)
+        return 1;
+  return 0;
+}
+
 typedef struct batch {
   size_t n;
   dlock_t **subs;     /* the parts */
@@ -267,6 +281,10 @@ static void group_collect(batch *b, batch_group *g) {
     b->why_rc = rc;
     snprintf(b->why, sizeof(b->why), "%s", dlock_last_error());
   }
+  /* A master that failed may have failed over: the slot map is read again
+   * before the next call, as after any call that failed there. */
+  if ((rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT) && g->c->cluster != NULL)
+    dlock__cluster_mark_stale(g->c->cluster);
   dlock__synced sy = {1, 0, 0, 0};
   if (rc == 0 && g->wanted > 0) {
     const redisReply *w = got[g->m];
@@ -387,7 +405,8 @@ static void release_each(dlock_t *l, uint64_t owner, const unsigned char *which,
   batch b;
   dlock__release *rel = dlock__calloc(n, sizeof(*rel));
   dlock__call_args *args = dlock__calloc(n, sizeof(*args));
-  int ok = rel != NULL && args != NULL && batch_init(&b, l) == 0;
+  int ok = rel != NULL && args != NULL && !repeated_part(l) &&
+           batch_init(&b, l) == 0;
   for (size_t i = 0; i < n; i++) {
     state[i] = which != NULL && !which[i] ? PART_NOT_ASKED : PART_ALONE;
     dlock_t *sub = l->subs[i];
@@ -472,7 +491,7 @@ static int attempt_all(dlock_t *l, uint64_t owner, int64_t lease_ms,
   size_t n = l->nsubs;
   batch b;
   dlock__call_args *args = dlock__calloc(n, sizeof(*args));
-  if (args == NULL || batch_init(&b, l) != 0) {
+  if (args == NULL || repeated_part(l) || batch_init(&b, l) != 0) {
     dlock__free(args);
     return attempt_in_turn(l, owner, lease_ms, held, busy);
   }
