@@ -696,3 +696,33 @@ TEST(repeated_part_counts_twice) {
   dlock_client_close(c);
   rp_free(s);
 }
+
+/* The unlock latches of releases sent at once are deleted by later calls,
+ * as a single lock's are: many lock+unlock rounds leave no more of them
+ * than the last round wrote. */
+TEST(parts_sent_at_once_latches_deleted) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *h[WIDE], *m = NULL;
+  for (int i = 0; i < WIDE; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "mu:latch:%d", i);
+    h[i] = lu_get(c, name);
+  }
+  ASSERT_DLOCK_OK(dlock_get_multi(h, WIDE, &m));
+  for (int round = 0; round < 30; round++) {
+    ASSERT_DLOCK_OK(dlock_lock(m, 30000));
+    ASSERT_DLOCK_OK(dlock_unlock(m));
+  }
+  redisReply *r = rp_cmd(s, "KEYS redisson_unlock_latch:*");
+  ASSERT_NOT_NULL(r);
+  printf("latches left after 30 rounds of %d parts: %zu\n", (int)WIDE,
+         r->elements);
+  ASSERT_LE(r->elements, (size_t)WIDE);
+  freeReplyObject(r);
+  dlock_free(m);
+  for (int i = 0; i < WIDE; i++)
+    dlock_free(h[i]);
+  dlock_client_close(c);
+  rp_free(s);
+}

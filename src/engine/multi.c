@@ -178,6 +178,8 @@ typedef struct batch {
   redisReply **reply; /* per part, once answered */
   int *rc;            /* per part: 0 (reply), BATCH_ALONE or an error */
   dlock__synced *sy;  /* per part: what its group's WAIT found */
+  /* Per part: done unlock latches that its call deletes on the way. */
+  dlock__latch_call *lc;
   int64_t sent_us;
   int why_rc; /* the first connection's failure, and its detail */
   char why[300];
@@ -187,6 +189,9 @@ static void batch_free(batch *b) {
   for (size_t i = 0; b->reply != NULL && i < b->n; i++)
     if (b->reply[i] != NULL)
       freeReplyObject(b->reply[i]);
+  for (size_t i = 0; b->lc != NULL && i < b->n; i++)
+    dlock__latch_call_end(&b->lc[i]);
+  dlock__free(b->lc);
   dlock__free(b->calls);
   dlock__free(b->conn);
   dlock__free(b->reply);
@@ -204,14 +209,24 @@ static int batch_init(batch *b, dlock_t *l) {
   b->reply = dlock__calloc(n, sizeof(*b->reply));
   b->rc = dlock__calloc(n, sizeof(*b->rc));
   b->sy = dlock__calloc(n, sizeof(*b->sy));
+  b->lc = dlock__calloc(n, sizeof(*b->lc));
   if (b->calls == NULL || b->conn == NULL || b->reply == NULL ||
-      b->rc == NULL || b->sy == NULL) {
+      b->rc == NULL || b->sy == NULL || b->lc == NULL) {
     batch_free(b);
     return DLOCK_ENOMEM;
   }
   for (size_t i = 0; i < n; i++)
     b->rc[i] = BATCH_ALONE;
   return 0;
+}
+
+/* Puts part i's call in the batch, with the done latches of its client
+ * (and slot) riding along, and finds its connection. */
+static void batch_add(batch *b, size_t i, const dlock__eval *call) {
+  dlock_t *sub = b->subs[i];
+  b->calls[i] = *dlock__with_done_latches(sub->c, call, &b->lc[i]);
+  if ((b->conn[i] = batch_conn(sub, &b->calls[i])) == NULL)
+    b->calls[i].script = NULL;
 }
 
 /* One connection's share of a batch. */
@@ -427,9 +442,7 @@ static void release_each(dlock_t *l, uint64_t owner, const unsigned char *which,
       continue;
     }
     dlock__reentrant_release_call(sub, owner, &rel[i], &args[i]);
-    b.calls[i] = args[i].call;
-    if ((b.conn[i] = batch_conn(sub, &b.calls[i])) == NULL)
-      b.calls[i].script = NULL;
+    batch_add(&b, i, &args[i].call);
     state[i] = PART_SENT;
   }
   release_alone a = {l, owner, state};
@@ -447,6 +460,12 @@ static void release_each(dlock_t *l, uint64_t owner, const unsigned char *which,
       continue;
     dlock_t *sub = l->subs[i];
     if (b.rc[i] == 0) {
+      /* Answered, and sent once: no copy of it can run any more, so its
+       * latch goes with a later call (see hashlock.c). */
+      if (rel[i].latch != NULL) {
+        dlock__latch_done(sub->c, rel[i].latch, rel[i].latch_len);
+        rel[i].latch = NULL;
+      }
       state[i] = dlock__finish_release(sub, owner, b.reply[i], &rel[i]);
       b.reply[i] = NULL;
       dlock__release_end(&rel[i]);
@@ -504,9 +523,7 @@ static int attempt_all(dlock_t *l, uint64_t owner, int64_t lease_ms,
         dlock__settle_before_acquire(sub, owner) != 0)
       continue;
     dlock__reentrant_acquire_call(sub, owner, lease_ms, &args[i]);
-    b.calls[i] = args[i].call;
-    if ((b.conn[i] = batch_conn(sub, &b.calls[i])) == NULL)
-      b.calls[i].script = NULL;
+    batch_add(&b, i, &args[i].call);
   }
   batch_run(&b, NULL, NULL);
   int first = 0;
