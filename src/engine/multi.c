@@ -107,9 +107,9 @@ static int64_t ms_left(int64_t deadline_us) {
  * and every connection's pipeline is sent before any reply is awaited. A
  * part whose call did not run there (NOSCRIPT, a cluster's MOVED, ASK,
  * TRYAGAIN or CLUSTERDOWN, any other error reply, a master that cannot be
- * found, a replica count not known yet) is marked BATCH_ALONE, for the
- * ordinary path of that part, which knows how to deal with all of these:
- * the parallel path is only ever a shortcut.
+ * found, a replica count not known yet or due to be read again) is
+ * marked BATCH_ALONE, for the ordinary path of that part, which knows how
+ * to deal with all of these: the parallel path is only ever a shortcut.
  */
 #define BATCH_ALONE 2
 
@@ -118,11 +118,9 @@ static int64_t ms_left(int64_t deadline_us) {
 #define BATCH_SYNC_REFRESH_US 1000000
 
 /* A part's call goes in parallel when its script is known here (reentrant
- * and spin locks) and its client is not on Sentinel with replica sync
- * (whose count and master generation the ordinary path checks). */
+ * and spin locks). */
 static int batch_kind(const dlock_t *sub) {
-  return (sub->kind->id == DLOCK_REENTRANT || sub->kind->id == DLOCK_SPIN) &&
-         !(sub->c->sync.on && sub->c->sentinel != NULL);
+  return sub->kind->id == DLOCK_REENTRANT || sub->kind->id == DLOCK_SPIN;
 }
 
 /* The connection the call of a part goes to, with the script variant that
@@ -142,18 +140,26 @@ static dlock__conn *batch_conn(dlock_t *sub, dlock__eval *call) {
 }
 
 /* The replicas the WAIT of a group of 'm' calls on 'c' asks for: 0 for no
- * WAIT, or -1 when the ordinary path must read them first. */
-static int batch_wanted(dlock_client_t *c, size_t m, const dlock__eval *calls) {
+ * WAIT, or -1 when the ordinary path must read them first. Through
+ * Sentinel, '*gen' is the generation of the master before the count, as
+ * for any synced write (sync.h). */
+static int batch_wanted(dlock_client_t *c, size_t m, const dlock__eval *calls,
+                        unsigned *gen) {
   dlock__sync *s = &c->sync;
   if (!s->on)
     return 0;
+  *gen = c->sentinel != NULL ? dlock__sentinel_gen(c->sentinel) : 0;
   if (s->fixed > 0)
     return s->fixed;
   if (dlock__now_us() - atomic_load(&s->read_us) > BATCH_SYNC_REFRESH_US)
     return -1;
   if (c->cluster != NULL)
     return dlock__cluster_replicas(c->cluster, m, calls);
-  return atomic_load(&s->replicas);
+  if (c->sentinel == NULL)
+    return atomic_load(&s->replicas);
+  /* What the Sentinels see, read again when the master moved. */
+  int n = dlock__sync_wanted(c);
+  return n >= 0 ? n : -1;
 }
 
 /* 1 when two parts are the same lock of one client (a name given twice):
@@ -236,6 +242,7 @@ typedef struct batch_group {
   size_t m;      /* calls */
   size_t *which; /* their parts */
   int wanted;    /* the WAIT's count, 0: none */
+  unsigned gen;  /* through Sentinel: the master's generation before it */
   unsigned sent;
   redisReply **got; /* room for the replies, the WAIT's last */
   dlock__pending p;
@@ -252,7 +259,7 @@ static int group_send(batch *b, batch_group *g) {
   for (size_t j = 0; rc == 0 && j < g->m; j++)
     calls[j] = b->calls[g->which[j]];
   if (rc == 0)
-    g->wanted = batch_wanted(g->c, g->m, calls);
+    g->wanted = batch_wanted(g->c, g->m, calls, &g->gen);
   if (g->wanted < 0)
     rc = BATCH_ALONE;
   for (; rc == 0 && k < g->m; k++)
@@ -307,6 +314,13 @@ static void group_collect(batch *b, batch_group *g) {
     sy.acked =
         w != NULL && w->type == REDIS_REPLY_INTEGER ? (int)w->integer : 0;
     sy.ok = sy.acked >= g->wanted;
+    /* The master moved while the write waited: the replicas that
+     * acknowledged it may drop it as they follow the new one. */
+    if (g->c->sentinel != NULL &&
+        dlock__sentinel_gen(g->c->sentinel) != g->gen) {
+      sy.moved = 1;
+      sy.ok = 0;
+    }
   }
   dlock__sync *s = &g->c->sync;
   if (s->on && s->fixed == 0 && (rc != 0 || !sy.ok)) {
