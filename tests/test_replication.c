@@ -247,6 +247,32 @@ TEST(replica_sync_multilock_one_wait_per_attempt) {
     lu_sleep_ms(50);
   ASSERT_DLOCK_OK(rc);
   ASSERT_DLOCK_OK(dlock_unlock(ml));
+
+  /* The count read from the master's INFO (replica_sync_replicas 0): once
+   * it is due to be read again, the INFO rides after the WAIT, and the
+   * parts still go at once. The test's own INFO commandstats counts
+   * itself in the second reading. */
+  dlock_client_t *c2 = client_of(m, 1, 0, 3000);
+  dlock_t *h2[PARTS], *ml2 = NULL;
+  for (int i = 0; i < PARTS; i++)
+    h2[i] = lu_get(c2, names[i]);
+  ASSERT_DLOCK_OK(dlock_get_multi(h2, PARTS, &ml2));
+  ASSERT_DLOCK_OK(dlock_trylock(ml2, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(ml2));
+  lu_sleep_ms(1100);
+  waits = lu_cmd_calls(m, "wait");
+  int64_t infos = lu_cmd_calls(m, "info");
+  ASSERT_DLOCK_OK(dlock_trylock(ml2, 0, 30000));
+  ASSERT_EQ(lu_cmd_calls(m, "info") - infos, 2);
+  ASSERT_EQ(lu_cmd_calls(m, "wait") - waits, 1);
+  for (int i = 0; i < PARTS; i++)
+    ASSERT_EQ(lu_exists(r, names[i]), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(ml2));
+  dlock_free(ml2);
+  for (int i = 0; i < PARTS; i++)
+    dlock_free(h2[i]);
+  dlock_client_close(c2);
+
   dlock_free(ml);
   for (int i = 0; i < PARTS; i++)
     dlock_free(h[i]);

@@ -113,8 +113,9 @@ static int64_t ms_left(int64_t deadline_us) {
  */
 #define BATCH_ALONE 2
 
-/* How often the replicas in step are read again (as sync.c does); a
- * group due for it takes the ordinary path, whose write reads them. */
+/* How often the replicas in step are read again (as sync.c does): on one
+ * server an INFO rides after the WAIT; on a cluster a group due for it
+ * takes the ordinary path, whose writes read each master's. */
 #define BATCH_SYNC_REFRESH_US 1000000
 
 /* A part's call goes in parallel when its script is known here (reentrant
@@ -144,17 +145,22 @@ static dlock__conn *batch_conn(dlock_t *sub, dlock__eval *call) {
  * Sentinel, '*gen' is the generation of the master before the count, as
  * for any synced write (sync.h). */
 static int batch_wanted(dlock_client_t *c, size_t m, const dlock__eval *calls,
-                        unsigned *gen) {
+                        unsigned *gen, int *refresh) {
   dlock__sync *s = &c->sync;
   if (!s->on)
     return 0;
   *gen = c->sentinel != NULL ? dlock__sentinel_gen(c->sentinel) : 0;
   if (s->fixed > 0)
     return s->fixed;
-  if (dlock__now_us() - atomic_load(&s->read_us) > BATCH_SYNC_REFRESH_US)
-    return -1;
+  int64_t now = dlock__now_us(), read = atomic_load(&s->read_us);
   if (c->cluster != NULL)
-    return dlock__cluster_replicas(c->cluster, m, calls);
+    return now - read > BATCH_SYNC_REFRESH_US
+               ? -1
+               : dlock__cluster_replicas(c->cluster, m, calls);
+  /* The write that moves 'read_us' on has the INFO ride along (one per
+   * period, whichever thread claims it, as in sync.c). */
+  *refresh = now - read > BATCH_SYNC_REFRESH_US &&
+             atomic_compare_exchange_strong(&s->read_us, &read, now);
   if (c->sentinel == NULL)
     return atomic_load(&s->replicas);
   /* What the Sentinels see, read again when the master moved. */
@@ -243,6 +249,7 @@ typedef struct batch_group {
   size_t *which; /* their parts */
   int wanted;    /* the WAIT's count, 0: none */
   unsigned gen;  /* through Sentinel: the master's generation before it */
+  int refresh;   /* an INFO replication rides last */
   unsigned sent;
   redisReply **got; /* room for the replies, the WAIT's last */
   dlock__pending p;
@@ -252,14 +259,14 @@ typedef struct batch_group {
  * waited for), else its parts stay BATCH_ALONE. */
 static int group_send(batch *b, batch_group *g) {
   dlock__eval *calls = dlock__calloc(g->m, sizeof(*calls));
-  char **cmds = dlock__calloc(g->m + 1, sizeof(*cmds));
-  size_t *lens = dlock__calloc(g->m + 1, sizeof(*lens));
+  char **cmds = dlock__calloc(g->m + 2, sizeof(*cmds));
+  size_t *lens = dlock__calloc(g->m + 2, sizeof(*lens));
   size_t k = 0;
   int rc = calls != NULL && cmds != NULL && lens != NULL ? 0 : DLOCK_ENOMEM;
   for (size_t j = 0; rc == 0 && j < g->m; j++)
     calls[j] = b->calls[g->which[j]];
   if (rc == 0)
-    g->wanted = batch_wanted(g->c, g->m, calls, &g->gen);
+    g->wanted = batch_wanted(g->c, g->m, calls, &g->gen, &g->refresh);
   if (g->wanted < 0)
     rc = BATCH_ALONE;
   for (; rc == 0 && k < g->m; k++)
@@ -272,6 +279,14 @@ static int group_send(batch *b, batch_group *g) {
     dlock__fmt_i64(tmo, g->c->sync.timeout_ms);
     const char *argv[] = {"WAIT", nrep, tmo};
     int len = dlock__format_argv(&cmds[total], 3, argv, NULL);
+    if (len < 0)
+      rc = DLOCK_ENOMEM;
+    else
+      lens[total++] = (size_t)len;
+  }
+  if (rc == 0 && g->refresh) {
+    const char *argv[] = {"INFO", "replication"};
+    int len = dlock__format_argv(&cmds[total], 2, argv, NULL);
     if (len < 0)
       rc = DLOCK_ENOMEM;
     else
@@ -349,6 +364,12 @@ static void group_collect(batch *b, batch_group *g) {
   }
   if (rc == 0 && g->wanted > 0 && got[g->m] != NULL)
     freeReplyObject(got[g->m]);
+  if (rc == 0 && g->refresh) {
+    redisReply *info = got[g->m + (g->wanted > 0)];
+    dlock__sync_take_info(g->c, info);
+    if (info != NULL)
+      freeReplyObject(info);
+  }
   dlock__free(got);
   g->got = NULL;
 }
