@@ -558,8 +558,12 @@ DLOCK_EXPORT int dlock_getn_rw(dlock_client_t *c, const char *name, size_t len,
  * possibly from different clients): acquired only when all are, all or
  * nothing. When one is taken it releases what it took, waits for that one,
  * and tries again within the wait time, so two callers asking for
- * overlapping sets in different orders never deadlock. The handles are not
- * copied: they must outlive the MultiLock, and are not freed with it.
+ * overlapping sets in different orders never deadlock. An attempt sends
+ * the acquisition of every reentrant and spin lock among them at once (on
+ * one server in one pipelined round trip, on a cluster to every master at
+ * the same time), and a release their releases likewise; other kinds are
+ * taken one after the other. The handles are not copied: they must
+ * outlive the MultiLock, and are not freed with it.
  */
 DLOCK_EXPORT int dlock_get_multi(dlock_t *const *locks, size_t n,
                                  dlock_t **out);

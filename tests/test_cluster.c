@@ -724,6 +724,152 @@ static void woken(pthread_t t, const int *rc, const int64_t *got_ms,
   ASSERT_LT(*got_ms - released, 10000);
 }
 
+typedef struct multi_call {
+  dlock_t *m;
+  uint64_t owner;
+  atomic_int done;
+  int rc;
+} multi_call_t;
+
+static void *multi_call_main(void *p) {
+  multi_call_t *a = p;
+  a->rc = dlock_trylock_as(a->m, a->owner, 0, 60000);
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+/*
+ * A MultiLock over two names on each of the 3 masters takes its parts on
+ * every master at once. The master of the first two names holds its
+ * clients' writes (CLIENT PAUSE WRITE: its cluster bus goes on, so no
+ * failover starts); meanwhile the parts on the two other masters are
+ * granted already, which parts taken one after the other, the held-up
+ * ones first, could not be. Once it lets writes through, the MultiLock
+ * holds all six. Then: exclusion against another client (leaving nothing
+ * of its own behind), reentrancy, the release of every part, and a part
+ * whose slot moved (MOVED) released and taken through the routing.
+ */
+TEST(cluster_multilock_parts_in_parallel) {
+  cg_group_t *g = cluster();
+  char names[6][32];
+  int owner[6];
+  int n = spread_names(g, "cmp", 2, names, owner);
+  /* The held-up master's names first. */
+  int slow = owner[0];
+  char order[6][32];
+  int node[6], k = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < n; i++)
+      if ((owner[i] == slow) == (pass == 0)) {
+        memcpy(order[k], names[i], sizeof(names[i]));
+        node[k++] = owner[i];
+      }
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = cg_url(g);
+  o.connect_timeout_ms = 2000;
+  o.command_timeout_ms = 60000;
+  /* Without replica sync: its counts are read again each second by a
+   * write of the ordinary path, one part after the other, which a slow
+   * machine could make this attempt's (test_sentinel and test_replication
+   * cover the WAIT sent with the parts). */
+  o.replica_sync = 0;
+  dlock_client_t *c = lu_client_opts(&o), *c2 = cluster_client(g, 30000);
+  dlock_t *h[6], *h2[6], *m = NULL, *m2 = NULL;
+  for (int i = 0; i < n; i++) {
+    h[i] = lu_get(c, order[i]);
+    h2[i] = lu_get(c2, order[i]);
+  }
+  ASSERT_DLOCK_OK(dlock_get_multi(h, (size_t)n, &m));
+  ASSERT_DLOCK_OK(dlock_get_multi(h2, (size_t)n, &m2));
+  /* Connections made and scripts loaded on every master. */
+  ASSERT_DLOCK_OK(dlock_trylock(m, 0, 60000));
+  ASSERT_DLOCK_OK(dlock_unlock(m));
+
+  rp_server_t *held = cg_node(g, slow);
+  lu_ok(rp_cmd(held, "CLIENT PAUSE 60000 WRITE"));
+  uint64_t me = dlock_owner_new();
+  multi_call_t a;
+  a.m = m;
+  a.owner = me;
+  a.rc = 0;
+  atomic_init(&a.done, 0);
+  pthread_t th;
+  ASSERT_EQ(pthread_create(&th, NULL, multi_call_main, &a), 0);
+  int granted = 0;
+  for (int64_t t0 = lu_now_ms(); lu_now_ms() - t0 < 20000; lu_sleep_ms(5)) {
+    granted = 0;
+    for (int i = 0; i < n; i++)
+      if (node[i] != slow)
+        granted += (int)lu_exists(cg_node(g, node[i]), order[i]);
+    if (granted == 4)
+      break;
+  }
+  ASSERT_EQ(granted, 4);
+  /* The held-up master has not run its part, and the call still waits. */
+  ASSERT_EQ(lu_exists(held, order[0]), 0);
+  ASSERT_EQ(atomic_load(&a.done), 0);
+  lu_ok(rp_cmd(held, "CLIENT UNPAUSE"));
+  ASSERT_EQ(pthread_join(th, NULL), 0);
+  ASSERT_DLOCK_OK(a.rc);
+  char field[256];
+  lu_field(field, sizeof(field), c, me);
+  for (int i = 0; i < n; i++)
+    ASSERT_EQ(lu_hget_num(cg_node(g, node[i]), order[i], field), 1);
+
+  /* Another client is refused and leaves nothing of its own. */
+  ASSERT_DLOCK_ERR(dlock_trylock(m2, 0, 30000), DLOCK_ETIMEDOUT);
+  for (int i = 0; i < n; i++)
+    ASSERT_EQ(lu_hlen(cg_node(g, node[i]), order[i]), 1);
+  /* Reentrant, on every master. */
+  ASSERT_DLOCK_OK(dlock_trylock_as(m, me, 0, 60000));
+  for (int i = 0; i < n; i++)
+    ASSERT_EQ(lu_hget_num(cg_node(g, node[i]), order[i], field), 2);
+  ASSERT_DLOCK_OK(dlock_unlock_as(m, me));
+  ASSERT_DLOCK_OK(dlock_unlock_as(m, me));
+  for (int i = 0; i < n; i++)
+    ASSERT_EQ(lu_exists(cg_node(g, node[i]), order[i]), 0);
+  ASSERT_DLOCK_OK(dlock_trylock(m2, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(m2));
+
+  /* The last part's slot moves to the held-up master while the MultiLock
+   * is held (a migration's three steps: while the keys move, a lock
+   * script on a slot in migration waits for its end, whatever sends it).
+   * The release sent where the slot was meets MOVED, and so does the other
+   * client's acquisition later: those parts are sent again through the
+   * routing, which follows the redirection. */
+  int last = n - 1, from = node[last], to = slow;
+  int slot = dlock__key_slot(order[last], strlen(order[last]));
+  ASSERT_DLOCK_OK(dlock_trylock_as(m, me, 0, 60000));
+  ASSERT_EQ(cg_migrate_begin(g, slot, from, to), 0);
+  ASSERT_EQ(cg_migrate_keys(g, slot, from, to), 0);
+  ASSERT_EQ(cg_migrate_end(g, slot, to), 0);
+  ASSERT_EQ(lu_hget_num(cg_node(g, to), order[last], field), 1);
+  ASSERT_DLOCK_OK(dlock_unlock_as(m, me));
+  node[last] = to;
+  for (int i = 0; i < n; i++)
+    ASSERT_EQ(lu_exists(cg_node(g, node[i]), order[i]), 0);
+  uint64_t other = dlock_owner_new();
+  char field2[256];
+  lu_field(field2, sizeof(field2), c2, other);
+  ASSERT_DLOCK_OK(dlock_trylock_as(m2, other, 0, 30000));
+  for (int i = 0; i < n; i++)
+    ASSERT_EQ(lu_hget_num(cg_node(g, node[i]), order[i], field2), 1);
+  ASSERT_DLOCK_OK(dlock_unlock_as(m2, other));
+  for (int i = 0; i < n; i++)
+    ASSERT_EQ(lu_exists(cg_node(g, node[i]), order[i]), 0);
+  dlock_free(m);
+  dlock_free(m2);
+  for (int i = 0; i < n; i++) {
+    dlock_free(h[i]);
+    dlock_free(h2[i]);
+  }
+  dlock_client_close(c);
+  dlock_client_close(c2);
+  cg_free(g);
+}
+
+
 /* A waiter of every kind (plain, fair, read-write, semaphore) on each
  * name of 'names' (one per master, 'owner' its node): 'b' waits for what
  * 'a' holds, 'await' returns once the waiter listens for the release

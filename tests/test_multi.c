@@ -1,7 +1,9 @@
 /*
  * MultiLock (dlock_get_multi): all of several locks or none, on one server
  * with three names and on three servers with three clients; no deadlock
- * for overlapping sets taken in opposite orders; reentrancy; watchdog.
+ * for overlapping sets taken in opposite orders; reentrancy; watchdog; the
+ * parts of one attempt and of one release sent at once (seen at a proxy
+ * that holds the requests back); exclusion across processes.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -10,8 +12,10 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "harness/tcp_proxy.h"
 #include "lock_util.h"
 
 enum { N = 3 };
@@ -419,5 +423,306 @@ TEST(mixed_kinds) {
   dlock_free(spin);
   dlock_client_close(c1);
   dlock_client_close(c2);
+  rp_free(s);
+}
+
+/* ---- parts sent at once -------------------------------------------------- */
+
+enum { WIDE = 8 };
+
+typedef struct wide {
+  rp_server_t *s;
+  tp_proxy_t *px;
+  dlock_client_t *c;
+  dlock_t *h[WIDE];
+  dlock_t *m;
+  char names[WIDE][32];
+} wide_t;
+
+/* Eight names on one server, reached through a proxy; the command timeout
+ * is long, as the proxy holds requests back for a while. */
+static void wide_init(wide_t *w, const char *prefix) {
+  memset(w, 0, sizeof(*w));
+  w->s = lu_server(0);
+  w->px = tp_start(rp_port(w->s));
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = tp_url(w->px);
+  o.command_timeout_ms = 60000;
+  w->c = lu_client_opts(&o);
+  for (int i = 0; i < WIDE; i++) {
+    snprintf(w->names[i], sizeof(w->names[i]), "%s:%d", prefix, i);
+    w->h[i] = lu_get(w->c, w->names[i]);
+  }
+  ASSERT_DLOCK_OK(dlock_get_multi(w->h, WIDE, &w->m));
+}
+
+static void wide_free(wide_t *w) {
+  dlock_free(w->m);
+  for (int i = 0; i < WIDE; i++)
+    dlock_free(w->h[i]);
+  dlock_client_close(w->c);
+  tp_free(w->px);
+  rp_free(w->s);
+}
+
+typedef struct wide_call {
+  dlock_t *m;
+  int unlock; /* 0: dlock_trylock(m, 0, 60000), 1: dlock_unlock */
+  uint64_t owner;
+  atomic_int done;
+  int rc;
+} wide_call_t;
+
+static void *wide_call_main(void *p) {
+  wide_call_t *a = p;
+  a->rc = a->unlock ? dlock_unlock_as(a->m, a->owner)
+                    : dlock_trylock_as(a->m, a->owner, 0, 60000);
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+/*
+ * Runs one call on the MultiLock while the proxy holds every request back,
+ * and returns how many script calls the client put on the wire before any
+ * reply could come: all of the parts' when they are sent at once, one when
+ * they go one after the other. Waits (generously) for 'want' of them, then
+ * lets them through and checks the call's result ('expect').
+ */
+static int held_back_calls(wide_t *w, int unlock, uint64_t owner, int want,
+                           int expect) {
+  wide_call_t a = {w->m, unlock, owner, 0, 0};
+  atomic_init(&a.done, 0);
+  tp_hold(w->px, 1);
+  pthread_t th;
+  ASSERT_EQ(pthread_create(&th, NULL, wide_call_main, &a), 0);
+  int seen = 0;
+  for (int64_t t0 = lu_now_ms(); lu_now_ms() - t0 < 15000; lu_sleep_ms(5))
+    if ((seen = tp_count_to_server(w->px, "EVALSHA")) >= want)
+      break;
+  /* Nothing reached the server, so the caller still waits. */
+  ASSERT_EQ(atomic_load(&a.done), 0);
+  tp_hold(w->px, 0);
+  ASSERT_EQ(pthread_join(th, NULL), 0);
+  ASSERT_EQ(a.rc, expect);
+  return seen;
+}
+
+/* The eight acquisition scripts of one attempt, and the eight release
+ * scripts of one unlock, all travel before the first reply: one round
+ * trip each instead of eight. So does a reentrant acquisition. The server
+ * ran each script once per part (no part was sent twice). */
+TEST(parts_sent_at_once_one_server) {
+  wide_t w;
+  wide_init(&w, "mu:wide");
+  uint64_t me = dlock_owner_new();
+  /* The scripts are loaded by the first use (EVAL after NOSCRIPT). */
+  ASSERT_DLOCK_OK(dlock_trylock_as(w.m, me, 0, 60000));
+  ASSERT_DLOCK_OK(dlock_unlock_as(w.m, me));
+
+  int64_t calls0 = lu_cmd_calls(w.s, "evalsha");
+  ASSERT_EQ(held_back_calls(&w, 0, me, WIDE, 0), WIDE);
+  ASSERT_EQ(lu_cmd_calls(w.s, "evalsha") - calls0, WIDE);
+  char field[256];
+  lu_field(field, sizeof(field), w.c, me);
+  for (int i = 0; i < WIDE; i++)
+    ASSERT_EQ(lu_hget_num(w.s, w.names[i], field), 1);
+  ASSERT_EQ(dlock_is_held_as(w.m, me), 1);
+
+  /* Reentrant: the eight again at once, each count now 2. */
+  ASSERT_EQ(held_back_calls(&w, 0, me, WIDE, 0), WIDE);
+  for (int i = 0; i < WIDE; i++)
+    ASSERT_EQ(lu_hget_num(w.s, w.names[i], field), 2);
+
+  /* Two unlocks, each sending the eight releases at once. */
+  ASSERT_EQ(held_back_calls(&w, 1, me, WIDE, 0), WIDE);
+  for (int i = 0; i < WIDE; i++)
+    ASSERT_EQ(lu_hget_num(w.s, w.names[i], field), 1);
+  int64_t calls1 = lu_cmd_calls(w.s, "evalsha");
+  ASSERT_EQ(held_back_calls(&w, 1, me, WIDE, 0), WIDE);
+  ASSERT_EQ(lu_cmd_calls(w.s, "evalsha") - calls1, WIDE);
+  for (int i = 0; i < WIDE; i++)
+    ASSERT_EQ(lu_exists(w.s, w.names[i]), 0);
+  ASSERT_DLOCK_ERR(dlock_unlock_as(w.m, me), DLOCK_ENOTHELD);
+  wide_free(&w);
+}
+
+/* One part taken by another owner: the attempt still sends all eight at
+ * once (where parts taken one after the other would stop at the taken
+ * one), and gives back the seven it got, leaving nothing behind. */
+TEST(parts_sent_at_once_busy_part_gives_back) {
+  wide_t w;
+  wide_init(&w, "mu:wbusy");
+  uint64_t me = dlock_owner_new(), other = dlock_owner_new();
+  ASSERT_DLOCK_OK(dlock_trylock_as(w.m, me, 0, 60000));
+  ASSERT_DLOCK_OK(dlock_unlock_as(w.m, me));
+  ASSERT_DLOCK_OK(dlock_trylock_as(w.h[5], other, 0, 60000));
+  ASSERT_DLOCK_ERR(dlock_trylock_as(w.m, me, 0, 60000), DLOCK_ETIMEDOUT);
+  ASSERT_NOT_NULL(strstr(dlock_last_error(), w.names[5]));
+  ASSERT_EQ(held_back_calls(&w, 0, me, WIDE, DLOCK_ETIMEDOUT), WIDE);
+  for (int i = 0; i < WIDE; i++)
+    ASSERT_EQ(lu_exists(w.s, w.names[i]), i == 5);
+  ASSERT_EQ(dlock_is_held_as(w.m, me), 0);
+  /* With a wait, it is taken once the other owner lets go. */
+  ASSERT_DLOCK_OK(dlock_unlock_as(w.h[5], other));
+  ASSERT_DLOCK_OK(dlock_trylock_as(w.m, me, 5000, 60000));
+  ASSERT_DLOCK_OK(dlock_unlock_as(w.m, me));
+  for (int i = 0; i < WIDE; i++)
+    ASSERT_EQ(lu_exists(w.s, w.names[i]), 0);
+  wide_free(&w);
+}
+
+/* ---- exclusion across processes ------------------------------------------ */
+
+/* In a forked child: its own client, a MultiLock over the eight names in
+ * an order of its own (rotated by 'k'), taken twice (reentrant) and
+ * released twice 'iter' times, checking that nobody else is inside.
+ * Exit status 0, or a small code telling what failed. */
+static int multi_child(const rp_server_t *s, int k, int iter) {
+  dlock_options_t o;
+  lu_options(&o, s);
+  dlock_client_t *c = NULL;
+  if (dlock_client_open(&o, &c) != 0)
+    return 10;
+  dlock_t *h[WIDE], *m = NULL;
+  for (int i = 0; i < WIDE; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "mu:xp:%d", (i + k) % WIDE);
+    if (dlock_get(c, name, &h[i]) != 0)
+      return 11;
+  }
+  if (dlock_get_multi(h, WIDE, &m) != 0)
+    return 11;
+  redisContext *r = lu_connect(s);
+  if (r == NULL)
+    return 12;
+  int code = 0;
+  for (int i = 0; i < iter && code == 0; i++) {
+    int rc = dlock_lock(m, i % 2 ? DLOCK_WATCHDOG : 20000);
+    if (rc == 0)
+      rc = dlock_trylock(m, 0, 20000);
+    if (rc != 0) {
+      fprintf(stderr, "child lock: %s %s\n", dlock_err_name(rc),
+              dlock_last_error());
+      code = 13;
+      break;
+    }
+    if (dlock_hold_count(h[3]) != 2)
+      code = 17;
+    /* Inside: a marker nobody else may have set, and a counter. */
+    redisReply *x = redisCommand(r, "SET mu:xp:inside %d NX", k);
+    if (x == NULL || x->type != REDIS_REPLY_STATUS)
+      code = 14;
+    if (x)
+      freeReplyObject(x);
+    x = redisCommand(r, "INCR mu:xp:counter");
+    if (x)
+      freeReplyObject(x);
+    x = redisCommand(r, "DEL mu:xp:inside");
+    if (x)
+      freeReplyObject(x);
+    if ((rc = dlock_unlock(m)) == 0 && dlock_hold_count(h[0]) != 1)
+      code = 18;
+    if (rc == 0)
+      rc = dlock_unlock(m);
+    if (rc != 0) {
+      fprintf(stderr, "child unlock: %s %s\n", dlock_err_name(rc),
+              dlock_last_error());
+      code = 15;
+    }
+  }
+  redisFree(r);
+  dlock_free(m);
+  for (int i = 0; i < WIDE; i++)
+    dlock_free(h[i]);
+  dlock_client_close(c);
+  return code;
+}
+
+TEST(parallel_parts_exclusion_across_processes) {
+  enum { PROCS = 3, ITER = 100 };
+  rp_server_t *s = lu_server(0);
+  pid_t pids[PROCS];
+  for (int i = 0; i < PROCS; i++) {
+    pid_t p = fork();
+    ASSERT_GE(p, 0);
+    if (p == 0)
+      _exit(multi_child(s, i * 3, ITER));
+    pids[i] = p;
+  }
+  int64_t t0 = lu_now_ms();
+  for (int i = 0; i < PROCS; i++) {
+    int st = 0;
+    ASSERT_EQ(waitpid(pids[i], &st, 0), pids[i]);
+    ASSERT(WIFEXITED(st));
+    ASSERT_EQ(WEXITSTATUS(st), 0);
+  }
+  printf("%d processes x %d reentrant MultiLocks of %d: %" PRId64 " ms\n",
+         PROCS, ITER, WIDE, lu_now_ms() - t0);
+  ASSERT_EQ(lu_get_num_n(s, "mu:xp:counter", 13), PROCS * ITER);
+  for (int i = 0; i < WIDE; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "mu:xp:%d", i);
+    ASSERT_EQ(lu_exists(s, name), 0);
+  }
+  rp_free(s);
+}
+
+/* A name given twice (the same handle, or two handles of one client on one
+ * name) is taken twice, reentrantly, and released twice: its hold count in
+ * Redis is 2 while held, as the client counts. */
+TEST(repeated_part_counts_twice) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *a = lu_get(c, "mu:rep:a"), *b = lu_get(c, "mu:rep:b");
+  dlock_t *a2 = lu_get(c, "mu:rep:a");
+  dlock_t *set[4] = {a, b, a, a2}, *m = NULL;
+  ASSERT_DLOCK_OK(dlock_get_multi(set, 4, &m));
+  char field[256];
+  lu_field(field, sizeof(field), c, dlock_self());
+  for (int round = 0; round < 2; round++) {
+    ASSERT_DLOCK_OK(dlock_lock(m, 30000));
+    ASSERT_EQ(lu_hget_num(s, "mu:rep:a", field), 3);
+    ASSERT_EQ(lu_hget_num(s, "mu:rep:b", field), 1);
+    ASSERT_EQ(dlock_hold_count(a), 3);
+    ASSERT_DLOCK_OK(dlock_unlock(m));
+    ASSERT_EQ(lu_exists(s, "mu:rep:a"), 0);
+    ASSERT_EQ(lu_exists(s, "mu:rep:b"), 0);
+  }
+  dlock_free(m);
+  dlock_free(a);
+  dlock_free(a2);
+  dlock_free(b);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+/* The unlock latches of releases sent at once are deleted by later calls,
+ * as a single lock's are: many lock+unlock rounds leave no more of them
+ * than the last round wrote. */
+TEST(parts_sent_at_once_latches_deleted) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *h[WIDE], *m = NULL;
+  for (int i = 0; i < WIDE; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "mu:latch:%d", i);
+    h[i] = lu_get(c, name);
+  }
+  ASSERT_DLOCK_OK(dlock_get_multi(h, WIDE, &m));
+  for (int round = 0; round < 30; round++) {
+    ASSERT_DLOCK_OK(dlock_lock(m, 30000));
+    ASSERT_DLOCK_OK(dlock_unlock(m));
+  }
+  redisReply *r = rp_cmd(s, "KEYS redisson_unlock_latch:*");
+  ASSERT_NOT_NULL(r);
+  printf("latches left after 30 rounds of %d parts: %zu\n", (int)WIDE,
+         r->elements);
+  ASSERT_LE(r->elements, (size_t)WIDE);
+  freeReplyObject(r);
+  dlock_free(m);
+  for (int i = 0; i < WIDE; i++)
+    dlock_free(h[i]);
+  dlock_client_close(c);
   rp_free(s);
 }

@@ -190,6 +190,97 @@ TEST(replica_sync_redlock_parts_wait_for_replicas) {
   rp_free(m);
 }
 
+/*
+ * A MultiLock of eight parts on a master with a replica: one attempt sends
+ * the eight scripts and a single WAIT after them, in one pipeline, as does
+ * the release. With the replica stopped the attempt fails with
+ * DLOCK_ENOSYNC and leaves no part behind, its eight grants given back
+ * together (one more WAIT), not one after the other.
+ */
+TEST(replica_sync_multilock_one_wait_per_attempt) {
+  enum { PARTS = 8 };
+  rp_server_t *m, *r;
+  pair(&m, &r);
+  /* A fixed count: no INFO read now and then changes what is counted; a
+   * sync timeout that a loaded machine's replica keeps well within. */
+  dlock_client_t *c = client_of(m, 1, 1, 3000);
+  dlock_t *h[PARTS], *ml = NULL;
+  char names[PARTS][16];
+  for (int i = 0; i < PARTS; i++) {
+    snprintf(names[i], sizeof(names[i]), "rs:m%d", i);
+    h[i] = lu_get(c, names[i]);
+  }
+  ASSERT_DLOCK_OK(dlock_get_multi(h, PARTS, &ml));
+  /* The scripts are loaded by the first use (EVAL after NOSCRIPT). */
+  ASSERT_DLOCK_OK(dlock_trylock(ml, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(ml));
+
+  int64_t waits = lu_cmd_calls(m, "wait"), evals = lu_cmd_calls(m, "evalsha");
+  ASSERT_DLOCK_OK(dlock_trylock(ml, 0, 30000));
+  ASSERT_EQ(lu_cmd_calls(m, "wait") - waits, 1);
+  ASSERT_EQ(lu_cmd_calls(m, "evalsha") - evals, PARTS);
+  for (int i = 0; i < PARTS; i++)
+    ASSERT_EQ(lu_exists(r, names[i]), 1);
+  waits = lu_cmd_calls(m, "wait");
+  ASSERT_DLOCK_OK(dlock_unlock(ml));
+  ASSERT_EQ(lu_cmd_calls(m, "wait") - waits, 1);
+  for (int i = 0; i < PARTS; i++)
+    ASSERT_EQ(lu_exists(m, names[i]), 0);
+
+  ASSERT_EQ(rp_pause(r), 0);
+  waits = lu_cmd_calls(m, "wait");
+  int64_t t0 = lu_now_ms();
+  int rc = dlock_trylock(ml, 0, 30000);
+  printf("replica stopped: %s after %" PRId64 " ms: %s\n", dlock_err_name(rc),
+         lu_now_ms() - t0, dlock_last_error());
+  ASSERT_EQ(rc, DLOCK_ENOSYNC);
+  ASSERT_EQ(lu_cmd_calls(m, "wait") - waits, 2);
+  for (int i = 0; i < PARTS; i++) {
+    ASSERT_EQ(lu_exists(m, names[i]), 0);
+    ASSERT_EQ(dlock_is_held(h[i]), 0);
+  }
+  ASSERT_EQ(dlock_is_held(ml), 0);
+  ASSERT_EQ(rp_resume(r), 0);
+  int64_t until = lu_now_ms() + 10000;
+  while ((rc = dlock_trylock(ml, 0, 30000)) == DLOCK_ENOSYNC &&
+         lu_now_ms() < until)
+    lu_sleep_ms(50);
+  ASSERT_DLOCK_OK(rc);
+  ASSERT_DLOCK_OK(dlock_unlock(ml));
+
+  /* The count read from the master's INFO (replica_sync_replicas 0): once
+   * it is due to be read again, the INFO rides after the WAIT, and the
+   * parts still go at once. The test's own INFO commandstats counts
+   * itself in the second reading. */
+  dlock_client_t *c2 = client_of(m, 1, 0, 3000);
+  dlock_t *h2[PARTS], *ml2 = NULL;
+  for (int i = 0; i < PARTS; i++)
+    h2[i] = lu_get(c2, names[i]);
+  ASSERT_DLOCK_OK(dlock_get_multi(h2, PARTS, &ml2));
+  ASSERT_DLOCK_OK(dlock_trylock(ml2, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(ml2));
+  lu_sleep_ms(1100);
+  waits = lu_cmd_calls(m, "wait");
+  int64_t infos = lu_cmd_calls(m, "info");
+  ASSERT_DLOCK_OK(dlock_trylock(ml2, 0, 30000));
+  ASSERT_EQ(lu_cmd_calls(m, "info") - infos, 2);
+  ASSERT_EQ(lu_cmd_calls(m, "wait") - waits, 1);
+  for (int i = 0; i < PARTS; i++)
+    ASSERT_EQ(lu_exists(r, names[i]), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(ml2));
+  dlock_free(ml2);
+  for (int i = 0; i < PARTS; i++)
+    dlock_free(h2[i]);
+  dlock_client_close(c2);
+
+  dlock_free(ml);
+  for (int i = 0; i < PARTS; i++)
+    dlock_free(h[i]);
+  dlock_client_close(c);
+  rp_free(r);
+  rp_free(m);
+}
+
 /* Resumes a paused server after a while (a server is restarted from the
  * main thread only: see redis_proc.h on PR_SET_PDEATHSIG). */
 typedef struct later {

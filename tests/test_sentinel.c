@@ -93,6 +93,52 @@ TEST(sentinel_discovers_the_master) {
 }
 
 /*
+ * Through Sentinel with replica sync, a MultiLock of eight parts sends the
+ * eight scripts and one WAIT after them in one pipeline, once the scripts
+ * are loaded, also when the master's count of replicas is due to be read
+ * again (its INFO rides after the WAIT: the pause before the third round);
+ * and every part is on both replicas when it returns.
+ */
+TEST(sentinel_multilock_one_wait_per_attempt) {
+  enum { PARTS = 8 };
+  sg_group_t *g = group();
+  dlock_client_t *c = sentinel_client(g, 1, NULL);
+  dlock_t *h[PARTS], *m = NULL;
+  char names[PARTS][16];
+  for (int i = 0; i < PARTS; i++) {
+    snprintf(names[i], sizeof(names[i]), "sent:m%d", i);
+    h[i] = lu_get(c, names[i]);
+  }
+  ASSERT_DLOCK_OK(dlock_get_multi(h, PARTS, &m));
+  int mi = sg_master_index(g);
+  ASSERT_GE(mi, 0);
+  rp_server_t *master = sg_node(g, mi);
+  for (int round = 0; round < 4; round++) {
+    if (round == 2)
+      lu_sleep_ms(1100);
+    int64_t waits = lu_cmd_calls(master, "wait");
+    ASSERT_DLOCK_OK(dlock_lock(m, 30000));
+    int64_t took = lu_cmd_calls(master, "wait") - waits;
+    printf("round %d: %" PRId64 " WAITs for %d parts\n", round, took,
+           (int)PARTS);
+    /* The first round loads the scripts, one part after the other. */
+    if (round > 0)
+      ASSERT_EQ(took, 1);
+    for (int i = 0; i < sg_nnodes(g); i++)
+      for (int k = 0; k < PARTS; k++)
+        ASSERT_EQ(node_has(g, i, names[k]), 1);
+    ASSERT_DLOCK_OK(dlock_unlock(m));
+    for (int k = 0; k < PARTS; k++)
+      ASSERT_EQ(node_has(g, mi, names[k]), 0);
+  }
+  dlock_free(m);
+  for (int i = 0; i < PARTS; i++)
+    dlock_free(h[i]);
+  dlock_client_close(c);
+  sg_free(g);
+}
+
+/*
  * A Sentinel that names a replica as the master (stale, or lying: a fake
  * here, first in the URL) is not believed: ROLE on the address says
  * "slave", and the next Sentinel is asked. Without the ROLE check the

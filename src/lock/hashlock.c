@@ -54,13 +54,7 @@ void dlock__done_latches_clear(dlock_client_t *c) {
   c->done.n = 0;
 }
 
-/* A script call with the client's done latches added after its keys. */
-typedef struct latch_call {
-  dlock__done_latches taken;
-  const char *argv[48];
-  size_t lens[48];
-  dlock__eval call;
-} latch_call;
+typedef dlock__latch_call latch_call;
 
 static const dlock__eval *
 with_done_latches(dlock_client_t *c, const dlock__eval *call, latch_call *lc) {
@@ -113,6 +107,18 @@ static void latch_call_end(latch_call *lc) {
   for (int i = 0; i < lc->taken.n; i++)
     dlock__free(lc->taken.key[i]);
   lc->taken.n = 0;
+}
+
+const dlock__eval *dlock__with_done_latches(dlock_client_t *c,
+                                            const dlock__eval *call,
+                                            dlock__latch_call *lc) {
+  return with_done_latches(c, call, lc);
+}
+
+void dlock__latch_call_end(dlock__latch_call *lc) { latch_call_end(lc); }
+
+void dlock__latch_done(dlock_client_t *c, char *key, size_t len) {
+  latch_done(c, key, len);
 }
 
 int64_t dlock__believed_count(dlock_t *l, uint64_t owner) {

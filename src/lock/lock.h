@@ -212,6 +212,27 @@ void dlock__release_failed(dlock_t *l, uint64_t owner);
 /* Lock-free frees of 'r' after a failed begin (safe to call always). */
 void dlock__release_end(dlock__release *r);
 
+/* A script call with the client's done unlock latches (see hashlock.c)
+ * added after its keys, so that the script deletes them: those of the
+ * call's slot on a cluster, all of them on one server. */
+typedef struct dlock__latch_call {
+  dlock__done_latches taken;
+  const char *argv[48];
+  size_t lens[48];
+  dlock__eval call;
+} dlock__latch_call;
+
+/* 'call' itself, or the same call with the latches in 'lc'; pair with
+ * dlock__latch_call_end once the call is answered or given up. */
+const dlock__eval *dlock__with_done_latches(dlock_client_t *c,
+                                            const dlock__eval *call,
+                                            dlock__latch_call *lc);
+void dlock__latch_call_end(dlock__latch_call *lc);
+
+/* Takes the latch of a release answered on its first and only send (its
+ * name, allocated), for a later script to delete. */
+void dlock__latch_done(dlock_client_t *c, char *key, size_t len);
+
 /* Room for one script call's arguments, owned by the caller's stack. */
 typedef struct dlock__call_args {
   char field[DLOCK__FIELD_MAX];

@@ -106,6 +106,10 @@ static void apply_info(dlock_client_t *c, const redisReply *r) {
   }
 }
 
+void dlock__sync_take_info(dlock_client_t *c, const redisReply *r) {
+  apply_info(c, r);
+}
+
 int dlock__sync_wanted(dlock_client_t *c) {
   dlock__sync *s = &c->sync;
   if (!s->on)

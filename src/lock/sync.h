@@ -107,6 +107,11 @@ int dlock__sync_fail(const dlock_client_t *c, const dlock__synced *s,
  * are not known: >= 0, or a negative code when Redis does not answer. */
 int dlock__sync_wanted(dlock_client_t *c);
 
+/* Takes the replicas in step (and through Sentinel the master's own count)
+ * from the reply of an INFO replication that rode after a write of a
+ * client on one server, as the writes here do once a second. */
+void dlock__sync_take_info(dlock_client_t *c, const redisReply *r);
+
 /* Counts the replicas in step in the text of INFO replication ('len'
  * bytes): -1 when it is not a master's. For tests too. */
 int dlock__sync_count_info(const char *text, size_t len);

@@ -323,3 +323,17 @@ int tp_accepted(tp_proxy_t *px) {
   pthread_mutex_unlock(&px->mu);
   return n;
 }
+
+int tp_count_to_server(tp_proxy_t *px, const char *needle) {
+  size_t nl = strlen(needle);
+  int n = 0;
+  pthread_mutex_lock(&px->mu);
+  for (pair *p = px->pairs; p != NULL; p = p->next) {
+    const dir *d = &p->out[0];
+    for (size_t i = 0; nl > 0 && i + nl <= d->len; i++)
+      if (memcmp(d->buf + i, needle, nl) == 0)
+        n++;
+  }
+  pthread_mutex_unlock(&px->mu);
+  return n;
+}

@@ -50,4 +50,9 @@ void tp_close_all(tp_proxy_t *px);
 /* Connections accepted so far. */
 int tp_accepted(tp_proxy_t *px);
 
+/* How many times 'needle' occurs in the bytes the clients sent that the
+ * proxy has not passed on to the server yet (held, or trickling): with
+ * tp_hold, what a client put on the wire before any reply could come. */
+int tp_count_to_server(tp_proxy_t *px, const char *needle);
+
 #endif
