@@ -911,11 +911,16 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
   dlock__pending *pend = dlock__calloc(n, sizeof(*pend));
   dlock__sync_call *sc = dlock__calloc(n, sizeof(*sc));
   unsigned char *awaited = dlock__calloc(n, 1);
-  if (args == NULL || pend == NULL || sc == NULL || awaited == NULL) {
+  dlock__latch_call *lc = dlock__calloc(n, sizeof(*lc));
+  const dlock__eval **sent = dlock__calloc(n, sizeof(*sent));
+  if (args == NULL || pend == NULL || sc == NULL || awaited == NULL ||
+      lc == NULL || sent == NULL) {
     dlock__free(args);
     dlock__free(pend);
     dlock__free(sc);
     dlock__free(awaited);
+    dlock__free(lc);
+    dlock__free((void *)sent);
     for (size_t i = 0; i < n; i++)
       state[i] = DLOCK_ENOMEM;
     return 0;
@@ -939,11 +944,13 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
     /* A node not connected yet starts connecting here and the others go
      * on at once: every connect runs at the same time. */
     dlock__reentrant_acquire_call(l->subs[i], owner, lease_ms, &args[i]);
+    /* The node's done unlock latches ride along and are deleted. */
+    sent[i] = dlock__with_done_latches(l->subs[i]->c, &args[i].call, &lc[i]);
     /* With replica sync, WAIT rides after the script, as on the serial
      * path: a part that the node's replicas did not acknowledge is given
      * back and does not count towards the quorum. */
     state[i] =
-        dlock__eval_send_synced(l->subs[i]->c, &args[i].call, &pend[i], &sc[i]);
+        dlock__eval_send_synced(l->subs[i]->c, sent[i], &pend[i], &sc[i]);
     if (state[i] != 0)
       continue;
     awaited[i] = 1;
@@ -985,8 +992,8 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
         until = INT64_MAX;
       redisReply *reply;
       dlock__synced sy;
-      int rc = dlock__eval_wait_synced_until(sub->c, &args[i].call, &pend[i],
-                                             &sc[i], &reply, until, &sy);
+      int rc = dlock__eval_wait_synced_until(sub->c, sent[i], &pend[i], &sc[i],
+                                             &reply, until, &sy);
       if (rc == DLOCK__CONN_AGAIN)
         continue;
       awaited[i] = 0;
@@ -1002,10 +1009,15 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
         *ttl_ms = busy.ttl_ms;
     }
   }
+  for (size_t i = 0; i < n; i++)
+    if (sent[i] != NULL)
+      dlock__latch_call_end(&lc[i]);
   dlock__free(args);
   dlock__free(pend);
   dlock__free(sc);
   dlock__free(awaited);
+  dlock__free(lc);
+  dlock__free((void *)sent);
   return answered;
 }
 
@@ -1059,6 +1071,13 @@ static void red_release_all(dlock_t *l, uint64_t owner,
       state[i] =
           dlock__eval_wait(sub->c->conn, &args[i].call, &pend[i], &reply, 0);
       if (state[i] == 0) {
+        /* Answered, and sent once: no copy of it can run any more, so its
+         * latch goes with a later call of that node's client, as a single
+         * lock's does (hashlock.c), rather than stay for its lifetime. */
+        if (rel[i].latch != NULL) {
+          dlock__latch_done(sub->c, rel[i].latch, rel[i].latch_len);
+          rel[i].latch = NULL;
+        }
         state[i] = dlock__finish_release(sub, owner, reply, &rel[i]);
       } else {
         dlock__release_failed(sub, owner);
