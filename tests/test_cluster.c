@@ -869,7 +869,6 @@ TEST(cluster_multilock_parts_in_parallel) {
   cg_free(g);
 }
 
-
 /* A waiter of every kind (plain, fair, read-write, semaphore) on each
  * name of 'names' (one per master, 'owner' its node): 'b' waits for what
  * 'a' holds, 'await' returns once the waiter listens for the release
@@ -1346,3 +1345,78 @@ TEST(cluster_cli) {
   cg_free(g);
 }
 #endif
+
+typedef struct try_call {
+  dlock_t *l;
+  int rc;
+  int64_t done_ms;
+  char err[256];
+} try_call_t;
+
+static void *try_call_main(void *p) {
+  try_call_t *t = p;
+  t->rc = dlock_trylock(t->l, 0, 30000);
+  t->done_ms = lu_now_ms();
+  snprintf(t->err, sizeof(t->err), "%s", t->rc < 0 ? dlock_last_error() : "");
+  return NULL;
+}
+
+/*
+ * TRYAGAIN is retried until the caller's deadline, however many times it
+ * comes. While a slot migrates with the lock's key still on its source and
+ * its fencing counter already moved, the acquisition script (which names
+ * both) meets TRYAGAIN on the source for as long as that lasts; here 2 s,
+ * after which the migration ends and the attempt finds the lock held.
+ * Before, TRYAGAIN counted as a redirection and the call failed with
+ * DLOCK_EIO after 16 of them, about a second in.
+ */
+TEST(cluster_tryagain_retried_until_the_deadline) {
+  cg_group_t *g = cluster();
+  const char *name = "tryagain";
+  char token[64];
+  snprintf(token, sizeof(token), "redisson_lock_token:{%s}", name);
+  int slot = dlock__key_slot(name, strlen(name));
+  int from = cg_master_of_slot(g, 0, slot), to = -1;
+  int masters[6], nm = cg_masters(g, masters);
+  for (int k = 0; k < nm && to < 0; k++)
+    if (masters[k] != from)
+      to = masters[k];
+  ASSERT_GE(from, 0);
+  ASSERT_GE(to, 0);
+  dlock_client_t *a = cluster_client(g, 30000), *b = cluster_client(g, 30000);
+  dlock_t *ha = lu_get(a, name), *hb = lu_get(b, name);
+  ASSERT_DLOCK_OK(dlock_lock(ha, 30000));
+  ASSERT_EQ(lu_exists(cg_node(g, from), token), 1);
+  /* The counter goes ahead of the lock's key. */
+  ASSERT_EQ(cg_migrate_begin(g, slot, from, to), 0);
+  char port[16];
+  snprintf(port, sizeof(port), "%d", rp_port(cg_node(g, to)));
+  redisReply *r =
+      rp_cmd(cg_node(g, from), "MIGRATE 127.0.0.1 %s %s 0 5000", port, token);
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->type, REDIS_REPLY_STATUS);
+  freeReplyObject(r);
+  try_call_t t = {hb, 0, 0, ""};
+  pthread_t th;
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(pthread_create(&th, NULL, try_call_main, &t), 0);
+  lu_sleep_ms(2000);
+  int64_t ended = lu_now_ms();
+  ASSERT_EQ(cg_migrate_keys(g, slot, from, to), 0);
+  ASSERT_EQ(cg_migrate_end(g, slot, to), 0);
+  pthread_join(th, NULL);
+  printf("attempt: %s %s after %" PRId64 " ms (migration ended at %" PRId64
+         " ms)\n",
+         t.rc < 0 ? dlock_err_name(t.rc) : "granted", t.err, t.done_ms - t0,
+         ended - t0);
+  /* Held by 'a': refused as busy, answered after the migration ended. */
+  ASSERT_EQ(t.rc, DLOCK_ETIMEDOUT);
+  ASSERT(strstr(t.err, "held by another owner") != NULL);
+  ASSERT_GE(t.done_ms, ended);
+  ASSERT_DLOCK_OK(dlock_unlock(ha));
+  dlock_free(ha);
+  dlock_free(hb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  cg_free(g);
+}

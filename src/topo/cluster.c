@@ -688,14 +688,17 @@ int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
   }
   int sharded = atomic_load(&cl->sharded);
   int64_t wait_us = RETRY_FIRST_US;
-  for (int round = 0; rc == 0; round++) {
-    int left = 0, busy = 0;
+  /* Rounds that followed a MOVED or ASK; TRYAGAIN and CLUSTERDOWN are
+   * bounded by the deadline instead (back_off), however many they take. */
+  int redirected = 0;
+  while (rc == 0) {
+    int left = 0, busy = 0, moved = 0;
     const char *busy_why = "";
     for (size_t i = 0; i < n; i++)
       left += target[i] != -2;
     if (left == 0)
       break;
-    if (round > REDIRECTS_MAX) {
+    if (redirected > REDIRECTS_MAX) {
       rc = dlock__fail(DLOCK_EIO,
                        "cluster redirected a call more than %d "
                        "times",
@@ -771,11 +774,13 @@ int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
           } else {
             target[i] = to;
             ask[i] = kind == DLOCK__REDIRECT_ASK;
+            moved = 1;
           }
         }
         freeReplyObject(r);
       }
     }
+    redirected += moved;
     if (rc == 0 && busy) {
       rc = back_off(&wait_us, deadline_us, busy_why);
       for (size_t i = 0; rc == 0 && i < n; i++)
@@ -824,8 +829,10 @@ int dlock__cluster_call(dlock__cluster *cl, int slot, size_t n,
   int idx = owner_of(cl, slot, deadline_us, &rc);
   int with_ask = 0;
   int64_t wait_us = RETRY_FIRST_US;
-  for (int round = 0; rc == 0; round++) {
-    if (round > REDIRECTS_MAX)
+  /* As for script calls: only MOVED and ASK count. */
+  int redirected = 0;
+  while (rc == 0) {
+    if (redirected > REDIRECTS_MAX)
       return dlock__fail(DLOCK_EIO,
                          "cluster redirected a command more "
                          "than %d times",
@@ -875,6 +882,7 @@ int dlock__cluster_call(dlock__cluster *cl, int slot, size_t n,
         return 0; /* the caller reports the error reply */
       idx = to;
       with_ask = kind == DLOCK__REDIRECT_ASK;
+      redirected++;
     }
     for (size_t i = 0; i < n; i++) {
       freeReplyObject(replies[i]);
