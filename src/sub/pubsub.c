@@ -236,10 +236,11 @@ static void wake_one_locked(dlock__sub *s, uint64_t grant) {
 }
 
 /* Wakes up to 'n' waiters of 's' that are not awake already, first in
- * line first. */
+ * line first. A waiter reserved for a hand-over is skipped: it is told its
+ * own outcome, and the permits this message announces are for others. */
 static void wake_n_locked(dlock__sub *s, int64_t n) {
   for (dlock__waiter *w = s->head; w != NULL && n > 0; w = w->next)
-    if (!w->permit) {
+    if (!w->permit && !w->reserved) {
       wake_locked(w);
       n--;
     }
@@ -1336,7 +1337,9 @@ void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,
       s->yield_until_us = now + hold;
     }
     s->handover_run = 0;
-    if (outcome == DLOCK__RESOLVE_FAILED) {
+    if (outcome == DLOCK__RESOLVE_FAILED || w->permits > 0) {
+      /* A semaphore's waiter was skipped by the release's message
+       * (wake_n_locked): it tries, after its hold-back. */
       w->grant = 0;
       wake_locked(w);
     } else if (w->reading) {
