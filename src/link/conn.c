@@ -438,9 +438,6 @@ static void fail_all_locked(dlock__conn *c, int code, const char *why) {
     c->backoff_us = BACKOFF_MAX_US;
 }
 
-/* Fails the connection from a thread that may not be the driver: with a
- * driver polling the socket, the socket is only shut down (which wakes the
- * driver) and the driver closes it. */
 /* Wakes whoever polls the wake-up pipe: the driver, or a lookup through
  * the Sentinels. A full pipe already holds a wake-up, so a failed write
  * is fine. */
@@ -450,6 +447,9 @@ static void wake_pipe(dlock__conn *c) {
   (void)w;
 }
 
+/* Fails the connection from a thread that may not be the driver: with a
+ * driver polling the socket, the socket is only shut down (which wakes the
+ * driver) and the driver closes it. */
 static void break_locked(dlock__conn *c, int code, const char *why) {
   if (!c->driving) {
     fail_all_locked(c, code, why);
@@ -486,16 +486,6 @@ static int idle_connection_is_dead(dlock__conn *c) {
   return poll(&p, 1, 0) != 0;
 }
 
-/*
- * Makes sure there is a connection, starting one if needed. Called and
- * returns with 'mu' held, and never waits for the server: the connect and
- * its handshake are driven by whoever waits for replies (drive_locked),
- * as the socket becomes ready, while the commands queue behind them. So a
- * thread sending to several servers (a RedLock) starts every connect at
- * once, and a server that accepts but does not answer holds nobody but
- * the callers waiting for it, each until its own deadline, and a cancel
- * ends the wait at once.
- */
 /* A lookup through the Sentinels started at cancel count 'cancels' ends
  * when dlock__conn_cancel is called meanwhile (it writes to the wake-up
  * pipe, which the lookup watches). */
@@ -512,6 +502,16 @@ static int lookup_canceled(void *arg) {
   return canceled;
 }
 
+/*
+ * Makes sure there is a connection, starting one if needed. Called and
+ * returns with 'mu' held, and never waits for the server: the connect and
+ * its handshake are driven by whoever waits for replies (drive_locked),
+ * as the socket becomes ready, while the commands queue behind them. So a
+ * thread sending to several servers (a RedLock) starts every connect at
+ * once, and a server that accepts but does not answer holds nobody but
+ * the callers waiting for it, each until its own deadline, and a cancel
+ * ends the wait at once.
+ */
 static int link_locked(dlock__conn *c, int64_t deadline_us) {
   unsigned cancels = c->cancels;
   /* Another thread is finding this server outside 'mu' (resolving its host
