@@ -954,6 +954,62 @@ static void wake_every_kind(cg_group_t *g, dlock_client_t *a, dlock_client_t *b,
   }
 }
 
+/* A raw connection to node 'node' that subscribes to the lock's channel
+ * with 'subscribe' (SUBSCRIBE or SSUBSCRIBE) hears dlock's unlock of 'h'
+ * (lock 'name') as 'kind' (message or smessage) with the payload 0. */
+static void raw_hears_unlock(cg_group_t *g, int node, dlock_t *h,
+                             const char *name, const char *subscribe,
+                             const char *kind) {
+  char chan[128];
+  lu_channel(chan, sizeof(chan), name, strlen(name));
+  redisContext *raw = lu_connect(cg_node(g, node));
+  ASSERT_NOT_NULL(raw);
+  redisReply *rr = redisCommand(raw, "%s %s", subscribe, chan);
+  ASSERT_NOT_NULL(rr);
+  ASSERT_EQ(rr->type, REDIS_REPLY_ARRAY);
+  freeReplyObject(rr);
+  struct timeval tv = {10, 0};
+  redisSetTimeout(raw, tv);
+  ASSERT_DLOCK_OK(dlock_lock(h, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(h));
+  void *msg = NULL;
+  ASSERT_EQ(redisGetReply(raw, &msg), REDIS_OK);
+  rr = msg;
+  ASSERT_EQ(rr->type, REDIS_REPLY_ARRAY);
+  ASSERT_EQ(rr->elements, 3);
+  ASSERT_STR_EQ(rr->element[0]->str, kind);
+  ASSERT_STR_EQ(rr->element[1]->str, chan);
+  ASSERT_STR_EQ(rr->element[2]->str, "0");
+  freeReplyObject(rr);
+  redisFree(raw);
+}
+
+/* A Redisson-layout peer on node 'node' ('sharded': publishing with
+ * SPUBLISH) and a dlock waiter of client 'b' on 'name': the peer's
+ * release wakes the waiter long before the 30 s lease runs out ('await'
+ * returns once the waiter listens), and the peer sees dlock's hold, then
+ * its end. */
+static void peer_and_waiter_wake_each_other(
+    cg_group_t *g, int node, int sharded, dlock_client_t *b, const char *name,
+    void (*await)(cg_group_t *, int, const char *)) {
+  rs_client_t *peer = rs_client_new(cg_node(g, node), "java-peer");
+  peer->sharded = sharded;
+  ASSERT_EQ(rs_lock_try(peer, name, 1, 30000), -1);
+  waiter_arg pw = {lu_get(b, name), 1, 0, dlock_owner_new()};
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, waiter, &pw), 0);
+  await(g, node, name);
+  int64_t released = lu_now_ms();
+  ASSERT_EQ(rs_unlock(peer, name, 1, 30000), 1);
+  woken(t, &pw.rc, &pw.got_ms, released, "released by the Redisson peer");
+  ASSERT_GT(rs_lock_try(peer, name, 1, 30000), 0);
+  ASSERT_DLOCK_OK(dlock_unlock_as(pw.l, pw.owner));
+  ASSERT_EQ(rs_lock_try(peer, name, 1, 30000), -1);
+  ASSERT_EQ(rs_unlock(peer, name, 1, 30000), 1);
+  rs_client_free(peer);
+  dlock_free(pw.l);
+}
+
 /*
  * On a Redis 7 cluster dlock does what Redisson does there: its scripts
  * publish with SPUBLISH and its waiters subscribe with SSUBSCRIBE on the
@@ -977,49 +1033,12 @@ TEST(cluster_sharded_pubsub) {
   /* What a Redisson waiter hears: SSUBSCRIBE on the slot's master, and
    * dlock's release announced there with SPUBLISH. */
   const char *name = names[0];
-  char chan[128];
-  lu_channel(chan, sizeof(chan), name, strlen(name));
-  redisContext *raw = lu_connect(cg_node(g, owner[0]));
-  ASSERT_NOT_NULL(raw);
-  redisReply *rr = redisCommand(raw, "SSUBSCRIBE %s", chan);
-  ASSERT_NOT_NULL(rr);
-  ASSERT_EQ(rr->type, REDIS_REPLY_ARRAY);
-  freeReplyObject(rr);
-  struct timeval tv = {10, 0};
-  redisSetTimeout(raw, tv);
   dlock_t *h = lu_get(a, name);
-  ASSERT_DLOCK_OK(dlock_lock(h, 30000));
-  ASSERT_DLOCK_OK(dlock_unlock(h));
-  void *msg = NULL;
-  ASSERT_EQ(redisGetReply(raw, &msg), REDIS_OK);
-  rr = msg;
-  ASSERT_EQ(rr->type, REDIS_REPLY_ARRAY);
-  ASSERT_EQ(rr->elements, 3);
-  ASSERT_STR_EQ(rr->element[0]->str, "smessage");
-  ASSERT_STR_EQ(rr->element[1]->str, chan);
-  ASSERT_STR_EQ(rr->element[2]->str, "0");
-  freeReplyObject(rr);
-  redisFree(raw);
+  raw_hears_unlock(g, owner[0], h, name, "SSUBSCRIBE", "smessage");
 
-  /* A Redisson-layout peer on a cluster publishes with SPUBLISH: its
-   * release wakes a dlock waiter long before the 30 s lease runs out. */
-  rs_client_t *peer = rs_client_new(cg_node(g, owner[0]), "java-peer");
-  peer->sharded = 1;
-  ASSERT_EQ(rs_lock_try(peer, name, 1, 30000), -1);
-  waiter_arg pw = {lu_get(b, name), 1, 0, dlock_owner_new()};
-  pthread_t t;
-  ASSERT_EQ(pthread_create(&t, NULL, waiter, &pw), 0);
-  await_shard_sub(g, owner[0], name);
-  int64_t released = lu_now_ms();
-  ASSERT_EQ(rs_unlock(peer, name, 1, 30000), 1);
-  woken(t, &pw.rc, &pw.got_ms, released, "released by the Redisson peer");
-  /* And the other way round: the peer sees dlock's hold, then its end. */
-  ASSERT_GT(rs_lock_try(peer, name, 1, 30000), 0);
-  ASSERT_DLOCK_OK(dlock_unlock_as(pw.l, pw.owner));
-  ASSERT_EQ(rs_lock_try(peer, name, 1, 30000), -1);
-  ASSERT_EQ(rs_unlock(peer, name, 1, 30000), 1);
-  rs_client_free(peer);
-  dlock_free(pw.l);
+  /* A Redisson-layout peer on a cluster publishes with SPUBLISH: it and a
+   * dlock waiter wake each other. */
+  peer_and_waiter_wake_each_other(g, owner[0], 1, b, name, await_shard_sub);
 
   /* The slot of an awaited lock moves to another master: Redis drops the
    * waiter's sharded subscription, the waiter subscribes again on the new
@@ -1028,6 +1047,7 @@ TEST(cluster_sharded_pubsub) {
   int from = owner[0], to = owner[1];
   waiter_arg mw = {lu_get(b, name), 1, 0, dlock_owner_new()};
   ASSERT_DLOCK_OK(dlock_lock(h, 30000));
+  pthread_t t;
   ASSERT_EQ(pthread_create(&t, NULL, waiter, &mw), 0);
   await_shard_sub(g, from, name);
   ASSERT_EQ(cg_migrate_begin(g, slot, from, to), 0);
@@ -1036,7 +1056,7 @@ TEST(cluster_sharded_pubsub) {
   await_shard_sub(g, to, name);
   ASSERT_EQ(channels_on(g, from, 1, name), 0);
   ASSERT_EQ(mw.rc, 1); /* still waiting */
-  released = lu_now_ms();
+  int64_t released = lu_now_ms();
   ASSERT_DLOCK_OK(dlock_unlock(h));
   woken(t, &mw.rc, &mw.got_ms, released, "after the slot moved");
   ASSERT_EQ(lu_exists(cg_node(g, to), name), 1);
@@ -1102,48 +1122,13 @@ static void classic_pubsub(cg_group_t *g, const char *url) {
   int other = owner[0] == 0 ? 1 : 0;
   ASSERT_NE(cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name))),
             other);
-  char chan[128];
-  lu_channel(chan, sizeof(chan), name, strlen(name));
-  redisContext *raw = lu_connect(cg_node(g, other));
-  ASSERT_NOT_NULL(raw);
-  redisReply *rr = redisCommand(raw, "SUBSCRIBE %s", chan);
-  ASSERT_NOT_NULL(rr);
-  ASSERT_EQ(rr->type, REDIS_REPLY_ARRAY);
-  freeReplyObject(rr);
-  struct timeval tv = {10, 0};
-  redisSetTimeout(raw, tv);
   dlock_t *h = lu_get(a, name);
-  ASSERT_DLOCK_OK(dlock_lock(h, 30000));
-  ASSERT_DLOCK_OK(dlock_unlock(h));
-  void *msg = NULL;
-  ASSERT_EQ(redisGetReply(raw, &msg), REDIS_OK);
-  rr = msg;
-  ASSERT_EQ(rr->type, REDIS_REPLY_ARRAY);
-  ASSERT_EQ(rr->elements, 3);
-  ASSERT_STR_EQ(rr->element[0]->str, "message");
-  ASSERT_STR_EQ(rr->element[1]->str, chan);
-  ASSERT_STR_EQ(rr->element[2]->str, "0");
-  freeReplyObject(rr);
-  redisFree(raw);
+  raw_hears_unlock(g, other, h, name, "SUBSCRIBE", "message");
 
   /* A Redisson-layout peer in classic mode: its PUBLISH wakes a dlock
    * waiter long before the 30 s lease runs out, and it sees dlock's hold
    * and its end. */
-  rs_client_t *peer = rs_client_new(cg_node(g, owner[0]), "java-peer");
-  ASSERT_EQ(rs_lock_try(peer, name, 1, 30000), -1);
-  waiter_arg pw = {lu_get(b, name), 1, 0, dlock_owner_new()};
-  pthread_t t;
-  ASSERT_EQ(pthread_create(&t, NULL, waiter, &pw), 0);
-  await_classic_sub(g, owner[0], name);
-  int64_t released = lu_now_ms();
-  ASSERT_EQ(rs_unlock(peer, name, 1, 30000), 1);
-  woken(t, &pw.rc, &pw.got_ms, released, "released by the Redisson peer");
-  ASSERT_GT(rs_lock_try(peer, name, 1, 30000), 0);
-  ASSERT_DLOCK_OK(dlock_unlock_as(pw.l, pw.owner));
-  ASSERT_EQ(rs_lock_try(peer, name, 1, 30000), -1);
-  ASSERT_EQ(rs_unlock(peer, name, 1, 30000), 1);
-  rs_client_free(peer);
-  dlock_free(pw.l);
+  peer_and_waiter_wake_each_other(g, owner[0], 0, b, name, await_classic_sub);
   dlock_free(h);
   dlock_client_close(a);
   dlock_client_close(b);

@@ -575,27 +575,27 @@ static int64_t classic_listens(cg_group_t *g, int owner, const char *name) {
   return cluster_numsub(g, name);
 }
 
-/* On a cluster without sharded pub/sub, dlock falls back to classic pub/sub
- * as node-redisson always uses: on a name on every master, either side's
- * hold keeps the other out, and either side's unlock wakes a waiter on the
- * other at once (not at the end of the 20 s lease). */
-TEST(cluster_classic_wake_ups_both_ways) {
-  cg_group_t *g = cluster_start(CG_NO_SHARDED_PUBSUB);
+/* On a cluster started with 'conf' and a dlock client whose URL ends in
+ * 'query': on a name on every master, dlock and node-redisson keep each
+ * other out and wake each other at once through classic pub/sub (a few
+ * ms; a missed message would cost the 20 s lease: generous for a loaded
+ * machine). */
+static void classic_wake_ups_both_ways(const char *conf, const char *query,
+                                       const char *prefix) {
+  cg_group_t *g = cluster_start(conf);
   peer_t *p = peer_ready_started(peer_start_url(cg_url(g)));
-  dlock_client_t *c = cluster_client(g, "");
+  dlock_client_t *c = cluster_client(g, query);
   char names[3][32];
   int owner[3];
-  names_on_masters(g, "node-cl", names, owner);
+  names_on_masters(g, prefix, names, owner);
   for (int k = 0; k < 3; k++) {
     dlock_t *l = lu_get(c, names[k]);
     double dlock_wake, node_wake;
     take_turns(g, p, l, names[k], 20000, 0, classic_listens, owner[k],
                &dlock_wake, &node_wake);
-    printf("%s (node %d): dlock woken by node-redisson's unlock after %.2f "
+    printf("%s (node %d)%s: dlock woken by node-redisson's unlock after %.2f "
            "ms, node-redisson by dlock's after %.2f ms\n",
-           names[k], owner[k], dlock_wake, node_wake);
-    /* A few ms when the message arrives; a missed one costs the 20 s
-     * lease. Generous for a loaded machine. */
+           names[k], owner[k], query, dlock_wake, node_wake);
     ASSERT_LT(dlock_wake, 2000);
     ASSERT_LT(node_wake, 2000);
     dlock_free(l);
@@ -603,6 +603,14 @@ TEST(cluster_classic_wake_ups_both_ways) {
   peer_quit(p);
   dlock_client_close(c);
   cg_free(g);
+}
+
+/* On a cluster without sharded pub/sub, dlock falls back to classic pub/sub
+ * as node-redisson always uses: on a name on every master, either side's
+ * hold keeps the other out, and either side's unlock wakes a waiter on the
+ * other at once (not at the end of the 20 s lease). */
+TEST(cluster_classic_wake_ups_both_ways) {
+  classic_wake_ups_both_ways(CG_NO_SHARDED_PUBSUB, "", "node-cl");
 }
 
 static int64_t sharded_listens(cg_group_t *g, int owner, const char *name) {
@@ -661,25 +669,5 @@ TEST(cluster_sharded_exclusion_lease_bound_wake_ups) {
  * on every master they exclude each other and wake each other at once
  * (not at the end of the 20 s lease). */
 TEST(cluster_sharded_pubsub_off_wakes_both_ways) {
-  cg_group_t *g = cluster_start(NULL);
-  peer_t *p = peer_ready_started(peer_start_url(cg_url(g)));
-  dlock_client_t *c = cluster_client(g, "?sharded_pubsub=off");
-  char names[3][32];
-  int owner[3];
-  names_on_masters(g, "node-off", names, owner);
-  for (int k = 0; k < 3; k++) {
-    dlock_t *l = lu_get(c, names[k]);
-    double dlock_wake, node_wake;
-    take_turns(g, p, l, names[k], 20000, 0, classic_listens, owner[k],
-               &dlock_wake, &node_wake);
-    printf("%s (node %d), sharded_pubsub=off: dlock woken by node-redisson's "
-           "unlock after %.2f ms, node-redisson by dlock's after %.2f ms\n",
-           names[k], owner[k], dlock_wake, node_wake);
-    ASSERT_LT(dlock_wake, 2000);
-    ASSERT_LT(node_wake, 2000);
-    dlock_free(l);
-  }
-  peer_quit(p);
-  dlock_client_close(c);
-  cg_free(g);
+  classic_wake_ups_both_ways(NULL, "?sharded_pubsub=off", "node-off");
 }
