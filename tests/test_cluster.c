@@ -1405,3 +1405,62 @@ TEST(cluster_tryagain_retried_until_the_deadline) {
   dlock_client_close(b);
   cg_free(g);
 }
+
+/*
+ * A RedLock whose nodes include a cluster: one node is the cluster (its
+ * client on the redis-cluster:// URL, the lock on the master of the
+ * name's slot), two are single servers. The RedLock is granted on all
+ * three, keeps out a second RedLock over the same nodes, raises its
+ * fencing token on every node that granted it (the cluster's counter
+ * included, through its routing), and leaves nothing behind.
+ */
+TEST(cluster_as_a_redlock_node) {
+  cg_group_t *g = cluster();
+  rp_server_t *s1 = lu_server(0), *s2 = lu_server(0);
+  const char *name = "red-on-cluster";
+  int slot = dlock__key_slot(name, strlen(name));
+  int m = cg_master_of_slot(g, 0, slot);
+  ASSERT_GE(m, 0);
+  dlock_client_t *cc[2] = {cluster_client(g, 30000), cluster_client(g, 30000)};
+  dlock_client_t *sc1[2] = {lu_client(s1), lu_client(s1)};
+  dlock_client_t *sc2[2] = {lu_client(s2), lu_client(s2)};
+  dlock_t *parts[2][3], *red[2];
+  for (int k = 0; k < 2; k++) {
+    parts[k][0] = lu_get(cc[k], name);
+    parts[k][1] = lu_get(sc1[k], name);
+    parts[k][2] = lu_get(sc2[k], name);
+    ASSERT_DLOCK_OK(dlock_get_red(parts[k], 3, &red[k]));
+  }
+  ASSERT_DLOCK_OK(dlock_lock(red[0], 30000));
+  ASSERT_EQ(lu_exists(cg_node(g, m), name), 1);
+  ASSERT_EQ(lu_exists(s1, name), 1);
+  ASSERT_EQ(lu_exists(s2, name), 1);
+  uint64_t token = dlock_token(red[0]);
+  ASSERT_GT(token, 0);
+  /* The cluster's counter was raised to the RedLock's token too. */
+  char token_key[64];
+  snprintf(token_key, sizeof(token_key), "redisson_lock_token:{%s}", name);
+  ASSERT_GE(lu_get_num_n(cg_node(g, m), token_key, strlen(token_key)),
+            (int64_t)token);
+  /* Another RedLock over the same nodes is kept out. */
+  ASSERT_DLOCK_ERR(dlock_trylock(red[1], 0, 30000), DLOCK_ETIMEDOUT);
+  ASSERT_DLOCK_OK(dlock_unlock(red[0]));
+  ASSERT_EQ(lu_exists(cg_node(g, m), name), 0);
+  ASSERT_EQ(lu_exists(s1, name), 0);
+  ASSERT_EQ(lu_exists(s2, name), 0);
+  /* Now the other one gets it, with a larger token. */
+  ASSERT_DLOCK_OK(dlock_trylock(red[1], 0, 30000));
+  ASSERT_GT(dlock_token(red[1]), token);
+  ASSERT_DLOCK_OK(dlock_unlock(red[1]));
+  for (int k = 0; k < 2; k++) {
+    dlock_free(red[k]);
+    for (int i = 0; i < 3; i++)
+      dlock_free(parts[k][i]);
+    dlock_client_close(cc[k]);
+    dlock_client_close(sc1[k]);
+    dlock_client_close(sc2[k]);
+  }
+  rp_free(s1);
+  rp_free(s2);
+  cg_free(g);
+}
