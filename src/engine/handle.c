@@ -90,6 +90,7 @@ static void set_waiter(dlock_t *l, uint64_t owner, int64_t lease_ms,
                        dlock__waiter *w) {
   w->owner = owner;
   w->lease_ms = l->kind->no_barging ? lease_ms : 0;
+  w->permits = 0; /* a lock's waiter, not a semaphore's */
 }
 
 /* Joins the channel that announces this owner's turn, subscribing if the

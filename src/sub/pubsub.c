@@ -936,6 +936,7 @@ static void enqueue_locked(dlock__sub *s, dlock__waiter *w) {
   w->reading = 0;
   w->grant = 0;
   w->reserved = 0;
+  w->parked = 0;
   init_monotonic_cond(&w->cv);
   if (s->tail != NULL)
     s->tail->next = w;

@@ -55,8 +55,9 @@ typedef struct dlock__waiter {
    * whose waiter this is, and the lease it asked for (0: it takes none). */
   uint64_t owner;
   int64_t lease_ms;
-  /* Set by a semaphore's waiter before it joins: the permits it waits for,
-   * which a release inside the client may hand it (0: none). */
+  /* Set by every waiter before it joins: the permits a semaphore's waiter
+   * waits for, which a release inside the client may hand it (0: none, and
+   * for the waiter of any other kind). */
   int64_t permits;
   int parked;   /* inside dlock__pubsub_wait, making no attempt of its own */
   int reserved; /* chosen by a releasing thread; see dlock__pubsub_reserve */
