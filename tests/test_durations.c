@@ -567,3 +567,121 @@ TEST(dur_scripts_check_numbers_before_writing) {
   dlock_client_close(c);
   rp_free(s);
 }
+
+/* ---- a retried release answers like its first run ---------------------- */
+
+/* The release scripts read their latch only when it can change the answer
+ * (the owner holds nothing, or the client does not know its count). Both
+ * copies of a release run here, as when a reply is lost and the client
+ * sends it again: the second must answer like the first and change
+ * nothing, for a partial release, a final one and one whose count the
+ * client does not know; and the first copy of a release with a known count
+ * must not read the latch at all. */
+typedef struct retry_case {
+  const dlock__script *script;
+  int count_arg; /* the argument (from 0) with the believed count, or -1 */
+} retry_case;
+
+static const script_case *case_of(const dlock__script *script) {
+  for (size_t i = 0; i < sizeof(script_cases) / sizeof(script_cases[0]); i++)
+    if (script_cases[i].script == script)
+      return &script_cases[i];
+  ASSERT(0);
+  return NULL;
+}
+
+/* Owner "f" holds "L" 'holds' times (with a read hold's timeout keys for
+ * the read lock, so that its lease stays what they say). */
+static void seed_holds(rp_server_t *s, const char *mode, int holds) {
+  seed(s, mode);
+  lu_ok(rp_cmd(s, "HSET L f %d", holds));
+  if (mode != NULL && strcmp(mode, "read") == 0)
+    for (int i = 1; i <= holds; i++)
+      lu_ok(rp_cmd(s, "SET A:f:rwlock_timeout:%d 1 PX 100000", i));
+}
+
+/* The reply of one run: its integer, or for an array its first two. */
+static int64_t run_answer(rp_server_t *s, const script_case *sc, int arg,
+                          const char *value, int64_t *second) {
+  redisReply *r = run_script(s, sc, arg, value);
+  ASSERT_NOT_NULL(r);
+  if (r->type == REDIS_REPLY_ERROR)
+    fprintf(stderr, "%s: %s\n", sc->script->name, r->str);
+  int64_t v;
+  *second = 0;
+  if (r->type == REDIS_REPLY_ARRAY) {
+    ASSERT_GE(r->elements, 2);
+    v = r->element[0]->integer;
+    *second = r->element[1]->integer;
+  } else {
+    ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
+    v = r->integer;
+  }
+  freeReplyObject(r);
+  return v;
+}
+
+/* Runs the release twice with the same latch: the same answer, and the
+ * owner's count in Redis (-1: no field) as the first run left it. */
+static void run_twice(rp_server_t *s, const script_case *sc, int arg,
+                      const char *value, int64_t *answer, int64_t *left) {
+  int64_t second1, second2;
+  *answer = run_answer(s, sc, arg, value, &second1);
+  int64_t after_first = lu_hget_num(s, "L", "f");
+  int64_t again = run_answer(s, sc, arg, value, &second2);
+  ASSERT_EQ(again, *answer);
+  ASSERT_EQ(second2, second1);
+  ASSERT_EQ(lu_hget_num(s, "L", "f"), after_first);
+  *left = after_first;
+}
+
+TEST(dur_release_scripts_retry_answers_like_the_first_run) {
+  rp_server_t *s = lu_server(1);
+  static const retry_case cases[] = {
+      {&dlock__script_release, 4},      {&dlock__script_fair_release, 4},
+      {&dlock__script_write_release, 4}, {&dlock__script_read_release, 3},
+      {&dlock__script_handover, -1},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    const script_case *sc = case_of(cases[i].script);
+    int ca = cases[i].count_arg;
+    int64_t answer, left;
+
+    /* A release of a held lock with its count known: no latch read. */
+    seed_holds(s, sc->mode, 2);
+    int64_t gets = lu_cmd_calls(s, "get");
+    run_twice(s, sc, ca, ca >= 0 ? "2" : NULL, &answer, &left);
+    int64_t first_gets = lu_cmd_calls(s, "get") - gets;
+    printf("%s: held twice, answered %" PRId64 ", count left %" PRId64
+           ", GETs in two runs %" PRId64 "\n",
+           sc->script->name, answer, left, first_gets);
+    if (ca >= 0) {
+      ASSERT_EQ(answer, 1);
+      ASSERT_EQ(left, 1);
+      /* Neither run read the latch: the count was there both times. */
+      ASSERT_EQ(first_gets, 0);
+
+      /* The final release: the second run finds no hold and answers from
+       * the latch, not "not held". */
+      seed_holds(s, sc->mode, 1);
+      run_twice(s, sc, ca, "1", &answer, &left);
+      ASSERT_EQ(answer, 0);
+      ASSERT_EQ(left, -1);
+
+      /* A count the client does not know: the second run must not take
+       * a second hold away. */
+      seed_holds(s, sc->mode, 2);
+      run_twice(s, sc, ca, "0", &answer, &left);
+      ASSERT_EQ(answer, 1);
+      ASSERT_EQ(left, 1);
+    } else {
+      /* The hand-over: handed over once, to the same token, and only the
+       * second run (which finds no hold) reads the latch. */
+      ASSERT_EQ(answer, 0);
+      ASSERT_EQ(left, -1);
+      ASSERT_EQ(lu_hget_num(s, "L", "g"), 1);
+      ASSERT_EQ(first_gets, 1);
+    }
+  }
+  rp_free(s);
+}

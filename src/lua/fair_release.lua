@@ -19,17 +19,21 @@ if invalid then
 end
 
 local function run()
-  local done = redis.call('get', KEYS[5])
-  if done then
-    return tonumber(done)
-  end
   local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
-  if count == nil then
-    return -1
+  local believed = tonumber(ARGV[5])
+  -- The latch is read only when it can change the answer, as in
+  -- release.lua: the owner holds nothing, or its count is not known.
+  if count == nil or believed == 0 then
+    local done = redis.call('get', KEYS[5])
+    if done then
+      return tonumber(done)
+    end
+    if count == nil then
+      return -1
+    end
   end
   -- One hold less than the client counts (ARGV[5], 0: unknown).
-  local left = tonumber(ARGV[5])
-  left = (left > 0 and left or count) - 1
+  local left = (believed > 0 and believed or count) - 1
   redis.call('set', KEYS[5], left, 'px', ARGV[4])
   if left > 0 then
     redis.call('hset', KEYS[1], ARGV[3], left)

@@ -25,17 +25,20 @@ if invalid then
 end
 
 local function run()
-  local done = redis.call('get', KEYS[3])
-  if done == 'others' then
-    return {1, 0}
-  elseif done == 'unknown' then
-    return {2, 0}
-  elseif done == 'alone' then
-    return {3, 0}
-  elseif done then
-    return {0, tonumber(done)}
-  end
+  -- The latch matters only once the owner holds nothing here: every first
+  -- run that answered took its hold away. So a hand-over of a held lock
+  -- does not read it.
   if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+    local done = redis.call('get', KEYS[3])
+    if done == 'others' then
+      return {1, 0}
+    elseif done == 'unknown' then
+      return {2, 0}
+    elseif done == 'alone' then
+      return {3, 0}
+    elseif done then
+      return {0, tonumber(done)}
+    end
     return {-1, 0}
   end
   if ARGV[5] == '1' then

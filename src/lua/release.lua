@@ -13,18 +13,25 @@ if invalid then
 end
 
 local function run()
-  local done = redis.call('get', KEYS[3])
-  if done then
-    return tonumber(done)
-  end
   local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
-  if count == nil then
-    return -1
+  local believed = tonumber(ARGV[5])
+  -- The latch can change the answer only when the owner holds nothing here
+  -- (a first run may have taken the last hold) or when the client does not
+  -- know its count (a first run's decrement would be made twice). With a
+  -- known count a retry sets the very count the first run set, so a
+  -- release of a held lock does not read the latch.
+  if count == nil or believed == 0 then
+    local done = redis.call('get', KEYS[3])
+    if done then
+      return tonumber(done)
+    end
+    if count == nil then
+      return -1
+    end
   end
   -- One hold less than the client counts, when it counts (it knows what its
   -- caller still has to release); else one less than the server's.
-  local left = tonumber(ARGV[5])
-  left = (left > 0 and left or count) - 1
+  local left = (believed > 0 and believed or count) - 1
   -- The latch is written before anything changes, so a refused write (OOM)
   -- leaves the lock exactly as it was.
   redis.call('set', KEYS[3], left, 'px', ARGV[4])

@@ -13,20 +13,26 @@ if invalid then
 end
 
 local function run()
-  local done = redis.call('get', KEYS[3])
-  if done then
-    return tonumber(done)
+  local count = nil
+  if redis.call('hget', KEYS[1], 'mode') == 'write' then
+    count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
   end
-  if redis.call('hget', KEYS[1], 'mode') ~= 'write' then
-    return -1
-  end
-  local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
-  if count == nil then
-    return -1
+  local believed = tonumber(ARGV[5])
+  -- The latch is read only when it can change the answer, as in
+  -- release.lua: the owner holds no write hold (a first run may have taken
+  -- the last, leaving the lock free or in read mode), or its count is not
+  -- known.
+  if count == nil or believed == 0 then
+    local done = redis.call('get', KEYS[3])
+    if done then
+      return tonumber(done)
+    end
+    if count == nil then
+      return -1
+    end
   end
   -- One hold less than the client counts (ARGV[5], 0: unknown).
-  local left = tonumber(ARGV[5])
-  left = (left > 0 and left or count) - 1
+  local left = (believed > 0 and believed or count) - 1
   redis.call('set', KEYS[3], left, 'px', ARGV[4])
   if left > 0 then
     redis.call('hset', KEYS[1], ARGV[3], left)
