@@ -366,3 +366,46 @@ TEST(conn_commands_queued_behind_a_request_go_out_with_its_reply) {
   tc_free(&t);
   fs_free(fs);
 }
+
+/*
+ * A lone caller on a plain connection sleeps in recv() rather than in
+ * poll(), a slice (100 ms) at a time. A reply that comes a byte every
+ * 150 ms, so that every slice ends with part of it read, is still put
+ * together whole; and a caller asleep in recv() on a server that never
+ * answers is woken by a cancel at once, not at its deadline.
+ */
+TEST(conn_waits_in_recv_across_slices_and_wakes_on_cancel) {
+  fs_server_t *fs = fs_start();
+  tconn t;
+  tc_new(&t, fs_url(fs), 1000, 5000);
+  ASSERT_DLOCK_OK(dlock__conn_open(t.c, INT64_MAX));
+  fs_set(fs, "ECHO",
+         &(fs_action_t){.how = FS_TRICKLE, .every_ms = 150, .times = 1});
+  char got[64];
+  int64_t t0 = lu_now_ms();
+  ASSERT_DLOCK_OK(tc_echo(t.c, "hello", 10000, got, sizeof(got)));
+  int64_t took = lu_now_ms() - t0;
+  printf("a reply of 11 bytes, one every 150 ms: \"%s\" after %" PRId64 " ms\n",
+         got, took);
+  ASSERT_STR_EQ(got, "hello");
+  ASSERT_GE(took, 1400);
+  /* The connection is as good as before. */
+  ASSERT_DLOCK_OK(tc_echo(t.c, "again", 2000, got, sizeof(got)));
+  ASSERT_STR_EQ(got, "again");
+
+  fs_set(fs, NULL, &(fs_action_t){.how = FS_SILENT});
+  echo_call e;
+  echo_start(&e, t.c, "never", 20000);
+  ASSERT_EQ(fs_wait_count(fs, "ECHO", 3, 5000), 1);
+  lu_sleep_ms(300); /* asleep in recv() by now, for many slices */
+  int64_t t1 = lu_now_ms();
+  dlock__conn_cancel(t.c);
+  echo_join(&e, "caller on a silent server, canceled");
+  int64_t after = lu_now_ms() - t1;
+  printf("canceled: the call returned %" PRId64 " ms after the cancel\n",
+         after);
+  ASSERT_DLOCK_ERR(e.rc, DLOCK_ECANCELED);
+  ASSERT_LT(after, 5000);
+  tc_free(&t);
+  fs_free(fs);
+}

@@ -638,7 +638,7 @@ static void run_twice(rp_server_t *s, const script_case *sc, int arg,
 TEST(dur_release_scripts_retry_answers_like_the_first_run) {
   rp_server_t *s = lu_server(1);
   static const retry_case cases[] = {
-      {&dlock__script_release, 4},      {&dlock__script_fair_release, 4},
+      {&dlock__script_release, 4},       {&dlock__script_fair_release, 4},
       {&dlock__script_write_release, 4}, {&dlock__script_read_release, 3},
       {&dlock__script_handover, -1},
   };

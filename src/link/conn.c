@@ -68,6 +68,7 @@ struct dlock__conn {
   request *head, *tail;   /* sent, awaiting replies, oldest first */
   int driving;            /* a thread is reading replies */
   int writing;            /* a thread is writing 'wbuf' (write_out_locked) */
+  int socket_full;        /* the last write stopped at a full socket */
   sds wbuf;               /* output taken from ctx->obuf, to go out first */
   dlock__stream *sending; /* the stream a send() is under way on, if any */
   dlock__stream *zombie;  /* failed during that send; the writer frees it */
@@ -683,6 +684,7 @@ static void write_out_locked(dlock__conn *c) {
   int err = 0;
   char tls_why[200] = "";
   c->writing = 1;
+  c->socket_full = 0;
   for (;;) {
     if (sdslen(c->wbuf) == 0) {
       /* Take the output whole, leaving the stream an empty buffer (the one
@@ -704,8 +706,10 @@ static void write_out_locked(dlock__conn *c) {
         break;
       }
       sdsrange(c->wbuf, w, -1);
-      if ((size_t)w < len)
-        break; /* the socket is full */
+      if ((size_t)w < len) {
+        c->socket_full = 1;
+        break;
+      }
       continue;
     }
     int fd = dlock__stream_fd(ctx);
@@ -744,11 +748,14 @@ static void write_out_locked(dlock__conn *c) {
         continue;
       if (send_errno != EAGAIN && send_errno != EWOULDBLOCK)
         err = send_errno;
+      c->socket_full = 1;
       break;
     }
     sdsrange(c->wbuf, n, -1);
-    if ((size_t)n < len)
-      break; /* the socket is full */
+    if ((size_t)n < len) {
+      c->socket_full = 1;
+      break;
+    }
   }
   c->writing = 0;
   if (c->zombie != NULL) {
@@ -854,6 +861,22 @@ static int64_t dead_at(const dlock__conn *c) {
   return dlock__after_ms(since, c->cfg.command_timeout_ms + c->head->block_ms);
 }
 
+/* The driver sleeps in recv() rather than in poll() when it has longer to
+ * wait than READ_SLICE_MS, on a plain connection (see
+ * dlock__net_block_reads): one system call per reply instead of two. The
+ * slice bounds each such sleep, after which the deadlines are looked at as
+ * after a poll() that timed out. Output waiting for a socket that was full
+ * needs poll(); output left to the driver (leave_to_driver) goes out after
+ * the next reply, as it does after a poll() for that reply alone. */
+#define READ_SLICE_MS 100
+#define READ_BUF 16384
+
+static int may_wait_in_recv(dlock__conn *c, int64_t wake) {
+  return !(c->socket_full && has_output(c)) &&
+         wake - dlock__now_us() > READ_SLICE_MS * 1000 &&
+         dlock__stream_block_reads(c->ctx, READ_SLICE_MS) == 0;
+}
+
 /* The oldest waiting caller but 'me' reads next. A caller that sent but is
  * not waiting yet (a RedLock sending to every node first, or waiting on
  * another node for its turn) takes the role itself when it comes to wait. */
@@ -909,13 +932,29 @@ static void drive_locked(dlock__conn *c, caller *me) {
          .events = ready ? (short)(POLLIN | (has_output(c) ? POLLOUT : 0))
                          : dlock__stream_events(c->ctx)},
         {.fd = c->wake_fd[0], .events = POLLIN}};
+    int in_recv = ready && may_wait_in_recv(c, wake);
+    dlock__stream *ctx = c->ctx;
+    char buf[READ_BUF];
+    long got = 0;
+    int got_errno = 0, n, poll_errno = 0;
     conn_unlock(c);
-    /* A connected socket that another thread shuts down wakes the poll by
-     * itself; the pipe is polled only while connecting, when shutting
-     * the socket down may not (and an extra descriptor costs every
-     * round trip something). */
-    int n = poll(p, ready ? 1 : 2, dlock__ms_until(wake));
-    int poll_errno = errno;
+    if (in_recv) {
+      /* What poll() would have said: readable (bytes, the end of the
+       * stream or an error, for the read below), or nothing in time. */
+      got = dlock__stream_recv_wait(ctx, buf, sizeof(buf), &got_errno);
+      n = got < 0 && (got_errno == EAGAIN || got_errno == EWOULDBLOCK ||
+                      got_errno == EINTR)
+              ? 0
+              : 1;
+      p[0].revents = n ? POLLIN : 0;
+    } else {
+      /* A connected socket that another thread shuts down wakes the poll
+       * (and the recv above) by itself; the pipe is polled only while
+       * connecting, when shutting the socket down may not (and an extra
+       * descriptor costs every round trip something). */
+      n = poll(p, ready ? 1 : 2, dlock__ms_until(wake));
+      poll_errno = errno;
+    }
     pthread_mutex_lock(&c->mu);
     polled = 1;
     if (n < 0 && poll_errno != EINTR) {
@@ -972,7 +1011,12 @@ static void drive_locked(dlock__conn *c, caller *me) {
         break;
     }
     if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      if (dlock__stream_read(c->ctx) != 0) {
+      /* Nobody closes the driver's socket under it (see above). */
+      assert(c->ctx == ctx);
+      int read_rc =
+          in_recv ? dlock__stream_take(ctx, got, got_errno, buf, sizeof(buf))
+                  : dlock__stream_read(ctx);
+      if (read_rc != 0) {
         snprintf(why, sizeof(why), "read: %s", dlock_last_error());
         fail_all_locked(c, DLOCK_EIO, why);
         break;

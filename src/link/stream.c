@@ -78,6 +78,30 @@ int dlock__stream_read(dlock__stream *s) {
   }
 }
 
+int dlock__stream_block_reads(dlock__stream *s, int64_t slice_ms) {
+  return s->hs == NULL ? dlock__net_block_reads(s->net, slice_ms) : -1;
+}
+
+long dlock__stream_recv_wait(const dlock__stream *s, char *buf, size_t cap,
+                             int *err) {
+  return dlock__net_recv_wait(s->net, buf, cap, err);
+}
+
+int dlock__stream_take(dlock__stream *s, long r, int err, const char *buf,
+                       size_t cap) {
+  size_t got = 0;
+  int rc = dlock__net_take(s->net, r, err, buf, &got);
+  if (rc == DLOCK__NET_AGAIN)
+    return 0;
+  if (rc != 0)
+    return rc;
+  if (redisReaderFeed(s->reader, buf, got) != REDIS_OK)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory reading a reply");
+  /* A full buffer may have left more behind; a short one emptied the
+   * socket, as in dlock__stream_read. */
+  return got == cap ? dlock__stream_read(s) : 0;
+}
+
 int dlock__stream_reply(dlock__stream *s, void **reply) {
   *reply = NULL;
   if (redisReaderGetReply(s->reader, reply) != REDIS_OK)

@@ -156,6 +156,22 @@ int dlock__stream_flush(dlock__stream *s, int *done);
  */
 int dlock__stream_read(dlock__stream *s);
 
+/*
+ * The same in two halves around a wait that sleeps in recv() rather than
+ * in poll() (see dlock__net_block_reads): dlock__stream_block_reads sets a
+ * ready plain stream up for it (0, or -1: poll instead), and its owner
+ * may then call dlock__stream_recv_wait without holding the stream's
+ * guard, then dlock__stream_take with it, which feeds the reader what came
+ * and reads whatever else has come without waiting. dlock__stream_take
+ * returns 0 (also when the slice passed with nothing) or a negative code,
+ * as dlock__stream_read.
+ */
+int dlock__stream_block_reads(dlock__stream *s, int64_t slice_ms);
+long dlock__stream_recv_wait(const dlock__stream *s, char *buf, size_t cap,
+                             int *err);
+int dlock__stream_take(dlock__stream *s, long r, int err, const char *buf,
+                       size_t cap);
+
 /* The next complete reply in '*reply' (NULL when none yet), owned by the
  * caller. 0, or DLOCK_EPROTO when the bytes are not RESP. */
 int dlock__stream_reply(dlock__stream *s, void **reply);

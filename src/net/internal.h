@@ -35,6 +35,9 @@ struct dlock__net {
   uint64_t received;
   unsigned char first_byte;
 
+  /* dlock__net_block_reads: 1 done, -1 refused (TLS), 0 not asked. */
+  int blocking_reads;
+
   /* TLS: an SSL *, and what its socket calls saw last. */
   void *ssl;
   char tls_name[256]; /* the name sent (SNI) and checked */

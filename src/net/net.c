@@ -11,7 +11,9 @@
 #include "alloc.h"
 #include "monotime.h"
 
+#include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -270,20 +273,28 @@ const char *dlock__net_addr(const dlock__net *n) { return n->addr; }
 
 int dlock__net_is_tls(const dlock__net *n) { return n->ssl != NULL; }
 
-long dlock__net_recv(dlock__net *n, void *buf, size_t cap) {
-  ssize_t r = recv(n->fd, buf, cap, 0);
+/* Counts what came, and remembers its first byte (see is_tls_record). */
+static void count_received(dlock__net *n, const void *buf, long r) {
   if (r > 0) {
     if (n->received == 0)
-      n->first_byte = *(unsigned char *)buf;
+      n->first_byte = *(const unsigned char *)buf;
     n->received += (uint64_t)r;
   }
+}
+
+/* MSG_DONTWAIT here and in dlock__net_send: a socket whose reads were made
+ * blocking (dlock__net_block_reads) is otherwise used as a non-blocking
+ * one, like every other. */
+long dlock__net_recv(dlock__net *n, void *buf, size_t cap) {
+  ssize_t r = recv(n->fd, buf, cap, MSG_DONTWAIT);
+  count_received(n, buf, (long)r);
   return (long)r;
 }
 
 long dlock__net_send(dlock__net *n, const void *buf, size_t len) {
   /* MSG_NOSIGNAL: a server that went away must give EPIPE, not kill the
    * program with SIGPIPE. */
-  return (long)send(n->fd, buf, len, MSG_NOSIGNAL);
+  return (long)send(n->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 /* The first byte of a TLS record is its type: 20 to 24. No Redis reply
@@ -310,14 +321,11 @@ static int not_ready(dlock__net *n) {
   return dlock__fail(DLOCK_EIO, "%s: not connected yet", n->addr);
 }
 
-int dlock__net_read(dlock__net *n, void *buf, size_t cap, size_t *got) {
-  *got = 0;
-  if (n->state != NET_READY)
-    return not_ready(n);
-  if (n->ssl != NULL)
-    return dlock__tls_read(n, buf, cap, got);
+/* What a plain read makes of recv()'s result 'r' (with errno 'err'). */
+static int take_plain(dlock__net *n, long r, int err, const void *buf,
+                      size_t *got) {
   int first = n->received == 0;
-  long r = dlock__net_recv(n, buf, cap);
+  count_received(n, buf, r);
   if (r > 0) {
     if (first && is_tls_record(n->first_byte))
       return dlock__net_fail(n, DLOCK_EPROTO,
@@ -327,11 +335,56 @@ int dlock__net_read(dlock__net *n, void *buf, size_t cap, size_t *got) {
     *got = (size_t)r;
     return 0;
   }
-  if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+  if (r < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)) {
     n->events = POLLIN;
     return DLOCK__NET_AGAIN;
   }
-  return plain_closed(n, r == 0 ? 0 : errno);
+  return plain_closed(n, r == 0 ? 0 : err);
+}
+
+int dlock__net_read(dlock__net *n, void *buf, size_t cap, size_t *got) {
+  *got = 0;
+  if (n->state != NET_READY)
+    return not_ready(n);
+  if (n->ssl != NULL)
+    return dlock__tls_read(n, buf, cap, got);
+  ssize_t r = recv(n->fd, buf, cap, MSG_DONTWAIT);
+  return take_plain(n, (long)r, r < 0 ? errno : 0, buf, got);
+}
+
+int dlock__net_block_reads(dlock__net *n, int64_t slice_ms) {
+  if (n->blocking_reads != 0)
+    return n->blocking_reads > 0 ? 0 : -1;
+  n->blocking_reads = -1;
+  /* TLS decrypts in whole records through its own reads, which must not
+   * wait: only a plain stream reads straight from the socket. */
+  if (n->state != NET_READY || n->ssl != NULL || slice_ms <= 0)
+    return -1;
+  struct timeval tv = {.tv_sec = (time_t)(slice_ms / 1000),
+                       .tv_usec = (suseconds_t)(slice_ms % 1000) * 1000};
+  if (setsockopt(n->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0)
+    return -1;
+  int flags = fcntl(n->fd, F_GETFL);
+  if (flags < 0 || fcntl(n->fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+    return -1;
+  n->blocking_reads = 1;
+  return 0;
+}
+
+long dlock__net_recv_wait(const dlock__net *n, void *buf, size_t cap,
+                          int *err) {
+  assert(n->blocking_reads > 0);
+  ssize_t r = recv(n->fd, buf, cap, 0);
+  *err = r < 0 ? errno : 0;
+  return (long)r;
+}
+
+int dlock__net_take(dlock__net *n, long r, int err, const void *buf,
+                    size_t *got) {
+  *got = 0;
+  if (n->state != NET_READY)
+    return not_ready(n);
+  return take_plain(n, r, err, buf, got);
 }
 
 int dlock__net_write(dlock__net *n, const void *buf, size_t len, size_t *put) {

@@ -123,6 +123,29 @@ short dlock__net_events(const dlock__net *n);
 int dlock__net_read(dlock__net *n, void *buf, size_t cap, size_t *got);
 
 /*
+ * Blocking reads, for a thread that has nothing to do but wait for the
+ * server's next bytes: a recv() that sleeps until they come costs one
+ * system call where poll() and then recv() cost two, a round trip's worth
+ * of CPU for a lone caller. dlock__net_block_reads makes the socket of a
+ * ready plain stream blocking, with reads that give up after 'slice_ms'
+ * (SO_RCVTIMEO); every other read and write on it still never waits.
+ * 0, or -1 when the stream cannot (TLS, not ready, a failed setsockopt or
+ * fcntl: poll() then). Asked again, it answers as the first time.
+ *
+ * dlock__net_recv_wait is that recv(): up to 'cap' bytes, recv()'s result,
+ * and its errno in '*err'. It touches nothing of 'n' but the socket, so
+ * another thread may hold whatever guards 'n' meanwhile, as long as the
+ * socket stays open; shutting it down ends the wait. Then
+ * dlock__net_take, with that guard held again, makes of the result what
+ * dlock__net_read makes of its own: 0 with '*got' > 0 bytes in 'buf',
+ * DLOCK__NET_AGAIN when the slice passed first, or an error.
+ */
+int dlock__net_block_reads(dlock__net *n, int64_t slice_ms);
+long dlock__net_recv_wait(const dlock__net *n, void *buf, size_t cap, int *err);
+int dlock__net_take(dlock__net *n, long r, int err, const void *buf,
+                    size_t *got);
+
+/*
  * Writes up to 'len' bytes of 'buf'; on 0, '*put' > 0 of them went. Never
  * raises SIGPIPE. After DLOCK__NET_AGAIN, call it again with the same bytes
  * (they may have moved in memory). Codes as dlock__net_read.
