@@ -84,15 +84,10 @@ static int send_samples(int fd, const bench_samples_t *s) {
 }
 
 static int recv_samples(int fd, bench_samples_t *s) {
-  uint64_t n, v;
+  uint64_t n;
   if (bench_read_all(fd, &n, sizeof n) < 0)
     return -1;
-  for (uint64_t i = 0; i < n; i++) {
-    if (bench_read_all(fd, &v, sizeof v) < 0)
-      return -1;
-    bench_samples_add(s, v);
-  }
-  return 0;
+  return bench_read_samples(fd, n, s);
 }
 
 /* The bare hand-off: plain hiredis, no library. The holder PUBLISHes to

@@ -405,14 +405,9 @@ int main(int argc, char **argv) {
       failed = 1;
       continue;
     }
-    for (uint64_t i = 0; i < h.npair + h.nwait; i++) {
-      uint64_t v;
-      if (bench_read_all(from_child[p], &v, sizeof v) < 0) {
-        failed = 1;
-        break;
-      }
-      bench_samples_add(i < h.npair ? &pair : &wait, v);
-    }
+    if (bench_read_samples(from_child[p], h.npair, &pair) < 0 ||
+        bench_read_samples(from_child[p], h.nwait, &wait) < 0)
+      failed = 1;
     acq += h.acq;
     win += h.win;
     errors += h.errors;

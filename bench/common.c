@@ -200,3 +200,16 @@ int bench_read_all(int fd, void *buf, size_t len) {
   }
   return 0;
 }
+
+int bench_read_samples(int fd, uint64_t n, bench_samples_t *s) {
+  uint64_t buf[4096];
+  while (n > 0) {
+    size_t k = n < 4096 ? (size_t)n : 4096;
+    if (bench_read_all(fd, buf, k * sizeof(buf[0])) < 0)
+      return -1;
+    for (size_t i = 0; i < k; i++)
+      bench_samples_add(s, buf[i]);
+    n -= k;
+  }
+  return 0;
+}

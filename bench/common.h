@@ -63,5 +63,10 @@ void bench_write_dist(const bench_samples_t *s, const char *path);
 
 int bench_write_all(int fd, const void *buf, size_t len);
 int bench_read_all(int fd, void *buf, size_t len);
+/* Reads 'n' samples (uint64_t each, as a worker process writes them) from
+ * 'fd' into 's', in large reads: one read per sample would put thousands
+ * of system calls on the client's CPU figure. 0, or -1 when 'fd' ends
+ * first. */
+int bench_read_samples(int fd, uint64_t n, bench_samples_t *s);
 
 #endif
