@@ -60,17 +60,26 @@ int dlock__stream_flush(dlock__stream *s, int *done) {
   return 0;
 }
 
+/* Gives the reader what a read brought: 'rc' is the read's result, 'got'
+ * its bytes in 'buf'. 1 when they were fed, 0 when nothing came, or a
+ * negative code. */
+static int feed(dlock__stream *s, int rc, const char *buf, size_t got) {
+  if (rc == DLOCK__NET_AGAIN)
+    return 0;
+  if (rc != 0)
+    return rc;
+  if (redisReaderFeed(s->reader, buf, got) != REDIS_OK)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory reading a reply");
+  return 1;
+}
+
 int dlock__stream_read(dlock__stream *s) {
   char buf[READ_CHUNK];
   for (;;) {
     size_t got = 0;
     int rc = dlock__net_read(s->net, buf, sizeof(buf), &got);
-    if (rc == DLOCK__NET_AGAIN)
-      return 0;
-    if (rc != 0)
+    if ((rc = feed(s, rc, buf, got)) <= 0)
       return rc;
-    if (redisReaderFeed(s->reader, buf, got) != REDIS_OK)
-      return dlock__fail(DLOCK_ENOMEM, "out of memory reading a reply");
     /* A short read emptied the socket, as one read() did for hiredis; only
      * bytes that TLS holds, invisible to poll(), are worth another. */
     if (got < sizeof(buf) && !dlock__net_pending(s->net))
@@ -91,12 +100,8 @@ int dlock__stream_take(dlock__stream *s, long r, int err, const char *buf,
                        size_t cap) {
   size_t got = 0;
   int rc = dlock__net_take(s->net, r, err, buf, &got);
-  if (rc == DLOCK__NET_AGAIN)
-    return 0;
-  if (rc != 0)
+  if ((rc = feed(s, rc, buf, got)) <= 0)
     return rc;
-  if (redisReaderFeed(s->reader, buf, got) != REDIS_OK)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory reading a reply");
   /* A full buffer may have left more behind; a short one emptied the
    * socket, as in dlock__stream_read. */
   return got == cap ? dlock__stream_read(s) : 0;
