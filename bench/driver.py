@@ -92,6 +92,13 @@ LABELS = {
     "rs-solo-sync": "dlock, 1 master + 1 replica, sync on",
     "rs-solo": "dlock, 1 master + 1 replica, sync off",
 }
+def lua_prelude():
+    """What the library puts before each of its scripts: every file of
+    src/lua/lib in name order (cmake/embed_lua.cmake)."""
+    lib = os.path.join(ROOT, "src", "lua", "lib")
+    return "".join(open(os.path.join(lib, f)).read() for f in sorted(os.listdir(lib)) if f.endswith(".lua"))
+
+
 # The lock name the library's calls are captured with (capture_calls).
 PROBE_NAME = "bench:probe"
 # The cluster row's contenders, by workload: a spread or solo run on the
@@ -425,9 +432,7 @@ class Bench:
         was not loaded yet) is loaded and named by its SHA."""
         if words[0].upper() == "EVALSHA":
             return words[1], words[2:]
-        lua = os.path.join(ROOT, "src", "lua")
-        # The library sends each script after the shared prelude.
-        body = open(os.path.join(lua, "lib", "numbers.lua")).read() + open(os.path.join(lua, script)).read()
+        body = lua_prelude() + open(os.path.join(ROOT, "src", "lua", script)).read()
         return self.main.r.script_load(body), words[2:]
 
     def raw(self, clients, pipeline, n, port=None, extra=()):
@@ -667,8 +672,7 @@ class Bench:
                                   "--tls-ca-cert-file", ca, "--tls-auth-clients", "no"])
         # redis-benchmark calls the script by its digest: load it first, as
         # the library would at its first call.
-        lua = os.path.join(ROOT, "src", "lua")
-        body = open(os.path.join(lua, "lib", "numbers.lua")).read() + open(os.path.join(lua, "acquire.lua")).read()
+        body = lua_prelude() + open(os.path.join(ROOT, "src", "lua", "acquire.lua")).read()
         if srv.r.script_load(body) != self.sha:
             raise SystemExit("bench: the acquire script's digest differs from the library's")
         w = {"name": "tls", "mode": "loop", "procs": 1, "threads": 1}

@@ -1,9 +1,10 @@
 # Writes the C file that embeds the library's Lua scripts.
 #
-#   cmake -DOUT=<file.c> -DFILES=<a.lua;b.lua> [-DPRELUDE=<lib.lua>] -P embed_lua.cmake
+#   cmake -DOUT=<file.c> -DFILES=<a.lua;b.lua> [-DPRELUDE=<x.lua;y.lua>] -P embed_lua.cmake
 #
-# PRELUDE, when given, is put before every script: the functions the
-# scripts share (src/lua/lib), so that each is written once. What Redis runs,
+# PRELUDE, when given, is put before every script, its files in the order
+# given: the functions the scripts share (src/lua/lib), so that each is
+# written once. What Redis runs,
 # and what the SHA1 and length below are of, is the prelude and the script
 # together.
 #
@@ -37,9 +38,10 @@ set(text "/* Generated from the scripts in src/lua by cmake/embed_lua.cmake; do 
 string(APPEND text "#include \"scripts.h\"\n")
 
 set(prelude "")
-if(PRELUDE)
-  file(READ "${PRELUDE}" prelude)
-endif()
+foreach(lib IN LISTS PRELUDE)
+  file(READ "${lib}" part)
+  string(APPEND prelude "${part}")
+endforeach()
 get_filename_component(outdir "${OUT}" DIRECTORY)
 
 set(table "")

@@ -21,16 +21,9 @@ end
 local function run()
   local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
   local believed = tonumber(ARGV[5])
-  -- The latch is read only when it can change the answer, as in
-  -- release.lua: the owner holds nothing, or its count is not known.
-  if count == nil or believed == 0 then
-    local done = redis.call('get', KEYS[5])
-    if done then
-      return tonumber(done)
-    end
-    if count == nil then
-      return -1
-    end
+  local answer = latched_answer(count, believed, KEYS[5])
+  if answer then
+    return answer
   end
   -- One hold less than the client counts (ARGV[5], 0: unknown).
   local left = (believed > 0 and believed or count) - 1

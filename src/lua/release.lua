@@ -15,19 +15,9 @@ end
 local function run()
   local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
   local believed = tonumber(ARGV[5])
-  -- The latch can change the answer only when the owner holds nothing here
-  -- (a first run may have taken the last hold) or when the client does not
-  -- know its count (a first run's decrement would be made twice). With a
-  -- known count a retry sets the very count the first run set, so a
-  -- release of a held lock does not read the latch.
-  if count == nil or believed == 0 then
-    local done = redis.call('get', KEYS[3])
-    if done then
-      return tonumber(done)
-    end
-    if count == nil then
-      return -1
-    end
+  local answer = latched_answer(count, believed, KEYS[3])
+  if answer then
+    return answer
   end
   -- One hold less than the client counts, when it counts (it knows what its
   -- caller still has to release); else one less than the server's.

@@ -18,18 +18,11 @@ local function run()
     count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
   end
   local believed = tonumber(ARGV[5])
-  -- The latch is read only when it can change the answer, as in
-  -- release.lua: the owner holds no write hold (a first run may have taken
-  -- the last, leaving the lock free or in read mode), or its count is not
-  -- known.
-  if count == nil or believed == 0 then
-    local done = redis.call('get', KEYS[3])
-    if done then
-      return tonumber(done)
-    end
-    if count == nil then
-      return -1
-    end
+  -- No write hold (count nil) also when a first run took the last one and
+  -- left the lock in read mode.
+  local answer = latched_answer(count, believed, KEYS[3])
+  if answer then
+    return answer
   end
   -- One hold less than the client counts (ARGV[5], 0: unknown).
   local left = (believed > 0 and believed or count) - 1
