@@ -7,16 +7,22 @@
 -- client believes in is gone.
 -- KEYS[3] and on: unlock latches of this client whose answers are in,
 -- deleted once the rest is done (see hashlock.c).
-local invalid = bad_numbers(1, 1, 1e12, 3, 0, 2147483646)
+local invalid = bad_numbers(1, 1, MS_MAX, 3, 0, COUNT_MAX)
 if invalid then
   return invalid
 end
 
+-- ARGV[3] passed the check above, so '0' is its only way to say none.
+local believes_held = ARGV[3] ~= '0'
+
 local function run()
-  -- A free lock is the common case: one EXISTS tells it, without asking for
-  -- the owner's field first.
-  if redis.call('exists', KEYS[1]) == 0 then
-    if tonumber(ARGV[3]) > 0 then
+  -- A free lock is the common case: one PTTL tells it (-2: no such key)
+  -- without asking for the owner's field first, and it is the answer to
+  -- give when another owner holds the lock, so that case costs no third
+  -- command either.
+  local ttl = redis.call('pttl', KEYS[1])
+  if ttl == -2 then
+    if believes_held then
       -- The client believes the owner holds it, but its hold expired or was
       -- deleted: report that rather than quietly start a new hold.
       return {2, 0}
@@ -28,10 +34,10 @@ local function run()
   end
   local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
   if count == nil then
-    if tonumber(ARGV[3]) > 0 then
+    if believes_held then
       return {2, 0}
     end
-    return {0, redis.call('pttl', KEYS[1])}
+    return {0, ttl}
   end
   -- Held by this owner already: one more hold than the client counts. Set,
   -- not incremented, so that an earlier try whose reply was lost (and may or

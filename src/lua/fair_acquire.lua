@@ -25,7 +25,7 @@
 -- dlock's also by the waiter's own sign of life in KEYS[6], so that a
 -- dlock waiter that died is dropped one allowance after it last tried,
 -- however far in the future the chain put its deadline.
-local invalid = bad_numbers(1, 1, 1e12, 3, 1, 1e12, 4, 0, 2147483646)
+local invalid = bad_numbers(1, 1, MS_MAX, 3, 1, MS_MAX, 4, 0, COUNT_MAX)
 if invalid then
   return invalid
 end

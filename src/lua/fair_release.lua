@@ -13,7 +13,7 @@
 -- the client believes the owner has (0: unknown); ARGV[6]: the allowance
 -- of a queued owner (ms, see fair_acquire.lua).
 -- Returns the holds left (0: now free), or -1 when the owner holds none.
-local invalid = bad_numbers(2, 1, 1e12, 4, 1, 1e12, 5, 0, 2147483646, 6, 1, 1e12)
+local invalid = bad_numbers(2, 1, MS_MAX, 4, 1, MS_MAX, 5, 0, COUNT_MAX, 6, 1, MS_MAX)
 if invalid then
   return invalid
 end

@@ -19,7 +19,7 @@
 -- NUMSUB).
 -- KEYS[5] and on: unlock latches of this client whose answers are in,
 -- deleted once the rest is done (see hashlock.c).
-local invalid = bad_numbers(3, 1, 1e12, 4, 1, 1e12)
+local invalid = bad_numbers(3, 1, MS_MAX, 4, 1, MS_MAX)
 if invalid then
   return invalid
 end

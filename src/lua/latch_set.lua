@@ -5,7 +5,7 @@
 -- count, 1..2^53 (Lua counts in doubles).
 -- Returns 1 when set, 0 when the latch already had a count.
 
-local invalid = bad_numbers(1, 1, 9007199254740992)
+local invalid = bad_numbers(1, 1, '9007199254740992')
 if invalid then
   return invalid
 end

@@ -9,7 +9,7 @@
 -- {0, ms until the first lease among the permits taken ends (-1: none),
 -- free permits (-1: none set)}.
 
-local invalid = bad_numbers(1, 1, 1e12)
+local invalid = bad_numbers(1, 1, MS_MAX)
 if invalid then
   return invalid
 end

@@ -4,7 +4,7 @@
 -- one whose lease ended may have been taken back and handed to another
 -- holder. Returns one entry per permit: 1 renewed, 0 lost.
 
-local invalid = bad_numbers(1, 1, 1e12)
+local invalid = bad_numbers(1, 1, MS_MAX)
 if invalid then
   return invalid
 end

@@ -1,7 +1,7 @@
 -- Raise the fencing counter KEYS[1] to at least ARGV[1] (a RedLock token
 -- issued by a majority of nodes), so that whatever majority grants the lock
 -- next includes a node that issues a larger token.
-local invalid = bad_numbers(1, 0, 2^63)
+local invalid = bad_numbers(1, 0, '9223372036854775808')
 if invalid then
   return invalid
 end

@@ -5,7 +5,7 @@
 -- lifetime ms. Returns the owner's read holds left, or -1 for none.
 -- KEYS[6] and on: unlock latches of this client whose answers are in,
 -- deleted once the rest is done (see hashlock.c).
-local invalid = bad_numbers(3, 1, 1e12, 4, 0, 2147483646)
+local invalid = bad_numbers(3, 1, MS_MAX, 4, 0, COUNT_MAX)
 if invalid then
   return invalid
 end

@@ -4,7 +4,7 @@
 -- Returns {1, free permits left} when taken, else {0, free permits}, the
 -- free permits being -1 when the semaphore has none set at all.
 
-local invalid = bad_numbers(1, 1, 2147483647)
+local invalid = bad_numbers(1, 1, '2147483647')
 if invalid then
   return invalid
 end

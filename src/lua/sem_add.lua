@@ -7,7 +7,7 @@
 -- free permits than ARGV[1] to take away (nothing is changed then: a
 -- semaphore never goes below zero here).
 
-local invalid = bad_numbers(1, 1, 2147483647, 2, 0, 1)
+local invalid = bad_numbers(1, 1, '2147483647', 2, 0, '1')
 if invalid then
   return invalid
 end

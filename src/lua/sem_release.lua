@@ -4,7 +4,7 @@
 -- are free permits). ARGV[1]: 1..2^31-1.
 -- Returns the free permits after the release.
 
-local invalid = bad_numbers(1, 1, 2147483647)
+local invalid = bad_numbers(1, 1, '2147483647')
 if invalid then
   return invalid
 end

@@ -5,7 +5,7 @@
 -- ARGV[1]: the permits, 0..2^31-1 (Redisson counts them in a Java int).
 -- Returns 1 when set, 0 when the semaphore already had permits.
 
-local invalid = bad_numbers(1, 0, 2147483647)
+local invalid = bad_numbers(1, 0, '2147483647')
 if invalid then
   return invalid
 end

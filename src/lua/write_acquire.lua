@@ -5,7 +5,7 @@
 -- client believes in is gone.
 -- KEYS[3] and on: unlock latches of this client whose answers are in,
 -- deleted once the rest is done (see hashlock.c).
-local invalid = bad_numbers(1, 1, 1e12, 3, 0, 2147483646)
+local invalid = bad_numbers(1, 1, MS_MAX, 3, 0, COUNT_MAX)
 if invalid then
   return invalid
 end

@@ -7,7 +7,7 @@
 -- Returns the write holds left, or -1 for none.
 -- KEYS[4] and on: unlock latches of this client whose answers are in,
 -- deleted once the rest is done (see hashlock.c).
-local invalid = bad_numbers(2, 1, 1e12, 4, 1, 1e12, 5, 0, 2147483646)
+local invalid = bad_numbers(2, 1, MS_MAX, 4, 1, MS_MAX, 5, 0, COUNT_MAX)
 if invalid then
   return invalid
 end
