@@ -9,8 +9,9 @@
 # BUILD_A and BUILD_B are build trees holding bench_lock (for example a
 # worktree of the old commit built with "make", and build/). Prints the load
 # average before and after (a run that starts above 1.0 or ends above 2.0
-# says so and should be repeated), every round's rate, and per workload the
-# median rate of each build and their ratio B/A.
+# says so and should be repeated), every round's rate and the server's CPU
+# time per acquisition (INFO cpu, user + system), and per workload the
+# median of each build and their ratio B/A.
 set -euo pipefail
 
 a=${1:?usage: bench/ab.sh BUILD_A BUILD_B [ROUNDS] [SECONDS]}
@@ -35,10 +36,15 @@ done
 url="redis://127.0.0.1:$port"
 
 load() { cut -d' ' -f1 /proc/loadavg; }
+# The server's CPU time so far, in us (user + system).
+server_cpu_us() {
+  redis-cli -p "$port" info cpu | tr -d '\r' |
+    awk -F: '/^used_cpu_(user|sys):/ {t += $2} END {printf "%.0f", t * 1e6}'
+}
 before=$(load)
 echo "load average before: $before"
 
-declare -A rates
+declare -A rates cpus
 workloads="solo spread contended"
 args_solo="--procs 1 --threads 1"
 args_spread="--procs 1 --threads 16 --distinct"
@@ -51,11 +57,16 @@ for r in $(seq "$rounds"); do
       build=$a
       [ "$side" = B ] && build=$b
       # shellcheck disable=SC2086
+      cpu0=$(server_cpu_us)
       out=$("$build/bench_lock" --url "$url" --mode loop ${!var} \
         --seconds "$seconds" --name "ab:$w")
+      cpu1=$(server_cpu_us)
       rate=$(sed -n 's/.*\brate=\([0-9.]*\).*/\1/p' <<<"$out")
-      echo "round $r $w $side rate=$rate"
+      acq=$(sed -n 's/.*\bacq=\([0-9]*\).*/\1/p' <<<"$out")
+      cpu=$(awk -v c=$((cpu1 - cpu0)) -v n="$acq" 'BEGIN {printf "%.1f", (n > 0 ? c / n : 0)}')
+      echo "round $r $w $side rate=$rate server_us_per_acq=$cpu"
       rates[$w$side]="${rates[$w$side]:-} $rate"
+      cpus[$w$side]="${cpus[$w$side]:-} $cpu"
     done
   done
 done
@@ -63,13 +74,17 @@ done
 after=$(load)
 echo "load average after: $after"
 echo
-printf '%-10s %12s %12s %8s\n' workload A B B/A
+printf '%-10s %12s %12s %8s %14s %14s %8s\n' workload 'A rate' 'B rate' B/A \
+  'A server us' 'B server us' B/A
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {print (a > 0 ? b / a : 0)}'; }
 for w in $workloads; do
   ma=$(median <<<"${rates[${w}A]}")
   mb=$(median <<<"${rates[${w}B]}")
-  printf '%-10s %12.0f %12.0f %8.3f\n' "$w" "$ma" "$mb" \
-    "$(awk -v a="$ma" -v b="$mb" 'BEGIN {print (a > 0 ? b / a : 0)}')"
+  ca=$(median <<<"${cpus[${w}A]}")
+  cb=$(median <<<"${cpus[${w}B]}")
+  printf '%-10s %12.0f %12.0f %8.3f %14.1f %14.1f %8.3f\n' "$w" "$ma" "$mb" \
+    "$(ratio "$ma" "$mb")" "$ca" "$cb" "$(ratio "$ca" "$cb")"
 done
 if awk -v s="$before" -v e="$after" 'BEGIN {exit !(s > 1.0 || e > 2.0)}'; then
   echo "the machine was not quiet (load $before -> $after): repeat this run"
