@@ -5,7 +5,7 @@
  * (the driver captures both on MONITOR), for --seconds.
  *
  *   bench_raw --url URL --acquire CALL --release CALL --name NAME
- *             [--clients N] [--seconds S] [--dist PREFIX]
+ *             [--clients N] [--seconds S] [--dist PREFIX] [--event-loop]
  *
  * CALL is a command whose words are separated by single spaces. NAME is the
  * lock name the calls were captured with: each thread puts "NAME:<i>" in
@@ -18,6 +18,12 @@
  * and over from an event loop; it can neither alternate the two calls nor
  * show what a thread that waits for each reply costs. This is the same two
  * calls, with nothing but hiredis between the thread and the socket.
+ *
+ * With --event-loop the N workers are not threads but N pairs kept in
+ * flight on one connection by one thread, each worker's next call sent as
+ * soon as its last reply is read, as an event loop's lock calls would be
+ * (node's peers work this way): the floor of a client that never hands a
+ * reply to another thread.
  *
  * Output: acq rate (pairs/s) pair_p50 pair_p99 (us) threads errors
  */
@@ -35,7 +41,8 @@
 static void usage(void) {
   fprintf(stderr, "usage: bench_raw --url URL --acquire CALL --release CALL"
                   " --name NAME\n"
-                  "         [--clients N] [--seconds S] [--dist PREFIX]\n");
+                  "         [--clients N] [--seconds S] [--dist PREFIX]"
+                  " [--event-loop]\n");
   exit(2);
 }
 
@@ -143,6 +150,66 @@ static void *run(void *arg) {
   return NULL;
 }
 
+static void append(redisContext *r, const words *c) {
+  if (redisAppendCommandArgv(r, c->n, (const char **)c->v, c->len) !=
+      REDIS_OK)
+    bench_fail("out of memory");
+}
+
+/*
+ * --event-loop: every worker's calls on one connection from this thread.
+ * Redis answers in order, so the replies come in the order of the ring of
+ * worker numbers below; each reply sends that worker's next call (written
+ * with the next read, all that were appended at once). A worker stops after
+ * a release once the time is up, so that no lock is left held.
+ */
+static void run_event_loop(worker *ws, int n) {
+  redisContext *r = bench_connect(ws[0].url);
+  int *ring = calloc((size_t)n, sizeof(*ring));
+  int *releasing = calloc((size_t)n, sizeof(*releasing));
+  uint64_t *t0 = calloc((size_t)n, sizeof(*t0));
+  if (ring == NULL || releasing == NULL || t0 == NULL)
+    bench_fail("out of memory");
+  int head = 0, inflight = n;
+  for (int i = 0; i < n; i++) {
+    ring[i] = i;
+    t0[i] = bench_now_ns();
+    append(r, &ws[i].acquire);
+  }
+  while (inflight > 0) {
+    redisReply *rep = NULL;
+    if (redisGetReply(r, (void **)&rep) != REDIS_OK)
+      bench_fail("bench_raw: %s", r->errstr);
+    int i = ring[head];
+    head = (head + 1) % n;
+    worker *w = &ws[i];
+    if (rep->type == REDIS_REPLY_ERROR && w->errors++ == 0)
+      fprintf(stderr, "bench_raw: %s\n", rep->str);
+    freeReplyObject(rep);
+    uint64_t now = bench_now_ns();
+    if (!releasing[i]) {
+      releasing[i] = 1;
+      append(r, &w->release);
+    } else {
+      bench_samples_add(&w->pairs, now - t0[i]);
+      releasing[i] = 0;
+      if (now >= w->end_ns || w->errors != 0) {
+        inflight--;
+        continue;
+      }
+      t0[i] = now;
+      append(r, &w->acquire);
+    }
+    /* The worker's next call is answered after every other one in flight:
+     * it goes to the back of the ring. */
+    ring[(head + inflight - 1) % n] = i;
+  }
+  free(ring);
+  free(releasing);
+  free(t0);
+  redisFree(r);
+}
+
 /* The release's unlock latch: its one key named like the library's. */
 static const char *latch_of(const words *release) {
   for (int i = 3; i < release->n; i++)
@@ -155,10 +222,12 @@ int main(int argc, char **argv) {
   const char *url = "redis://127.0.0.1:6379", *acquire = NULL;
   const char *release = NULL, *name = NULL, *dist = NULL;
   double seconds = 2.0;
-  int clients = 1;
+  int clients = 1, event_loop = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (v == NULL)
+    if (strcmp(a, "--event-loop") == 0)
+      event_loop = 1;
+    else if (v == NULL)
       usage();
     else if (strcmp(a, "--url") == 0)
       url = v, i++;
@@ -194,13 +263,16 @@ int main(int argc, char **argv) {
     parse(&ws[i].release, release, name, mine);
     add_key(&ws[i].acquire, latch_of(&ws[i].release));
   }
-  for (int i = 0; i < clients; i++)
+  if (event_loop)
+    run_event_loop(ws, clients);
+  for (int i = 0; i < clients && !event_loop; i++)
     if (pthread_create(&ws[i].tid, NULL, run, &ws[i]) != 0)
       bench_fail("pthread_create failed");
   bench_samples_t all = {0, 0, 0};
   uint64_t errors = 0;
   for (int i = 0; i < clients; i++) {
-    pthread_join(ws[i].tid, NULL);
+    if (!event_loop)
+      pthread_join(ws[i].tid, NULL);
     for (size_t k = 0; k < ws[i].pairs.n; k++)
       bench_samples_add(&all, ws[i].pairs.v[k]);
     errors += ws[i].errors;
@@ -213,7 +285,7 @@ int main(int argc, char **argv) {
   printf("acq=%zu rate=%.1f pair_p50=%.1f pair_p99=%.1f threads=%d"
          " errors=%" PRIu64 "\n",
          all.n, (double)all.n / seconds, bench_quantile(&all, 0.5),
-         bench_quantile(&all, 0.99), clients, errors);
+         bench_quantile(&all, 0.99), event_loop ? 1 : clients, errors);
   free(all.v);
   free(ws);
   return errors ? 1 : 0;
