@@ -771,7 +771,7 @@ static int extra_descriptors(int pid, int show) {
   return extra;
 }
 
-/* The state letter of process 'pid' (R, S, D...), or 0. */
+/* The state letter of process 'pid' (R, S, D, Z...), or 0 when it is gone. */
 static char process_state(int pid) {
   char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
@@ -1759,17 +1759,8 @@ TEST(cli_unlock_force_refuses_keys_that_are_not_locks) {
 /* 1 when process 'pid' is gone or a zombie (its parent has not reaped it
  * yet): it runs no more. */
 static int process_ended(pid_t pid) {
-  char path[64], stat[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (f == NULL)
-    return 1;
-  size_t n = fread(stat, 1, sizeof stat - 1, f);
-  fclose(f);
-  stat[n] = '\0';
-  const char *state = strrchr(stat, ')');
-  return state == NULL || state[1] == '\0' || state[2] == 'Z' ||
-         state[2] == 'X';
+  char state = process_state((int)pid);
+  return state == 0 || state == 'Z' || state == 'X';
 }
 
 /* The pid of the command a "run" started, once it has exec'd 'program'. */
