@@ -151,8 +151,7 @@ static void *run(void *arg) {
 }
 
 static void append(redisContext *r, const words *c) {
-  if (redisAppendCommandArgv(r, c->n, (const char **)c->v, c->len) !=
-      REDIS_OK)
+  if (redisAppendCommandArgv(r, c->n, (const char **)c->v, c->len) != REDIS_OK)
     bench_fail("out of memory");
 }
 
