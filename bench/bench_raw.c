@@ -262,16 +262,18 @@ int main(int argc, char **argv) {
     parse(&ws[i].release, release, name, mine);
     add_key(&ws[i].acquire, latch_of(&ws[i].release));
   }
-  if (event_loop)
+  if (event_loop) {
     run_event_loop(ws, clients);
-  for (int i = 0; i < clients && !event_loop; i++)
-    if (pthread_create(&ws[i].tid, NULL, run, &ws[i]) != 0)
-      bench_fail("pthread_create failed");
+  } else {
+    for (int i = 0; i < clients; i++)
+      if (pthread_create(&ws[i].tid, NULL, run, &ws[i]) != 0)
+        bench_fail("pthread_create failed");
+    for (int i = 0; i < clients; i++)
+      pthread_join(ws[i].tid, NULL);
+  }
   bench_samples_t all = {0, 0, 0};
   uint64_t errors = 0;
   for (int i = 0; i < clients; i++) {
-    if (!event_loop)
-      pthread_join(ws[i].tid, NULL);
     for (size_t k = 0; k < ws[i].pairs.n; k++)
       bench_samples_add(&all, ws[i].pairs.v[k]);
     errors += ws[i].errors;

@@ -1315,7 +1315,8 @@ def evaluate_targets(results):
     best = max((m("spread", c).get("rate") or 0 for c in redlocks if m("spread", c).get("ok")), default=0)
     floors = [(lbl, m("spread", c).get("rate")) for c, lbl in (("raw-pairs", "16 bare hiredis threads"),
                                                                 ("raw-loop", "one event loop"))]
-    floors = "; ".join(f"{lbl} making dlock's calls: {r / best:.2f} x" for lbl, r in floors if r and best)
+    floors = "; ".join(f"{lbl} making dlock's calls: {r / best:.2f} x (medians)" for lbl, r in floors
+                       if r and best)
     ratio_target("spread >= 1.5 x node-redlock", "spread", "dlock", redlocks, 1.5, "pairs/s",
                  f"; {floors}" if floors else "")
     ratio_target("contended >= 1.0 x best peer", "contended", "dlock", PEERS_ALL, 1.0, "acquisitions/s")

@@ -473,6 +473,15 @@ static void assert_untouched(rp_server_t *s, const script_case *sc) {
   ASSERT_GT(lu_pttl(s, "L"), 90000);
 }
 
+/* The case of one script in script_cases. */
+static const script_case *case_of(const dlock__script *script) {
+  for (size_t i = 0; i < sizeof(script_cases) / sizeof(script_cases[0]); i++)
+    if (script_cases[i].script == script)
+      return &script_cases[i];
+  ASSERT(0);
+  return NULL;
+}
+
 static redisReply *run_script(rp_server_t *s, const script_case *sc, int arg,
                               const char *value) {
   const char *argv[16];
@@ -544,6 +553,22 @@ TEST(dur_scripts_check_numbers_before_writing) {
   }
   printf("%d refused calls, nothing written\n", checked);
 
+  /* The checks compare digits with the bound as strings: a token of the
+   * largest counter Redis keeps (2^63-1) passes, one above it does not. */
+  const script_case *rt = case_of(&dlock__script_raise_token);
+  seed(s, rt->mode);
+  redisReply *top = run_script(s, rt, 0, "9223372036854775808");
+  ASSERT_NOT_NULL(top);
+  ASSERT_EQ(top->type, REDIS_REPLY_ERROR);
+  ASSERT_EQ(strncmp(top->str, "DLOCK_EINVAL ", 13), 0);
+  freeReplyObject(top);
+  assert_untouched(s, rt);
+  top = run_script(s, rt, 0, "9223372036854775807");
+  ASSERT_NOT_NULL(top);
+  ASSERT_EQ(top->type, REDIS_REPLY_INTEGER);
+  freeReplyObject(top);
+  ASSERT_EQ(lu_reply_int(rp_cmd(s, "INCRBY T -1")), INT64_MAX - 1);
+
   /* The client maps the scripts' refusal to DLOCK_EINVAL, with the
    * script's words as the detail. */
   dlock_client_t *c = lu_client(s);
@@ -581,14 +606,6 @@ typedef struct retry_case {
   const dlock__script *script;
   int count_arg; /* the argument (from 0) with the believed count, or -1 */
 } retry_case;
-
-static const script_case *case_of(const dlock__script *script) {
-  for (size_t i = 0; i < sizeof(script_cases) / sizeof(script_cases[0]); i++)
-    if (script_cases[i].script == script)
-      return &script_cases[i];
-  ASSERT(0);
-  return NULL;
-}
 
 /* Owner "f" holds "L" 'holds' times (with a read hold's timeout keys for
  * the read lock, so that its lease stays what they say). */

@@ -1,7 +1,9 @@
 -- Raise the fencing counter KEYS[1] to at least ARGV[1] (a RedLock token
 -- issued by a majority of nodes), so that whatever majority grants the lock
 -- next includes a node that issues a larger token.
-local invalid = bad_numbers(1, 0, '9223372036854775808')
+-- At most the largest counter Redis keeps (2^63-1): INCR would refuse
+-- anything above it from then on.
+local invalid = bad_numbers(1, 0, '9223372036854775807')
 if invalid then
   return invalid
 end
