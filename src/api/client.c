@@ -4,6 +4,7 @@
  */
 #include "client.h"
 #include "alloc.h"
+#include "engine.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -447,7 +448,7 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
     rc = dlock__conn_new(&cfg, &c->conn);
   dlock__cluster_url_free(&cu);
   if (rc == 0)
-    rc = dlock__settler_new(c, &c->settle);
+    rc = dlock__settler_new(c, dlock__undo, &c->settle);
   /* Opening waits for the server(s) for the connect timeout in all: a
    * server that accepts and never answers makes it fail then, not after a
    * command timeout more for each connection's handshake. */

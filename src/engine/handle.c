@@ -3,15 +3,14 @@
  * (Handles are made in object.c, of the kinds that registry.c names.)
  */
 #include "alloc.h"
-#include "lock.h"
+#include "engine.h"
 
 #include "error.h"
 #include "monotime.h"
 #include "sleep.h"
 
-#include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- acquiring, with waiting ----------------------------------------------
  */
@@ -51,26 +50,6 @@ static int timed_out(const dlock_t *l, int64_t wait_ms) {
                      "lock \"%.100s\" is held by another owner; not acquired "
                      "within %lld ms",
                      l->name, (long long)wait_ms);
-}
-
-/* Sleeps with exponential back-off and jitter (the spin lock's way):
- * 1 ms doubling to 128 ms, never past the deadline. */
-static int backoff_sleep(dlock_client_t *c, int *step, int64_t until_us) {
-  int64_t base_us = (int64_t)1000 << (*step < 7 ? *step : 7);
-  if (*step < 7)
-    (*step)++;
-  /* Jitter keeps contending spinners from retrying in lockstep. */
-  int64_t sleep_us =
-      base_us / 2 + (int64_t)(dlock__jitter() % (uint64_t)(base_us / 2 + 1));
-  int64_t now = dlock__now_us();
-  if (now + sleep_us > until_us)
-    sleep_us = until_us - now;
-  if (sleep_us > 0) {
-    struct timespec ts = {(time_t)(sleep_us / 1000000),
-                          (long)(sleep_us % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-  }
-  return dlock__check_canceled(c);
 }
 
 /* The channel that announces this owner's turn: l->channel, or one the
@@ -131,7 +110,7 @@ static int join_channel_if_active(dlock_t *l, uint64_t owner, dlock__waiter *w,
  * leaving (a fair waiter stays queued, and a release may hand it the lock),
  * that is settled once Redis answers again. */
 static void give_up(dlock_t *l, uint64_t owner) {
-  if (l->kind->give_up != NULL && l->kind->give_up(l, owner) != 0)
+  if (dlock__leave_queue(l, owner) != 0)
     dlock__note_unsettled(l, owner);
 }
 
@@ -149,12 +128,12 @@ static void give_up(dlock_t *l, uint64_t owner) {
 static int take_late_grant(dlock_t *l, uint64_t owner, int64_t lease_ms,
                            uint64_t token, int64_t since_us, int why) {
   dlock__busy busy = {-1, 0};
-  if (l->kind->granted == NULL ||
-      l->kind->granted(l, owner, lease_ms, token, since_us, &busy) != 0)
+  if (l->kind->handed == NULL ||
+      dlock__take_handed(l, owner, lease_ms, token, since_us, &busy) != 0)
     return why;
   if (why == DLOCK_ETIMEDOUT)
     return 0;
-  l->kind->release(l, owner);
+  dlock__release_hold(l, owner);
   return why;
 }
 
@@ -186,7 +165,8 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                             dlock__waiter *joined, dlock__busy busy,
                             int64_t tried_us) {
   dlock_client_t *c = l->c;
-  int step = 0, rc = 0, tried = joined != NULL, woken = 0;
+  dlock__backoff backoff = DLOCK__BACKOFF_SPIN;
+  int rc = 0, tried = joined != NULL, woken = 0;
   dlock__waiter own, *sub = joined;
   if (sub == NULL && l->kind->wait_by == DLOCK__WAIT_PUBSUB) {
     set_waiter(l, owner, lease_ms, &own);
@@ -199,7 +179,7 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
         dlock__sleep_us(
             dlock__pubsub_contention_pause(c->ps, sub, dlock__jitter()));
       tried_us = dlock__now_us();
-      rc = l->kind->try_acquire(l, owner, lease_ms, 1, &busy);
+      rc = dlock__attempt(l, owner, lease_ms, 1, &busy);
       if (woken && rc >= 0)
         dlock__pubsub_note_attempt(c->ps, sub, rc == 1);
       if (rc != 1)
@@ -222,15 +202,15 @@ static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     if (sub != NULL)
       rc = dlock__pubsub_wait(c->ps, sub, until);
     else
-      rc = backoff_sleep(c, &step, until);
+      rc = dlock__backoff_pause(c, &backoff, until);
     /* A stale hand-over only says that something changed: try again. */
     if (rc == 2 && fresh_grant(sub, &busy) == 0)
       rc = 1;
     /* Woken by an unlock message of the shared channel. */
     woken = rc == 1 && l->kind->no_barging;
-    if (rc == 2 && l->kind->granted != NULL) {
+    if (rc == 2 && l->kind->handed != NULL) {
       /* The release handed the lock over: it is held already. */
-      rc = l->kind->granted(l, owner, lease_ms, sub->grant, tried_us, &busy);
+      rc = dlock__take_handed(l, owner, lease_ms, sub->grant, tried_us, &busy);
       if (rc != 1)
         break;
       tried = 1;
@@ -271,7 +251,7 @@ static int trylock_single(dlock_t *l, uint64_t owner, int64_t wait_ms,
     return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub, busy,
                             dlock__now_us());
   int64_t tried_us = dlock__now_us();
-  rc = l->kind->try_acquire(l, owner, lease_ms, wait_ms != 0, &busy);
+  rc = dlock__attempt(l, owner, lease_ms, wait_ms != 0, &busy);
   if (rc == 1 && wait_ms != 0)
     return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub, busy,
                             tried_us);
@@ -371,7 +351,10 @@ int dlock_unlock_as(dlock_t *l, uint64_t owner) {
   if (l == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
   int rc = dlock__check_handle(l);
-  return rc != 0 ? rc : l->kind->release(l, owner);
+  if (rc != 0)
+    return rc;
+  return l->kind->release != NULL ? l->kind->release(l, owner)
+                                  : dlock__release_hold(l, owner);
 }
 
 int dlock_unlock(dlock_t *l) { return dlock_unlock_as(l, dlock_self()); }

@@ -3,7 +3,7 @@
  * the RedLock (a majority of independent nodes).
  */
 #include "alloc.h"
-#include "lock.h"
+#include "engine.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -454,7 +454,7 @@ static void release_each(dlock_t *l, uint64_t owner, const unsigned char *which,
   size_t n = l->nsubs;
   batch b;
   dlock__release *rel = dlock__calloc(n, sizeof(*rel));
-  dlock__call_args *args = dlock__calloc(n, sizeof(*args));
+  dlock__call *args = dlock__calloc(n, sizeof(*args));
   int ok = rel != NULL && args != NULL && !repeated_part(l) &&
            batch_init(&b, l) == 0;
   for (size_t i = 0; i < n; i++) {
@@ -477,7 +477,7 @@ static void release_each(dlock_t *l, uint64_t owner, const unsigned char *which,
       continue;
     }
     dlock__reentrant_release_call(sub, owner, &rel[i], &args[i]);
-    batch_add(&b, i, &args[i].call);
+    batch_add(&b, i, &args[i].eval);
     state[i] = PART_SENT;
   }
   release_alone a = {l, owner, state};
@@ -508,7 +508,7 @@ static void release_each(dlock_t *l, uint64_t owner, const unsigned char *which,
       /* Not run, refused, or no answer: the ordinary path sends it again
        * with the same latch, which makes a copy that ran already answer
        * as it did. */
-      state[i] = dlock__release_run(sub, owner, &rel[i], &args[i].call);
+      state[i] = dlock__release_run(sub, owner, &rel[i], &args[i].eval);
     }
   }
   batch_free(&b);
@@ -544,7 +544,7 @@ static int attempt_all(dlock_t *l, uint64_t owner, int64_t lease_ms,
                        unsigned char *held, size_t *busy) {
   size_t n = l->nsubs;
   batch b;
-  dlock__call_args *args = dlock__calloc(n, sizeof(*args));
+  dlock__call *args = dlock__calloc(n, sizeof(*args));
   if (args == NULL || repeated_part(l) || batch_init(&b, l) != 0) {
     dlock__free(args);
     return attempt_in_turn(l, owner, lease_ms, held, busy);
@@ -557,8 +557,9 @@ static int attempt_all(dlock_t *l, uint64_t owner, int64_t lease_ms,
     if (held[i] || !batch_kind(sub) || dlock__check_handle(sub) != 0 ||
         dlock__settle_before_acquire(sub, owner) != 0)
       continue;
-    dlock__reentrant_acquire_call(sub, owner, lease_ms, &args[i]);
-    batch_add(&b, i, &args[i].call);
+    dlock__ask ask = {owner, lease_ms, dlock__believed_count(sub, owner), 1};
+    dlock__reentrant_acquire_call(sub, &ask, &args[i]);
+    batch_add(&b, i, &args[i].eval);
   }
   batch_run(&b, NULL, NULL);
   int first = 0;
@@ -907,7 +908,7 @@ static int parallel_part(const dlock_t *sub) {
 static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
                           int *state, int64_t *ttl_ms) {
   size_t n = l->nsubs, answered = 0, granted = 0, quorum = n / 2 + 1;
-  dlock__call_args *args = dlock__calloc(n, sizeof(*args));
+  dlock__call *args = dlock__calloc(n, sizeof(*args));
   dlock__pending *pend = dlock__calloc(n, sizeof(*pend));
   dlock__sync_call *sc = dlock__calloc(n, sizeof(*sc));
   unsigned char *awaited = dlock__calloc(n, 1);
@@ -943,9 +944,11 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
       continue;
     /* A node not connected yet starts connecting here and the others go
      * on at once: every connect runs at the same time. */
-    dlock__reentrant_acquire_call(l->subs[i], owner, lease_ms, &args[i]);
+    dlock__ask ask = {owner, lease_ms, dlock__believed_count(l->subs[i], owner),
+                      1};
+    dlock__reentrant_acquire_call(l->subs[i], &ask, &args[i]);
     /* The node's done unlock latches ride along and are deleted. */
-    sent[i] = dlock__with_done_latches(l->subs[i]->c, &args[i].call, &lc[i]);
+    sent[i] = dlock__with_done_latches(l->subs[i]->c, &args[i].eval, &lc[i]);
     /* With replica sync, WAIT rides after the script, as on the serial
      * path: a part that the node's replicas did not acknowledge is given
      * back and does not count towards the quorum. */
@@ -963,7 +966,7 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
       continue;
     dlock__busy busy = {-1, 0};
     dlock_t *sub = l->subs[i];
-    state[i] = sub->kind->try_acquire(sub, owner, lease_ms, 0, &busy);
+    state[i] = dlock__attempt(sub, owner, lease_ms, 0, &busy);
     answered += state[i] == 0 || state[i] == 1;
     granted += state[i] == 0;
     if (state[i] == 1 && busy.ttl_ms > *ttl_ms)
@@ -1031,7 +1034,7 @@ static void red_release_all(dlock_t *l, uint64_t owner,
                             const unsigned char *which, red_outcome *o) {
   size_t n = l->nsubs;
   dlock__release *rel = dlock__calloc(n, sizeof(*rel));
-  dlock__call_args *args = dlock__calloc(n, sizeof(*args));
+  dlock__call *args = dlock__calloc(n, sizeof(*args));
   dlock__pending *pend = dlock__calloc(n, sizeof(*pend));
   int *state = dlock__calloc(n, sizeof(*state));
   memset(o, 0, sizeof(*o));
@@ -1061,7 +1064,7 @@ static void red_release_all(dlock_t *l, uint64_t owner,
     if (state[i] != 0)
       continue;
     dlock__reentrant_release_call(sub, owner, &rel[i], &args[i]);
-    dlock__eval_send(sub->c->conn, &args[i].call, 0, &pend[i]);
+    dlock__eval_send(sub->c->conn, &args[i].eval, 0, &pend[i]);
     state[i] = 1; /* sent */
   }
   for (size_t i = 0; i < n; i++) {
@@ -1069,7 +1072,7 @@ static void red_release_all(dlock_t *l, uint64_t owner,
       dlock_t *sub = l->subs[i];
       redisReply *reply;
       state[i] =
-          dlock__eval_wait(sub->c->conn, &args[i].call, &pend[i], &reply, 0);
+          dlock__eval_wait(sub->c->conn, &args[i].eval, &pend[i], &reply, 0);
       if (state[i] == 0) {
         /* Answered, and sent once: no copy of it can run any more, so its
          * latch goes with a later call of that node's client, as a single

@@ -4,7 +4,7 @@
  * their own query function.
  */
 #include "alloc.h"
-#include "lock.h"
+#include "engine.h"
 
 #include "error.h"
 #include "reply.h"
@@ -98,5 +98,8 @@ int dlock_force_unlock(dlock_t *l) {
   if (l == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
   int rc = dlock__check_handle(l);
-  return rc != 0 ? rc : l->kind->force_release(l);
+  if (rc != 0)
+    return rc;
+  return l->kind->force_release != NULL ? l->kind->force_release(l)
+                                        : dlock__force_release(l);
 }

@@ -4,8 +4,8 @@
 #include "watchdog.h"
 #include "alloc.h"
 
+#include "engine.h"
 #include "error.h"
-#include "lock.h"
 #include "monotime.h"
 #include "proto/slot.h"
 #include "scripts.h"

@@ -67,22 +67,9 @@ struct dlock_client {
   struct dlock_client *forked_next;
 };
 
-/* The settler of 'c' (settle.c); freeing it stops its thread, and what is
- * still unsettled then expires with its lease. NULL is ignored by free. */
-int dlock__settler_new(dlock_client_t *c, dlock__settler **out);
-void dlock__settler_free(dlock__settler *st);
-/* Frees the settler of a client inherited across fork(), touching neither
- * its thread nor its condition variable (both the parent's); 0, or -1 when
- * a parent thread held its mutex at the fork and it was left as it is. */
-int dlock__settler_forget(dlock__settler *st);
-
 /* Formats the owner field "<client-id>:<owner>"; returns its length. */
 size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,
                           char buf[DLOCK__FIELD_MAX]);
-
-/* Frees the latch names still waiting to be deleted (they expire by
- * themselves). */
-void dlock__done_latches_clear(dlock_client_t *c);
 
 /* DLOCK_EFORKED (with detail) in a child of fork() (see fork.h), else
  * DLOCK_ECANCELED once the client is shutting down; 0 when usable. Every

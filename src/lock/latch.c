@@ -7,8 +7,8 @@
 #include "alloc.h"
 #include "semaphore.h"
 
+#include "engine.h" /* until the semaphore is split */
 #include "error.h"
-#include "lock.h"
 #include "reply.h"
 
 #include <inttypes.h>

@@ -52,54 +52,165 @@ typedef struct dlock__busy {
   uint64_t counter;
 } dlock__busy;
 
+/*
+ * A script call a kind built, with the room for its arguments: the kind
+ * fills 'eval' and points it into 'argv' and 'lens'. Key names the kind
+ * had to allocate go into 'owned' and are freed by dlock__call_free, so a
+ * built call is released the same way whatever the kind.
+ */
+#define DLOCK__CALL_ARGS 16
+typedef struct dlock__call {
+  dlock__eval eval;
+  const char *argv[DLOCK__CALL_ARGS];
+  size_t lens[DLOCK__CALL_ARGS];
+  char field[DLOCK__FIELD_MAX];
+  char field2[DLOCK__FIELD_MAX];
+  char num[3][24];
+  char *owned[3];
+} dlock__call;
+
+/* Makes 'call' own nothing: the engine does this before a kind builds
+ * it, and frees it with dlock__call_free after, whatever the build
+ * returned. */
+void dlock__call_init(dlock__call *call);
+
+/* Frees what a kind allocated for 'call' (nothing for most calls). */
+void dlock__call_free(dlock__call *call);
+
+/* Points 'out' at a call of 'script' on the 'n' arguments 'argv' and
+ * 'lens' (copied; what they point to must outlive the call), the first
+ * 'nkeys' of them keys. What 'out' owns is left as it is. */
+void dlock__call_set(dlock__call *out, const dlock__script *script, int nkeys,
+                     const char *const *argv, const size_t *lens, int n);
+
+/* What an acquisition asks of a kind's acquire script. */
+typedef struct dlock__ask {
+  uint64_t owner;
+  int64_t lease_ms; /* as asked: DLOCK_WATCHDOG or a lease */
+  int64_t believed; /* the holds the client believes the owner has */
+  int queue; /* 0 for a single try that must leave no trace (no queueing) */
+} dlock__ask;
+
+/* How a kind takes up a lock that a release handed to its waiter. */
+enum dlock__handed {
+  DLOCK__HANDED_RECORD = 1, /* it is held: record it, no round trip */
+  DLOCK__HANDED_RETAKE = 2  /* take it up with an attempt of its own */
+};
+
+typedef struct dlock__release dlock__release;
+
+/* Hand-overs in a row before a release lets every client try: runs of
+ * this many plus one acquisitions per client. Each run ends with the only
+ * turn that costs a client an unlock message, its waiters' attempts (most
+ * of which fail) and the pause of the other clients' woken waiters (see
+ * dlock__pubsub_contention_pause), so the longer the runs, the more
+ * acquisitions per second a contended lock serves and the fewer commands
+ * each costs. Eight per turn keeps fewest/most over the clients' threads
+ * near 0.9 and a waiter of another client waits no longer at the 99th
+ * percentile than with four per turn (bench/ab.sh, contended). */
+#define DLOCK__HANDOVER_RUN_MAX 7
+
+/*
+ * A lock kind. A single-lock kind (reentrant, spin, fair, read, write) is
+ * a table of pure functions: each builds one script call from the handle
+ * and what the engine tells it, and sends nothing, waits for nothing and
+ * takes no mutex. The engine (src/engine/) runs the calls, decodes their
+ * replies into outcomes, keeps the hold table, waits between attempts and
+ * rides outages, the same way for every kind. A composite kind (MultiLock,
+ * RedLock) is made of other handles and brings its own acquisition,
+ * release and queries instead (see below).
+ */
 struct dlock__kind {
   dlock_kind_t id;
   int wait_by; /* enum dlock__wait_by */
   /* A new waiter does not try ahead of this client's threads already
    * waiting on the same channel (it queues behind them instead), so one
    * process's threads take turns rather than the releasing thread taking
-   * the lock straight back. */
+   * the lock straight back. Such a kind's last release may also hand the
+   * lock to one of those threads (handover.c). */
   int no_barging;
-  /*
-   * One attempt: 0 when 'owner' holds the lock afterwards (the hold table is
-   * updated), 1 when another owner holds it ('*busy' says more), or an
-   * error. 'queue' is 0 for a single try that must not leave a trace (a
-   * fair lock does not enqueue then).
-   */
-  int (*try_acquire)(dlock_t *l, uint64_t owner, int64_t lease_ms, int queue,
-                     dlock__busy *busy);
-  /* A release handed the lock to waiting 'owner' with 'token' (its lease
-   * counted from 'since_us' at the latest): as try_acquire. May be NULL
-   * when the kind never does that. */
-  int (*granted)(dlock_t *l, uint64_t owner, int64_t lease_ms, uint64_t token,
-                 int64_t since_us, dlock__busy *busy);
-  /* Called when a waiter stops waiting without the lock: 0, or an error
-   * when Redis did not answer (the waiter may still be queued). May be
-   * NULL. */
-  int (*give_up)(dlock_t *l, uint64_t owner);
-  /* Gives back whatever an attempt of 'owner' that got no answer may have
-   * taken, 'believed' being the holds the owner had when it tried: its
-   * holds are set back to that many (a hold granted from none is released
-   * and the lock's waiters told), and a queue place is given up. Harmless
-   * when the attempt never ran. 0 when Redis answered (see settle.c). */
-  int (*undo)(dlock_t *l, uint64_t owner, int64_t believed);
+  /* The acquire script: replies {1, token, count}, {0, ttl} or {0, ttl,
+   * counter} (see dlock__decode_acquire). */
+  int (*acquire_call)(dlock_t *l, const dlock__ask *a, dlock__call *out);
+  /* The release script for the release (or undo) 'r': replies the holds
+   * left, or -1 when the owner held nothing. Settling an attempt whose
+   * outcome is unknown runs it too, with 'r->count' one above the holds
+   * to go back to (settle.c). */
+  int (*release_call)(dlock_t *l, uint64_t owner, const dlock__release *r,
+                      dlock__call *out);
+  /* The script that takes a waiter out of a queue, and gives back a lock
+   * handed to it meanwhile when 'believed' is 0; NULL when the kind has no
+   * queue. It also settles an attempt from no holds whose outcome is
+   * unknown. */
+  int (*leave_call)(dlock_t *l, uint64_t owner, int64_t believed,
+                    dlock__call *out);
+  /* The script that deletes the lock and wakes its waiters: replies 1
+   * deleted, 0 none. */
+  int (*force_call)(dlock_t *l, dlock__call *out);
+  /* How a lock handed to a waiter of 'lease_ms' is taken up: an enum
+   * dlock__handed. NULL when no release of the kind hands a lock over. */
+  int (*handed)(dlock_t *l, int64_t lease_ms);
   /* The channel a waiter of 'owner' listens on; NULL: l->channel. */
   int (*wait_channel)(dlock_t *l, uint64_t owner, char **out, size_t *len);
-  /* Releases one hold of 'owner': 0, DLOCK_ENOTHELD, DLOCK_ELOST or error. */
-  int (*release)(dlock_t *l, uint64_t owner);
   /* The hash field of 'owner' (the writer's has ":write"). */
   size_t (*field)(dlock_t *l, uint64_t owner, char buf[DLOCK__FIELD_MAX]);
-  /* Deletes the lock and wakes waiters: 1 deleted, 0 none, or error. */
-  int (*force_release)(dlock_t *l);
-  /* Composite kinds only: the whole acquisition, and the queries. */
+  /* Composite kinds only: the whole acquisition and release, and the
+   * queries. */
   int (*acquire)(dlock_t *l, uint64_t owner, int64_t wait_ms, int64_t lease_ms,
                  int64_t deadline_us);
+  int (*release)(dlock_t *l, uint64_t owner);
+  int (*force_release)(dlock_t *l);
   int (*query)(dlock_t *l, uint64_t owner, int what, int64_t *out);
   uint64_t (*token)(dlock_t *l, uint64_t owner);
   /* Frees what a composite keeps beyond the handle's names (its records),
    * when a handle whose 'subs' is set is freed. May be NULL. */
   void (*dispose)(dlock_t *l);
 };
+
+/* The lease a script is given for 'lease_ms' (the watchdog's timeout for
+ * DLOCK_WATCHDOG). */
+int64_t dlock__lease_for(const dlock_t *l, int64_t lease_ms);
+
+/* A release in progress: what the hold table said, and the latch key. */
+struct dlock__release {
+  int64_t lease_ms; /* lease to restore while still held */
+  int known;        /* the client had a record of the hold */
+  int abandoned;    /* ... whose last unlock had failed */
+  int lost;         /* ... that was found lost: the answer is DLOCK_ELOST */
+  char lease[24];
+  char latch_ttl[24];
+  char count[24]; /* the hold count the client believes in ("0": unknown) */
+  char *latch;    /* redisson_unlock_latch:{name}:<request-id> */
+  size_t latch_len;
+  int unsynced; /* answered, but too few replicas acknowledged it */
+};
+
+/* The reentrant (and spin) lock's calls, which RedLock also sends to every
+ * node at once. */
+int dlock__reentrant_acquire_call(dlock_t *l, const dlock__ask *a,
+                                  dlock__call *out);
+int dlock__reentrant_release_call(dlock_t *l, uint64_t owner,
+                                  const dlock__release *r, dlock__call *out);
+
+/* The hand-over script (handover.lua) that releases the last hold of
+ * 'owner' (begun as 'r') by handing the lock to waiting owner 'to' of the
+ * same client with 'lease_ms', or, with 'at_cap', releases it for every
+ * client. */
+int dlock__handover_call(dlock_t *l, uint64_t owner, const dlock__release *r,
+                         uint64_t to, int64_t lease_ms, int at_cap,
+                         dlock__call *out);
+
+/* Decodes the hand-over script's reply: {0, token} (handed over), {-1, 0}
+ * (not held), {1, 0}, {2, 0} or {3, 0} (released for everyone; another
+ * client listens, unknown, none does). Sets the holds left (-1: none) and
+ * the outcome for the waiter (DLOCK__RESOLVE_*). */
+int dlock__decode_handover(const redisReply *r, int64_t *left, uint64_t *token,
+                           int *outcome);
+
+/* The force-release call of a lock whose waiters all listen on its one
+ * channel: deletes the lock hash and publishes 'message' if there was
+ * one. */
+int dlock__force_plain_call(dlock_t *l, const char *message, dlock__call *out);
 
 /* What dlock__kind.query answers. */
 enum dlock__query {
@@ -121,6 +232,15 @@ extern const dlock__kind dlock__kind_red;
  * parts). */
 int dlock__query_single(dlock_t *l, uint64_t owner, int what, int64_t *out);
 
+/* 1 when the client has a record of a hold of 'owner' (lost or not). */
+int dlock__has_hold(dlock_t *l, uint64_t owner);
+
+/* The hold count the client believes 'owner' has (0 when none or lost). */
+int64_t dlock__believed_count(dlock_t *l, uint64_t owner);
+
+/* DLOCK_ELOST with its detail: the lock was lost while held. */
+int dlock__lost_error(const dlock_t *l);
+
 /* Creates a handle of 'kind' on 'name' after checking the arguments. */
 int dlock__handle_new(dlock_client_t *c, const dlock__kind *kind,
                       const char *name, size_t len, dlock_t **out);
@@ -128,202 +248,5 @@ int dlock__handle_new(dlock_client_t *c, const dlock__kind *kind,
 /* The plain owner field "<client-id>:<owner>". */
 size_t dlock__field_plain(dlock_t *l, uint64_t owner,
                           char buf[DLOCK__FIELD_MAX]);
-
-/* ---- shared by the single-lock kinds (hashlock.c) ------------------------ */
-
-/* Runs one script on the lock's client and decodes its integer reply. */
-int dlock__eval_integer(dlock_t *l, const dlock__eval *call, int64_t *out);
-
-/* Deletes the lock hash and publishes 'message' on its channel if there
- * was one: 1 deleted, 0 none, or an error. */
-int dlock__force_release_plain(dlock_t *l, const char *message);
-
-/* 1 when the client has a record of a hold of 'owner' (lost or not). */
-int dlock__has_hold(dlock_t *l, uint64_t owner);
-
-/* The hold count the client believes 'owner' has (0 when none or lost). */
-int64_t dlock__believed_count(dlock_t *l, uint64_t owner);
-
-/*
- * Runs one acquisition script (replying {1, token, count}, {0, ttl} or {0,
- * ttl, counter}) and, on success, records the hold. Returns 0, 1 (taken;
- * '*busy') or error.
- */
-int dlock__run_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                       const dlock__eval *call, dlock__busy *busy);
-
-/* A release in progress: what the hold table said, and the latch key. */
-typedef struct dlock__release {
-  int64_t lease_ms; /* lease to restore while still held */
-  int known;        /* the client had a record of the hold */
-  int abandoned;    /* ... whose last unlock had failed */
-  int lost;         /* ... that was found lost: the answer is DLOCK_ELOST */
-  char lease[24];
-  char latch_ttl[24];
-  char count[24]; /* the hold count the client believes in ("0": unknown) */
-  char *latch;    /* redisson_unlock_latch:{name}:<request-id> */
-  size_t latch_len;
-  int unsynced; /* answered, but too few replicas acknowledged it */
-} dlock__release;
-
-/* Looks the hold up (failing with DLOCK_ELOST when the watchdog found it
- * lost) and makes the latch key. Pair with dlock__release_finish. */
-int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r);
-
-/* Runs the release script (retried with the same latch on a lost reply),
- * applies its answer (holds left, or -1 for none) and frees 'r'. */
-int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
-                       const dlock__eval *call);
-
-/* The first half of dlock__release_run: sends the call, retried like an
- * unlock. On failure the hold is dealt with as after a failed unlock and
- * the error returned; on 0, '*reply' is Redis's answer. 'r' is freed
- * either way (its flags stay readable). */
-int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
-                        const dlock__eval *call, redisReply **reply);
-
-/* Applies a release's answer: the holds left, or -1 for none. */
-int dlock__release_apply(dlock_t *l, uint64_t owner, int64_t left,
-                         const dlock__release *r);
-
-/* Releases the owner's last hold of a reentrant lock by handing it to a
- * waiting thread of the same client, when there is one and the client has
- * not done so too many times in a row (handover.c). Returns 1 when it did
- * not (the caller releases as usual, 'r' untouched), else the unlock's
- * result, with 'r' freed. */
-int dlock__handover_release(dlock_t *l, uint64_t owner, dlock__release *r);
-
-/* Hand-overs in a row before a release lets every client try: runs of
- * this many plus one acquisitions per client. Each run ends with the only
- * turn that costs a client an unlock message, its waiters' attempts (most
- * of which fail) and the pause of the other clients' woken waiters (see
- * dlock__pubsub_contention_pause), so the longer the runs, the more
- * acquisitions per second a contended lock serves and the fewer commands
- * each costs. Eight per turn keeps fewest/most over the clients' threads
- * near 0.9 and a waiter of another client waits no longer at the 99th
- * percentile than with four per turn (bench/ab.sh, contended). */
-#define DLOCK__HANDOVER_RUN_MAX 7
-
-/* After dlock__release_begin succeeded but no answer came: the hold stops
- * being renewed if it was the last (it expires with its lease) and is
- * marked abandoned, so the owner's next call finishes the release. */
-void dlock__release_failed(dlock_t *l, uint64_t owner);
-
-/* Lock-free frees of 'r' after a failed begin (safe to call always). */
-void dlock__release_end(dlock__release *r);
-
-/* A script call with the client's done unlock latches (see hashlock.c)
- * added after its keys, so that the script deletes them: those of the
- * call's slot on a cluster, all of them on one server. */
-typedef struct dlock__latch_call {
-  dlock__done_latches taken;
-  const char *argv[48];
-  size_t lens[48];
-  dlock__eval call;
-} dlock__latch_call;
-
-/* 'call' itself, or the same call with the latches in 'lc'; pair with
- * dlock__latch_call_end once the call is answered or given up. */
-const dlock__eval *dlock__with_done_latches(dlock_client_t *c,
-                                            const dlock__eval *call,
-                                            dlock__latch_call *lc);
-void dlock__latch_call_end(dlock__latch_call *lc);
-
-/* Takes the latch of a release answered on its first and only send (its
- * name, allocated), for a later script to delete. */
-void dlock__latch_done(dlock_client_t *c, char *key, size_t len);
-
-/* Room for one script call's arguments, owned by the caller's stack. */
-typedef struct dlock__call_args {
-  char field[DLOCK__FIELD_MAX];
-  char lease[24];
-  char count[24];
-  const char *argv[8];
-  size_t lens[8];
-  dlock__eval call;
-} dlock__call_args;
-
-/* The reentrant (and spin) lock's acquire and release calls, built but not
- * sent, for RedLock to send to every node at once. */
-void dlock__reentrant_acquire_call(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                                   dlock__call_args *a);
-void dlock__reentrant_release_call(dlock_t *l, uint64_t owner,
-                                   const dlock__release *r,
-                                   dlock__call_args *a);
-
-/* Records a hold that a release handed to 'owner' with 'token' (its lease
- * counted from 'since_us' at the latest). 0 or DLOCK_ENOMEM, after which
- * the lock has been given back. */
-int dlock__record_grant(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                        uint64_t token, int64_t since_us);
-
-/* The second half of dlock__run_acquire: decodes an acquisition reply
- * (taking it) and records the hold. */
-int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                          redisReply *reply, int64_t sent_us,
-                          dlock__busy *busy);
-
-/* The same for a grant whose write was followed by WAIT ('sy', see
- * sync.h): one that too few replicas acknowledged is given back and
- * refused with DLOCK_ENOSYNC. */
-int dlock__finish_acquire_synced(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                                 redisReply *reply, int64_t sent_us,
-                                 dlock__busy *busy, const dlock__synced *sy);
-
-/* The second half of dlock__release_run: decodes a release reply (taking
- * it) and applies it, with what dlock__release_begin found in 'r'. */
-int dlock__finish_release(dlock_t *l, uint64_t owner, redisReply *reply,
-                          const dlock__release *r);
-
-/* Before a single lock is acquired: DLOCK_ELOST when the owner's hold was
- * found lost (its unlocks report it), and an attempt whose outcome is
- * unknown (settle.c) and an abandoned hold's release are settled first. 0
- * to go on. */
-int dlock__settle_before_acquire(dlock_t *l, uint64_t owner);
-
-/* Pauses between the attempts of a call that rides out an outage
- * (services.c): a back-off from 20 ms to 640 ms with jitter, not before the
- * connection may be tried again, never past 'until_us'. 0, or
- * DLOCK_ECANCELED when the client shuts down meanwhile. */
-int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us);
-
-/* ---- attempts whose outcome is unknown (settle.c) ------------------------ */
-
-/* 1 when a call that failed with 'rc' may have run in Redis all the same
- * (no answer came: a timeout, a failed connection, a shutdown). */
-int dlock__outcome_unknown(int rc);
-
-/* After an attempt of 'owner' on 'l' that may have run in Redis without its
- * answer reaching the client (or a waiter that could not leave a fair
- * queue): records it to be undone as soon as Redis answers, unless the
- * owner's hold is lost or abandoned (its own unlock then settles the lock).
- * Never fails: unrecorded, a late grant expires with its lease. */
-void dlock__note_unsettled(dlock_t *l, uint64_t owner);
-
-/* Records the attempt with the owner's hold count 'believed' (see
- * dlock__note_unsettled) and wakes the background settling. */
-void dlock__unsettled_add(dlock_t *l, uint64_t owner, int64_t believed);
-
-/* Settles the owner's own unsettled attempt on 'l', if any, now (waiting
- * for the background one under way): 0 when there is none left, else the
- * error of an undo that Redis did not answer. */
-int dlock__unsettled_settle(dlock_t *l, uint64_t owner);
-
-/* 1 when 'owner' has an unsettled attempt on 'l' ('*believed' is then its
- * hold count), without waiting or settling anything. */
-int dlock__unsettled_pending(dlock_t *l, uint64_t owner, int64_t *believed);
-
-/* How many attempts of the client are unsettled (for tests). */
-int dlock__unsettled_count(dlock_client_t *c);
-
-/* For a kind's undo: a release of 'believed' + 1 holds (its count
- * argument), with a latch of its own and without the hold table. Pair with
- * dlock__undo_run, or dlock__release_end on failure. */
-int dlock__undo_begin(dlock_t *l, uint64_t owner, int64_t believed,
-                      dlock__release *r);
-
-/* Runs an undo's release script call and frees 'r'. 0 when Redis
- * answered, whatever the answer. */
-int dlock__undo_run(dlock_t *l, dlock__release *r, const dlock__eval *call);
 
 #endif

@@ -7,8 +7,8 @@
 #include "semaphore.h"
 #include "alloc.h"
 
+#include "engine.h" /* until the semaphore is split */
 #include "error.h"
-#include "lock.h"
 #include "monotime.h"
 #include "proto/format.h"
 #include "pubsub.h"

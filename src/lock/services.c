@@ -1,16 +1,13 @@
 /*
  * The small services a client gives the lock code: owner fields, the check
- * for a client shut down or inherited across fork(), plain commands, and
- * the pause between the attempts of a call riding out an outage.
+ * for a client shut down or inherited across fork(), and plain commands.
  */
 #include "client.h"
 #include "lock.h"
 
 #include "error.h"
-#include "monotime.h"
 #include "proto/format.h"
 #include "proto/slot.h"
-#include "sleep.h"
 
 #include <string.h>
 #include <strings.h>
@@ -93,23 +90,4 @@ int dlock__command(dlock_client_t *c, int argc, const char **argv,
     *out = NULL;
   }
   return rc;
-}
-
-int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us) {
-  /* 20 ms doubling to 640 ms, with jitter, never past 'until_us', and not
-   * before the connection may be tried again: a server that is down gets
-   * a few tries a second, not a busy loop. */
-  int64_t base_us = (int64_t)20000 << (*step < 5 ? *step : 5);
-  if (*step < 5)
-    (*step)++;
-  int64_t now = dlock__now_us();
-  int64_t at =
-      now + base_us / 2 + (int64_t)(dlock__jitter() % (uint64_t)(base_us / 2));
-  int64_t reconnect_at = dlock__client_retry_at(c);
-  if (reconnect_at > at)
-    at = reconnect_at;
-  if (at > until_us)
-    at = until_us;
-  dlock__sleep_us(at - now);
-  return dlock__check_canceled(c);
 }

@@ -1,4 +1,7 @@
 /*
+ * Releasing one hold of a single lock (dlock__release_hold): a release for
+ * every client, or a hand-over inside the client.
+ *
  * Hand-over inside one client ("lock cohorting"). When the owner releasing
  * the last hold of a reentrant lock has threads of its own client waiting
  * for it, the lock goes straight to the first of them in one script:
@@ -23,65 +26,21 @@
  * to be told, and is told the outcome whatever it is: the token of its new
  * hold, or, when the hand-over failed, a wake-up to try for itself.
  */
-#include "lock.h"
+#include "engine.h"
 
 #include "error.h"
 #include "pubsub.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
-
-/* Decodes the script's reply: {0, token} (handed over), {-1, 0} (not
- * held), {1, 0}, {2, 0} or {3, 0} (released for everyone; another client
- * listens, unknown, none does). Sets the holds left and the outcome. */
-static int decode_handover(const redisReply *r, int64_t *left, uint64_t *token,
-                           int *outcome) {
-  if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-      r->element[0]->type != REDIS_REPLY_INTEGER ||
-      r->element[1]->type != REDIS_REPLY_INTEGER || r->element[1]->integer < 0)
-    return dlock__fail(DLOCK_EPROTO, "unexpected reply to a lock hand-over");
-  long long what = r->element[0]->integer;
-  *token = (uint64_t)r->element[1]->integer;
-  *left = what == -1 ? -1 : 0;
-  if (what == 0 && *token > 0)
-    *outcome = DLOCK__RESOLVE_HANDED;
-  else if (what == 1)
-    *outcome = DLOCK__RESOLVE_YIELDED;
-  else if (what == 2 || what == 3)
-    *outcome = DLOCK__RESOLVE_RELEASED;
-  else if (what == -1)
-    *outcome = DLOCK__RESOLVE_FAILED;
-  else
-    return dlock__fail(DLOCK_EPROTO, "unexpected reply to a lock hand-over");
-  return 0;
-}
 
 static int run_handover(dlock_t *l, uint64_t owner, dlock__release *r,
                         dlock__waiter *next, int at_cap) {
   dlock_client_t *c = l->c;
-  char from[DLOCK__FIELD_MAX], to[DLOCK__FIELD_MAX], lease[24];
-  size_t from_len = dlock__field_plain(l, owner, from);
-  size_t to_len = dlock__field_plain(l, next->owner, to);
-  snprintf(lease, sizeof(lease), "%" PRId64,
-           next->lease_ms == DLOCK_WATCHDOG ? c->opt.watchdog_timeout_ms
-                                            : next->lease_ms);
-  const char *argv[] = {
-      l->name, l->token_key, r->latch,     l->channel,         from,
-      to,      lease,        r->latch_ttl, at_cap ? "1" : "0", "0"};
-  const size_t lens[] = {l->len,
-                         l->token_key_len,
-                         r->latch_len,
-                         l->channel_len,
-                         from_len,
-                         to_len,
-                         strlen(lease),
-                         strlen(r->latch_ttl),
-                         1,
-                         1};
-  dlock__eval call = {&dlock__script_handover, 4, 6, argv, lens};
+  dlock__call call;
+  dlock__call_init(&call);
+  dlock__handover_call(l, owner, r, next->owner, next->lease_ms, at_cap, &call);
   redisReply *reply;
-  int rc = dlock__release_send(l, owner, r, &call, &reply);
+  int rc = dlock__release_send(l, owner, r, &call.eval, &reply);
   if (rc != 0) {
     dlock__pubsub_resolve(c->ps, next, 0, DLOCK__RESOLVE_FAILED);
     return rc;
@@ -89,7 +48,7 @@ static int run_handover(dlock_t *l, uint64_t owner, dlock__release *r,
   int64_t left = 0;
   uint64_t token = 0;
   int outcome = DLOCK__RESOLVE_FAILED;
-  rc = r->lost ? 0 : decode_handover(reply, &left, &token, &outcome);
+  rc = r->lost ? 0 : dlock__decode_handover(reply, &left, &token, &outcome);
   freeReplyObject(reply);
   if (rc != 0) {
     dlock__release_failed(l, owner);
@@ -113,4 +72,16 @@ int dlock__handover_release(dlock_t *l, uint64_t owner, dlock__release *r) {
       dlock__pubsub_reserve(l->c->ps, l->channel, l->channel_len, owner,
                             DLOCK__HANDOVER_RUN_MAX, &at_cap);
   return next != NULL ? run_handover(l, owner, r, next, at_cap) : 1;
+}
+
+int dlock__release_hold(dlock_t *l, uint64_t owner) {
+  dlock__release r;
+  int rc = dlock__release_begin(l, owner, &r);
+  if (rc != 0) {
+    dlock__release_end(&r);
+    return rc;
+  }
+  if (l->kind->no_barging && (rc = dlock__handover_release(l, owner, &r)) != 1)
+    return rc;
+  return dlock__run_release_call(l, owner, &r, 0);
 }

@@ -1,9 +1,10 @@
 /*
- * What the single-lock kinds share: running an acquisition script and
- * recording the hold, and the idempotent release with its latch.
+ * Releasing a single lock: the idempotent release with its latch, retried
+ * through an outage; the undo of an attempt whose outcome is unknown; and
+ * the forced release.
  */
 #include "alloc.h"
-#include "lock.h"
+#include "engine.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -11,14 +12,7 @@
 #include "proto/slot.h"
 #include "reply.h"
 
-#include <inttypes.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-/* The least pause before an unlock is sent again. */
-#define RETRY_PAUSE_US 20000
 
 /*
  * Unlock latches. A release writes redisson_unlock_latch:{name}:<request>
@@ -34,8 +28,7 @@
  * rides only with a call of its own slot (its own lock's, mostly).
  */
 
-/* Takes the latch name of a release answered on its first attempt. */
-static void latch_done(dlock_client_t *c, char *key, size_t len) {
+void dlock__latch_done(dlock_client_t *c, char *key, size_t len) {
   pthread_mutex_lock(&c->mu);
   dlock__done_latches *d = &c->done;
   if (d->n < DLOCK__DONE_LATCHES_MAX) {
@@ -54,10 +47,9 @@ void dlock__done_latches_clear(dlock_client_t *c) {
   c->done.n = 0;
 }
 
-typedef dlock__latch_call latch_call;
-
-static const dlock__eval *
-with_done_latches(dlock_client_t *c, const dlock__eval *call, latch_call *lc) {
+const dlock__eval *dlock__with_done_latches(dlock_client_t *c,
+                                            const dlock__eval *call,
+                                            dlock__latch_call *lc) {
   lc->taken.n = 0;
   if (call->nkeys + call->nargs + DLOCK__DONE_LATCHES_MAX > 48)
     return call;
@@ -103,229 +95,10 @@ with_done_latches(dlock_client_t *c, const dlock__eval *call, latch_call *lc) {
 
 /* After the call, answered or not: a latch it may not have deleted expires
  * with its lifetime. */
-static void latch_call_end(latch_call *lc) {
+void dlock__latch_call_end(dlock__latch_call *lc) {
   for (int i = 0; i < lc->taken.n; i++)
     dlock__free(lc->taken.key[i]);
   lc->taken.n = 0;
-}
-
-const dlock__eval *dlock__with_done_latches(dlock_client_t *c,
-                                            const dlock__eval *call,
-                                            dlock__latch_call *lc) {
-  return with_done_latches(c, call, lc);
-}
-
-void dlock__latch_call_end(dlock__latch_call *lc) { latch_call_end(lc); }
-
-void dlock__latch_done(dlock_client_t *c, char *key, size_t len) {
-  latch_done(c, key, len);
-}
-
-int64_t dlock__believed_count(dlock_t *l, uint64_t owner) {
-  dlock_client_t *c = l->c;
-  pthread_mutex_lock(&c->mu);
-  dlock__hold *h =
-      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
-  int64_t n = h != NULL && !h->lost ? h->count : 0;
-  pthread_mutex_unlock(&c->mu);
-  return n;
-}
-
-int dlock__has_hold(dlock_t *l, uint64_t owner) {
-  dlock_client_t *c = l->c;
-  pthread_mutex_lock(&c->mu);
-  int known =
-      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id) != NULL;
-  pthread_mutex_unlock(&c->mu);
-  return known;
-}
-
-/* Records a successful acquisition in the hold table. */
-static int record_hold(dlock_t *l, uint64_t owner, const dlock__acquired *a,
-                       int64_t lease_ms, int64_t sent_us) {
-  dlock_client_t *c = l->c;
-  pthread_mutex_lock(&c->mu);
-  dlock__hold *h =
-      dlock__holds_put(&c->holds, l->name, l->len, owner, l->kind->id);
-  if (h != NULL) {
-    /* A reentrant acquisition keeps the token of the hold it extends; a
-     * first one (count 1 on the server) brings a new token. */
-    if (h->count == 0 || a->count == 1)
-      h->token = a->token;
-    h->abandoned = 0;
-    h->count = (int)a->count;
-    h->watchdog = lease_ms == DLOCK_WATCHDOG;
-    h->lease_ms = h->watchdog ? c->opt.watchdog_timeout_ms : lease_ms;
-    h->lost = 0;
-    h->confirmed_us = sent_us;
-  }
-  pthread_mutex_unlock(&c->mu);
-  return h != NULL
-             ? 0
-             : dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
-}
-
-/* Marks the owner's hold lost: each of its 'count' unlocks will say so. */
-static void mark_lost(dlock_t *l, uint64_t owner) {
-  dlock_client_t *c = l->c;
-  pthread_mutex_lock(&c->mu);
-  dlock__hold *h =
-      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
-  if (h != NULL)
-    h->lost = 1;
-  pthread_mutex_unlock(&c->mu);
-}
-
-static int lost_error(const dlock_t *l) {
-  return dlock__fail(DLOCK_ELOST,
-                     "lock \"%.100s\" was lost while held (its lease ran out "
-                     "or it was deleted); unlock what this owner took",
-                     l->name);
-}
-
-int dlock__settle_before_acquire(dlock_t *l, uint64_t owner) {
-  dlock_client_t *c = l->c;
-  int rc = dlock__unsettled_settle(l, owner);
-  if (rc != 0)
-    return rc;
-  pthread_mutex_lock(&c->mu);
-  dlock__hold *h =
-      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
-  int lost = h != NULL && h->lost, abandoned = h != NULL && h->abandoned;
-  pthread_mutex_unlock(&c->mu);
-  if (lost)
-    return lost_error(l);
-  /* The owner's last unlock failed: finish it, so that this acquisition
-   * is a new hold (with a new token) and not a silent continuation. */
-  return abandoned ? l->kind->release(l, owner) : 0;
-}
-
-/* An acquisition granted on the master that too few replicas
- * acknowledged: it is not reported held. The grant is given back as an
- * undo gives back an attempt without an answer (the owner's holds set back
- * to what it had), at once, or by the settler when Redis does not answer
- * that either. */
-static int give_back_unsynced(dlock_t *l, uint64_t owner,
-                              const dlock__synced *sy) {
-  int64_t believed = dlock__believed_count(l, owner);
-  if (l->kind->undo == NULL || l->kind->undo(l, owner, believed) != 0)
-    dlock__unsettled_add(l, owner, believed);
-  return dlock__sync_fail(l->c, sy, "lock", l->name, l->len);
-}
-
-static int finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                          redisReply *reply, int64_t sent_us, dlock__busy *busy,
-                          const dlock__synced *sy) {
-  dlock__acquired a;
-  int rc = dlock__decode_acquire(reply, &a);
-  freeReplyObject(reply);
-  if (rc != 0)
-    return rc;
-  if (a.gone) {
-    /* The owner asked again while its earlier hold had already expired:
-     * the critical section it is in is no longer protected. */
-    mark_lost(l, owner);
-    return lost_error(l);
-  }
-  if (!a.held) {
-    busy->ttl_ms = a.ttl_ms;
-    busy->counter = a.counter;
-    return 1;
-  }
-  if (sy != NULL && !sy->ok)
-    return give_back_unsynced(l, owner, sy);
-  if (record_hold(l, owner, &a, lease_ms, sent_us) != 0) {
-    /* Not recorded means never renewed: give it back at once. */
-    l->kind->release(l, owner);
-    return dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
-  }
-  return 0;
-}
-
-int dlock__finish_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                          redisReply *reply, int64_t sent_us,
-                          dlock__busy *busy) {
-  return finish_acquire(l, owner, lease_ms, reply, sent_us, busy, NULL);
-}
-
-int dlock__finish_acquire_synced(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                                 redisReply *reply, int64_t sent_us,
-                                 dlock__busy *busy, const dlock__synced *sy) {
-  return finish_acquire(l, owner, lease_ms, reply, sent_us, busy, sy);
-}
-
-/*
- * A hold handed over by a release (of this client or another) was written
- * by the releaser's connection, whose WAIT this client never sees. With
- * replica sync, the new holder confirms it with a renewal of its own, sent
- * with WAIT: replicas that acknowledge that write have everything the
- * master wrote before it, the hand-over included. 0 confirmed (or nothing
- * to confirm), else an error after the hold was given back.
- */
-static int confirm_grant(dlock_t *l, uint64_t owner, int64_t lease_ms) {
-  dlock_client_t *c = l->c;
-  int wanted = dlock__sync_wanted(c);
-  if (wanted <= 0)
-    return wanted;
-  char field[DLOCK__FIELD_MAX], lease[24];
-  size_t field_len = l->kind->field(l, owner, field);
-  snprintf(lease, sizeof(lease), "%" PRId64,
-           lease_ms == DLOCK_WATCHDOG ? c->opt.watchdog_timeout_ms : lease_ms);
-  const char *argv[] = {l->name, lease, field};
-  const size_t lens[] = {l->len, strlen(lease), field_len};
-  dlock__eval call = {&dlock__script_renew, 1, 2, argv, lens};
-  redisReply *reply;
-  dlock__synced sy;
-  int rc = dlock__eval_write(c, 1, &call, &reply, 0, &sy);
-  if (rc == 0) {
-    int held = reply->type == REDIS_REPLY_ARRAY && reply->elements == 1 &&
-               reply->element[0]->type == REDIS_REPLY_INTEGER &&
-               reply->element[0]->integer == 1;
-    freeReplyObject(reply);
-    if (!held)
-      return dlock__fail(DLOCK_EIO,
-                         "lock \"%.100s\" was handed over but was gone "
-                         "when its new holder confirmed it",
-                         l->name);
-    if (sy.ok)
-      return 0;
-    rc = dlock__sync_fail(c, &sy, "lock", l->name, l->len);
-  }
-  /* Unconfirmed: given back like an acquisition that was not synced. */
-  if (l->kind->undo == NULL || l->kind->undo(l, owner, 0) != 0)
-    dlock__unsettled_add(l, owner, 0);
-  return rc;
-}
-
-int dlock__record_grant(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                        uint64_t token, int64_t since_us) {
-  int rc = confirm_grant(l, owner, lease_ms);
-  if (rc != 0)
-    return rc;
-  dlock__acquired a;
-  memset(&a, 0, sizeof(a));
-  a.held = 1;
-  a.token = token;
-  a.count = 1;
-  if (record_hold(l, owner, &a, lease_ms, since_us) != 0) {
-    l->kind->release(l, owner);
-    return dlock__fail(DLOCK_ENOMEM, "out of memory recording a hold");
-  }
-  return 0;
-}
-
-int dlock__run_acquire(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                       const dlock__eval *call, dlock__busy *busy) {
-  redisReply *reply;
-  int64_t sent_us = dlock__now_us();
-  latch_call lc;
-  dlock__synced sy;
-  const dlock__eval *sent = with_done_latches(l->c, call, &lc);
-  int rc = dlock__eval_write(l->c, 1, sent, &reply, 0, &sy);
-  latch_call_end(&lc);
-  if (rc != 0)
-    return rc;
-  return finish_acquire(l, owner, lease_ms, reply, sent_us, busy, &sy);
 }
 
 void dlock__release_end(dlock__release *r) {
@@ -355,27 +128,6 @@ static int make_latch(dlock_t *l, dlock__release *r) {
   /* One allocation per unlock, on its hot path. */
   return dlock__prefixed_suffix("redisson_unlock_latch", l->name, l->len,
                                 request, &r->latch, &r->latch_len);
-}
-
-int dlock__outcome_unknown(int rc) {
-  /* No answer came: the command may have run. Out of memory is counted in,
-   * as it may strike after the command was sent. */
-  return rc == DLOCK_EIO || rc == DLOCK_EPROTO || rc == DLOCK_ECANCELED ||
-         rc == DLOCK_ENOMEM;
-}
-
-void dlock__note_unsettled(dlock_t *l, uint64_t owner) {
-  dlock_client_t *c = l->c;
-  pthread_mutex_lock(&c->mu);
-  dlock__hold *h =
-      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
-  /* A lost hold's unlocks, and an abandoned one's next call, release
-   * whatever the owner has: an undo would only race with them. */
-  int skip = h != NULL && (h->lost || h->abandoned);
-  int64_t believed = h != NULL ? h->count : 0;
-  pthread_mutex_unlock(&c->mu);
-  if (!skip)
-    dlock__unsettled_add(l, owner, believed);
 }
 
 int dlock__undo_begin(dlock_t *l, uint64_t owner, int64_t believed,
@@ -476,21 +228,6 @@ static int finish_release(dlock_t *l, uint64_t owner, int64_t left, int known,
                      l->name, field);
 }
 
-/* Sleeps until the connection may be opened again (a short back-off after
- * a timeout), so that a retry is a real attempt and not an instant "not
- * connected". */
-static void wait_for_reconnect(dlock_client_t *c) {
-  int64_t at = dlock__client_retry_at(c), now = dlock__now_us();
-  /* A connected server that said "not now" (LOADING) gets a moment too. */
-  if (at < now + RETRY_PAUSE_US)
-    at = now + RETRY_PAUSE_US;
-  if (at > now) {
-    struct timespec ts = {(time_t)((at - now) / 1000000),
-                          (long)((at - now) % 1000000) * 1000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 /* An unlock that failed (Redis unreachable, or an error reply) may leave
  * the lock held there. The watchdog must not keep it alive for ever, so a
  * last hold is left to expire with its lease, and marked abandoned: the
@@ -534,14 +271,18 @@ int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
    * a copy that runs twice answer the same. Each attempt has its own
    * command timeout, so an unlock takes at most (unlock_retries + 1) of
    * them. */
-  latch_call lc;
-  const dlock__eval *sent = with_done_latches(c, call, &lc);
+  dlock__latch_call lc;
+  const dlock__eval *sent = dlock__with_done_latches(c, call, &lc);
   /* Through an outage (a failover: the server unreachable, then READONLY
    * or LOADING) it goes on being sent, after the unlock_retries, until
    * outage_wait_ms have passed since the first failure. */
   dlock__synced sy;
   int64_t ride_until = 0;
   int step = 0;
+  /* Before a retry: not before the connection may be opened again, and a
+   * server that said "not now" (LOADING) gets a moment too, so that a
+   * retry is a real attempt and not an instant "not connected". */
+  dlock__backoff retry = DLOCK__BACKOFF_RETRY;
   for (attempt = 0;; attempt++) {
     rc = dlock__eval_write(c, 1, sent, reply, 0, &sy);
     if (rc != DLOCK_EIO || r->lost)
@@ -549,7 +290,7 @@ int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
     if (ride_until == 0)
       ride_until = dlock__deadline_ms(c->opt.outage_wait_ms);
     if (attempt < c->opt.unlock_retries) {
-      wait_for_reconnect(c);
+      dlock__backoff_pause(c, &retry, INT64_MAX);
       continue;
     }
     if (dlock__now_us() >= ride_until ||
@@ -557,20 +298,20 @@ int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
         dlock__now_us() >= ride_until)
       break;
   }
-  latch_call_end(&lc);
+  dlock__latch_call_end(&lc);
   /* A release that fell short is done on the master all the same (a
    * failover may bring the lock back, until its lease ends); a hand-over
    * that fell short is not reported to its new holder (handover.c). */
   r->unsynced = rc == 0 && !sy.ok;
   if (rc == 0 && attempt == 0) {
     /* Answered, and sent once: its latch can go (see latch_done). */
-    latch_done(c, r->latch, r->latch_len);
+    dlock__latch_done(c, r->latch, r->latch_len);
     r->latch = NULL;
   }
   if (rc != 0 && r->lost) {
     dlock__release_end(r);
     unmark_releasing(l, owner);
-    return lost_error(l);
+    return dlock__lost_error(l);
   }
   if (rc != 0)
     dlock__release_failed(l, owner);
@@ -589,7 +330,7 @@ int dlock__release_apply(dlock_t *l, uint64_t owner, int64_t left,
                          const dlock__release *r) {
   if (r->lost) {
     unmark_releasing(l, owner);
-    return lost_error(l);
+    return dlock__lost_error(l);
   }
   return finish_release(l, owner, left, r->known, r->abandoned);
 }
@@ -613,15 +354,62 @@ int dlock__eval_integer(dlock_t *l, const dlock__eval *call, int64_t *out) {
   return rc;
 }
 
-int dlock__force_release_plain(dlock_t *l, const char *message) {
-  /* The script deletes only a lock of the kind named here. */
-  const char *kind = l->kind->id == DLOCK_READ || l->kind->id == DLOCK_WRITE
-                         ? "rw"
-                         : "exclusive";
-  const char *argv[] = {l->name, l->channel, message, kind};
-  const size_t lens[] = {l->len, l->channel_len, strlen(message), strlen(kind)};
-  dlock__eval call = {&dlock__script_force_release, 2, 2, argv, lens};
-  int64_t deleted;
-  int rc = dlock__eval_integer(l, &call, &deleted);
+int dlock__run_release_call(dlock_t *l, uint64_t owner, dlock__release *r,
+                            int undo) {
+  dlock__call call;
+  dlock__call_init(&call);
+  int rc = l->kind->release_call(l, owner, r, &call);
+  if (rc != 0)
+    dlock__release_end(r);
+  else if (undo)
+    rc = dlock__undo_run(l, r, &call.eval);
+  else
+    rc = dlock__release_run(l, owner, r, &call.eval);
+  dlock__call_free(&call);
+  return rc;
+}
+
+/* Runs the kind's leave call for 'owner' with 'believed' holds. */
+static int leave(dlock_t *l, uint64_t owner, int64_t believed) {
+  dlock__call call;
+  dlock__call_init(&call);
+  int64_t removed;
+  int rc = l->kind->leave_call(l, owner, believed, &call);
+  if (rc == 0)
+    rc = dlock__eval_integer(l, &call.eval, &removed);
+  dlock__call_free(&call);
+  return rc;
+}
+
+int dlock__leave_queue(dlock_t *l, uint64_t owner) {
+  if (l->kind->leave_call == NULL)
+    return 0;
+  return leave(l, owner, dlock__believed_count(l, owner));
+}
+
+int dlock__undo(dlock_t *l, uint64_t owner, int64_t believed) {
+  /* An attempt from no holds of a kind with a queue may have queued the
+   * owner or been handed the lock from the queue: leaving the queue gives
+   * back both. Any other attempt has the owner's count set back by the
+   * release script. */
+  if (believed == 0 && l->kind->leave_call != NULL)
+    return leave(l, owner, 0);
+  dlock__release r;
+  int rc = dlock__undo_begin(l, owner, believed, &r);
+  if (rc != 0) {
+    dlock__release_end(&r);
+    return rc;
+  }
+  return dlock__run_release_call(l, owner, &r, 1);
+}
+
+int dlock__force_release(dlock_t *l) {
+  dlock__call call;
+  dlock__call_init(&call);
+  int64_t deleted = 0;
+  int rc = l->kind->force_call(l, &call);
+  if (rc == 0)
+    rc = dlock__eval_integer(l, &call.eval, &deleted);
+  dlock__call_free(&call);
   return rc != 0 ? rc : deleted > 0;
 }

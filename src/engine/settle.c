@@ -40,7 +40,7 @@
  * promptly even when the owner never calls again.
  */
 #include "alloc.h"
-#include "lock.h"
+#include "engine.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -49,12 +49,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Retries of a background undo that failed: the first soon (a server that
- * stalled is usually back at once), later ones less often, as the
- * connection's own reconnect back-off. */
-#define RETRY_FIRST_US 20000
-#define RETRY_MAX_US 1000000
 
 typedef struct unsettled {
   struct unsettled *next;
@@ -66,6 +60,8 @@ typedef struct unsettled {
 
 struct dlock__settler {
   dlock_client_t *c;
+  dlock__undo_fn undo; /* dlock__undo: it runs the release scripts, which
+                        * themselves settle first (see above) */
   pthread_mutex_t mu;
   pthread_cond_t cv; /* the thread's wake-up, and the end of an undo */
   unsettled *list;
@@ -73,14 +69,21 @@ struct dlock__settler {
   pthread_t thread;
   int started;
   int stopping;
-  int64_t retry_us; /* the back-off after a failed round */
+  /* Retries of a background undo that failed: the first soon (a server
+   * that stalled is usually back at once), later ones less often, as the
+   * connection's own reconnect back-off. */
+  dlock__backoff retry;
 };
 
-int dlock__settler_new(dlock_client_t *c, dlock__settler **out) {
+int dlock__settler_new(dlock_client_t *c, dlock__undo_fn undo,
+                       dlock__settler **out) {
   dlock__settler *st = dlock__calloc(1, sizeof(*st));
   if (st == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   st->c = c;
+  st->undo = undo;
+  dlock__backoff retry = DLOCK__BACKOFF_SETTLE;
+  st->retry = retry;
   pthread_mutex_init(&st->mu, NULL);
   pthread_condattr_t attr;
   pthread_condattr_init(&attr);
@@ -171,7 +174,7 @@ static void move_to_tail_locked(dlock__settler *st, unsettled *e) {
 static int run_undo(dlock__settler *st, unsettled *e) {
   assert(e->busy);
   pthread_mutex_unlock(&st->mu);
-  int rc = e->l->kind->undo(e->l, e->owner, e->believed);
+  int rc = st->undo(e->l, e->owner, e->believed);
   pthread_mutex_lock(&st->mu);
   e->busy = 0;
   pthread_cond_broadcast(&st->cv);
@@ -202,7 +205,7 @@ static void *settler_main(void *arg) {
     }
     e->busy = 1;
     if (run_undo(st, e) == 0) {
-      st->retry_us = 0;
+      st->retry.step = 0;
       continue;
     }
     /* The others get their turn first: one lock Redis refuses (an ACL)
@@ -210,24 +213,42 @@ static void *settler_main(void *arg) {
     move_to_tail_locked(st, e);
     /* Redis does not answer yet: wait as long as the connection does
      * before it tries again, and back off. */
-    st->retry_us = st->retry_us == 0 ? RETRY_FIRST_US : st->retry_us * 2;
-    if (st->retry_us > RETRY_MAX_US)
-      st->retry_us = RETRY_MAX_US;
+    dlock__backoff retry = st->retry;
     pthread_mutex_unlock(&st->mu);
-    int64_t reconnect_at = dlock__client_retry_at(st->c);
+    int64_t at = dlock__backoff_next(st->c, &retry, dlock__now_us(), INT64_MAX);
     pthread_mutex_lock(&st->mu);
-    next_us = dlock__now_us() + st->retry_us;
-    if (reconnect_at > next_us)
-      next_us = reconnect_at;
+    st->retry = retry;
+    next_us = at;
   }
   pthread_mutex_unlock(&st->mu);
   return NULL;
 }
 
+int dlock__outcome_unknown(int rc) {
+  /* No answer came: the command may have run. Out of memory is counted in,
+   * as it may strike after the command was sent. */
+  return rc == DLOCK_EIO || rc == DLOCK_EPROTO || rc == DLOCK_ECANCELED ||
+         rc == DLOCK_ENOMEM;
+}
+
+void dlock__note_unsettled(dlock_t *l, uint64_t owner) {
+  dlock_client_t *c = l->c;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  /* A lost hold's unlocks, and an abandoned one's next call, release
+   * whatever the owner has: an undo would only race with them. */
+  int skip = h != NULL && (h->lost || h->abandoned);
+  int64_t believed = h != NULL ? h->count : 0;
+  pthread_mutex_unlock(&c->mu);
+  if (!skip)
+    dlock__unsettled_add(l, owner, believed);
+}
+
 void dlock__unsettled_add(dlock_t *l, uint64_t owner, int64_t believed) {
   dlock__settler *st = l->c->settle;
   dlock_t *copy = NULL;
-  if (l->kind->undo == NULL)
+  if (l->kind->release_call == NULL)
     return;
   /* A handle of its own: the caller's may be freed before the undo runs. */
   unsettled *e = dlock__calloc(1, sizeof(*e));

@@ -1,0 +1,44 @@
+/*
+ * The engine's one back-off policy (see dlock__backoff in engine.h): the
+ * pauses of the spin lock between its attempts, of a call riding out an
+ * outage, of an unlock sent again and of the settling of unknown
+ * outcomes differ only in their first pause, their longest, and whether
+ * they wait for the connection's own reconnect back-off.
+ */
+#include "engine.h"
+
+#include "monotime.h"
+#include "sleep.h"
+
+int64_t dlock__backoff_next(dlock_client_t *c, dlock__backoff *b,
+                            int64_t now_us, int64_t until_us) {
+  int64_t base_us = b->first_us
+                    << (b->step < b->max_step ? b->step : b->max_step);
+  if (b->step < b->max_step)
+    b->step++;
+  /* Jitter keeps clients that retry the same lock or server from doing so
+   * in lockstep. */
+  int64_t at = now_us + base_us / 2 +
+               (int64_t)(dlock__jitter() % (uint64_t)(base_us / 2 + 1));
+  if (b->after_reconnect) {
+    int64_t reconnect_at = dlock__client_retry_at(c);
+    if (reconnect_at > at)
+      at = reconnect_at;
+  }
+  return at < until_us ? at : until_us;
+}
+
+int dlock__backoff_pause(dlock_client_t *c, dlock__backoff *b,
+                         int64_t until_us) {
+  int64_t now = dlock__now_us();
+  dlock__sleep_us(dlock__backoff_next(c, b, now, until_us) - now);
+  return dlock__check_canceled(c);
+}
+
+int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us) {
+  dlock__backoff b = DLOCK__BACKOFF_OUTAGE;
+  b.step = *step;
+  int rc = dlock__backoff_pause(c, &b, until_us);
+  *step = b.step;
+  return rc;
+}
