@@ -51,22 +51,22 @@ typedef struct dlock__wake_slot dlock__wake_slot;
 struct dlock__conn {
   pthread_mutex_t mu;
   dlock__conn_cfg cfg;
-  dlock__stream *ctx;   /* NULL while disconnected */
-  unsigned gen;         /* the Sentinel generation 'ctx' was made in */
-  int discovering;      /* a thread looks the master up, outside 'mu' */
-  request *head, *tail; /* sent, awaiting replies, oldest first */
-  int driving;          /* a thread is reading replies */
-  int writing; /* a thread is writing 'wbuf' (dlock__conn_write_out_locked) */
+  dlock__stream *ctx;     /* NULL while disconnected */
+  unsigned gen;           /* the Sentinel generation 'ctx' was made in */
+  int discovering;        /* a thread looks the master up, outside 'mu' */
+  request *head, *tail;   /* sent, awaiting replies, oldest first */
+  int driving;            /* a thread is reading replies */
+  int writing;            /* a thread is writing 'wbuf' (conn_write.c) */
   int socket_full;        /* the last write stopped at a full socket */
   sds wbuf;               /* output taken from ctx->obuf, to go out first */
   dlock__stream *sending; /* the stream a send() is under way on, if any */
   dlock__stream *zombie;  /* failed during that send; the writer frees it */
   int64_t retry_at_us;    /* no reconnect before this */
   int64_t backoff_us;
-  int last_code;   /* why the last connection failed */
-  int broken_code; /* set by dlock__conn_break_locked for the driver to report
-                    */
-  int timed_out;   /* the failure being handled is a timeout */
+  int last_code; /* why the last connection failed */
+  /* Set by dlock__conn_break_locked for the driver to report. */
+  int broken_code;
+  int timed_out;         /* the failure being handled is a timeout */
   int64_t last_reply_us; /* when the last reply came */
   /* A pipe that wakes the driver's poll() when the connection is broken
    * by another thread (dlock__conn_cancel), also while it is still
