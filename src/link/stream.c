@@ -47,15 +47,24 @@ long dlock__stream_write(dlock__stream *s, const char *buf, size_t len) {
   return rc == DLOCK__NET_AGAIN ? 0 : rc;
 }
 
-int dlock__stream_flush(dlock__stream *s, int *done) {
-  while (sdslen(s->obuf) > 0) {
-    long n = dlock__stream_write(s, s->obuf, sdslen(s->obuf));
+/* Writes 'buf' until it is empty or the socket takes no more, dropping
+ * what went out from its front: 0, or a negative code. */
+static int write_buf(dlock__stream *s, sds buf) {
+  while (sdslen(buf) > 0) {
+    long n = dlock__stream_write(s, buf, sdslen(buf));
     if (n < 0)
       return (int)n;
     if (n == 0)
       break;
-    sdsrange(s->obuf, n, -1);
+    sdsrange(buf, n, -1);
   }
+  return 0;
+}
+
+int dlock__stream_flush(dlock__stream *s, int *done) {
+  int rc = write_buf(s, s->obuf);
+  if (rc != 0)
+    return rc;
   *done = sdslen(s->obuf) == 0;
   return 0;
 }
@@ -303,14 +312,9 @@ int dlock__stream_step(dlock__stream *s) {
     hs->budget_us = hs->command_timeout_ms * 1000;
     hs->deadline_us = dlock__deadline_ms(hs->command_timeout_ms);
   }
-  while (sdslen(hs->out) > 0) {
-    long w = dlock__stream_write(s, hs->out, sdslen(hs->out));
-    if (w < 0)
-      return (int)w;
-    if (w == 0)
-      break;
-    sdsrange(hs->out, w, -1);
-  }
+  rc = write_buf(s, hs->out);
+  if (rc != 0)
+    return rc;
   rc = dlock__stream_read(s);
   if (rc != 0)
     return rc;

@@ -1,0 +1,285 @@
+/*
+ * The driver of the shared command connection (see conn.h): the thread
+ * that reads replies for everybody, hands each to the caller waiting for
+ * it, steps a connect and its handshake, and watches the deadlines, until
+ * its own replies are in; it then passes the role to the oldest waiter.
+ */
+#define _GNU_SOURCE
+#include "conn_internal.h"
+
+#include "alloc.h"
+#include "error.h"
+#include "monotime.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- receiving ---------------------------------------------------------- */
+
+/* Hands every complete reply in the read buffer to its request. */
+static int dispatch_replies_locked(dlock__conn *c, caller *me) {
+  for (;;) {
+    void *reply = NULL;
+    if (dlock__stream_reply(c->ctx, &reply) != 0)
+      return DLOCK_EPROTO;
+    if (reply == NULL)
+      return 0;
+    request *r = c->head;
+    if (r == NULL) {
+      /* A reply nobody asked for: the stream is out of step. */
+      freeReplyObject(reply);
+      return DLOCK_EPROTO;
+    }
+    c->head = r->next;
+    if (c->head == NULL)
+      c->tail = NULL;
+    c->last_reply_us = dlock__now_us();
+    if (r->who == NULL) {
+      /* The caller gave up on it: the reply only keeps the stream in
+       * step. */
+      freeReplyObject(reply);
+      dlock__free(r);
+      continue;
+    }
+    r->reply = reply;
+    assert(r->who->remaining > 0);
+    if (--r->who->remaining == 0 && r->who != me)
+      dlock__conn_notify_locked(c, r->who, WAKE_DONE);
+  }
+}
+
+/*
+ * A caller whose own deadline passed gives up on its requests, while the
+ * connection stays: its requests stay in line (as heap copies, since the
+ * caller's stack is going away) so that the replies still pair up. Other
+ * callers are not failed for one caller's shorter deadline (a watchdog
+ * round bounded by a lease). Returns 0, or -1 when a copy cannot be made
+ * (the connection must then be failed instead).
+ */
+int dlock__conn_give_up_locked(dlock__conn *c, caller *me) {
+  for (request **p = &c->head; *p != NULL;) {
+    request *r = *p;
+    if (r->who != me) {
+      p = &r->next;
+      continue;
+    }
+    request *copy = dlock__calloc(1, sizeof(*copy));
+    if (copy == NULL)
+      return -1;
+    copy->next = r->next;
+    copy->sent_us = r->sent_us;
+    copy->block_ms = r->block_ms;
+    *p = copy;
+    if (c->tail == r)
+      c->tail = copy;
+    r->err = DLOCK_EIO;
+    me->remaining--;
+    me->gave_up = 1;
+    p = &copy->next;
+  }
+  return 0;
+}
+
+/* When the connection counts as dead: a whole command timeout without any
+ * reply since its oldest request was sent. Replies come in order, so a
+ * connection that keeps delivering them (a long pipelined batch) is alive
+ * however long the oldest request has waited. */
+static int64_t dead_at(const dlock__conn *c) {
+  if (c->ctx != NULL && !dlock__stream_ready(c->ctx))
+    return dlock__stream_deadline(c->ctx);
+  if (c->head == NULL)
+    return INT64_MAX;
+  int64_t since =
+      c->head->sent_us > c->last_reply_us ? c->head->sent_us : c->last_reply_us;
+  return dlock__after_ms(since, c->cfg.command_timeout_ms + c->head->block_ms);
+}
+
+/* The driver sleeps in recv() rather than in poll() when it has longer to
+ * wait than READ_SLICE_MS, on a plain connection (see
+ * dlock__net_block_reads): one system call per reply instead of two. The
+ * slice bounds each such sleep, after which the deadlines are looked at as
+ * after a poll() that timed out. Output waiting for a socket that was full
+ * needs poll(); output left to the driver (leave_to_driver) goes out after
+ * the next reply, as it does after a poll() for that reply alone. */
+#define READ_SLICE_MS 100
+#define READ_BUF 16384
+
+static int may_wait_in_recv(dlock__conn *c, int64_t wake) {
+  return !(c->socket_full && has_output(c)) &&
+         wake - dlock__now_us() > READ_SLICE_MS * 1000 &&
+         dlock__stream_block_reads(c->ctx, READ_SLICE_MS) == 0;
+}
+
+/* The oldest waiting caller but 'me' reads next. A caller that sent but is
+ * not waiting yet (a RedLock sending to every node first, or waiting on
+ * another node for its turn) takes the role itself when it comes to wait. */
+void dlock__conn_pass_role_locked(dlock__conn *c, caller *me) {
+  for (request *r = c->head; r != NULL; r = r->next) {
+    if (r->who != NULL && r->who != me && r->who->waiting) {
+      dlock__conn_notify_locked(c, r->who, WAKE_DRIVE);
+      break;
+    }
+  }
+}
+
+/* Reads replies for everybody until the caller 'me' has all of its own, or
+ * its deadline passes (it gives up on them), or the connection dies. */
+void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
+  char why[200];
+  assert(!c->driving && me->waiting);
+  c->driving = 1;
+  int polled = 0;
+  while (c->ctx != NULL &&
+         (me->remaining > 0 || (me->want_ready && !is_ready(c)))) {
+    /* The caller's turn ends (after one look at what came), its requests
+     * still its own. */
+    if (polled && me->remaining > 0 && dlock__now_us() >= me->until_us)
+      break;
+    int ready = is_ready(c);
+    if (!ready) {
+      /* The connect and handshake, as far as they go without waiting. */
+      int rc = dlock__stream_step(c->ctx);
+      if (rc < 0) {
+        /* A failed connect backs off like a timeout: callers fail fast
+         * while the server stays away. */
+        c->timed_out = 1;
+        dlock__conn_fail_all_locked(c, rc, dlock_last_error());
+        break;
+      }
+      if (rc == 0) {
+        c->backoff_us = 0;
+        c->last_code = 0;
+        /* What the callers queued meanwhile goes out now. */
+        if (!c->writing)
+          dlock__conn_write_out_locked(c);
+        continue;
+      }
+    }
+    int64_t mine = wait_limit(c, me);
+    int64_t wake = dead_at(c) < mine ? dead_at(c) : mine;
+    /* Past a deadline the poll does not wait, but replies that already
+     * arrived are still read: a caller that waited for another server
+     * first (a RedLock) must not lose answers that came in time. */
+    struct pollfd p[2] = {
+        {.fd = dlock__stream_fd(c->ctx),
+         .events = ready ? (short)(POLLIN | (has_output(c) ? POLLOUT : 0))
+                         : dlock__stream_events(c->ctx)},
+        {.fd = c->wake_fd[0], .events = POLLIN}};
+    int in_recv = ready && may_wait_in_recv(c, wake);
+    dlock__stream *ctx = c->ctx;
+    char buf[READ_BUF];
+    long got = 0;
+    int got_errno = 0, n, poll_errno = 0;
+    dlock__conn_unlock(c);
+    if (in_recv) {
+      /* What poll() would have said: readable (bytes, the end of the
+       * stream or an error, for the read below), or nothing in time. */
+      got = dlock__stream_recv_wait(ctx, buf, sizeof(buf), &got_errno);
+      n = got < 0 && (got_errno == EAGAIN || got_errno == EWOULDBLOCK ||
+                      got_errno == EINTR)
+              ? 0
+              : 1;
+      p[0].revents = n ? POLLIN : 0;
+    } else {
+      /* A connected socket that another thread shuts down wakes the poll
+       * (and the recv above) by itself; the pipe is polled only while
+       * connecting, when shutting the socket down may not (and an extra
+       * descriptor costs every round trip something). */
+      n = poll(p, ready ? 1 : 2, dlock__ms_until(wake));
+      poll_errno = errno;
+    }
+    pthread_mutex_lock(&c->mu);
+    polled = 1;
+    if (n < 0 && poll_errno != EINTR) {
+      snprintf(why, sizeof(why), "poll: %s", strerror(poll_errno));
+      dlock__conn_fail_all_locked(c, DLOCK_EIO, why);
+      break;
+    }
+    if (n > 0 && (p[1].revents & POLLIN))
+      dlock__conn_drain_wake(c);
+    if (c->broken_code != 0) {
+      /* Broken by another thread (a cancel, a failed write): the reason
+       * is the one it gave. */
+      dlock__conn_fail_all_locked(c, c->broken_code, c->last_err);
+      break;
+    }
+    if (!ready) {
+      /* The handshake's own deadline is checked by the next step; the
+       * caller's, here. An opener (dlock__conn_open) past its deadline
+       * ends the connection it waits for. */
+      if (c->ctx != NULL && me->want_ready && me->remaining == 0 &&
+          dlock__now_us() >= caller_deadline(c, me)) {
+        dlock__conn_handshake_overdue_locked(c, me);
+        break;
+      }
+      if (c->ctx != NULL && dlock__now_us() >= caller_deadline(c, me) &&
+          dlock__now_us() < dead_at(c) && me->remaining > 0) {
+        if (dlock__conn_give_up_locked(c, me) != 0)
+          dlock__conn_fail_all_locked(c, DLOCK_ENOMEM,
+                                      "out of memory giving up a call");
+        break;
+      }
+      continue;
+    }
+    if (n == 0 && c->ctx != NULL) {
+      int64_t now = dlock__now_us();
+      if (now >= dead_at(c)) {
+        snprintf(why, sizeof(why), "no reply from Redis within %lld ms",
+                 (long long)c->cfg.command_timeout_ms);
+        c->timed_out = 1;
+        dlock__conn_fail_all_locked(c, DLOCK_EIO, why);
+        break;
+      }
+      if (now >= caller_deadline(c, me)) {
+        if (dlock__conn_give_up_locked(c, me) != 0)
+          dlock__conn_fail_all_locked(c, DLOCK_ENOMEM,
+                                      "out of memory giving up a call");
+        break;
+      }
+    }
+    if (n <= 0)
+      continue;
+    if ((p[0].revents & POLLOUT) && has_output(c)) {
+      /* A write error shuts the socket down and the read below fails. */
+      dlock__conn_write_out_locked(c);
+      if (c->ctx == NULL)
+        break;
+    }
+    if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      /* Nobody closes the driver's socket under it (see conn_internal.h). */
+      assert(c->ctx == ctx);
+      int read_rc =
+          in_recv ? dlock__stream_take(ctx, got, got_errno, buf, sizeof(buf))
+                  : dlock__stream_read(ctx);
+      if (read_rc != 0) {
+        snprintf(why, sizeof(why), "read: %s", dlock_last_error());
+        dlock__conn_fail_all_locked(c, DLOCK_EIO, why);
+        break;
+      }
+      int rc = dispatch_replies_locked(c, me);
+      if (rc != 0) {
+        const char *proto = dlock__stream_proto_error(c->ctx);
+        snprintf(why, sizeof(why), "bad reply from server: %s",
+                 proto[0] != '\0' ? proto : "reply without a request");
+        dlock__conn_fail_all_locked(c, rc, why);
+        break;
+      }
+      /* Commands left for the driver (leave_to_driver) go out now, in one
+       * write, before the callers just answered are woken. */
+      if (has_output(c)) {
+        dlock__conn_write_out_locked(c);
+        if (c->ctx == NULL)
+          break;
+      }
+    }
+  }
+  /* Nor are any left behind when the driver goes. */
+  if (c->ctx != NULL && has_output(c))
+    dlock__conn_write_out_locked(c);
+  c->driving = 0;
+  dlock__conn_pass_role_locked(c, me);
+}
