@@ -51,6 +51,31 @@ void dlock__counter_close(dlock__counter *o) {
 /* ---- calls ----------------------------------------------------------------
  */
 
+int dlock__counter_ready(dlock__counter *o, const char *null_detail) {
+  if (o == NULL)
+    return dlock__fail(DLOCK_EINVAL, "%s", null_detail);
+  return dlock__check_object(o->c);
+}
+
+int dlock__counter_read(dlock__counter *o, const char *null_detail,
+                        dlock__get_outcome_fn outcome, int64_t *out) {
+  int rc = dlock__counter_ready(o, null_detail);
+  if (rc != 0)
+    return rc;
+  dlock__counter_call a;
+  dlock__counter_get_call(&o->n, &a);
+  redisReply *r;
+  rc = dlock__command(o->c, a.argc, a.argv, a.lens, &r);
+  if (rc != 0)
+    return rc;
+  int64_t n = 0;
+  rc = outcome(&o->n, r, &n);
+  freeReplyObject(r);
+  if (rc == 0)
+    *out = n;
+  return rc;
+}
+
 int dlock__counter_eval(dlock_client_t *c, const dlock__counter_call *a,
                         int64_t *out) {
   redisReply *reply;

@@ -60,6 +60,18 @@ void dlock__counter_close(dlock__counter *o);
     return h != NULL ? h->o.n.name : NULL;                                     \
   }
 
+/* The checks every call on a handle makes: 'o' NULL (a handle or an out
+ * pointer missing) fails with DLOCK_EINVAL and 'null_detail', else its
+ * client must be usable (dlock__check_object). */
+int dlock__counter_ready(dlock__counter *o, const char *null_detail);
+
+/* Reads the object's own key (GET) after dlock__counter_ready, and
+ * decodes the reply with 'outcome' into '*out' (set only on success). */
+typedef int (*dlock__get_outcome_fn)(const dlock__counter_names *n,
+                                     const redisReply *r, int64_t *out);
+int dlock__counter_read(dlock__counter *o, const char *null_detail,
+                        dlock__get_outcome_fn outcome, int64_t *out);
+
 /* Runs one script call on 'c' and decodes its integer reply. */
 int dlock__counter_eval(dlock_client_t *c, const dlock__counter_call *a,
                         int64_t *out);

@@ -37,9 +37,8 @@ int dlock_latch_try_set_count(dlock_latch_t *l, int64_t count) {
 int dlock_latch_count_down(dlock_latch_t *l, int64_t *left) {
   if (left != NULL)
     *left = 0;
-  if (l == NULL)
-    return dlock__fail(DLOCK_EINVAL, "latch handle is NULL");
-  int rc = dlock__check_object(l->o.c);
+  int rc =
+      dlock__counter_ready(l != NULL ? &l->o : NULL, "latch handle is NULL");
   if (rc != 0)
     return rc;
   dlock__counter_call a;
@@ -56,20 +55,9 @@ int dlock_latch_count_down(dlock_latch_t *l, int64_t *left) {
 int dlock_latch_count(dlock_latch_t *l, int64_t *out) {
   if (out != NULL)
     *out = 0;
-  if (l == NULL || out == NULL)
-    return dlock__fail(DLOCK_EINVAL, "latch and out must not be NULL");
-  int rc = dlock__check_object(l->o.c);
-  if (rc != 0)
-    return rc;
-  dlock__counter_call a;
-  dlock__counter_get_call(&l->o.n, &a);
-  redisReply *r;
-  rc = dlock__command(l->o.c, a.argc, a.argv, a.lens, &r);
-  if (rc != 0)
-    return rc;
-  rc = dlock__latch_count_outcome(&l->o.n, r, out);
-  freeReplyObject(r);
-  return rc;
+  return dlock__counter_read(l != NULL && out != NULL ? &l->o : NULL,
+                             "latch and out must not be NULL",
+                             dlock__latch_count_outcome, out);
 }
 
 static int latch_attempt(void *arg, int64_t *sleep_ms, int *pass) {

@@ -260,9 +260,8 @@ int dlock_psem_count(dlock_psem_t *s, int64_t *free_out, int64_t *taken_out) {
     *free_out = 0;
   if (taken_out != NULL)
     *taken_out = 0;
-  if (s == NULL)
-    return dlock__fail(DLOCK_EINVAL, "semaphore handle is NULL");
-  int rc = dlock__check_object(s->o.c);
+  int rc = dlock__counter_ready(s != NULL ? &s->o : NULL,
+                                "semaphore handle is NULL");
   if (rc != 0)
     return rc;
   dlock__counter_call call;

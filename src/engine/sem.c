@@ -216,31 +216,16 @@ int dlock_sem_release(dlock_sem_t *s, int64_t permits) {
 int dlock_sem_available(dlock_sem_t *s, int64_t *out) {
   if (out != NULL)
     *out = 0;
-  if (s == NULL || out == NULL)
-    return dlock__fail(DLOCK_EINVAL, "semaphore and out must not be NULL");
-  int rc = dlock__check_object(s->o.c);
-  if (rc != 0)
-    return rc;
-  dlock__counter_call a;
-  dlock__counter_get_call(&s->o.n, &a);
-  redisReply *r;
-  rc = dlock__command(s->o.c, a.argc, a.argv, a.lens, &r);
-  if (rc != 0)
-    return rc;
-  int64_t n = 0;
-  rc = dlock__sem_available_outcome(&s->o.n, r, &n);
-  freeReplyObject(r);
-  if (rc == 0)
-    *out = n;
-  return rc;
+  return dlock__counter_read(s != NULL && out != NULL ? &s->o : NULL,
+                             "semaphore and out must not be NULL",
+                             dlock__sem_available_outcome, out);
 }
 
 int dlock_sem_drain(dlock_sem_t *s, int64_t *out) {
   if (out != NULL)
     *out = 0;
-  if (s == NULL)
-    return dlock__fail(DLOCK_EINVAL, "semaphore handle is NULL");
-  int rc = dlock__check_object(s->o.c);
+  int rc = dlock__counter_ready(s != NULL ? &s->o : NULL,
+                                "semaphore handle is NULL");
   if (rc != 0)
     return rc;
   dlock__counter_call a;
