@@ -3,6 +3,7 @@
  * (Handles are made in object.c, of the kinds that registry.c names.)
  */
 #include "alloc.h"
+#include "args.h"
 #include "engine.h"
 
 #include "error.h"
@@ -14,24 +15,6 @@
 
 /* ---- acquiring, with waiting ----------------------------------------------
  */
-
-/* Both bounded by DLOCK_DURATION_MAX_MS (see dlock.h): beyond it, the
- * deadline and lease arithmetic here and in Redis would overflow. */
-static int check_times(int64_t wait_ms, int64_t lease_ms) {
-  if ((lease_ms <= 0 && lease_ms != DLOCK_WATCHDOG) ||
-      lease_ms > DLOCK_DURATION_MAX_MS)
-    return dlock__fail(DLOCK_EINVAL,
-                       "lease_ms must be 1..DLOCK_DURATION_MAX_MS (%lld ms, "
-                       "about 31 years) or DLOCK_WATCHDOG (-1), got %lld",
-                       (long long)DLOCK_DURATION_MAX_MS, (long long)lease_ms);
-  if ((wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER) ||
-      wait_ms > DLOCK_DURATION_MAX_MS)
-    return dlock__fail(DLOCK_EINVAL,
-                       "wait_ms must be 0..DLOCK_DURATION_MAX_MS (%lld ms, "
-                       "about 31 years) or DLOCK_WAIT_FOREVER (-1), got %lld",
-                       (long long)DLOCK_DURATION_MAX_MS, (long long)wait_ms);
-  return 0;
-}
 
 int dlock__check_handle(dlock_t *l) {
   if (l->c != NULL)
@@ -323,7 +306,7 @@ int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
                      int64_t lease_ms) {
   if (l == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
-  int rc = check_times(wait_ms, lease_ms);
+  int rc = dlock__check_times(wait_ms, lease_ms);
   if (rc == 0)
     rc = dlock__check_handle(l);
   if (rc != 0)
