@@ -8,6 +8,7 @@
 
 #include "engine.h"
 #include "error.h"
+#include "machine.h"
 #include "monotime.h"
 #include "pubsub.h"
 #include "reply.h"
@@ -125,115 +126,58 @@ int dlock__counter_add(dlock__counter *o, int64_t delta, int64_t *free_after) {
 /* ---- waiting --------------------------------------------------------------
  */
 
-static int timed_out(const char *what, int64_t wait_ms) {
-  return dlock__fail(DLOCK_ETIMEDOUT, "%s within %lld ms", what,
-                     (long long)wait_ms);
+/* A counter's wait as the machine's steps (machine.h): the object's own
+ * attempt, retried through an outage as its 'may_retry' allows. */
+typedef struct counter_acq {
+  dlock__attempt_fn attempt;
+  dlock__retry_fn may_retry;
+  void *arg;
+  const char *what;
+} counter_acq;
+
+static int counter_attempt(dlock__acq *m, int queue) {
+  (void)queue;
+  counter_acq *t = m->arg;
+  int64_t sleep_ms =
+      m->busy.ttl_ms == DLOCK__ACQ_NOT_TRIED ? -1 : m->busy.ttl_ms;
+  int rc = t->attempt(t->arg, &sleep_ms, &m->pass);
+  m->busy.ttl_ms = sleep_ms;
+  return rc;
 }
 
-/* Where a wait stands in riding out an outage. */
-typedef struct riding {
-  int64_t wait_ms, deadline_us;
-  int64_t until_us; /* 0: no outage under way */
-  int step;         /* the back-off's */
-} riding;
-
-/*
- * An attempt, made again after a pause when it fails with an error that a
- * failover or a restart causes (Redis unreachable or saying READONLY,
- * LOADING, MASTERDOWN; too few replicas acknowledging), as a lock's wait
- * does: until the wait ends, or outage_wait_ms after the first such error
- * for a wait without end. 'may_retry' (NULL: always) says whether this
- * error may be retried, and prepares the next attempt.
- */
-static int attempt_riding(dlock_client_t *c, riding *r,
-                          dlock__attempt_fn attempt, dlock__retry_fn may_retry,
-                          void *arg, int64_t *sleep_ms, int *pass) {
-  for (;;) {
-    int rc = attempt(arg, sleep_ms, pass);
-    if (rc >= 0) {
-      r->until_us = 0;
-      r->step = 0;
-    }
-    if ((rc != DLOCK_EIO && rc != DLOCK_ENOSYNC) || r->wait_ms == 0 ||
-        c->opt.outage_wait_ms == 0 ||
-        (may_retry != NULL && !may_retry(arg, rc)))
-      return rc;
-    int64_t now = dlock__now_us();
-    if (r->until_us == 0)
-      r->until_us = r->wait_ms == DLOCK_WAIT_FOREVER
-                        ? dlock__after_ms(now, c->opt.outage_wait_ms)
-                        : r->deadline_us;
-    if (now >= r->until_us)
-      return rc;
-    char why[300];
-    snprintf(why, sizeof(why), "%s", dlock_last_error());
-    int prc = dlock__outage_pause(c, &r->step, r->until_us);
-    if (prc != 0)
-      return prc;
-    if (dlock__now_us() >= r->until_us)
-      return dlock__fail_text(rc, why); /* no time for another attempt */
-  }
+static int counter_may_ride(dlock__acq *m, int rc) {
+  counter_acq *t = m->arg;
+  return t->may_retry == NULL || t->may_retry(t->arg, rc);
 }
+
+static int counter_timed_out(dlock__acq *m) {
+  counter_acq *t = m->arg;
+  return dlock__fail(DLOCK_ETIMEDOUT, "%s within %lld ms", t->what,
+                     (long long)m->wait_ms);
+}
+
+/* A release of this client may hand a semaphore's waiter its permits
+ * (take_handed NULL: the wait ends with DLOCK__HANDED); an error an outage
+ * causes is retried in place, the waiter staying on its channel. */
+static const dlock__acq_ops counter_ops = {
+    .attempt = counter_attempt,
+    .may_ride = counter_may_ride,
+    .timed_out = counter_timed_out,
+};
 
 int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
                     int wake, int64_t permits, int64_t wait_ms,
                     dlock__attempt_fn attempt, dlock__retry_fn may_retry,
                     void *arg, const char *what) {
-  int64_t deadline_us =
-      wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
-  riding ride = {wait_ms, deadline_us, 0, 0};
-  int64_t sleep_ms = -1;
-  int pass = 0;
-  int rc = attempt_riding(c, &ride, attempt, may_retry, arg, &sleep_ms, &pass);
-  if (rc != 1)
-    return rc;
-  if (wait_ms == 0)
-    return timed_out(what, wait_ms);
-  /* Subscribed before the next attempt, so that a release between that
-   * attempt and the sleep is heard. */
-  dlock__waiter w;
-  memset(&w, 0, sizeof(w));
-  w.permits = permits;
-  int64_t join_by = dlock__deadline_ms(c->opt.command_timeout_ms);
-  rc = dlock__pubsub_join_as(c->ps, channel, channel_len,
-                             join_by < deadline_us ? join_by : deadline_us, &w,
-                             wake);
-  if (rc != 0)
-    return rc;
-  int woken = 0;
-  for (;;) {
-    /* After a run of hand-overs inside the client ended with a release
-     * for everyone, this client's waiters hold back a moment, so that a
-     * waiter of another client gets the permits (see handover.c). */
-    if (woken)
-      dlock__sleep_us(
-          dlock__pubsub_contention_pause(c->ps, &w, dlock__jitter()));
-    pass = 0;
-    rc = attempt_riding(c, &ride, attempt, may_retry, arg, &sleep_ms, &pass);
-    if (rc != 1)
-      break;
-    /* The wake-up was for a free permit this waiter cannot use (it needs
-     * more): another waiter of this client may need fewer. */
-    if (woken && pass)
-      dlock__pubsub_pass(c->ps, &w);
-    int64_t now = dlock__now_us(), until = deadline_us;
-    if (now >= deadline_us) {
-      rc = timed_out(what, wait_ms);
-      break;
-    }
-    /* A lease that ends frees a permit without a message: the waiter
-     * tries again then. */
-    if (sleep_ms >= 0 && dlock__after_ms(now, sleep_ms) < until)
-      until = dlock__after_ms(now, sleep_ms);
-    rc = dlock__pubsub_wait(c->ps, &w, until);
-    if (rc < 0 || rc == 2)
-      break;
-    woken = rc > 0;
-  }
-  dlock__pubsub_leave(c->ps, &w);
-  /* Handed the permits by a release inside the client: they are this
-   * waiter's now. */
-  if (w.grant != 0)
-    rc = DLOCK__HANDED;
-  return rc;
+  counter_acq t = {attempt, may_retry, arg, what};
+  dlock__acq m;
+  dlock__acq_init(&m, &counter_ops, &t, c, wait_ms, DLOCK__ACQ_BY_PUBSUB,
+                  channel, channel_len);
+  m.wake = wake;
+  /* After a run of hand-overs inside the client ended with a release for
+   * everyone, this client's waiters hold back a moment, so that a waiter
+   * of another client gets the permits (see handover.c). */
+  m.pause_if_woken = 1;
+  m.w.permits = permits;
+  return dlock__acq_run(&m);
 }

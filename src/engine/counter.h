@@ -7,6 +7,7 @@
 #define DLOCK_COUNTER_H
 
 #include "args.h"
+#include "machine.h"
 #include "semaphore.h"
 
 /* What every such handle is: its client and its names. */
@@ -98,7 +99,7 @@ int dlock__counter_add(dlock__counter *o, int64_t delta, int64_t *free_after);
  * still: it then returns DLOCK__HANDED. Otherwise returns 0,
  * DLOCK_ETIMEDOUT (with 'what' in the detail) or the attempt's error.
  */
-#define DLOCK__HANDED 2
+#define DLOCK__HANDED DLOCK__ACQ_HANDED
 typedef int (*dlock__attempt_fn)(void *arg, int64_t *sleep_ms, int *pass);
 /* After an attempt failed with 'rc', an error an outage causes: 1 to try
  * again after a pause (within the wait), having made ready for it. */
