@@ -9,6 +9,7 @@
 #include "monotime.h"
 #include "sleep.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -258,41 +259,28 @@ static int rode(dlock__acq *m) {
   return m->ride_restarts ? DLOCK__ACQ_PREPARE : DLOCK__ACQ_ATTEMPT;
 }
 
+/* The holding back after a wake-up is over: the attempt. */
+static int held_back(dlock__acq *m) {
+  (void)m;
+  return DLOCK__ACQ_ATTEMPT;
+}
+
+/* Each state's step, which returns the next state. WAIT, HOLD and RIDE
+ * are entered by the driver's wait, so their steps run once it is over. */
+static int (*const steps[])(dlock__acq *m) = {
+    [DLOCK__ACQ_PREPARE] = prepare, [DLOCK__ACQ_ATTEMPT] = attempt,
+    [DLOCK__ACQ_JOIN] = join,       [DLOCK__ACQ_PLAN] = plan,
+    [DLOCK__ACQ_WAIT] = woke,       [DLOCK__ACQ_HOLD] = held_back,
+    [DLOCK__ACQ_FINISH] = finish,   [DLOCK__ACQ_RIDE] = rode,
+};
+
 int dlock__acq_step(dlock__acq *m) {
   for (;;) {
-    int next;
-    switch (m->state) {
-    case DLOCK__ACQ_PREPARE:
-      next = prepare(m);
-      break;
-    case DLOCK__ACQ_ATTEMPT:
-      next = attempt(m);
-      break;
-    case DLOCK__ACQ_JOIN:
-      next = join(m);
-      break;
-    case DLOCK__ACQ_PLAN:
-      next = plan(m);
-      break;
-    case DLOCK__ACQ_WAIT: /* the driver waited: 'pending' says how it ended */
-      next = woke(m);
-      break;
-    case DLOCK__ACQ_HOLD: /* the driver held back */
-      next = DLOCK__ACQ_ATTEMPT;
-      break;
-    case DLOCK__ACQ_FINISH:
-      next = finish(m);
-      break;
-    case DLOCK__ACQ_RIDE: /* the driver paused */
-      next = rode(m);
-      break;
-    default:
-      return DLOCK__ACQ_DONE;
-    }
-    m->state = next;
-    if (next == DLOCK__ACQ_WAIT || next == DLOCK__ACQ_HOLD ||
-        next == DLOCK__ACQ_RIDE || next == DLOCK__ACQ_DONE)
-      return next;
+    assert(m->state >= 0 && m->state < DLOCK__ACQ_DONE);
+    m->state = steps[m->state](m);
+    if (m->state == DLOCK__ACQ_WAIT || m->state == DLOCK__ACQ_HOLD ||
+        m->state == DLOCK__ACQ_RIDE || m->state == DLOCK__ACQ_DONE)
+      return m->state;
   }
 }
 

@@ -228,37 +228,33 @@ static int finish_release(dlock_t *l, uint64_t owner, int64_t left, int known,
                      l->name, field);
 }
 
-/* An unlock that failed (Redis unreachable, or an error reply) may leave
- * the lock held there. The watchdog must not keep it alive for ever, so a
- * last hold is left to expire with its lease, and marked abandoned: the
- * owner's next lock or unlock finishes the release first. */
-static void unmark_releasing(dlock_t *l, uint64_t owner) {
+/* Ends the mark dlock__release_begin put on the owner's hold, with
+ * 'failed' when the unlock got no answer. An unlock that failed (Redis
+ * unreachable, or an error reply) may leave the lock held there. The
+ * watchdog must not keep it alive for ever, so a last hold is left to
+ * expire with its lease, and marked abandoned: the owner's next lock or
+ * unlock finishes the release first. */
+static void end_releasing(dlock_t *l, uint64_t owner, int failed) {
   dlock_client_t *c = l->c;
   pthread_mutex_lock(&c->mu);
   dlock__hold *h =
       dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
   if (h != NULL && h->releasing > 0)
     h->releasing--;
-  pthread_mutex_unlock(&c->mu);
-}
-
-void dlock__release_failed(dlock_t *l, uint64_t owner) {
-  dlock_client_t *c = l->c;
-  pthread_mutex_lock(&c->mu);
-  dlock__hold *h =
-      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
-  if (h != NULL && h->releasing > 0)
-    h->releasing--;
-  if (h != NULL && h->count <= 1) {
+  if (failed && h != NULL && h->count <= 1) {
     h->watchdog = 0;
     h->abandoned = 1;
-  } else if (h != NULL) {
+  } else if (failed && h != NULL) {
     /* Not the last hold: the failed unlock consumes its hold all the same
      * (it may have been applied). The scripts set the server's count from
      * the client's, so the owner's next call brings the server in line. */
     h->count--;
   }
   pthread_mutex_unlock(&c->mu);
+}
+
+void dlock__release_failed(dlock_t *l, uint64_t owner) {
+  end_releasing(l, owner, 1);
 }
 
 int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
@@ -310,7 +306,7 @@ int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
   }
   if (rc != 0 && r->lost) {
     dlock__release_end(r);
-    unmark_releasing(l, owner);
+    end_releasing(l, owner, 0);
     return dlock__lost_error(l);
   }
   if (rc != 0)
@@ -329,7 +325,7 @@ int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
 int dlock__release_apply(dlock_t *l, uint64_t owner, int64_t left,
                          const dlock__release *r) {
   if (r->lost) {
-    unmark_releasing(l, owner);
+    end_releasing(l, owner, 0);
     return dlock__lost_error(l);
   }
   return finish_release(l, owner, left, r->known, r->abandoned);
