@@ -6,6 +6,7 @@
 #include "alloc.h"
 
 #include "error.h"
+#include "lock.h"
 #include "monotime.h"
 #include "net/net.h"
 #include "proto/format.h"
@@ -395,6 +396,72 @@ static void on_switch(void *data) {
   dlock__pubsub_poke(c->ps);
 }
 
+/* 1 when a failure to reach Redis at the open is an outage that passes,
+ * not a URL that never worked: the Sentinels named a master that does not
+ * answer (yet) as one, or a cluster node gave a map whose slots no master
+ * serves (yet). A single server's URL cannot tell the two apart: a server
+ * that does not answer there fails the open at once. */
+static int open_in_outage(dlock_client_t *c) {
+  if (c->sentinel != NULL)
+    return dlock__sentinel_named(c->sentinel);
+  return c->cluster != NULL && dlock__cluster_answered(c->cluster);
+}
+
+/* One try at reaching the server(s), each try waiting for the connect
+ * timeout in all: a server that accepts and never answers makes it fail
+ * then, not after a command timeout more for each connection's
+ * handshake. */
+static int open_try(dlock_client_t *c, int64_t deadline_us) {
+  return c->cluster != NULL ? dlock__cluster_refresh(c->cluster, deadline_us)
+                            : dlock__conn_open(c->conn, deadline_us);
+}
+
+/*
+ * Reaches the server(s) for the open, riding out an outage as a call
+ * without a wait of its own does: while open_in_outage says so, a try that
+ * fails with DLOCK_EIO is made again after the outage back-off, until
+ * outage_wait_ms have passed since the first (0: none is). So a client
+ * opened while its master is being failed over comes up once the Sentinels
+ * name one that answers. '*deadline_us' is the deadline of what the open
+ * still does after a try that succeeded.
+ */
+static int open_riding(dlock_client_t *c, int64_t *deadline_us) {
+  int64_t until_us = 0, first_us = 0;
+  int step = 0, tries = 0, rc;
+  for (;;) {
+    *deadline_us = dlock__deadline_ms(c->opt.connect_timeout_ms);
+    rc = open_try(c, *deadline_us);
+    if (rc != DLOCK_EIO || c->opt.lazy_connect || c->opt.outage_wait_ms == 0 ||
+        !open_in_outage(c))
+      break;
+    int64_t now = dlock__now_us();
+    if (until_us == 0) {
+      first_us = now;
+      until_us = dlock__after_ms(now, c->opt.outage_wait_ms);
+    }
+    if (now >= until_us)
+      break;
+    char why[512];
+    snprintf(why, sizeof(why), "%s", dlock_last_error());
+    tries++;
+    int prc = dlock__outage_pause(c, &step, until_us);
+    if (prc != 0)
+      return prc;
+    if (dlock__now_us() >= until_us) {
+      /* No time for another try: the last error stands. */
+      dlock__fail_text(rc, why);
+      break;
+    }
+  }
+  if (tries > 0 && rc == DLOCK_EIO) {
+    char why[512];
+    snprintf(why, sizeof(why), "%s", dlock_last_error());
+    return dlock__fail(rc, "%s (tried %d more times over %lld ms)", why, tries,
+                       (long long)((dlock__now_us() - first_us) / 1000));
+  }
+  return rc;
+}
+
 int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   if (o == NULL || out == NULL)
     return dlock__fail(DLOCK_EINVAL, "options and out must not be NULL");
@@ -448,13 +515,9 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   dlock__cluster_url_free(&cu);
   if (rc == 0)
     rc = dlock__settler_new(c, &c->settle);
-  /* Opening waits for the server(s) for the connect timeout in all: a
-   * server that accepts and never answers makes it fail then, not after a
-   * command timeout more for each connection's handshake. */
   int64_t open_deadline = dlock__deadline_ms(o->connect_timeout_ms);
   if (rc == 0) {
-    rc = c->cluster != NULL ? dlock__cluster_refresh(c->cluster, open_deadline)
-                            : dlock__conn_open(c->conn, open_deadline);
+    rc = open_riding(c, &open_deadline);
     /* A lazy client starts while its server is unreachable (a RedLock node
      * that is down); wrong passwords and non-Redis servers still fail. */
     if (rc == DLOCK_EIO && o->lazy_connect)
