@@ -426,40 +426,23 @@ static int open_try(dlock_client_t *c, int64_t deadline_us) {
  * still does after a try that succeeded.
  */
 static int open_riding(dlock_client_t *c, int64_t *deadline_us) {
-  int64_t until_us = 0, first_us = 0;
-  int step = 0, tries = 0, rc;
+  dlock__riding ride;
+  memset(&ride, 0, sizeof(ride));
+  int rc;
   for (;;) {
     *deadline_us = dlock__deadline_ms(c->opt.connect_timeout_ms);
     rc = open_try(c, *deadline_us);
     if (rc != DLOCK_EIO || c->opt.lazy_connect || c->opt.outage_wait_ms == 0 ||
         !open_in_outage(c))
       break;
-    int64_t now = dlock__now_us();
-    if (until_us == 0) {
-      first_us = now;
-      until_us = dlock__after_ms(now, c->opt.outage_wait_ms);
-    }
-    if (now >= until_us)
+    int next = dlock__outage_next(
+        c, &ride, rc, dlock__after_ms(dlock__now_us(), c->opt.outage_wait_ms));
+    if (next == DLOCK_ECANCELED)
+      return next;
+    if (next != 0)
       break;
-    char why[512];
-    snprintf(why, sizeof(why), "%s", dlock_last_error());
-    tries++;
-    int prc = dlock__outage_pause(c, &step, until_us);
-    if (prc != 0)
-      return prc;
-    if (dlock__now_us() >= until_us) {
-      /* No time for another try: the last error stands. */
-      dlock__fail_text(rc, why);
-      break;
-    }
   }
-  if (tries > 0 && rc == DLOCK_EIO) {
-    char why[512];
-    snprintf(why, sizeof(why), "%s", dlock_last_error());
-    return dlock__fail(rc, "%s (tried %d more times over %lld ms)", why, tries,
-                       (long long)((dlock__now_us() - first_us) / 1000));
-  }
-  return rc;
+  return rc == DLOCK_EIO ? dlock__outage_end(&ride, rc) : rc;
 }
 
 int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {

@@ -299,8 +299,9 @@ static int rides_out(int rc) { return rc == DLOCK_EIO || rc == DLOCK_ENOSYNC; }
 static int trylock_riding(dlock_t *l, uint64_t owner, int64_t wait_ms,
                           int64_t lease_ms, int64_t deadline_us) {
   dlock_client_t *c = l->c;
-  int64_t until_us = 0, first_us = 0;
-  int step = 0, tries = 0, rc;
+  dlock__riding ride;
+  memset(&ride, 0, sizeof(ride));
+  int rc;
   for (;;) {
     rc = trylock_single(l, owner, wait_ms, lease_ms, deadline_us);
     /* The last attempt got no answer and may have run: what it took is
@@ -309,34 +310,17 @@ static int trylock_riding(dlock_t *l, uint64_t owner, int64_t wait_ms,
       dlock__note_unsettled(l, owner);
     if (!rides_out(rc) || wait_ms == 0 || c->opt.outage_wait_ms == 0)
       break;
-    int64_t now = dlock__now_us();
-    if (until_us == 0) {
-      first_us = now;
-      until_us = wait_ms == DLOCK_WAIT_FOREVER
-                     ? dlock__after_ms(now, c->opt.outage_wait_ms)
-                     : deadline_us;
-    }
-    if (now >= until_us)
+    int64_t until_us =
+        wait_ms == DLOCK_WAIT_FOREVER
+            ? dlock__after_ms(dlock__now_us(), c->opt.outage_wait_ms)
+            : deadline_us;
+    int next = dlock__outage_next(c, &ride, rc, until_us);
+    if (next == DLOCK_ECANCELED)
+      return next;
+    if (next != 0)
       break;
-    char why[300];
-    snprintf(why, sizeof(why), "%s", dlock_last_error());
-    tries++;
-    int prc = dlock__outage_pause(c, &step, until_us);
-    if (prc != 0)
-      return prc;
-    if (dlock__now_us() >= until_us) {
-      /* No time for another attempt: the last error stands. */
-      dlock__fail_text(rc, why);
-      break;
-    }
   }
-  if (tries > 0 && rides_out(rc)) {
-    char why[300];
-    snprintf(why, sizeof(why), "%s", dlock_last_error());
-    return dlock__fail(rc, "%s (tried %d more times over %lld ms)", why, tries,
-                       (long long)((dlock__now_us() - first_us) / 1000));
-  }
-  return rc;
+  return rides_out(rc) ? dlock__outage_end(&ride, rc) : rc;
 }
 
 int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
