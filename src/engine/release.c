@@ -151,14 +151,32 @@ int dlock__undo_run(dlock_t *l, dlock__release *r, const dlock__eval *call) {
   return rc;
 }
 
+/* After an unlock's command got no answer through an outage: the pause
+ * before it is sent again, 1 after it, 0 when outage_wait_ms have passed
+ * since the first failure ('*until_us', set then) or the client is
+ * shutting down. */
+static int ride_again(dlock_client_t *c, int64_t *until_us, int *step) {
+  if (*until_us == 0)
+    *until_us = dlock__deadline_ms(c->opt.outage_wait_ms);
+  return dlock__now_us() < *until_us &&
+         dlock__outage_pause(c, step, *until_us) == 0 &&
+         dlock__now_us() < *until_us;
+}
+
 int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
   dlock_client_t *c = l->c;
   memset(r, 0, sizeof(*r));
   /* An attempt of this owner whose outcome is unknown is given back
    * first: undone after this release, it would take back holds this
-   * release leaves. When that cannot be done, neither can the release: it
-   * fails as an unlock without an answer does. */
-  int rc = dlock__unsettled_settle(l, owner);
+   * release leaves. Through an outage (a killed connection, a failover)
+   * that is tried again as the release itself would be; when it cannot be
+   * done, neither can the release: it fails as an unlock without an
+   * answer does. */
+  int64_t ride_until = 0;
+  int step = 0, rc;
+  while ((rc = dlock__unsettled_settle(l, owner)) == DLOCK_EIO &&
+         ride_again(c, &ride_until, &step)) {
+  }
   if (rc != 0) {
     dlock__release_failed(l, owner);
     return rc;
@@ -289,9 +307,7 @@ int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
       dlock__backoff_pause(c, &retry, INT64_MAX);
       continue;
     }
-    if (dlock__now_us() >= ride_until ||
-        dlock__outage_pause(c, &step, ride_until) != 0 ||
-        dlock__now_us() >= ride_until)
+    if (!ride_again(c, &ride_until, &step))
       break;
   }
   dlock__latch_call_end(&lc);
