@@ -12,6 +12,7 @@
 #include "proto/format.h"
 #include "proto/slot.h"
 #include "watchdog.h"
+#include "watcher.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -245,7 +246,7 @@ static void forget_after_fork(dlock_client_t *c) {
 static void destroy(dlock_client_t *c) {
   dlock__watchdog_stop(c->wd);
   /* Its watcher pokes the pub/sub thread: stopped before that goes. */
-  dlock__sentinel_stop(c->sentinel);
+  dlock__watcher_stop(c->watcher);
   /* An undo in flight (settle.c) on a server that does not answer would
    * hold the close for a command timeout: it ends now, and what is still
    * unsettled expires with its lease, like every hold left at close. */
@@ -518,8 +519,10 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
                              o->lazy_connect, open_deadline, &c->ps);
   /* Failovers are followed from now on: the pub/sub thread is told at
    * once, the command connection at its next use. */
-  if (rc == 0 && c->sentinel != NULL)
-    rc = dlock__sentinel_watch(c->sentinel, on_switch, c);
+  if (rc == 0 && c->sentinel != NULL) {
+    dlock__sentinel_on_switch(c->sentinel, on_switch, c);
+    rc = dlock__watcher_start(c->sentinel, &c->watcher);
+  }
   if (rc == 0)
     rc = dlock__watchdog_start(c, &c->wd);
   if (rc != 0) {

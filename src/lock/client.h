@@ -53,6 +53,7 @@ struct dlock_client {
   dlock__conn *conn;
   dlock__pubsub *ps;
   dlock__watchdog *wd;
+  struct dlock__watcher *watcher; /* follows the Sentinels' announcements */
   dlock__settler *settle;
   pthread_mutex_t mu; /* guards 'holds' and 'done' */
   dlock__holds holds;

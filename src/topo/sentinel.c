@@ -1,22 +1,18 @@
 /*
  * Finding the master through Sentinel (see sentinel.h).
  */
-#define _GNU_SOURCE
 #include "sentinel.h"
 
 #include "alloc.h"
 #include "error.h"
 #include "monotime.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* The watcher's pause before it tries the next Sentinel, doubling. */
 #define WATCH_BACKOFF_FIRST_MS 100
@@ -35,13 +31,13 @@ struct dlock__sentinel {
   size_t next; /* the Sentinel to ask first */
   atomic_uint gen;
   atomic_int named; /* a Sentinel has named a master (dlock__sentinel_named) */
-  /* The watcher. */
-  pthread_t thread;
-  int started;
-  atomic_int stopping;
-  int wake[2]; /* written to stop it */
+  /* The watcher (dlock__sentinel_watch_step), stepped by one thread. */
   dlock__sentinel_cb cb;
   void *cb_data;
+  int wstarted;
+  dlock__stream *wst; /* its connection, or NULL while it pauses */
+  size_t wi;          /* the Sentinel it watches or tries next */
+  int64_t wbackoff_ms, wlast_rx, wnext_ping;
 };
 
 int dlock__sentinel_new(dlock__sentinel_url *url, const dlock__tls *tls,
@@ -58,7 +54,6 @@ int dlock__sentinel_new(dlock__sentinel_url *url, const dlock__tls *tls,
   s->tls = tls;
   s->connect_timeout_ms = connect_timeout_ms;
   s->command_timeout_ms = command_timeout_ms;
-  s->wake[0] = s->wake[1] = -1;
   pthread_mutex_init(&s->mu, NULL);
   *out = s;
   return 0;
@@ -480,12 +475,13 @@ int dlock__sentinel_replicas(dlock__sentinel *s, int64_t deadline_us,
 
 /* ---- the +switch-master watcher ------------------------------------------ */
 
-/* Sleeps 'ms' or until stopped; 1 when stopping. */
-static int watch_pause(dlock__sentinel *s, int64_t ms) {
-  struct pollfd p = {.fd = s->wake[0], .events = POLLIN, .revents = 0};
-  poll(&p, 1, (int)ms);
-  return atomic_load(&s->stopping);
-}
+/*
+ * The watcher keeps a subscription to "+switch-master" on one Sentinel at
+ * a time, moving to the next when its connection fails or falls silent.
+ * It does no waiting of its own: dlock__sentinel_watch_step says what it
+ * waits for next (its connection's descriptor, or a time), and whoever
+ * drives it (engine/watcher.c, a thread) waits for that and steps it again.
+ */
 
 /* Handles one message of the subscription: "+switch-master" with
  * "<name> <old-ip> <old-port> <new-ip> <new-port>". */
@@ -508,9 +504,10 @@ static void on_message(dlock__sentinel *s, const redisReply *r) {
     s->cb(s->cb_data);
 }
 
-/* Watches Sentinel 'i' until its connection fails or the watcher stops.
- * 1 when it got as far as subscribing. */
-static int watch_one(dlock__sentinel *s, size_t i) {
+/* Connects to Sentinel 'i', catches up with a switch made while nobody
+ * watched, and subscribes (the SUBSCRIBE queued on the stream): the
+ * stream, or NULL when the Sentinel did not answer. */
+static dlock__stream *watch_open(dlock__sentinel *s, size_t i) {
   const dlock__endpoint *ep = &s->url.sentinels[i];
   char addr[160];
   dlock__endpoint_describe(ep, addr, sizeof(addr));
@@ -519,14 +516,13 @@ static int watch_one(dlock__sentinel *s, size_t i) {
   if (dlock__stream_open_until(
           ep, tls_of(s, ep), s->connect_timeout_ms, s->command_timeout_ms,
           dlock__deadline_ms(budget), -1, NULL, NULL, &st) != 0)
-    return 0;
-  /* A switch made while nobody watched is caught here. */
+    return NULL;
   const char *ask[] = {"SENTINEL", "GET-MASTER-ADDR-BY-NAME", s->url.master};
   redisReply *r = NULL;
   if (dlock__stream_command(st, addr, dlock__deadline_ms(s->command_timeout_ms),
                             3, ask, &r) != 0) {
     dlock__stream_free(st);
-    return 0;
+    return NULL;
   }
   if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
       r->element[0]->type == REDIS_REPLY_STRING &&
@@ -542,99 +538,111 @@ static int watch_one(dlock__sentinel *s, size_t i) {
   }
   freeReplyObject(r);
   const char *sub[] = {"SUBSCRIBE", "+switch-master"};
-  int rc = dlock__stream_append_argv(st, 2, sub, NULL);
+  if (dlock__stream_append_argv(st, 2, sub, NULL) != 0) {
+    dlock__stream_free(st);
+    return NULL;
+  }
+  return st;
+}
+
+/* Drops the connection to the current Sentinel: the next one is tried
+ * after a pause, which doubles while they fail. 'subscribed': the one
+ * dropped got as far as subscribing, and the pauses start again. */
+static void watch_next(dlock__sentinel *s, int subscribed,
+                       dlock__watch_io *next) {
+  dlock__stream_free(s->wst);
+  s->wst = NULL;
+  if (subscribed)
+    s->wbackoff_ms = WATCH_BACKOFF_FIRST_MS;
+  s->wi = (s->wi + 1) % s->url.n;
+  next->fd = -1;
+  next->events = 0;
+  next->until_us = dlock__now_us() + s->wbackoff_ms * 1000;
+  s->wbackoff_ms = s->wbackoff_ms * 2 > WATCH_BACKOFF_MAX_MS
+                       ? WATCH_BACKOFF_MAX_MS
+                       : s->wbackoff_ms * 2;
+}
+
+/* Reads what the Sentinel sent: 0, or -1 when the connection failed. */
+static int watch_read(dlock__sentinel *s) {
+  if (dlock__stream_read(s->wst) != 0)
+    return -1;
+  void *reply;
+  while (dlock__stream_reply(s->wst, &reply) == 0 && reply != NULL) {
+    s->wlast_rx = dlock__now_us();
+    on_message(s, reply);
+    freeReplyObject(reply);
+  }
+  return s->wst->reader->err ? -1 : 0;
+}
+
+void dlock__sentinel_watch_step(dlock__sentinel *s, short revents,
+                                dlock__watch_io *next) {
+  if (!s->wstarted) {
+    s->wstarted = 1;
+    pthread_mutex_lock(&s->mu);
+    s->wi = s->next;
+    pthread_mutex_unlock(&s->mu);
+    s->wbackoff_ms = WATCH_BACKOFF_FIRST_MS;
+  }
+  if (s->wst == NULL) {
+    /* Its pause is over (or it starts): the next Sentinel. */
+    if ((s->wst = watch_open(s, s->wi)) == NULL) {
+      watch_next(s, 0, next);
+      return;
+    }
+    s->wlast_rx = dlock__now_us();
+    s->wnext_ping = s->wlast_rx + WATCH_PING_MS * 1000;
+  } else if ((revents & (POLLIN | POLLHUP | POLLERR)) && watch_read(s) != 0) {
+    watch_next(s, 1, next);
+    return;
+  }
   int64_t silence_ms =
       3 * (s->command_timeout_ms > WATCH_PING_MS ? s->command_timeout_ms
                                                  : WATCH_PING_MS);
-  int64_t last_rx = dlock__now_us(), next_ping = last_rx + WATCH_PING_MS * 1000;
-  while (rc == 0 && !atomic_load(&s->stopping)) {
+  for (;;) {
     int done = 0;
-    if (dlock__stream_flush(st, &done) != 0)
-      break;
-    struct pollfd p[2] = {{.fd = s->wake[0], .events = POLLIN, .revents = 0},
-                          {.fd = dlock__stream_fd(st),
-                           .events = (short)(POLLIN | (done ? 0 : POLLOUT)),
-                           .revents = 0}};
+    if (dlock__stream_flush(s->wst, &done) != 0) {
+      watch_next(s, 1, next);
+      return;
+    }
     int64_t now = dlock__now_us();
-    if (now - last_rx > silence_ms * 1000)
-      break; /* a silent Sentinel: the next one */
-    if (now >= next_ping) {
-      const char *ping[] = {"PING"};
-      rc = dlock__stream_append_argv(st, 1, ping, NULL);
-      next_ping = now + WATCH_PING_MS * 1000;
-      continue;
+    if (now - s->wlast_rx > silence_ms * 1000) {
+      watch_next(s, 1, next); /* a silent Sentinel: the next one */
+      return;
     }
-    int n = poll(p, 2, dlock__ms_until(next_ping));
-    if (n < 0 && errno != EINTR)
-      break;
-    if (n <= 0 || !(p[1].revents & (POLLIN | POLLHUP | POLLERR)))
-      continue;
-    if (dlock__stream_read(st) != 0)
-      break;
-    void *reply;
-    while (dlock__stream_reply(st, &reply) == 0 && reply != NULL) {
-      last_rx = dlock__now_us();
-      on_message(s, reply);
-      freeReplyObject(reply);
+    if (now < s->wnext_ping) {
+      next->fd = dlock__stream_fd(s->wst);
+      next->events = (short)(POLLIN | (done ? 0 : POLLOUT));
+      next->until_us = s->wnext_ping;
+      return;
     }
-    if (st->reader->err)
-      break;
+    const char *ping[] = {"PING"};
+    if (dlock__stream_append_argv(s->wst, 1, ping, NULL) != 0) {
+      watch_next(s, 1, next);
+      return;
+    }
+    s->wnext_ping = now + WATCH_PING_MS * 1000;
   }
-  dlock__stream_free(st);
-  return 1;
 }
 
-static void *watch_main(void *arg) {
-  dlock__sentinel *s = arg;
-  pthread_mutex_lock(&s->mu);
-  size_t i = s->next;
-  pthread_mutex_unlock(&s->mu);
-  int64_t backoff = WATCH_BACKOFF_FIRST_MS;
-  while (!atomic_load(&s->stopping)) {
-    if (watch_one(s, i))
-      backoff = WATCH_BACKOFF_FIRST_MS;
-    i = (i + 1) % s->url.n;
-    if (watch_pause(s, backoff))
-      break;
-    backoff =
-        backoff * 2 > WATCH_BACKOFF_MAX_MS ? WATCH_BACKOFF_MAX_MS : backoff * 2;
-  }
-  return NULL;
-}
-
-int dlock__sentinel_watch(dlock__sentinel *s, dlock__sentinel_cb cb,
-                          void *data) {
+void dlock__sentinel_on_switch(dlock__sentinel *s, dlock__sentinel_cb cb,
+                               void *data) {
   s->cb = cb;
   s->cb_data = data;
-  if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0)
-    return dlock__fail(DLOCK_EIO, "pipe2: %s", strerror(errno));
-  if (pthread_create(&s->thread, NULL, watch_main, s) != 0)
-    return dlock__fail(DLOCK_ENOMEM, "pthread_create failed");
-  s->started = 1;
-  return 0;
 }
 
-void dlock__sentinel_stop(dlock__sentinel *s) {
+void dlock__sentinel_watch_end(dlock__sentinel *s) {
   if (s == NULL)
     return;
-  atomic_store(&s->stopping, 1);
-  if (s->wake[1] >= 0) {
-    ssize_t w = write(s->wake[1], "x", 1);
-    (void)w;
-  }
-  if (s->started)
-    pthread_join(s->thread, NULL);
-  s->started = 0;
+  dlock__stream_free(s->wst);
+  s->wst = NULL;
 }
 
 void dlock__sentinel_free(dlock__sentinel *s) {
   if (s == NULL)
     return;
-  dlock__sentinel_stop(s);
-  if (s->wake[0] >= 0) {
-    close(s->wake[0]);
-    close(s->wake[1]);
-  }
+  dlock__sentinel_watch_end(s);
   dlock__sentinel_url_free(&s->url);
   dlock__free(s->master_host);
   pthread_mutex_destroy(&s->mu);

@@ -29,7 +29,7 @@
 
 typedef struct dlock__sentinel dlock__sentinel;
 
-/* Called from the watcher thread after the master moved. */
+/* Called from the watcher's steps after the master moved. */
 typedef void (*dlock__sentinel_cb)(void *data);
 
 /*
@@ -43,10 +43,32 @@ int dlock__sentinel_new(dlock__sentinel_url *url, const dlock__tls *tls,
                         int64_t connect_timeout_ms, int64_t command_timeout_ms,
                         dlock__sentinel **out);
 
-/* Starts the +switch-master watcher, which calls 'cb' after each switch
- * of the master it follows. 0 or DLOCK_ENOMEM. */
-int dlock__sentinel_watch(dlock__sentinel *s, dlock__sentinel_cb cb,
-                          void *data);
+/* Has the +switch-master watcher call 'cb' after each switch of the
+ * master it follows. Set before the watcher's first step. */
+void dlock__sentinel_on_switch(dlock__sentinel *s, dlock__sentinel_cb cb,
+                               void *data);
+
+/* What the watcher waits for before its next step: 'events' on 'fd' (-1:
+ * none), or the time 'until_us' (CLOCK_MONOTONIC), whichever is first. */
+typedef struct dlock__watch_io {
+  int fd;
+  short events;
+  int64_t until_us;
+} dlock__watch_io;
+
+/*
+ * One step of the +switch-master watcher, which keeps a subscription on
+ * one Sentinel at a time: 'revents' is what came on the descriptor it
+ * asked for (0 when its time came, or at the first step). Fills 'next'.
+ * It does not wait for anything but the connect and the first answer of
+ * a Sentinel it moves to, within the connect and command timeouts. Steps
+ * are made by one thread at a time.
+ */
+void dlock__sentinel_watch_step(dlock__sentinel *s, short revents,
+                                dlock__watch_io *next);
+
+/* Closes the watcher's connection (a later step opens one again). */
+void dlock__sentinel_watch_end(dlock__sentinel *s);
 
 /*
  * Opens a stream to the current master (handshake done, the data nodes'
@@ -85,11 +107,8 @@ int dlock__sentinel_named(dlock__sentinel *s);
 /* The master last known, as "host:port" ("?" before the first). */
 void dlock__sentinel_describe(dlock__sentinel *s, char *buf, size_t n);
 
-/* Stops the watcher (the callback is not called any more). NULL is
- * ignored; so is a second call. */
-void dlock__sentinel_stop(dlock__sentinel *s);
-
-/* Stops the watcher and frees 's'. NULL is ignored. */
+/* Frees 's' and its watcher's connection; whatever stepped the watcher
+ * has stopped. NULL is ignored. */
 void dlock__sentinel_free(dlock__sentinel *s);
 
 #endif
