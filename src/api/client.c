@@ -430,6 +430,10 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
                             o->command_timeout_ms, &route->cluster);
     if (rc == 0)
       route->conn = dlock__cluster_any(route->cluster);
+    /* A call the cluster refuses for now (TRYAGAIN) is sent again after
+     * the engine's pauses. */
+    if (rc == 0)
+      dlock__route_set_pause(route, dlock__busy_pause, c);
   } else if (rc == 0)
     rc = dlock__conn_new(&cfg, &route->conn);
   dlock__cluster_url_free(&cu);

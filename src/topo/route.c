@@ -36,6 +36,12 @@ void dlock__route_init(dlock__route *r, int64_t command_timeout_ms,
   atomic_store(&r->seen, -1);
 }
 
+void dlock__route_set_pause(dlock__route *r, dlock__cluster_pause pause,
+                            void *ctx) {
+  if (r->cluster != NULL)
+    dlock__cluster_set_pause(r->cluster, pause, ctx);
+}
+
 /* ---- routing ------------------------------------------------------------ */
 
 /* dlock__conn_call on the master of 'slot' on a cluster (redirections

@@ -66,6 +66,13 @@ void dlock__route_init(dlock__route *r, int64_t command_timeout_ms,
                        void (*warn)(void *data, const char *text),
                        void *warn_data);
 
+/* The pause before a call that the deployment refused for now (a
+ * cluster's TRYAGAIN or CLUSTERDOWN) is sent again: the client's back-off
+ * policy, as dlock__cluster_pause says (the topology never sleeps by
+ * itself). Set once the links are made, before any call. */
+void dlock__route_set_pause(dlock__route *r, dlock__cluster_pause pause,
+                            void *ctx);
+
 /* ---- routing ------------------------------------------------------------ */
 
 /*
