@@ -297,8 +297,9 @@ typedef struct dlock_options {
   /* How long a call keeps trying while Redis cannot be reached or answers
    * "not now" (a failover or a restart under way: a connection refused or
    * reset, READONLY, LOADING, MASTERDOWN, too few replicas), when the call
-   * has no wait of its own to bound it: dlock_lock, dlock_unlock, and a
-   * dlock_trylock with DLOCK_WAIT_FOREVER. A dlock_trylock with a wait
+   * has no wait of its own to bound it: dlock_lock, dlock_unlock, a
+   * dlock_trylock with DLOCK_WAIT_FOREVER, and dlock_client_open through
+   * Sentinel or Cluster (see there). A dlock_trylock with a wait
    * keeps trying within its wait. Default 30000; 0..DLOCK_DURATION_MAX_MS.
    * 0: every call fails at the first such error, as dlock 0.1 did. */
   int64_t outage_wait_ms;
@@ -430,7 +431,11 @@ static inline void dlock_options_init(dlock_options_t *o) {
  * the database it names), starts the client's background threads and stores
  * the new client in '*out'. Fails with DLOCK_EINVAL for a bad URL or option,
  * DLOCK_EIO when the server cannot be reached, DLOCK_EAUTH for a refused
- * password and DLOCK_EPROTO when what answers is not Redis. With
+ * password and DLOCK_EPROTO when what answers is not Redis. Through
+ * Sentinel or Cluster, an open that finds a failover under way (the
+ * Sentinels name a master that does not answer yet, or no master serves
+ * a cluster's slots yet) tries again for outage_wait_ms before it fails
+ * with DLOCK_EIO; a URL that never worked fails at once. With
  * 'o->on_warning' set, it also reads the server's maxmemory-policy (one
  * more round trip) and warns, before returning, when it may evict locks.
  */

@@ -305,6 +305,39 @@ TEST(sentinel_master_killed_trylock_rides_the_failover) {
 }
 
 /*
+ * A client opened right after the master's SIGKILL, before the Sentinels
+ * promote a replica: they still name the dead master, whose port refuses.
+ * That is an outage the open rides out (outage_wait_ms), as a call with a
+ * wait does, not a URL that never worked: the client comes up once the
+ * Sentinels name a master that answers, and its trylock takes the lock
+ * there. (The open used to fail at once with DLOCK_EIO, "no master ...
+ * found through 3 Sentinel(s): ... Connection refused".)
+ */
+TEST(sentinel_client_opened_during_a_failover_rides_it) {
+  sg_group_t *g = group();
+  int old = sg_master_index(g);
+  ASSERT_EQ(rp_kill(sg_node(g, old)), 0);
+  dlock_options_t o;
+  sentinel_options(&o, sg_url(g), 1, NULL);
+  o.outage_wait_ms = FAILOVER_LIMIT_MS;
+  dlock_client_t *c = NULL;
+  int64_t t0 = lu_now_ms();
+  int rc = dlock_client_open(&o, &c);
+  printf("open at the kill: %s after %" PRId64 " ms%s%s\n", dlock_err_name(rc),
+         lu_now_ms() - t0, rc ? ": " : "", rc ? dlock_last_error() : "");
+  ASSERT_DLOCK_OK(rc);
+  dlock_t *l = lu_get(c, "sent:opened");
+  ASSERT_DLOCK_OK(dlock_trylock(l, FAILOVER_LIMIT_MS, 10000));
+  int m = sg_wait_new_master(g, old, FAILOVER_LIMIT_MS);
+  ASSERT_GE(m, 0);
+  ASSERT_EQ(node_has(g, m, "sent:opened"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  dlock_free(l);
+  dlock_client_close(c);
+  sg_free(g);
+}
+
+/*
  * Double grants across failovers. A holds a lock; the master's links to
  * its replicas are cut (CLIENT KILL TYPE replica: they come back within a
  * second) just before the acquisition, and the master is killed right
@@ -528,6 +561,41 @@ TEST(sentinel_cli_run_across_a_failover) {
 
   unlink(out);
   rmdir(dir);
+  sg_free(g);
+}
+
+/*
+ * "dlock run --wait" started right after the master's SIGKILL rides the
+ * failover within its wait, the open included: it runs the command once a
+ * replica is promoted (it used to exit 69 at once, the open finding no
+ * master through the Sentinels).
+ */
+TEST(sentinel_cli_run_started_at_a_master_kill) {
+  sg_group_t *g = group();
+  char out[] = "/tmp/dlock-sentinel-kill-XXXXXX";
+  int fd = mkstemp(out);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  int old = sg_master_index(g);
+  ASSERT_EQ(rp_kill(sg_node(g, old)), 0);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int o = open(out, O_WRONLY | O_TRUNC);
+    if (o >= 0) {
+      dup2(o, 1);
+      dup2(o, 2);
+      close(o);
+    }
+    execl(DLOCK_CLI_PATH, "dlock", "--url", sg_url(g), "run", "--wait", "30s",
+          "sent:killrun", "--", "true", (char *)NULL);
+    _exit(127);
+  }
+  int status = wait_exit(pid, 2 * FAILOVER_LIMIT_MS);
+  printf("dlock run --wait 30s at the master's kill: exit %d\n", status);
+  print_file(out);
+  ASSERT_EQ(status, 0);
+  unlink(out);
   sg_free(g);
 }
 #endif

@@ -392,3 +392,128 @@ TEST(watchdog) {
   dlock_client_close(c);
   rp_free(s);
 }
+
+/* ---- riding a killed connection ------------------------------------------
+ */
+
+/* Clients the server holds back (CLIENT PAUSE, as for a blocking
+ * command). */
+static int64_t blocked_clients(rp_server_t *s) {
+  redisReply *r = rp_cmd(s, "INFO clients");
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->type, REDIS_REPLY_STRING);
+  const char *p = strstr(r->str, "blocked_clients:");
+  int64_t n =
+      p != NULL ? strtoll(p + strlen("blocked_clients:"), NULL, 10) : -1;
+  freeReplyObject(r);
+  return n;
+}
+
+typedef struct spin_call {
+  dlock_t *l;
+  uint64_t owner;
+  int unlock;      /* 0: trylock, 1: unlock */
+  int64_t wait_ms; /* the trylock's */
+  int rc;
+  atomic_int done;
+  char detail[300];
+} spin_call_t;
+
+static void *spin_call_main(void *p) {
+  spin_call_t *a = p;
+  a->rc = a->unlock ? dlock_unlock_as(a->l, a->owner)
+                    : dlock_trylock_as(a->l, a->owner, a->wait_ms, 20000);
+  snprintf(a->detail, sizeof(a->detail), "%s", dlock_last_error());
+  atomic_store(&a->done, 1);
+  return NULL;
+}
+
+static void spin_call_init(spin_call_t *a, dlock_t *l, uint64_t owner,
+                           int unlock, int64_t wait_ms) {
+  memset(a, 0, sizeof(*a));
+  a->l = l;
+  a->owner = owner;
+  a->unlock = unlock;
+  a->wait_ms = wait_ms;
+  a->rc = -100;
+  atomic_init(&a->done, 0);
+}
+
+/*
+ * Runs 'a' while the server holds writes back (CLIENT PAUSE WRITE), and,
+ * each time a script of the client is held there, kills its connection
+ * (CLIENT KILL TYPE normal, as an operator or a proxy may), up to 'kills'
+ * times while the call goes on; then lets writes go on, unless
+ * 'keep_paused'. A killed script never ran, and its caller got "closed the
+ * connection".
+ */
+static void kill_during(rp_server_t *s, spin_call_t *a, int kills,
+                        int keep_paused) {
+  lu_ok(rp_cmd(s, "CLIENT PAUSE 20000 WRITE"));
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, spin_call_main, a), 0);
+  /* Each time a write of the client is held, its connection is killed:
+   * up to 'kills' times, while the call goes on. */
+  for (int k = 0; k < kills && !atomic_load(&a->done); k++) {
+    int64_t until = lu_now_ms() + 20000;
+    while (blocked_clients(s) < 1 && !atomic_load(&a->done) &&
+           lu_now_ms() < until)
+      lu_sleep_ms(1);
+    if (atomic_load(&a->done))
+      break;
+    ASSERT_GE(lu_reply_int(rp_cmd(s, "CLIENT KILL TYPE normal SKIPME yes")), 1);
+  }
+  if (!keep_paused)
+    lu_ok(rp_cmd(s, "CLIENT UNPAUSE"));
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  printf("%s after CLIENT KILL: %s%s%s\n", a->unlock ? "unlock" : "trylock",
+         dlock_err_name(a->rc), a->rc ? ": " : "", a->rc ? a->detail : "");
+}
+
+/* A spin lock's trylock with a wait and its unlock ride out a connection
+ * the server killed under them, as the reentrant lock's do: each is sent
+ * again on a new connection within its wait (the unlock within
+ * outage_wait_ms), rather than fail with DLOCK_EIO. */
+TEST(rides_a_killed_connection) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = spin_get(c, "spin:kill");
+  uint64_t owner = dlock_owner_new();
+  /* Scripts loaded, connection made. */
+  ASSERT_DLOCK_OK(dlock_lock_as(l, owner, 20000));
+  ASSERT_DLOCK_OK(dlock_unlock_as(l, owner));
+
+  spin_call_t a;
+  spin_call_init(&a, l, owner, 0, 20000);
+  kill_during(s, &a, 1, 0);
+  ASSERT_DLOCK_OK(a.rc);
+  ASSERT_EQ(lu_exists(s, "spin:kill"), 1);
+  ASSERT_EQ(dlock_is_held_as(l, owner), 1);
+
+  spin_call_t u;
+  spin_call_init(&u, l, owner, 1, 0);
+  kill_during(s, &u, 1, 0);
+  ASSERT_DLOCK_OK(u.rc);
+  ASSERT_EQ(lu_exists(s, "spin:kill"), 0);
+  ASSERT_EQ(dlock_is_held_as(l, owner), 0);
+
+  /* Taken again without a wait, as a reentrant hold: killed, that attempt
+   * fails (a call without a wait does not ride) and its outcome is
+   * unknown, so the unlock that follows gives it back first (settle.c).
+   * Writes stay held, and the give-back is killed too, by the client's
+   * settler thread or by the unlock: the unlock rides that out as it
+   * rides out the kill of its own script, where it failed at once. */
+  ASSERT_DLOCK_OK(dlock_lock_as(l, owner, 20000));
+  spin_call_t again;
+  spin_call_init(&again, l, owner, 0, 0);
+  kill_during(s, &again, 1, 1);
+  ASSERT_DLOCK_ERR(again.rc, DLOCK_EIO);
+  spin_call_init(&u, l, owner, 1, 0);
+  kill_during(s, &u, 3, 0);
+  ASSERT_DLOCK_OK(u.rc);
+  ASSERT_EQ(lu_exists(s, "spin:kill"), 0);
+  ASSERT_EQ(dlock_is_held_as(l, owner), 0);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}

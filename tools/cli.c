@@ -19,6 +19,7 @@ void cli_globals_init(cli_globals_t *g) {
   g->urls[0] = g->url;
   g->nurls = 1;
   g->watchdog_ms = 30000;
+  g->outage_wait_ms = -1;
 }
 
 size_t cli_quorum(size_t n) { return n / 2 + 1; }
@@ -323,6 +324,8 @@ static void client_options(const cli_globals_t *g, const char *url,
   dlock_options_init(o);
   o->url = url;
   o->watchdog_timeout_ms = g->watchdog_ms;
+  if (g->outage_wait_ms >= 0)
+    o->outage_wait_ms = g->outage_wait_ms;
   /* A renewal stuck on an unresponsive server delays the news that the
    * lock expired until the command times out; bounding commands by one
    * renewal period keeps that delay below a third of the lease. With the

@@ -35,6 +35,11 @@ typedef struct cli_globals {
   const char *key;
   const char *sni;
   int insecure;
+  /* The clients' outage_wait_ms: set by a command whose --wait bounds all
+   * it does (dlock run), so that an outage met at the open is ridden within
+   * that wait, as the acquisition rides one; -1 (default): the library's
+   * default. */
+  int64_t outage_wait_ms;
 } cli_globals_t;
 
 /* The TLS options, to append to a command's option table. */

@@ -143,6 +143,7 @@ typedef struct run_state {
   uint64_t
       owner; /* the lock's owner id: taken on one thread, freed on another */
   uint64_t token;
+  int64_t wait_deadline;  /* monotonic ms when --wait ends; INT64_MAX none */
   int64_t lease_deadline; /* monotonic ms when a fixed lease ends; -1 none */
   pid_t child;
   int child_wait_status;
@@ -339,9 +340,7 @@ static void sleep_ms(int64_t ms) {
  */
 static int acquire_with_quorum(run_state_t *r) {
   const run_options_t *o = r->opt;
-  int64_t deadline = o->wait_ms == DLOCK_WAIT_FOREVER
-                         ? INT64_MAX
-                         : monotonic_ms() + o->wait_ms;
+  int64_t deadline = r->wait_deadline;
 
   for (;;) {
     int64_t wait = DLOCK_WAIT_FOREVER;
@@ -812,6 +811,13 @@ static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
   r.cmd = cmd;
   r.opt = &o;
   r.owner = dlock_owner_new();
+  /* --wait counts from here: a client opened while Redis is failed over
+   * waits for it within --wait (no longer: the clients ride outages for
+   * --wait, their release too), and the acquisition has what is left. */
+  r.wait_deadline =
+      o.wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : monotonic_ms() + o.wait_ms;
+  if (o.wait_ms != DLOCK_WAIT_FOREVER)
+    g->outage_wait_ms = o.wait_ms;
   rc = open_lock(&r, g);
   if (rc == 0 && events_catch_signals(&start.ignored) != 0) {
     cli_error(cmd, "cannot install signal handlers: %s", strerror(errno));

@@ -379,6 +379,43 @@ static void on_switch(void *data) {
   dlock__pubsub_poke(c->ps);
 }
 
+/* One try at reaching the server(s), each try waiting for the connect
+ * timeout in all: a server that accepts and never answers makes it fail
+ * then, not after a command timeout more for each connection's
+ * handshake. */
+static int open_try(dlock_client_t *c, int64_t deadline_us) {
+  return dlock__route_open(&c->route, deadline_us);
+}
+
+/*
+ * Reaches the server(s) for the open, riding out an outage as a call
+ * without a wait of its own does: while dlock__route_in_outage says so, a try
+ * that fails with DLOCK_EIO is made again after the outage back-off, until
+ * outage_wait_ms have passed since the first (0: none is). So a client
+ * opened while its master is being failed over comes up once the Sentinels
+ * name one that answers. '*deadline_us' is the deadline of what the open
+ * still does after a try that succeeded.
+ */
+static int open_riding(dlock_client_t *c, int64_t *deadline_us) {
+  dlock__riding ride;
+  memset(&ride, 0, sizeof(ride));
+  int rc;
+  for (;;) {
+    *deadline_us = dlock__deadline_ms(c->opt.connect_timeout_ms);
+    rc = open_try(c, *deadline_us);
+    if (rc != DLOCK_EIO || c->opt.lazy_connect || c->opt.outage_wait_ms == 0 ||
+        !dlock__route_in_outage(&c->route))
+      break;
+    int next = dlock__outage_next(
+        c, &ride, rc, dlock__after_ms(dlock__now_us(), c->opt.outage_wait_ms));
+    if (next == DLOCK_ECANCELED)
+      return next;
+    if (next != 0)
+      break;
+  }
+  return rc == DLOCK_EIO ? dlock__outage_end(&ride, rc) : rc;
+}
+
 int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   if (o == NULL || out == NULL)
     return dlock__fail(DLOCK_EINVAL, "options and out must not be NULL");
@@ -439,12 +476,9 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   dlock__cluster_url_free(&cu);
   if (rc == 0)
     rc = dlock__settler_new(c, dlock__undo, &c->settle);
-  /* Opening waits for the server(s) for the connect timeout in all: a
-   * server that accepts and never answers makes it fail then, not after a
-   * command timeout more for each connection's handshake. */
   int64_t open_deadline = dlock__deadline_ms(o->connect_timeout_ms);
   if (rc == 0) {
-    rc = dlock__route_open(route, open_deadline);
+    rc = open_riding(c, &open_deadline);
     /* A lazy client starts while its server is unreachable (a RedLock node
      * that is down); wrong passwords and non-Redis servers still fail. */
     if (rc == DLOCK_EIO && o->lazy_connect)

@@ -8,6 +8,7 @@
 
 #include "error.h"
 #include "proto/format.h"
+#include "proto/format_list.h"
 #include "reply.h"
 
 #include <stdlib.h>
@@ -122,23 +123,16 @@ static int send_queries(dlock_client_t *c, const char *name, size_t len,
     const size_t lrange_l[] = {6, klen[1], 1, 2};
     const char *zrange[] = {"ZRANGE", keys[2], "0", "-1", "WITHSCORES"};
     const size_t zrange_l[] = {6, klen[2], 1, 2, 10};
-    int n[Q_COUNT];
-    n[Q_HASH] = dlock__format_argv(&cmds[Q_HASH], 2, hash, hash_l);
-    n[Q_PTTL] = dlock__format_argv(&cmds[Q_PTTL], 2, pttl, pttl_l);
-    n[Q_TOKEN] = dlock__format_argv(&cmds[Q_TOKEN], 2, get, get_l);
-    n[Q_QUEUE] = dlock__format_argv(&cmds[Q_QUEUE], 4, lrange, lrange_l);
-    n[Q_TIMEOUTS] = dlock__format_argv(&cmds[Q_TIMEOUTS], 5, zrange, zrange_l);
-    for (int i = 0; i < Q_COUNT; i++) {
-      if (n[i] < 0)
-        rc = dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a lock");
-      lens[i] = n[i] < 0 ? 0 : (size_t)n[i];
-    }
+    const dlock__words words[Q_COUNT] = {[Q_HASH] = {2, hash, hash_l},
+                                         [Q_PTTL] = {2, pttl, pttl_l},
+                                         [Q_TOKEN] = {2, get, get_l},
+                                         [Q_QUEUE] = {4, lrange, lrange_l},
+                                         [Q_TIMEOUTS] = {5, zrange, zrange_l}};
+    rc = dlock__format_list(Q_COUNT, words, cmds, lens, "a lock");
   }
   if (rc == 0)
     rc = dlock__client_call(c, name, len, Q_COUNT, cmds, lens, r, 0);
-  for (int i = 0; i < Q_COUNT; i++)
-    if (cmds[i] != NULL)
-      dlock__format_free(cmds[i]);
+  dlock__format_list_free(Q_COUNT, cmds);
   for (int i = 0; i < 3; i++)
     dlock__free(keys[i]);
   return rc;

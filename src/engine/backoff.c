@@ -8,8 +8,11 @@
  */
 #include "engine.h"
 
+#include "error.h"
 #include "monotime.h"
 #include "sleep.h"
+
+#include <stdio.h>
 
 int64_t dlock__backoff_next(dlock_client_t *c, dlock__backoff *b,
                             int64_t now_us, int64_t until_us) {
@@ -57,4 +60,36 @@ int dlock__busy_pause(void *client, int *step, int64_t until_us) {
   *step = b.step;
   dlock__sleep_us(at - now);
   return dlock__check_canceled(c);
+}
+
+int dlock__outage_next(dlock_client_t *c, dlock__riding *r, int rc,
+                       int64_t until_us) {
+  int64_t now = dlock__now_us();
+  if (r->until_us == 0) {
+    r->first_us = now;
+    r->until_us = until_us;
+  }
+  if (now >= r->until_us)
+    return rc;
+  char why[512];
+  snprintf(why, sizeof(why), "%s", dlock_last_error());
+  r->tries++;
+  int prc = dlock__outage_pause(c, &r->step, r->until_us);
+  if (prc != 0) {
+    r->tries = 0; /* canceled: that is the news, not the ride */
+    return prc;
+  }
+  if (dlock__now_us() >= r->until_us)
+    /* No time for another attempt: the last error stands. */
+    return dlock__fail_text(rc, why);
+  return 0;
+}
+
+int dlock__outage_end(const dlock__riding *r, int rc) {
+  if (r->tries == 0)
+    return rc;
+  char why[512];
+  snprintf(why, sizeof(why), "%s", dlock_last_error());
+  return dlock__fail(rc, "%s (tried %d more times over %lld ms)", why, r->tries,
+                     (long long)((dlock__now_us() - r->first_us) / 1000));
 }

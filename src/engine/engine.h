@@ -220,6 +220,25 @@ int dlock__busy_pause(void *client, int *step, int64_t until_us);
  * outage back-off (DLOCK__BACKOFF_OUTAGE) kept in '*step'. */
 int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us);
 
+/* Where a call that rides out an outage with dlock__outage_pause stands
+ * (the client's open). Zeroed before its first attempt. */
+typedef struct dlock__riding {
+  int64_t until_us, first_us; /* the ride's end and start; 0 before it */
+  int step, tries;
+} dlock__riding;
+
+/* After an attempt that failed with 'rc', an error an outage causes: the
+ * ride ends at 'until_us' (taken at the first failure). 0 after the pause
+ * (dlock__outage_pause): try again. Else the code to return: 'rc', with
+ * its detail, when there is no time for another attempt, or
+ * DLOCK_ECANCELED. */
+int dlock__outage_next(dlock_client_t *c, dlock__riding *r, int rc,
+                       int64_t until_us);
+
+/* 'rc', the last attempt's, with "(tried N more times over M ms)" added to
+ * its detail when the call was tried again. */
+int dlock__outage_end(const dlock__riding *r, int rc);
+
 /* ---- attempts whose outcome is unknown (settle.c) ------------------------ */
 
 /* 1 when a call that failed with 'rc' may have run in Redis all the same

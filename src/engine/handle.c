@@ -3,7 +3,9 @@
  * (Handles are made in object.c, of the kinds that registry.c names.)
  */
 #include "alloc.h"
+#include "args.h"
 #include "engine.h"
+#include "machine.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -14,24 +16,6 @@
 
 /* ---- acquiring, with waiting ----------------------------------------------
  */
-
-/* Both bounded by DLOCK_DURATION_MAX_MS (see dlock.h): beyond it, the
- * deadline and lease arithmetic here and in Redis would overflow. */
-static int check_times(int64_t wait_ms, int64_t lease_ms) {
-  if ((lease_ms <= 0 && lease_ms != DLOCK_WATCHDOG) ||
-      lease_ms > DLOCK_DURATION_MAX_MS)
-    return dlock__fail(DLOCK_EINVAL,
-                       "lease_ms must be 1..DLOCK_DURATION_MAX_MS (%lld ms, "
-                       "about 31 years) or DLOCK_WATCHDOG (-1), got %lld",
-                       (long long)DLOCK_DURATION_MAX_MS, (long long)lease_ms);
-  if ((wait_ms < 0 && wait_ms != DLOCK_WAIT_FOREVER) ||
-      wait_ms > DLOCK_DURATION_MAX_MS)
-    return dlock__fail(DLOCK_EINVAL,
-                       "wait_ms must be 0..DLOCK_DURATION_MAX_MS (%lld ms, "
-                       "about 31 years) or DLOCK_WAIT_FOREVER (-1), got %lld",
-                       (long long)DLOCK_DURATION_MAX_MS, (long long)wait_ms);
-  return 0;
-}
 
 int dlock__check_handle(dlock_t *l) {
   if (l->c != NULL)
@@ -52,287 +36,137 @@ static int timed_out(const dlock_t *l, int64_t wait_ms) {
                      l->name, (long long)wait_ms);
 }
 
-/* The channel that announces this owner's turn: l->channel, or one the
- * kind builds (then to be freed with dlock__free). */
-static int turn_channel(dlock_t *l, uint64_t owner, char **channel,
-                        size_t *len) {
-  *channel = l->channel;
-  *len = l->channel_len;
-  if (l->kind->wait_channel == NULL)
+/* A single lock's acquisition as the machine's steps (machine.h). */
+typedef struct lock_acq {
+  dlock_t *l;
+  uint64_t owner;
+  int64_t wait_ms, lease_ms;
+} lock_acq;
+
+static lock_acq *target(dlock__acq *m) { return m->arg; }
+
+/* Before a single lock is acquired: a lost hold reported, an unknown
+ * outcome and an abandoned hold's release settled (see
+ * dlock__settle_before_acquire). */
+static int lock_prepare(dlock__acq *m) {
+  return dlock__settle_before_acquire(target(m)->l, target(m)->owner);
+}
+
+static int lock_attempt(dlock__acq *m, int queue) {
+  lock_acq *t = target(m);
+  return dlock__attempt(t->l, t->owner, t->lease_ms, queue, &m->busy);
+}
+
+/* A release handed the lock over (see fair_release.lua and handover.c):
+ * its lease has been running since some time after the last attempt. */
+static int lock_take_handed(dlock__acq *m, uint64_t token) {
+  lock_acq *t = target(m);
+  if (t->l->kind->handed == NULL) {
+    m->tried_us = dlock__now_us();
+    return dlock__attempt(t->l, t->owner, t->lease_ms, 1, &m->busy);
+  }
+  return dlock__take_handed(t->l, t->owner, t->lease_ms, token, m->tried_us,
+                            &m->busy);
+}
+
+/* The lock was handed to the owner just as its waiter stopped waiting
+ * with 'why': it holds the lock. A waiter out of time takes it (it got it
+ * at its deadline, as a last attempt would); any other gives it back. */
+static int lock_late_grant(dlock__acq *m, uint64_t token, int why) {
+  lock_acq *t = target(m);
+  dlock__busy busy = {-1, 0};
+  if (why == 0 || t->l->kind->handed == NULL ||
+      dlock__take_handed(t->l, t->owner, t->lease_ms, token, m->tried_us,
+                         &busy) != 0)
+    return why;
+  if (why == DLOCK_ETIMEDOUT)
     return 0;
-  return l->kind->wait_channel(l, owner, channel, len);
-}
-
-/* Says whose waiter 'w' is; a waiter of a kind that takes hand-overs
- * inside the client also gives the lease it wants. */
-static void set_waiter(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                       dlock__waiter *w) {
-  w->owner = owner;
-  w->lease_ms = l->kind->no_barging ? lease_ms : 0;
-  w->permits = 0; /* a lock's waiter, not a semaphore's */
-}
-
-/* Joins the channel that announces this owner's turn, subscribing if the
- * client is not subscribed yet. */
-static int join_channel(dlock_t *l, uint64_t owner, int64_t deadline_us,
-                        dlock__waiter *w) {
-  dlock_client_t *c = l->c;
-  char *channel;
-  size_t channel_len;
-  int rc = turn_channel(l, owner, &channel, &channel_len);
-  if (rc != 0)
-    return rc;
-  int64_t join_by = dlock__deadline_ms(c->opt.command_timeout_ms);
-  rc = dlock__pubsub_join(c->ps, channel, channel_len,
-                          join_by < deadline_us ? join_by : deadline_us, w);
-  if (channel != l->channel)
-    dlock__free(channel);
-  return rc;
-}
-
-/* Joins the channel only if the client is subscribed to it already (a
- * lock contended a moment ago), which is free: see
- * dlock__pubsub_join_active. 1 joined, 0 not, or an error. */
-static int join_channel_if_active(dlock_t *l, uint64_t owner, dlock__waiter *w,
-                                  int *others) {
-  char *channel;
-  size_t channel_len;
-  int rc = turn_channel(l, owner, &channel, &channel_len);
-  if (rc != 0)
-    return rc;
-  rc = dlock__pubsub_join_active(l->c->ps, channel, channel_len, w, others);
-  if (channel != l->channel)
-    dlock__free(channel);
-  return rc;
+  dlock__release_hold(t->l, t->owner);
+  return why;
 }
 
 /* A waiter stops waiting without the lock. When Redis does not answer its
  * leaving (a fair waiter stays queued, and a release may hand it the lock),
  * that is settled once Redis answers again. */
-static void give_up(dlock_t *l, uint64_t owner) {
-  if (dlock__leave_queue(l, owner) != 0)
-    dlock__note_unsettled(l, owner);
+static void lock_give_up(dlock__acq *m) {
+  if (dlock__leave_queue(target(m)->l, target(m)->owner) != 0)
+    dlock__note_unsettled(target(m)->l, target(m)->owner);
 }
 
-/* How long a waiter that queued behind its client's other waiters, without
- * trying, sleeps at most before it tries anyway: it does not know the
- * lock's lease, and the unlock that would wake it may never come. */
-#define QUEUED_FIRST_WAIT_US 50000
-
-/* The 'ttl_ms' of a waiter that has not tried yet. */
-#define NOT_TRIED INT64_MIN
-
-/* The lock was handed to the owner just as its waiter stopped waiting
- * with 'why': it holds the lock. A waiter out of time takes it (it got it
- * at its deadline, as a last attempt would); any other gives it back. */
-static int take_late_grant(dlock_t *l, uint64_t owner, int64_t lease_ms,
-                           uint64_t token, int64_t since_us, int why) {
-  dlock__busy busy = {-1, 0};
-  if (l->kind->handed == NULL ||
-      dlock__take_handed(l, owner, lease_ms, token, since_us, &busy) != 0)
-    return why;
-  if (why == DLOCK_ETIMEDOUT)
-    return 0;
-  dlock__release_hold(l, owner);
-  return why;
+static void lock_unknown(dlock__acq *m) {
+  dlock__note_unsettled(target(m)->l, target(m)->owner);
 }
 
-/*
- * The token of the hand-over that woke 'w', or 0 when there is none or it
- * is stale: a message sent before the waiter's latest attempt (see
- * dlock__busy.counter) may only now arrive, and the hold it announced was
- * taken up by an attempt or given back already, in this wait or an
- * earlier one of the same owner.
- */
-static uint64_t fresh_grant(const dlock__waiter *w, const dlock__busy *busy) {
-  return w->grant > busy->counter ? w->grant : 0;
+static int lock_timed_out(dlock__acq *m) {
+  return timed_out(target(m)->l, target(m)->wait_ms);
 }
 
-/*
- * Sleeps until the holder's unlock message or its lease end, whichever is
- * first, bounded by the caller's deadline; then tries again, until the lock
- * is taken or the deadline passes. 'joined' is the channel's waiter record
- * when it was joined before the first attempt, or NULL: it is then joined and
- * tried once more, so that an unlock between the first attempt and the
- * subscription is not missed. 'busy' is what the first attempt said (its
- * ttl_ms NOT_TRIED when there was none: the waiter queued behind its
- * client's others), and 'tried_us' when it was sent: a lock handed over to
- * the waiter (see fair_release.lua) has had its lease running since some
- * time after the last attempt.
- */
-static int wait_and_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
-                            int64_t lease_ms, int64_t deadline_us,
-                            dlock__waiter *joined, dlock__busy busy,
-                            int64_t tried_us) {
-  dlock_client_t *c = l->c;
-  dlock__backoff backoff = DLOCK__BACKOFF_SPIN;
-  int rc = 0, tried = joined != NULL, woken = 0;
-  dlock__waiter own, *sub = joined;
-  if (sub == NULL && l->kind->wait_by == DLOCK__WAIT_PUBSUB) {
-    set_waiter(l, owner, lease_ms, &own);
-    rc = join_channel(l, owner, deadline_us, &own);
-    sub = rc == 0 ? &own : NULL;
-  }
-  while (rc == 0) {
-    if (!tried) {
-      if (woken)
-        dlock__sleep_us(
-            dlock__pubsub_contention_pause(c->ps, sub, dlock__jitter()));
-      tried_us = dlock__now_us();
-      rc = dlock__attempt(l, owner, lease_ms, 1, &busy);
-      if (woken && rc >= 0)
-        dlock__pubsub_note_attempt(c->ps, sub, rc == 1);
-      if (rc != 1)
-        break;
-    }
-    tried = 0;
-    int64_t now = dlock__now_us(), until = deadline_us;
-    if (busy.ttl_ms == NOT_TRIED) {
-      /* Not tried yet: there is always one attempt, whatever the wait. */
-      if (now + QUEUED_FIRST_WAIT_US < until)
-        until = now + QUEUED_FIRST_WAIT_US;
-    } else if (now >= deadline_us) {
-      rc = timed_out(l, wait_ms);
-      break;
-    } else if (busy.ttl_ms >= 0 && dlock__after_ms(now, busy.ttl_ms) < until) {
-      /* Saturating: the TTL is whatever the holder set, up to what Redis
-       * allows, whose microseconds may not fit. */
-      until = dlock__after_ms(now, busy.ttl_ms);
-    }
-    if (sub != NULL)
-      rc = dlock__pubsub_wait(c->ps, sub, until);
-    else
-      rc = dlock__backoff_pause(c, &backoff, until);
-    /* A stale hand-over only says that something changed: try again. */
-    if (rc == 2 && fresh_grant(sub, &busy) == 0)
-      rc = 1;
-    /* Woken by an unlock message of the shared channel. */
-    woken = rc == 1 && l->kind->no_barging;
-    if (rc == 2 && l->kind->handed != NULL) {
-      /* The release handed the lock over: it is held already. */
-      rc = dlock__take_handed(l, owner, lease_ms, sub->grant, tried_us, &busy);
-      if (rc != 1)
-        break;
-      tried = 1;
-    }
-    rc = rc < 0 ? rc : 0;
-  }
-  if (sub != NULL) {
-    dlock__pubsub_leave(c->ps, sub);
-    if (rc != 0 && fresh_grant(sub, &busy) != 0)
-      rc = take_late_grant(l, owner, lease_ms, sub->grant, tried_us, rc);
-  }
-  if (rc != 0)
-    give_up(l, owner);
-  return rc;
+/* A new waiter of a kind without barging queues behind its client's
+ * waiters rather than try ahead of them, unless it holds the lock. */
+static int lock_queues_behind(dlock__acq *m) {
+  lock_acq *t = target(m);
+  return t->l->kind->no_barging && dlock__believed_count(t->l, t->owner) == 0;
 }
 
-/* A single lock's acquisition, once the arguments are checked. */
+static const dlock__acq_ops lock_ops = {
+    .prepare = lock_prepare,
+    .attempt = lock_attempt,
+    .take_handed = lock_take_handed,
+    .late_grant = lock_late_grant,
+    .give_up = lock_give_up,
+    .unknown = lock_unknown,
+    .timed_out = lock_timed_out,
+    .queues_behind = lock_queues_behind,
+};
+
+/* A single lock's acquisition, once the arguments are checked: the
+ * machine, waiting on the channel that announces this owner's turn
+ * (l->channel, or one the kind builds) or by back-off, and riding an
+ * outage within the wait (or outage_wait_ms after the first error of one,
+ * when the wait has no end). */
 static int trylock_single(dlock_t *l, uint64_t owner, int64_t wait_ms,
-                          int64_t lease_ms, int64_t deadline_us) {
-  int rc = dlock__settle_before_acquire(l, owner);
-  if (rc != 0)
-    return rc;
-  /* A waiter that is going to wait anyway joins a live subscription before
-   * its first attempt, so it need not try again after joining. */
-  dlock__waiter w, *sub = NULL;
-  int others = 0;
-  if (wait_ms != 0 && l->kind->wait_by == DLOCK__WAIT_PUBSUB) {
-    set_waiter(l, owner, lease_ms, &w);
-    rc = join_channel_if_active(l, owner, &w, &others);
-    if (rc < 0)
+                          int64_t lease_ms) {
+  lock_acq t = {l, owner, wait_ms, lease_ms};
+  dlock__acq m;
+  char *channel = l->channel;
+  size_t channel_len = l->channel_len;
+  int by_pubsub = l->kind->wait_by == DLOCK__WAIT_PUBSUB;
+  if (by_pubsub && wait_ms != 0 && l->kind->wait_channel != NULL) {
+    int rc = l->kind->wait_channel(l, owner, &channel, &channel_len);
+    if (rc != 0)
       return rc;
-    sub = rc == 1 ? &w : NULL;
   }
-  dlock__busy busy = {NOT_TRIED, 0};
-  if (sub != NULL && others > 0 && l->kind->no_barging &&
-      dlock__believed_count(l, owner) == 0)
-    /* Others of this client wait already: queue behind them. */
-    return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub, busy,
-                            dlock__now_us());
-  int64_t tried_us = dlock__now_us();
-  rc = dlock__attempt(l, owner, lease_ms, wait_ms != 0, &busy);
-  if (rc == 1 && wait_ms != 0)
-    return wait_and_acquire(l, owner, wait_ms, lease_ms, deadline_us, sub, busy,
-                            tried_us);
-  if (sub != NULL) {
-    dlock__pubsub_leave(l->c->ps, sub);
-    if (rc < 0 && fresh_grant(sub, &busy) != 0)
-      rc = take_late_grant(l, owner, lease_ms, sub->grant, tried_us, rc);
-  }
-  if (rc < 0 && wait_ms != 0)
-    give_up(l, owner);
-  return rc == 1 ? timed_out(l, wait_ms) : rc;
-}
-
-/* Errors that a failover or a restart causes, and that go away: Redis
- * unreachable or saying "not now" (DLOCK_EIO), too few replicas
- * acknowledging (DLOCK_ENOSYNC). */
-static int rides_out(int rc) { return rc == DLOCK_EIO || rc == DLOCK_ENOSYNC; }
-
-/* A single lock's acquisition, kept going through an outage: an attempt
- * that fails with an error a failover causes is made again, after a pause,
- * until the wait runs out (or outage_wait_ms after the first such error,
- * when the wait has no end). A retried acquisition is safe: the attempt
- * that got no answer is settled first (dlock__settle_before_acquire), and
- * the scripts set the owner's count from the client's, not by adding. */
-static int trylock_riding(dlock_t *l, uint64_t owner, int64_t wait_ms,
-                          int64_t lease_ms, int64_t deadline_us) {
-  dlock_client_t *c = l->c;
-  int64_t until_us = 0, first_us = 0;
-  int step = 0, tries = 0, rc;
-  for (;;) {
-    rc = trylock_single(l, owner, wait_ms, lease_ms, deadline_us);
-    /* The last attempt got no answer and may have run: what it took is
-     * given back once Redis answers (settle.c). */
-    if (dlock__outcome_unknown(rc))
-      dlock__note_unsettled(l, owner);
-    if (!rides_out(rc) || wait_ms == 0 || c->opt.outage_wait_ms == 0)
-      break;
-    int64_t now = dlock__now_us();
-    if (until_us == 0) {
-      first_us = now;
-      until_us = wait_ms == DLOCK_WAIT_FOREVER
-                     ? dlock__after_ms(now, c->opt.outage_wait_ms)
-                     : deadline_us;
-    }
-    if (now >= until_us)
-      break;
-    char why[300];
-    snprintf(why, sizeof(why), "%s", dlock_last_error());
-    tries++;
-    int prc = dlock__outage_pause(c, &step, until_us);
-    if (prc != 0)
-      return prc;
-    if (dlock__now_us() >= until_us) {
-      /* No time for another attempt: the last error stands. */
-      dlock__fail_text(rc, why);
-      break;
-    }
-  }
-  if (tries > 0 && rides_out(rc)) {
-    char why[300];
-    snprintf(why, sizeof(why), "%s", dlock_last_error());
-    return dlock__fail(rc, "%s (tried %d more times over %lld ms)", why, tries,
-                       (long long)((dlock__now_us() - first_us) / 1000));
-  }
-  return rc;
+  dlock__acq_init(&m, &lock_ops, &t, l->c, wait_ms,
+                  by_pubsub ? DLOCK__ACQ_BY_PUBSUB : DLOCK__ACQ_BY_BACKOFF,
+                  channel, channel_len);
+  m.free_channel = channel != l->channel;
+  m.wake = DLOCK__WAKE_LOCK;
+  m.join_early = 1;
+  m.pause_if_woken = m.note_attempts = l->kind->no_barging;
+  m.ride_restarts = 1;
+  /* Says whose waiter it is; a waiter of a kind that takes hand-overs
+   * inside the client also gives the lease it wants. */
+  m.w.owner = owner;
+  m.w.lease_ms = l->kind->no_barging ? lease_ms : 0;
+  m.w.permits = 0; /* a lock's waiter, not a semaphore's */
+  return dlock__acq_run(&m);
 }
 
 int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
                      int64_t lease_ms) {
   if (l == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock handle is NULL");
-  int rc = check_times(wait_ms, lease_ms);
+  int rc = dlock__check_times(wait_ms, lease_ms);
   if (rc == 0)
     rc = dlock__check_handle(l);
   if (rc != 0)
     return rc;
-  int64_t deadline_us =
-      wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
   if (l->kind->acquire != NULL)
-    return l->kind->acquire(l, owner, wait_ms, lease_ms, deadline_us);
-  return trylock_riding(l, owner, wait_ms, lease_ms, deadline_us);
+    return l->kind->acquire(l, owner, wait_ms, lease_ms,
+                            wait_ms == DLOCK_WAIT_FOREVER
+                                ? INT64_MAX
+                                : dlock__deadline_ms(wait_ms));
+  return trylock_single(l, owner, wait_ms, lease_ms);
 }
 
 int dlock_trylock(dlock_t *l, int64_t wait_ms, int64_t lease_ms) {

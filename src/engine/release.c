@@ -152,14 +152,32 @@ int dlock__undo_run(dlock_t *l, dlock__release *r, const dlock__eval *call) {
   return rc;
 }
 
+/* After an unlock's command got no answer through an outage: the pause
+ * before it is sent again, 1 after it, 0 when outage_wait_ms have passed
+ * since the first failure ('*until_us', set then) or the client is
+ * shutting down. */
+static int ride_again(dlock_client_t *c, int64_t *until_us, int *step) {
+  if (*until_us == 0)
+    *until_us = dlock__deadline_ms(c->opt.outage_wait_ms);
+  return dlock__now_us() < *until_us &&
+         dlock__outage_pause(c, step, *until_us) == 0 &&
+         dlock__now_us() < *until_us;
+}
+
 int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
   dlock_client_t *c = l->c;
   memset(r, 0, sizeof(*r));
   /* An attempt of this owner whose outcome is unknown is given back
    * first: undone after this release, it would take back holds this
-   * release leaves. When that cannot be done, neither can the release: it
-   * fails as an unlock without an answer does. */
-  int rc = dlock__unsettled_settle(l, owner);
+   * release leaves. Through an outage (a killed connection, a failover)
+   * that is tried again as the release itself would be; when it cannot be
+   * done, neither can the release: it fails as an unlock without an
+   * answer does. */
+  int64_t ride_until = 0;
+  int step = 0, rc;
+  while ((rc = dlock__unsettled_settle(l, owner)) == DLOCK_EIO &&
+         ride_again(c, &ride_until, &step)) {
+  }
   if (rc != 0) {
     dlock__release_failed(l, owner);
     return rc;
@@ -229,37 +247,33 @@ static int finish_release(dlock_t *l, uint64_t owner, int64_t left, int known,
                      l->name, field);
 }
 
-/* An unlock that failed (Redis unreachable, or an error reply) may leave
- * the lock held there. The watchdog must not keep it alive for ever, so a
- * last hold is left to expire with its lease, and marked abandoned: the
- * owner's next lock or unlock finishes the release first. */
-static void unmark_releasing(dlock_t *l, uint64_t owner) {
+/* Ends the mark dlock__release_begin put on the owner's hold, with
+ * 'failed' when the unlock got no answer. An unlock that failed (Redis
+ * unreachable, or an error reply) may leave the lock held there. The
+ * watchdog must not keep it alive for ever, so a last hold is left to
+ * expire with its lease, and marked abandoned: the owner's next lock or
+ * unlock finishes the release first. */
+static void end_releasing(dlock_t *l, uint64_t owner, int failed) {
   dlock_client_t *c = l->c;
   pthread_mutex_lock(&c->mu);
   dlock__hold *h =
       dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
   if (h != NULL && h->releasing > 0)
     h->releasing--;
-  pthread_mutex_unlock(&c->mu);
-}
-
-void dlock__release_failed(dlock_t *l, uint64_t owner) {
-  dlock_client_t *c = l->c;
-  pthread_mutex_lock(&c->mu);
-  dlock__hold *h =
-      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
-  if (h != NULL && h->releasing > 0)
-    h->releasing--;
-  if (h != NULL && h->count <= 1) {
+  if (failed && h != NULL && h->count <= 1) {
     h->watchdog = 0;
     h->abandoned = 1;
-  } else if (h != NULL) {
+  } else if (failed && h != NULL) {
     /* Not the last hold: the failed unlock consumes its hold all the same
      * (it may have been applied). The scripts set the server's count from
      * the client's, so the owner's next call brings the server in line. */
     h->count--;
   }
   pthread_mutex_unlock(&c->mu);
+}
+
+void dlock__release_failed(dlock_t *l, uint64_t owner) {
+  end_releasing(l, owner, 1);
 }
 
 int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
@@ -294,9 +308,7 @@ int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
       dlock__backoff_pause(c, &retry, INT64_MAX);
       continue;
     }
-    if (dlock__now_us() >= ride_until ||
-        dlock__outage_pause(c, &step, ride_until) != 0 ||
-        dlock__now_us() >= ride_until)
+    if (!ride_again(c, &ride_until, &step))
       break;
   }
   dlock__latch_call_end(&lc);
@@ -311,7 +323,7 @@ int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
   }
   if (rc != 0 && r->lost) {
     dlock__release_end(r);
-    unmark_releasing(l, owner);
+    end_releasing(l, owner, 0);
     return dlock__lost_error(l);
   }
   if (rc != 0)
@@ -330,7 +342,7 @@ int dlock__release_run(dlock_t *l, uint64_t owner, dlock__release *r,
 int dlock__release_apply(dlock_t *l, uint64_t owner, int64_t left,
                          const dlock__release *r) {
   if (r->lost) {
-    unmark_releasing(l, owner);
+    end_releasing(l, owner, 0);
     return dlock__lost_error(l);
   }
   return finish_release(l, owner, left, r->known, r->abandoned);

@@ -46,7 +46,7 @@ typedef struct dlock__waiter {
   dlock__sub *sub;
   pthread_cond_t cv;
   int permit;  /* woken and not yet taken */
-  int reading; /* reading the connection itself, in ppoll (see pubsub.c) */
+  int reading; /* reading the connection itself, in ppoll (see subread.c) */
   /* The token of a lock handed to this waiter's owner by a release (a fair
    * lock's "grant:<token>" on the owner's own channel, or a hand-over
    * inside the client); 0 when none. */
@@ -192,9 +192,9 @@ enum dlock__resolve {
                               hand-overs; the unlock message wakes the
                               waiter like any other, and this client's
                               waiters hold back their next attempt for a
-                              share of the run's time (pubsub.c) */
+                              share of the run's time (reserve.c) */
   DLOCK__RESOLVE_YIELDED   /* ... and other clients listen: the hold-back
-                              is also at least YIELD_US (pubsub.c) */
+                              is also at least YIELD_US (reserve.c) */
 };
 
 /* Ends a reservation with 'outcome' (and 'token' when handed over). */

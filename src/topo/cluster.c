@@ -47,6 +47,7 @@ struct dlock__cluster {
   atomic_int stale;             /* the map is to be read again */
   _Atomic int64_t refreshed_us; /* when it last was */
   atomic_int masters;           /* masters in the last map read */
+  atomic_int answered; /* a node has given a map (dlock__cluster_answered) */
   /* Scripts publish with SPUBLISH (dlock__cluster_probe_sharded). */
   atomic_int sharded;
   /* The URL's sharded_pubsub=off: classic pub/sub whatever the cluster
@@ -194,6 +195,10 @@ int dlock__cluster_nnodes(dlock__cluster *cl) {
 
 const dlock__endpoint *dlock__cluster_node_ep(dlock__cluster *cl, int i) {
   return &cl->nodes[i]->ep;
+}
+
+int dlock__cluster_answered(dlock__cluster *cl) {
+  return atomic_load(&cl->answered);
 }
 
 int dlock__cluster_masters(dlock__cluster *cl) {
@@ -349,6 +354,8 @@ static int refresh_from(dlock__cluster *cl, int idx, int64_t deadline_us) {
   rc = use_slots ? parse_slots(cl, r, map, idx, &masters)
                  : parse_shards(cl, r, map, idx, &masters);
   freeReplyObject(r);
+  if (rc == 0)
+    atomic_store(&cl->answered, 1);
   if (rc == 0 && masters == 0)
     rc = dlock__fail(DLOCK_EIO, "cluster has no master serving slots yet");
   if (rc == 0) {

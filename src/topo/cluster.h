@@ -130,6 +130,12 @@ int dlock__cluster_call(dlock__cluster *cl, int slot, size_t n,
 int dlock__cluster_nnodes(dlock__cluster *cl);
 const dlock__endpoint *dlock__cluster_node_ep(dlock__cluster *cl, int i);
 
+/* 1 once a node has answered with a slot map: a failure to find a master
+ * since is an outage that passes (slots not served until a failover or the
+ * cluster's forming ends), not a URL that never worked (no node answers,
+ * or what answers is no cluster node). */
+int dlock__cluster_answered(dlock__cluster *cl);
+
 /* Number of masters in the map (for status output and tests). */
 int dlock__cluster_masters(dlock__cluster *cl);
 

@@ -335,6 +335,12 @@ int dlock__route_open(dlock__route *r, int64_t deadline_us) {
                             : dlock__conn_open(r->conn, deadline_us);
 }
 
+int dlock__route_in_outage(dlock__route *r) {
+  if (r->sentinel != NULL)
+    return dlock__sentinel_named(r->sentinel);
+  return r->cluster != NULL && dlock__cluster_answered(r->cluster);
+}
+
 void dlock__route_cancel(dlock__route *r) {
   if (r->cluster != NULL)
     dlock__cluster_cancel(r->cluster);

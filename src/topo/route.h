@@ -197,6 +197,13 @@ int dlock__route_count_info(const char *text, size_t len);
  * 'deadline_us'. */
 int dlock__route_open(dlock__route *r, int64_t deadline_us);
 
+/* 1 when a failure to reach Redis at the open is an outage that passes,
+ * not a URL that never worked: the Sentinels named a master that does not
+ * answer (yet) as one, or a cluster node gave a map whose slots no master
+ * serves (yet). A single server's URL cannot tell the two apart: a server
+ * that does not answer there fails the open at once. */
+int dlock__route_in_outage(dlock__route *r);
+
 /* dlock__conn_cancel on every link (those not yet made included). */
 void dlock__route_cancel(dlock__route *r);
 

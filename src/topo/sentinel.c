@@ -34,6 +34,7 @@ struct dlock__sentinel {
   int master_port;
   size_t next; /* the Sentinel to ask first */
   atomic_uint gen;
+  atomic_int named; /* a Sentinel has named a master (dlock__sentinel_named) */
   /* The watcher. */
   pthread_t thread;
   int started;
@@ -67,6 +68,8 @@ unsigned dlock__sentinel_gen(dlock__sentinel *s) {
   return atomic_load(&s->gen);
 }
 
+int dlock__sentinel_named(dlock__sentinel *s) { return atomic_load(&s->named); }
+
 void dlock__sentinel_describe(dlock__sentinel *s, char *buf, size_t n) {
   pthread_mutex_lock(&s->mu);
   if (s->master_host == NULL)
@@ -85,6 +88,7 @@ void dlock__sentinel_describe(dlock__sentinel *s, char *buf, size_t n) {
 static unsigned set_master(dlock__sentinel *s, const char *host,
                            size_t host_len, int port, size_t asked) {
   char *copy = dlock__memdup(host, host_len);
+  atomic_store(&s->named, 1);
   pthread_mutex_lock(&s->mu);
   if (asked != (size_t)-1)
     s->next = asked;

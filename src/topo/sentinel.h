@@ -77,6 +77,11 @@ int dlock__sentinel_count_replicas(const redisReply *r);
 /* The current generation: it moves on each time the master changes. */
 unsigned dlock__sentinel_gen(dlock__sentinel *s);
 
+/* 1 once a Sentinel has named a master: a failure to reach it since is an
+ * outage that passes (the master died and is being replaced), not a URL
+ * that never worked (no Sentinel answers, none knows the name). */
+int dlock__sentinel_named(dlock__sentinel *s);
+
 /* The master last known, as "host:port" ("?" before the first). */
 void dlock__sentinel_describe(dlock__sentinel *s, char *buf, size_t n);
 

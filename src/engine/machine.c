@@ -1,0 +1,310 @@
+/*
+ * The acquisition machine (see machine.h): its states, one function each,
+ * and the blocking driver that waits between them.
+ */
+#include "machine.h"
+
+#include "alloc.h"
+#include "error.h"
+#include "monotime.h"
+#include "sleep.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+/* How long a waiter that queued behind its client's other waiters, without
+ * trying, sleeps at most before it tries anyway: it does not know the
+ * lock's lease, and the unlock that would wake it may never come. */
+#define QUEUED_FIRST_WAIT_US 50000
+
+void dlock__acq_init(dlock__acq *m, const dlock__acq_ops *ops, void *arg,
+                     dlock_client_t *c, int64_t wait_ms, int wait_by,
+                     const char *channel, size_t channel_len) {
+  memset(m, 0, sizeof(*m));
+  m->ops = ops;
+  m->arg = arg;
+  m->c = c;
+  m->wait_ms = wait_ms;
+  m->deadline_us =
+      wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
+  m->wait_by = wait_by;
+  m->channel = (char *)channel;
+  m->channel_len = channel_len;
+  m->busy.ttl_ms = DLOCK__ACQ_NOT_TRIED;
+  dlock__backoff spin = DLOCK__BACKOFF_SPIN;
+  m->spin = spin;
+  m->state = DLOCK__ACQ_PREPARE;
+}
+
+/* Ends the machine's run with 'rc' (leaving, giving up: see finish). */
+static int to_finish(dlock__acq *m, int rc) {
+  m->rc = rc;
+  return DLOCK__ACQ_FINISH;
+}
+
+/* Errors that a failover or a restart causes, and that go away: Redis
+ * unreachable or saying "not now" (DLOCK_EIO), too few replicas
+ * acknowledging (DLOCK_ENOSYNC). */
+static int rides_out(int rc) { return rc == DLOCK_EIO || rc == DLOCK_ENOSYNC; }
+
+/*
+ * Whether an attempt that failed with 'rc' is made again after a pause:
+ * until the wait runs out (or outage_wait_ms after the first such error,
+ * when the wait has no end). A retried acquisition is safe: the attempt
+ * that got no answer is settled first (the ops' prepare), and the
+ * scripts set the owner's count from the client's, not by adding. 1 with
+ * 'm->until_us' the end of the pause, or 0.
+ */
+static int ride(dlock__acq *m, int rc) {
+  dlock_client_t *c = m->c;
+  if (!rides_out(rc) || m->wait_ms == 0 || c->opt.outage_wait_ms == 0 ||
+      (m->ops->may_ride != NULL && !m->ops->may_ride(m, rc)))
+    return 0;
+  int64_t now = dlock__now_us();
+  if (m->ride_until_us == 0) {
+    m->ride_first_us = now;
+    m->ride_until_us = m->wait_ms == DLOCK_WAIT_FOREVER
+                           ? dlock__after_ms(now, c->opt.outage_wait_ms)
+                           : m->deadline_us;
+  }
+  if (now >= m->ride_until_us)
+    return 0;
+  snprintf(m->why, sizeof(m->why), "%s", dlock_last_error());
+  m->ride_tries++;
+  dlock__backoff b = DLOCK__BACKOFF_OUTAGE;
+  b.step = m->ride_step;
+  m->until_us = dlock__backoff_next(c, &b, now, m->ride_until_us);
+  m->ride_step = b.step;
+  m->rc = rc;
+  return 1;
+}
+
+static int prepare(dlock__acq *m) {
+  m->joined = m->woken = m->tried = 0;
+  m->busy.ttl_ms = DLOCK__ACQ_NOT_TRIED;
+  m->busy.counter = 0;
+  int rc = m->ops->prepare != NULL ? m->ops->prepare(m) : 0;
+  if (rc != 0)
+    return to_finish(m, rc);
+  if (m->wait_ms == 0 || m->wait_by != DLOCK__ACQ_BY_PUBSUB || !m->join_early)
+    return DLOCK__ACQ_ATTEMPT;
+  /* A waiter that is going to wait anyway joins a live subscription before
+   * its first attempt, so it need not try again after joining. */
+  int others = 0;
+  rc = dlock__pubsub_join_active(m->c->ps, m->channel, m->channel_len, &m->w,
+                                 &others);
+  if (rc < 0)
+    return to_finish(m, rc);
+  m->joined = rc == 1;
+  if (m->joined && others > 0 && m->ops->queues_behind != NULL &&
+      m->ops->queues_behind(m)) {
+    /* Others of this client wait already: queue behind them. */
+    m->tried = 1;
+    m->tried_us = dlock__now_us();
+    return DLOCK__ACQ_PLAN;
+  }
+  return DLOCK__ACQ_ATTEMPT;
+}
+
+static int attempt(dlock__acq *m) {
+  int woken = m->woken;
+  m->woken = 0;
+  m->pass = 0;
+  m->tried = 1;
+  m->tried_us = dlock__now_us();
+  int rc = m->ops->attempt(m, m->wait_ms != 0);
+  if (woken && rc >= 0 && m->note_attempts)
+    dlock__pubsub_note_attempt(m->c->ps, &m->w, rc == 1);
+  if (rc >= 0 && !m->ride_restarts) {
+    m->ride_until_us = 0;
+    m->ride_step = 0;
+  }
+  if (rc < 0 && !m->ride_restarts && ride(m, rc))
+    return DLOCK__ACQ_RIDE;
+  if (rc != 1 || m->wait_ms == 0)
+    return to_finish(m, rc);
+  /* The wake-up was for a free permit this waiter cannot use (it needs
+   * more): another waiter of this client may need fewer. */
+  if (woken && m->pass)
+    dlock__pubsub_pass(m->c->ps, &m->w);
+  if (m->wait_by == DLOCK__ACQ_BY_PUBSUB && !m->joined)
+    return DLOCK__ACQ_JOIN;
+  return DLOCK__ACQ_PLAN;
+}
+
+/* Joins the channel, subscribing if the client is not subscribed yet, and
+ * tries once more, so that a release between the first attempt and the
+ * subscription is not missed. */
+static int join(dlock__acq *m) {
+  int64_t join_by = dlock__deadline_ms(m->c->opt.command_timeout_ms);
+  int rc = dlock__pubsub_join_as(
+      m->c->ps, m->channel, m->channel_len,
+      join_by < m->deadline_us ? join_by : m->deadline_us, &m->w, m->wake);
+  if (rc != 0)
+    return to_finish(m, rc);
+  m->joined = 1;
+  return DLOCK__ACQ_ATTEMPT;
+}
+
+/* Sleeps until the holder's release message or its lease's end, whichever
+ * is first, bounded by the deadline. */
+static int plan(dlock__acq *m) {
+  int64_t now = dlock__now_us(), until = m->deadline_us;
+  if (m->busy.ttl_ms == DLOCK__ACQ_NOT_TRIED) {
+    /* Not tried yet: there is always one attempt, whatever the wait. */
+    if (now + QUEUED_FIRST_WAIT_US < until)
+      until = now + QUEUED_FIRST_WAIT_US;
+  } else if (now >= m->deadline_us) {
+    return to_finish(m, 1);
+  } else if (m->busy.ttl_ms >= 0 &&
+             dlock__after_ms(now, m->busy.ttl_ms) < until) {
+    /* Saturating: the TTL is whatever the holder set, up to what Redis
+     * allows, whose microseconds may not fit. A lease that ends frees a
+     * semaphore's permit without a message: the waiter tries again then. */
+    until = dlock__after_ms(now, m->busy.ttl_ms);
+  }
+  m->until_us = until;
+  return DLOCK__ACQ_WAIT;
+}
+
+/*
+ * The token of the hand-over that woke the waiter, or 0 when there is none
+ * or it is stale: a message sent before the latest attempt (see
+ * dlock__busy.counter) may only now arrive, and the hold it announced was
+ * taken up by an attempt or given back already, in this wait or an
+ * earlier one of the same owner.
+ */
+static uint64_t fresh_grant(const dlock__acq *m) {
+  return m->w.grant > m->busy.counter ? m->w.grant : 0;
+}
+
+/* What the wait ended with ('m->pending'). */
+static int woke(dlock__acq *m) {
+  int ev = m->pending;
+  /* A stale hand-over only says that something changed: try again. */
+  if (ev == 2 && fresh_grant(m) == 0)
+    ev = 1;
+  if (ev < 0)
+    return to_finish(m, ev);
+  if (ev == 2) {
+    /* A release handed it over: it is held already. */
+    if (m->ops->take_handed == NULL)
+      return to_finish(m, DLOCK__ACQ_HANDED);
+    int rc = m->ops->take_handed(m, m->w.grant);
+    if (rc != 1)
+      return to_finish(m, rc);
+    return DLOCK__ACQ_PLAN;
+  }
+  /* Woken by a message of the channel: hold back first, if contended. */
+  m->woken = ev == 1 && m->pause_if_woken;
+  if (m->woken && m->joined) {
+    m->until_us = dlock__now_us() + dlock__pubsub_contention_pause(
+                                        m->c->ps, &m->w, dlock__jitter());
+    return DLOCK__ACQ_HOLD;
+  }
+  return DLOCK__ACQ_ATTEMPT;
+}
+
+/* The answer of a machine that rode an outage and ends with an error of
+ * one: it says how long it tried. */
+static int done_riding(dlock__acq *m) {
+  if (m->ride_tries > 0 && rides_out(m->rc)) {
+    char why[300];
+    snprintf(why, sizeof(why), "%s", dlock_last_error());
+    m->rc = dlock__fail(
+        m->rc, "%s (tried %d more times over %lld ms)", why, m->ride_tries,
+        (long long)((dlock__now_us() - m->ride_first_us) / 1000));
+  }
+  return DLOCK__ACQ_DONE;
+}
+
+/* Leaves the channel, takes a hand-over that came too late, and gives up a
+ * queue place; then rides an outage, or is done. */
+static int finish(dlock__acq *m) {
+  int rc = m->rc;
+  if (rc == 1)
+    rc = m->ops->timed_out(m);
+  if (m->joined) {
+    dlock__pubsub_leave(m->c->ps, &m->w);
+    m->joined = 0;
+    uint64_t grant = fresh_grant(m);
+    if (grant != 0 && m->ops->late_grant != NULL)
+      rc = m->ops->late_grant(m, grant, rc);
+    else if (grant != 0)
+      /* Handed the permits by a release inside the client: they are this
+       * waiter's now. */
+      rc = DLOCK__ACQ_HANDED;
+  }
+  if (rc != 0 && rc != DLOCK__ACQ_HANDED && m->tried && m->wait_ms != 0 &&
+      m->ops->give_up != NULL)
+    m->ops->give_up(m);
+  /* The last attempt got no answer and may have run: what it took is given
+   * back once Redis answers. */
+  if (m->ops->unknown != NULL && dlock__outcome_unknown(rc))
+    m->ops->unknown(m);
+  m->rc = rc;
+  if (!m->ride_restarts)
+    return DLOCK__ACQ_DONE;
+  return ride(m, rc) ? DLOCK__ACQ_RIDE : done_riding(m);
+}
+
+/* After the pause of an outage: the next try, unless the time is up (the
+ * last error then stands). */
+static int rode(dlock__acq *m) {
+  if (dlock__now_us() >= m->ride_until_us) {
+    dlock__fail_text(m->rc, m->why);
+    return m->ride_restarts ? done_riding(m) : to_finish(m, m->rc);
+  }
+  return m->ride_restarts ? DLOCK__ACQ_PREPARE : DLOCK__ACQ_ATTEMPT;
+}
+
+/* The holding back after a wake-up is over: the attempt. */
+static int held_back(dlock__acq *m) {
+  (void)m;
+  return DLOCK__ACQ_ATTEMPT;
+}
+
+/* Each state's step, which returns the next state. WAIT, HOLD and RIDE
+ * are entered by the driver's wait, so their steps run once it is over. */
+static int (*const steps[])(dlock__acq *m) = {
+    [DLOCK__ACQ_PREPARE] = prepare, [DLOCK__ACQ_ATTEMPT] = attempt,
+    [DLOCK__ACQ_JOIN] = join,       [DLOCK__ACQ_PLAN] = plan,
+    [DLOCK__ACQ_WAIT] = woke,       [DLOCK__ACQ_HOLD] = held_back,
+    [DLOCK__ACQ_FINISH] = finish,   [DLOCK__ACQ_RIDE] = rode,
+};
+
+int dlock__acq_step(dlock__acq *m) {
+  for (;;) {
+    assert(m->state >= 0 && m->state < DLOCK__ACQ_DONE);
+    m->state = steps[m->state](m);
+    if (m->state == DLOCK__ACQ_WAIT || m->state == DLOCK__ACQ_HOLD ||
+        m->state == DLOCK__ACQ_RIDE || m->state == DLOCK__ACQ_DONE)
+      return m->state;
+  }
+}
+
+int dlock__acq_run(dlock__acq *m) {
+  for (;;) {
+    int state = dlock__acq_step(m);
+    if (state == DLOCK__ACQ_DONE)
+      break;
+    if (state == DLOCK__ACQ_WAIT && m->joined) {
+      m->pending = dlock__pubsub_wait(m->c->ps, &m->w, m->until_us);
+    } else if (state == DLOCK__ACQ_WAIT) {
+      m->pending = dlock__backoff_pause(m->c, &m->spin, m->until_us);
+    } else {
+      /* A contention hold-back, or a pause through an outage. */
+      dlock__sleep_us(m->until_us - dlock__now_us());
+      int rc = state == DLOCK__ACQ_RIDE ? dlock__check_canceled(m->c) : 0;
+      if (rc != 0) {
+        m->rc = rc;
+        break;
+      }
+    }
+  }
+  if (m->free_channel)
+    dlock__free(m->channel);
+  m->channel = NULL;
+  return m->rc;
+}
