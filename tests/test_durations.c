@@ -584,7 +584,8 @@ TEST(dur_scripts_check_numbers_before_writing) {
   lens[2] = strlen(argv[2]);
   dlock__eval call = {sc->script, 2, 3, argv, lens};
   redisReply *reply = NULL;
-  ASSERT_DLOCK_ERR(dlock__eval_run(c->conn, 1, &call, &reply, 0), DLOCK_EINVAL);
+  ASSERT_DLOCK_ERR(dlock__eval_run(c->route.conn, 1, &call, &reply, 0),
+                   DLOCK_EINVAL);
   ASSERT_NULL(reply);
   printf("detail: %s\n", dlock_last_error());
   ASSERT_NOT_NULL(strstr(dlock_last_error(), "acquire"));

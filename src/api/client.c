@@ -212,14 +212,7 @@ static void forget_after_fork(dlock_client_t *c) {
     c->settle = NULL;
   if (dlock__pubsub_forget(c->ps) == 0)
     c->ps = NULL;
-  if (c->cluster != NULL) {
-    if (dlock__cluster_forget(c->cluster) == 0) {
-      c->conn = NULL;
-      dlock__cluster_free(c->cluster);
-      c->cluster = NULL;
-    }
-  } else if (dlock__conn_forget(c->conn) == 0)
-    c->conn = NULL;
+  int route_left = dlock__route_forget(&c->route) != 0;
   int holds_left = pthread_mutex_trylock(&c->mu) != 0;
   if (!holds_left) {
     dlock__holds_clear(&c->holds);
@@ -228,9 +221,9 @@ static void forget_after_fork(dlock_client_t *c) {
   /* The TLS settings stay too: freeing them takes OpenSSL's locks, which
    * a parent thread may have held at the fork. */
   /* A Sentinel watcher is the parent's thread, as the others are: its
-   * memory stays with the rest. */
-  if (c->ps != NULL || c->conn != NULL || c->settle != NULL || holds_left ||
-      c->sentinel != NULL || c->tls != NULL) {
+   * memory stays with the rest (dlock__route_forget). */
+  if (c->ps != NULL || route_left || c->settle != NULL || holds_left ||
+      c->tls != NULL) {
     c->forked_next = atomic_load(&forked_leftovers);
     while (
         !atomic_compare_exchange_weak(&forked_leftovers, &c->forked_next, c)) {
@@ -250,17 +243,10 @@ static void destroy(dlock_client_t *c) {
   /* An undo in flight (settle.c) on a server that does not answer would
    * hold the close for a command timeout: it ends now, and what is still
    * unsettled expires with its lease, like every hold left at close. */
-  if (c->cluster != NULL)
-    dlock__cluster_cancel(c->cluster);
-  else if (c->conn != NULL)
-    dlock__conn_cancel(c->conn);
+  dlock__route_cancel(&c->route);
   dlock__settler_free(c->settle);
   dlock__pubsub_stop(c->ps);
-  if (c->cluster != NULL)
-    dlock__cluster_free(c->cluster); /* 'conn' is one of its nodes' */
-  else
-    dlock__conn_free(c->conn);
-  dlock__sentinel_free(c->sentinel);
+  dlock__route_free(&c->route);
   dlock__tls_free(c->tls);
   dlock__holds_clear(&c->holds);
   dlock__done_latches_clear(c);
@@ -319,10 +305,7 @@ static void warn_if_evicting(dlock_client_t *c) {
   if (policy[0] == '\0' || strcmp(policy, "noeviction") == 0)
     return;
   char where[256], text[1024];
-  if (c->sentinel != NULL)
-    dlock__sentinel_describe(c->sentinel, where, sizeof(where));
-  else
-    dlock__endpoint_describe(&c->ep, where, sizeof(where));
+  dlock__route_describe(&c->route, &c->ep, where, sizeof(where));
   snprintf(text, sizeof(text),
            "Redis at %s has maxmemory-policy %s: once it reaches maxmemory "
            "it evicts %s, and an evicted lock is granted to another owner "
@@ -359,7 +342,7 @@ static int open_sentinel(dlock_client_t *c, const char *url) {
     return rc;
   }
   return dlock__sentinel_new(&su, c->tls, c->opt.connect_timeout_ms,
-                             c->opt.command_timeout_ms, &c->sentinel);
+                             c->opt.command_timeout_ms, &c->route.sentinel);
 }
 
 /* The Sentinel discovery as the command connection's locator. */
@@ -397,30 +380,18 @@ static void on_switch(void *data) {
   dlock__pubsub_poke(c->ps);
 }
 
-/* 1 when a failure to reach Redis at the open is an outage that passes,
- * not a URL that never worked: the Sentinels named a master that does not
- * answer (yet) as one, or a cluster node gave a map whose slots no master
- * serves (yet). A single server's URL cannot tell the two apart: a server
- * that does not answer there fails the open at once. */
-static int open_in_outage(dlock_client_t *c) {
-  if (c->sentinel != NULL)
-    return dlock__sentinel_named(c->sentinel);
-  return c->cluster != NULL && dlock__cluster_answered(c->cluster);
-}
-
 /* One try at reaching the server(s), each try waiting for the connect
  * timeout in all: a server that accepts and never answers makes it fail
  * then, not after a command timeout more for each connection's
  * handshake. */
 static int open_try(dlock_client_t *c, int64_t deadline_us) {
-  return c->cluster != NULL ? dlock__cluster_refresh(c->cluster, deadline_us)
-                            : dlock__conn_open(c->conn, deadline_us);
+  return dlock__route_open(&c->route, deadline_us);
 }
 
 /*
  * Reaches the server(s) for the open, riding out an outage as a call
- * without a wait of its own does: while open_in_outage says so, a try that
- * fails with DLOCK_EIO is made again after the outage back-off, until
+ * without a wait of its own does: while dlock__route_in_outage says so, a try
+ * that fails with DLOCK_EIO is made again after the outage back-off, until
  * outage_wait_ms have passed since the first (0: none is). So a client
  * opened while its master is being failed over comes up once the Sentinels
  * name one that answers. '*deadline_us' is the deadline of what the open
@@ -434,7 +405,7 @@ static int open_riding(dlock_client_t *c, int64_t *deadline_us) {
     *deadline_us = dlock__deadline_ms(c->opt.connect_timeout_ms);
     rc = open_try(c, *deadline_us);
     if (rc != DLOCK_EIO || c->opt.lazy_connect || c->opt.outage_wait_ms == 0 ||
-        !open_in_outage(c))
+        !dlock__route_in_outage(&c->route))
       break;
     int next = dlock__outage_next(
         c, &ride, rc, dlock__after_ms(dlock__now_us(), c->opt.outage_wait_ms));
@@ -468,6 +439,8 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   c->pid = getpid();
   c->opt = *o;
   dlock__sync_init(&c->sync, o);
+  dlock__route_init(&c->route, o->command_timeout_ms, o->on_warning,
+                    o->on_warning_data);
   const char *url = o->url ? o->url : DEFAULT_URL;
   if ((c->url = dlock__strdup(url)) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
@@ -486,16 +459,21 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
     snprintf(c->id, sizeof(c->id), "%s", o->client_id);
   else if (rc == 0)
     rc = make_uuid(c->id);
-  c->locator = (dlock__locator){locate_master, master_gen, c->sentinel};
+  dlock__route *route = &c->route;
+  c->locator = (dlock__locator){locate_master, master_gen, route->sentinel};
   dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms,
-                         c->tls, c->sentinel != NULL ? &c->locator : NULL};
+                         c->tls, route->sentinel != NULL ? &c->locator : NULL};
   if (rc == 0 && cu.n > 0) {
     rc = dlock__cluster_new(&cu, c->tls, o->connect_timeout_ms,
-                            o->command_timeout_ms, &c->cluster);
+                            o->command_timeout_ms, &route->cluster);
     if (rc == 0)
-      c->conn = dlock__cluster_any(c->cluster);
+      route->conn = dlock__cluster_any(route->cluster);
+    /* A call the cluster refuses for now (TRYAGAIN) is sent again after
+     * the engine's pauses. */
+    if (rc == 0)
+      dlock__route_set_pause(route, dlock__busy_pause, c);
   } else if (rc == 0)
-    rc = dlock__conn_new(&cfg, &c->conn);
+    rc = dlock__conn_new(&cfg, &route->conn);
   dlock__cluster_url_free(&cu);
   if (rc == 0)
     rc = dlock__settler_new(c, dlock__undo, &c->settle);
@@ -510,18 +488,18 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
       warn_if_evicting(c);
     /* Whether unlock messages travel on sharded pub/sub, asked once, as
      * Redisson does; a cluster that cannot be asked now keeps classic. */
-    if (rc == 0 && c->cluster != NULL)
-      (void)dlock__cluster_probe_sharded(c->cluster, open_deadline);
+    if (rc == 0 && route->cluster != NULL)
+      (void)dlock__cluster_probe_sharded(route->cluster, open_deadline);
   }
   if (rc == 0)
-    rc = dlock__pubsub_start(&c->ep, c->tls, c->sentinel, c->cluster,
+    rc = dlock__pubsub_start(&c->ep, c->tls, route->sentinel, route->cluster,
                              o->connect_timeout_ms, o->command_timeout_ms,
                              o->lazy_connect, open_deadline, &c->ps);
   /* Failovers are followed from now on: the pub/sub thread is told at
    * once, the command connection at its next use. */
-  if (rc == 0 && c->sentinel != NULL) {
-    dlock__sentinel_on_switch(c->sentinel, on_switch, c);
-    rc = dlock__watcher_start(c->sentinel, &c->watcher);
+  if (rc == 0 && route->sentinel != NULL) {
+    dlock__sentinel_on_switch(route->sentinel, on_switch, c);
+    rc = dlock__watcher_start(route->sentinel, &c->watcher);
   }
   if (rc == 0)
     rc = dlock__watchdog_start(c, &c->wd);
@@ -539,10 +517,7 @@ void dlock_client_shutdown(dlock_client_t *c) {
   if (c == NULL || is_forked(c))
     return;
   atomic_store(&c->canceled, 1);
-  if (c->cluster != NULL)
-    dlock__cluster_cancel(c->cluster);
-  else
-    dlock__conn_cancel(c->conn);
+  dlock__route_cancel(&c->route);
   dlock__pubsub_cancel(c->ps);
 }
 

@@ -1,9 +1,10 @@
 /*
  * The engine's one back-off policy (see dlock__backoff in engine.h): the
  * pauses of the spin lock between its attempts, of a call riding out an
- * outage, of an unlock sent again and of the settling of unknown
- * outcomes differ only in their first pause, their longest, and whether
- * they wait for the connection's own reconnect back-off.
+ * outage, of an unlock sent again, of the settling of unknown outcomes
+ * and of a call that a cluster refused for now (TRYAGAIN) differ only in their
+ * first pause, their longest, and whether they wait for the connection's own
+ * reconnect back-off.
  */
 #include "engine.h"
 
@@ -44,6 +45,21 @@ int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us) {
   int rc = dlock__backoff_pause(c, &b, until_us);
   *step = b.step;
   return rc;
+}
+
+int dlock__busy_pause(void *client, int *step, int64_t until_us) {
+  dlock_client_t *c = client;
+  dlock__backoff b = DLOCK__BACKOFF_BUSY;
+  b.step = *step;
+  int64_t now = dlock__now_us();
+  int64_t at = dlock__backoff_next(c, &b, now, INT64_MAX);
+  /* A pause cut short by the deadline would only send the call again to
+   * be refused once more: the caller says the cluster is still busy. */
+  if (at >= until_us)
+    return DLOCK_ETIMEDOUT;
+  *step = b.step;
+  dlock__sleep_us(at - now);
+  return dlock__check_canceled(c);
 }
 
 int dlock__outage_next(dlock_client_t *c, dlock__riding *r, int rc,

@@ -10,9 +10,7 @@
 #include "error.h"
 #include "monotime.h"
 #include "proto/format.h"
-#include "proto/slot.h"
 
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,11 +29,6 @@
  */
 #define BATCH_ALONE 2
 
-/* How often the replicas in step are read again (as sync.c does): on one
- * server an INFO rides after the WAIT; on a cluster a group due for it
- * takes the ordinary path, whose writes read each master's. */
-#define BATCH_SYNC_REFRESH_US 1000000
-
 /* A part's call goes in parallel when its script is known here (reentrant
  * and spin locks). */
 static int batch_kind(const dlock_t *sub) {
@@ -46,14 +39,11 @@ static int batch_kind(const dlock_t *sub) {
  * publishes where that deployment's waiters listen; NULL when its master
  * is not known. */
 static dlock__conn *batch_conn(dlock_t *sub, dlock__eval *call) {
-  dlock_client_t *c = sub->c;
-  if (c->cluster == NULL)
-    return c->conn;
-  if (dlock__cluster_sharded(c->cluster) && call->script->sharded != NULL)
-    call->script = call->script->sharded;
+  dlock__route *r = &sub->c->route;
+  call->script = dlock__route_script(r, call->script);
   int rc;
-  dlock__conn *conn = dlock__cluster_conn(
-      c->cluster, dlock__key_slot(call->argv[0], call->lens[0]), &rc);
+  dlock__conn *conn =
+      dlock__route_conn_for_key(r, call->argv[0], call->lens[0], &rc);
   /* The ordinary path says why it cannot be found. */
   return conn;
 }
@@ -67,23 +57,23 @@ static int batch_wanted(dlock_client_t *c, size_t m, const dlock__eval *calls,
   dlock__sync *s = &c->sync;
   if (!s->on)
     return 0;
-  *gen = c->sentinel != NULL ? dlock__sentinel_gen(c->sentinel) : 0;
+  *gen = dlock__route_gen(&c->route);
   if (s->fixed > 0)
     return s->fixed;
-  int64_t now = dlock__now_us(), read = atomic_load(&s->read_us);
-  if (c->cluster != NULL)
-    return now - read > BATCH_SYNC_REFRESH_US
-               ? -1
-               : dlock__cluster_replicas(c->cluster, m, calls);
-  /* The write that moves 'read_us' on has the INFO ride along (one per
-   * period, whichever thread claims it, as in sync.c). */
-  *refresh = now - read > BATCH_SYNC_REFRESH_US &&
-             atomic_compare_exchange_strong(&s->read_us, &read, now);
-  if (c->sentinel == NULL)
-    return atomic_load(&s->replicas);
-  /* What the Sentinels see, read again when the master moved. */
-  int n = dlock__sync_wanted(c);
-  return n >= 0 ? n : -1;
+  /* The write that claims the once-a-second refresh has the INFO ride
+   * along (one per period, whichever thread claims it, as in sync.c); on a
+   * cluster a group due for it takes the ordinary path, whose writes read
+   * each master's. */
+  int due = dlock__route_refresh(&c->route, 1);
+  if (due < 0)
+    return -1;
+  *refresh = due;
+  /* Through Sentinel, what the Sentinels see, read again when the master
+   * moved. */
+  int n;
+  if (dlock__route_replicas_known(&c->route, m, calls, &n) != 0)
+    return -1;
+  return n;
 }
 
 /* 1 when two parts are the same lock of one client (a name given twice):
@@ -236,10 +226,9 @@ static void group_collect(batch *b, batch_group *g) {
     b->why_rc = rc;
     snprintf(b->why, sizeof(b->why), "%s", dlock_last_error());
   }
-  /* A master that failed may have failed over: the slot map is read again
+  /* A master that failed may have failed over: the routing is read again
    * before the next call, as after any call that failed there. */
-  if ((rc == DLOCK_EIO || rc == DLOCK_ETIMEDOUT) && g->c->cluster != NULL)
-    dlock__cluster_mark_stale(g->c->cluster);
+  dlock__route_failed(&g->c->route, rc);
   dlock__synced sy = {1, 0, 0, 0};
   if (rc == 0 && g->wanted > 0) {
     const redisReply *w = got[g->m];
@@ -249,8 +238,7 @@ static void group_collect(batch *b, batch_group *g) {
     sy.ok = sy.acked >= g->wanted;
     /* The master moved while the write waited: the replicas that
      * acknowledged it may drop it as they follow the new one. */
-    if (g->c->sentinel != NULL &&
-        dlock__sentinel_gen(g->c->sentinel) != g->gen) {
+    if (dlock__route_moved(&g->c->route, g->gen)) {
       sy.moved = 1;
       sy.ok = 0;
     }
@@ -259,9 +247,7 @@ static void group_collect(batch *b, batch_group *g) {
   if (s->on && s->fixed == 0 && (rc != 0 || !sy.ok)) {
     /* As after any write that failed or fell short: the replicas are read
      * again before the next. */
-    atomic_store(&s->replicas, -1);
-    if (g->c->cluster != NULL)
-      dlock__cluster_forget_replicas(g->c->cluster);
+    dlock__route_forget_replicas(&g->c->route);
   }
   for (size_t j = 0; j < g->m; j++) {
     size_t i = g->which[j];
@@ -284,7 +270,7 @@ static void group_collect(batch *b, batch_group *g) {
     freeReplyObject(got[g->m]);
   if (rc == 0 && g->refresh) {
     redisReply *info = got[g->m + (g->wanted > 0)];
-    dlock__sync_take_info(g->c, info);
+    (void)dlock__route_take_info(&g->c->route, info);
     if (info != NULL)
       freeReplyObject(info);
   }

@@ -193,6 +193,12 @@ typedef struct dlock__backoff {
 #define DLOCK__BACKOFF_OUTAGE                                                  \
   { 20000, 5, 0, 1 }
 
+/* A cluster's TRYAGAIN or CLUSTERDOWN (a refusal made before the call
+ * ran, while a slot migrates or the cluster heals): 2 ms doubling to
+ * 128 ms, never past the call's deadline. */
+#define DLOCK__BACKOFF_BUSY                                                    \
+  { 2000, 6, 0, 0 }
+
 /* When the next pause of 'b' ends, from 'now_us', bounded by 'until_us'
  * (and moves 'b' on a step). */
 int64_t dlock__backoff_next(dlock_client_t *c, dlock__backoff *b,
@@ -202,6 +208,13 @@ int64_t dlock__backoff_next(dlock_client_t *c, dlock__backoff *b,
  * when the client shuts down meanwhile. */
 int dlock__backoff_pause(dlock_client_t *c, dlock__backoff *b,
                          int64_t until_us);
+
+/* The client's pause before a call refused with TRYAGAIN or CLUSTERDOWN
+ * is sent again (dlock__cluster_pause, installed at open through
+ * dlock__route_set_pause): the busy back-off (DLOCK__BACKOFF_BUSY) kept in
+ * '*step'; DLOCK_ETIMEDOUT without waiting when it would end past
+ * 'until_us'. 'client' is the dlock_client_t. */
+int dlock__busy_pause(void *client, int *step, int64_t until_us);
 
 /* Pauses between the attempts of a call that rides out an outage: the
  * outage back-off (DLOCK__BACKOFF_OUTAGE) kept in '*step'. */

@@ -23,7 +23,7 @@ static int parallel_part(const dlock_t *sub) {
   /* A node that is itself a cluster routes each call (and follows its
    * redirections) through the ordinary path. */
   return (sub->kind->id == DLOCK_REENTRANT || sub->kind->id == DLOCK_SPIN) &&
-         sub->c->cluster == NULL;
+         dlock__route_one_shard(&sub->c->route);
 }
 
 /* How long a wait on one node lasts before the next node's turn, while
@@ -197,15 +197,15 @@ static void red_release_all(dlock_t *l, uint64_t owner,
     if (state[i] != 0)
       continue;
     dlock__reentrant_release_call(sub, owner, &rel[i], &args[i]);
-    dlock__eval_send(sub->c->conn, &args[i].eval, 0, &pend[i]);
+    dlock__eval_send(sub->c->route.conn, &args[i].eval, 0, &pend[i]);
     state[i] = 1; /* sent */
   }
   for (size_t i = 0; i < n; i++) {
     if (state[i] == 1) {
       dlock_t *sub = l->subs[i];
       redisReply *reply;
-      state[i] =
-          dlock__eval_wait(sub->c->conn, &args[i].eval, &pend[i], &reply, 0);
+      state[i] = dlock__eval_wait(sub->c->route.conn, &args[i].eval, &pend[i],
+                                  &reply, 0);
       if (state[i] == 0) {
         /* Answered, and sent once: no copy of it can run any more, so its
          * latch goes with a later call of that node's client, as a single
@@ -265,20 +265,20 @@ static void raise_tokens(dlock_t *l, const unsigned char *held,
     dlock__eval call = {&dlock__script_raise_token, 1, 1, &argv[2 * i],
                         &lens[2 * i]};
     calls[i] = call;
-    if (l->subs[i]->c->cluster == NULL)
-      dlock__eval_send(l->subs[i]->c->conn, &calls[i], 0, &pend[i]);
+    if (dlock__route_one_shard(&l->subs[i]->c->route))
+      dlock__eval_send(l->subs[i]->c->route.conn, &calls[i], 0, &pend[i]);
   }
   for (size_t i = 0; i < l->nsubs; i++) {
     redisReply *reply;
     dlock__synced sy;
     /* A cluster node is asked through its routing, after the others. */
-    if (held[i] && l->subs[i]->c->cluster != NULL) {
+    if (held[i] && !dlock__route_one_shard(&l->subs[i]->c->route)) {
       if (dlock__eval_write(l->subs[i]->c, 1, &calls[i], &reply, 0, &sy) == 0)
         freeReplyObject(reply);
       continue;
     }
-    if (held[i] && dlock__eval_wait(l->subs[i]->c->conn, &calls[i], &pend[i],
-                                    &reply, 0) == 0)
+    if (held[i] && dlock__eval_wait(l->subs[i]->c->route.conn, &calls[i],
+                                    &pend[i], &reply, 0) == 0)
       freeReplyObject(reply);
   }
 out:

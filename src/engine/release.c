@@ -9,7 +9,6 @@
 #include "error.h"
 #include "monotime.h"
 #include "proto/format.h"
-#include "proto/slot.h"
 #include "reply.h"
 
 #include <string.h>
@@ -53,16 +52,18 @@ const dlock__eval *dlock__with_done_latches(dlock_client_t *c,
   lc->taken.n = 0;
   if (call->nkeys + call->nargs + DLOCK__DONE_LATCHES_MAX > 48)
     return call;
+  /* On a cluster a script may touch keys of its own slot only: the
+   * latches of locks in other slots wait for a call of theirs. */
+  int shard = dlock__route_shard(&c->route, call->argv[0], call->lens[0]);
   pthread_mutex_lock(&c->mu);
-  if (c->cluster == NULL) {
+  if (shard == DLOCK__ROUTE_ONE_SHARD) {
     lc->taken = c->done;
     c->done.n = 0;
   } else {
-    /* On a cluster a script may touch keys of its own slot only: the
-     * latches of locks in other slots wait for a call of theirs. */
-    int slot = dlock__key_slot(call->argv[0], call->lens[0]), kept = 0;
+    int kept = 0;
     for (int i = 0; i < c->done.n; i++) {
-      if (dlock__key_slot(c->done.key[i], c->done.len[i]) == slot) {
+      if (dlock__route_shard(&c->route, c->done.key[i], c->done.len[i]) ==
+          shard) {
         lc->taken.key[lc->taken.n] = c->done.key[i];
         lc->taken.len[lc->taken.n++] = c->done.len[i];
       } else {

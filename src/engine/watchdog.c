@@ -154,13 +154,14 @@ static int by_key(const void *a, const void *b) {
 static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed,
                          int *synced) {
   size_t ingroup[NGROUPS] = {0}, ncalls = 0;
+  int one_shard = dlock__route_one_shard(&c->route);
   for (size_t i = 0; i < r->n; i++)
     ingroup[group_of(&r->items[i])]++;
   for (int g = 0; g < NGROUPS; g++)
     ncalls += (ingroup[g] + RENEW_BATCH - 1) / RENEW_BATCH;
   /* On a cluster batches also end at each slot: one call per item at
    * most. */
-  if (c->cluster != NULL && ncalls < r->n)
+  if (!one_shard && ncalls < r->n)
     ncalls = r->n;
   dlock__eval *calls = dlock__calloc(ncalls + 1, sizeof(*calls));
   redisReply **replies = dlock__calloc(ncalls + 1, sizeof(*replies));
@@ -186,7 +187,7 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed,
   /* On a cluster one script call may touch keys of one slot only: within
    * each group the items are ordered by slot, and a batch ends where the
    * slot changes. The calls are then sent per node, pipelined. */
-  if (c->cluster != NULL) {
+  if (!one_shard) {
     sort_key *keys = dlock__calloc(r->n + 1, sizeof(*keys));
     if (keys == NULL) {
       rc = dlock__fail(DLOCK_ENOMEM, "out of memory renewing locks");
@@ -194,7 +195,7 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed,
     }
     for (size_t i = 0; i < r->n; i++) {
       renewal *it = &r->items[i];
-      it->slot = dlock__key_slot(it->name, it->name_len);
+      it->slot = dlock__route_shard(&c->route, it->name, it->name_len);
       keys[i].key = group_of(it) * DLOCK__SLOTS + it->slot;
       keys[i].i = i;
     }
@@ -211,8 +212,7 @@ static int send_renewals(dlock_client_t *c, round *r, unsigned char *renewed,
     size_t count = 0;
     while (first + count < r->n && count < RENEW_BATCH &&
            group_of(&r->items[order[first + count]]) == group &&
-           (c->cluster == NULL ||
-            r->items[order[first + count]].slot == head->slot))
+           (one_shard || r->items[order[first + count]].slot == head->slot))
       count++;
     calls[k].script = read                    ? &dlock__script_renew_read
                       : group == GROUP_PERMIT ? &dlock__script_psem_renew

@@ -14,9 +14,8 @@
 #include "fork.h"
 #include "holds.h"
 #include "pubsub.h"
-#include "sentinel.h"
 #include "sync.h"
-#include "topo/cluster.h"
+#include "topo/route.h"
 #include "url.h"
 
 typedef struct dlock__watchdog dlock__watchdog;
@@ -41,16 +40,15 @@ struct dlock_client {
   char *url;
   char id[DLOCK__CLIENT_ID_MAX + 1];
   dlock__endpoint ep;
-  /* For a redis-sentinel:// URL: where the master is; 'ep' then holds only
-   * the data nodes' user, password and db. Else NULL. */
-  dlock__sentinel *sentinel;
-  dlock__locator locator; /* 'sentinel' as the connection's locator */
+  /* The routing of every call: the connection (one server, the master the
+   * Sentinels name, or a cluster's first seed), and for a
+   * redis-sentinel:// URL the discovery ('ep' then holds only the data
+   * nodes' user, password and db), for a redis-cluster:// URL the slot map
+   * and a connection per node. Nothing outside the topology and the
+   * client's opening and closing asks which of these it is. */
+  dlock__route route;
+  dlock__locator locator; /* the Sentinel discovery as the connection's */
   dlock__tls *tls; /* loaded TLS settings for a rediss:// URL, else NULL */
-  /* For a redis-cluster:// URL: the slot map and a connection per node,
-   * else NULL. 'conn' is then the first seed's connection, owned by the
-   * cluster, for commands that name no key. */
-  dlock__cluster *cluster;
-  dlock__conn *conn;
   dlock__pubsub *ps;
   dlock__watchdog *wd;
   struct dlock__watcher *watcher; /* follows the Sentinels' announcements */

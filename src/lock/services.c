@@ -7,7 +7,6 @@
 
 #include "error.h"
 #include "proto/format.h"
-#include "proto/slot.h"
 
 #include <string.h>
 #include <strings.h>
@@ -30,25 +29,19 @@ int dlock__check_canceled(dlock_client_t *c) {
 }
 
 int64_t dlock__client_retry_at(dlock_client_t *c) {
-  /* On a cluster the next attempt goes where the slot map says, which a
-   * failover changes: waiting for the dead master's reconnect back-off (up
-   * to a second) would hold a retry back from its promoted replica. The
-   * callers' own pauses keep a node that is down from a busy loop. */
-  return c->cluster != NULL ? 0 : dlock__conn_retry_at(c->conn);
+  return dlock__route_retry_at(&c->route);
 }
 
 int dlock__client_call(dlock_client_t *c, const char *key, size_t key_len,
                        size_t n, char *const *cmds, const size_t *lens,
                        redisReply **replies, int64_t deadline_us) {
-  if (c->cluster != NULL && key != NULL)
-    return dlock__cluster_call(c->cluster, dlock__key_slot(key, key_len), n,
-                               cmds, lens, replies, deadline_us);
-  return dlock__conn_call(c->conn, n, cmds, lens, replies, deadline_us);
+  return dlock__route_call(&c->route, key, key_len, n, cmds, lens, replies,
+                           deadline_us);
 }
 
-/* The argument that names the key of a plain command, for routing it on a
- * cluster: none for commands about the server, the third for those whose
- * second word is a subcommand, else the second. */
+/* The argument that names the key of a plain command, for routing it (to
+ * the master of its slot on a cluster): none for commands about the server, the
+ * third for those whose second word is a subcommand, else the second. */
 static int key_arg(int argc, const char **argv, const size_t *lens) {
   static const char *const keyless[] = {
       "INFO",   "CONFIG", "PING",  "CLUSTER",  "CLIENT",  "SCRIPT",
@@ -79,8 +72,10 @@ int dlock__command(dlock_client_t *c, int argc, const char **argv,
   if (len < 0)
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting %s", argv[0]);
   size_t slen = (size_t)len;
-  int k =
-      c->cluster != NULL && l != NULL && argc > 0 ? key_arg(argc, argv, l) : -1;
+  /* Where all keys are in one shard, no key needs to be found. */
+  int k = !dlock__route_one_shard(&c->route) && l != NULL && argc > 0
+              ? key_arg(argc, argv, l)
+              : -1;
   int rc = dlock__client_call(c, k >= 0 ? argv[k] : NULL, k >= 0 ? l[k] : 0, 1,
                               &cmd, &slen, out, 0);
   dlock__format_free(cmd);

@@ -19,7 +19,6 @@
 #define DLOCK_SYNC_H
 
 #include <hiredis/hiredis.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,15 +29,8 @@ typedef struct dlock__sync {
   int on;    /* replica_sync */
   int fixed; /* replica_sync_replicas: N > 0, or 0 for those in step */
   int64_t timeout_ms;
-  atomic_int replicas;     /* the replicas to wait for; -1: not known */
-  _Atomic int64_t read_us; /* when 'replicas' was read (CLOCK_MONOTONIC) */
-  atomic_int warned;       /* INFO refused: said once through on_warning */
-  atomic_uint gen;         /* the Sentinel generation of 'replicas' */
-  /* Through Sentinel: the replicas in step that the master's own INFO
-   * showed last (-1: not known). The count waited for is the larger of
-   * this and the Sentinels' (a replica back from an outage is in step
-   * here before a failed write would read the Sentinels again). */
-  atomic_int seen;
+  /* The replicas in step, when 'fixed' is 0, are counted by the client's
+   * routing (dlock__route_replicas, route.h), by the rules above. */
 } dlock__sync;
 
 /* What one synced write found. */
@@ -106,14 +98,5 @@ int dlock__sync_fail(const dlock_client_t *c, const dlock__synced *s,
 /* The replicas a write of 'c' waits for now, reading them first when they
  * are not known: >= 0, or a negative code when Redis does not answer. */
 int dlock__sync_wanted(dlock_client_t *c);
-
-/* Takes the replicas in step (and through Sentinel the master's own count)
- * from the reply of an INFO replication that rode after a write of a
- * client on one server, as the writes here do once a second. */
-void dlock__sync_take_info(dlock_client_t *c, const redisReply *r);
-
-/* Counts the replicas in step in the text of INFO replication ('len'
- * bytes): -1 when it is not a master's. For tests too. */
-int dlock__sync_count_info(const char *text, size_t len);
 
 #endif

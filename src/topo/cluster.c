@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* A cluster with more nodes than this is refused at refresh time (Redis
  * recommends at most 1000 masters; the nodes of the clusters this client
@@ -26,10 +25,6 @@
 /* The map is read again at most this often when nodes keep failing, so
  * that a dead node does not make every call ask for it. */
 #define REFRESH_MIN_US 100000
-/* TRYAGAIN and CLUSTERDOWN are retried after this, doubling, within the
- * caller's deadline. */
-#define RETRY_FIRST_US 2000
-#define RETRY_MAX_US 100000
 
 typedef struct node {
   dlock__endpoint ep; /* host, port and the cluster's credentials */
@@ -58,6 +53,10 @@ struct dlock__cluster {
   /* The URL's sharded_pubsub=off: classic pub/sub whatever the cluster
    * runs. */
   int sharded_off;
+  /* The pause before a call refused with TRYAGAIN or CLUSTERDOWN is sent
+   * again (dlock__cluster_set_pause), or NULL. */
+  dlock__cluster_pause pause;
+  void *pause_ctx;
 };
 
 /* ---- nodes -------------------------------------------------------------- */
@@ -576,18 +575,24 @@ static int follow(dlock__cluster *cl, const redisReply *r, int kind) {
   return idx;
 }
 
-/* Sleeps for a TRYAGAIN/CLUSTERDOWN, doubling '*wait_us'; DLOCK_ETIMEDOUT
- * when the deadline would pass first. */
-static int back_off(int64_t *wait_us, int64_t deadline_us, const char *why) {
-  int64_t now = dlock__now_us();
-  if (now + *wait_us >= deadline_us)
+void dlock__cluster_set_pause(dlock__cluster *cl, dlock__cluster_pause pause,
+                              void *ctx) {
+  cl->pause = pause;
+  cl->pause_ctx = ctx;
+}
+
+/* Waits out a TRYAGAIN/CLUSTERDOWN with the client's pause, '*step'
+ * counting the pauses of the call; DLOCK_EIO when the deadline would pass
+ * first (or no pause was given), else 0 or why the pause ended (a client
+ * shutting down). */
+static int back_off(dlock__cluster *cl, int *step, int64_t deadline_us,
+                    const char *why) {
+  int rc = cl->pause != NULL ? cl->pause(cl->pause_ctx, step, deadline_us)
+                             : DLOCK_ETIMEDOUT;
+  if (rc == DLOCK_ETIMEDOUT)
     return dlock__fail(DLOCK_EIO, "cluster still busy at the deadline (%s)",
                        why);
-  struct timespec ts = {(time_t)(*wait_us / 1000000),
-                        (long)(*wait_us % 1000000) * 1000};
-  nanosleep(&ts, NULL);
-  *wait_us = *wait_us * 2 > RETRY_MAX_US ? RETRY_MAX_US : *wait_us * 2;
-  return 0;
+  return rc;
 }
 
 /* ASKING and the call (as EVAL: the node importing the slot may not have
@@ -694,7 +699,7 @@ int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
                  deadline_us, &rc);
   }
   int sharded = atomic_load(&cl->sharded);
-  int64_t wait_us = RETRY_FIRST_US;
+  int busy_step = 0;
   /* Rounds that followed a MOVED or ASK; TRYAGAIN and CLUSTERDOWN are
    * bounded by the deadline instead (back_off), however many they take. */
   int redirected = 0;
@@ -789,7 +794,7 @@ int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
     }
     redirected += moved;
     if (rc == 0 && busy) {
-      rc = back_off(&wait_us, deadline_us, busy_why);
+      rc = back_off(cl, &busy_step, deadline_us, busy_why);
       for (size_t i = 0; rc == 0 && i < n; i++)
         if (target[i] >= 0 && !ask[i])
           target[i] =
@@ -835,7 +840,7 @@ int dlock__cluster_call(dlock__cluster *cl, int slot, size_t n,
   int rc = 0;
   int idx = owner_of(cl, slot, deadline_us, &rc);
   int with_ask = 0;
-  int64_t wait_us = RETRY_FIRST_US;
+  int busy_step = 0;
   /* As for script calls: only MOVED and ASK count. */
   int redirected = 0;
   while (rc == 0) {
@@ -880,7 +885,7 @@ int dlock__cluster_call(dlock__cluster *cl, int slot, size_t n,
       return 0;
     int kind = dlock__redirect_kind(redirect);
     if (kind == DLOCK__REDIRECT_RETRY) {
-      rc = back_off(&wait_us, deadline_us, "TRYAGAIN or CLUSTERDOWN");
+      rc = back_off(cl, &busy_step, deadline_us, "TRYAGAIN or CLUSTERDOWN");
       if (rc == 0)
         idx = owner_of(cl, slot, deadline_us, &rc);
     } else {

@@ -34,6 +34,20 @@ int dlock__cluster_new(dlock__cluster_url *u, const dlock__tls *tls,
                        int64_t connect_timeout_ms, int64_t command_timeout_ms,
                        dlock__cluster **out);
 
+/*
+ * The pause before a call that the cluster refused with TRYAGAIN or
+ * CLUSTERDOWN (refusals made before it ran) is sent again: the topology
+ * keeps no back-off of its own and never sleeps by itself, it takes the
+ * client's. '*step' counts the pauses of one call (0 before its first) and
+ * is moved on; returns 0 after the pause, DLOCK_ETIMEDOUT (without
+ * waiting) when the pause would end past 'deadline_us', or another code
+ * when the client is shutting down. Without one, such a call fails at
+ * once.
+ */
+typedef int (*dlock__cluster_pause)(void *ctx, int *step, int64_t deadline_us);
+void dlock__cluster_set_pause(dlock__cluster *cl, dlock__cluster_pause pause,
+                              void *ctx);
+
 /* Reads the slot map from the first node that answers (known masters,
  * then the seeds) before 'deadline_us' (0: a command timeout from now).
  * 0, or why no node gave one. */

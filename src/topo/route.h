@@ -1,0 +1,223 @@
+/*
+ * The routing of a client's calls, whatever its deployment: one server, a
+ * master found through Sentinel, or a Redis Cluster. The code above the
+ * topology asks it which link serves a key, which shard a key is in, how
+ * many replicas are in step behind the master serving some calls, and
+ * whether the master changed; it tells it when a link failed, and when the
+ * replica counts are to be read again. MOVED, ASK, TRYAGAIN, +switch-master
+ * and rediscovery are handled behind it (cluster.c, sentinel.c), so that
+ * nothing above asks which deployment it talks to.
+ *
+ * The replica counts follow the rules of replica sync (see sync.h): on one
+ * server, the master's INFO replication, read before the first write,
+ * after one that failed or fell short, and once a second in the round trip
+ * of a write; through Sentinel, the Sentinels' count and the generation it
+ * was read in, or the master's own count when it is larger; on a cluster,
+ * each shard's master's own count (and the master of slot 0 standing for
+ * every shard where no call says which).
+ */
+#ifndef DLOCK_ROUTE_H
+#define DLOCK_ROUTE_H
+
+#include <hiredis/hiredis.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "conn.h"
+#include "proto/slot.h"
+#include "scripts.h"
+#include "sentinel.h"
+#include "topo/cluster.h"
+
+/* What dlock__route_shard says for every key when all keys are in one
+ * shard (one server, or the master found through Sentinel). */
+#define DLOCK__ROUTE_ONE_SHARD (-1)
+
+typedef struct dlock__route {
+  /* The connection to the one server, or to the master the Sentinels name
+   * (which it finds again after a failover); on a cluster, the first
+   * seed's, owned by the cluster, for commands that name no key. */
+  dlock__conn *conn;
+  /* For a redis-sentinel:// URL: where the master is. Else NULL. */
+  dlock__sentinel *sentinel;
+  /* For a redis-cluster:// URL: the slot map and a connection per node,
+   * else NULL. */
+  dlock__cluster *cluster;
+  int64_t command_timeout_ms;
+  /* Where a warning goes (the client's on_warning), or NULL. */
+  void (*warn)(void *data, const char *text);
+  void *warn_data;
+  /* Replica counts (see above). */
+  atomic_int replicas;     /* the replicas to wait for; -1: not known */
+  _Atomic int64_t read_us; /* when 'replicas' was read (CLOCK_MONOTONIC) */
+  atomic_int warned;       /* INFO refused: said once through 'warn' */
+  atomic_uint gen;         /* the Sentinel generation of 'replicas' */
+  /* Through Sentinel: the replicas in step that the master's own INFO
+   * showed last (-1: not known). The count waited for is the larger of
+   * this and the Sentinels' (a replica back from an outage is in step
+   * here before a failed write would read the Sentinels again). */
+  atomic_int seen;
+} dlock__route;
+
+/* Sets up the routing of a client with no connection yet: 'conn',
+ * 'sentinel' and 'cluster' are filled in by the client as it opens. */
+void dlock__route_init(dlock__route *r, int64_t command_timeout_ms,
+                       void (*warn)(void *data, const char *text),
+                       void *warn_data);
+
+/* The pause before a call that the deployment refused for now (a
+ * cluster's TRYAGAIN or CLUSTERDOWN) is sent again: the client's back-off
+ * policy, as dlock__cluster_pause says (the topology never sleeps by
+ * itself). Set once the links are made, before any call. */
+void dlock__route_set_pause(dlock__route *r, dlock__cluster_pause pause,
+                            void *ctx);
+
+/* ---- routing ------------------------------------------------------------ */
+
+/*
+ * dlock__eval_run_tail on the link that serves the calls: the client's
+ * server, or each call on the master of its slot on a cluster (where
+ * redirections are followed); 'idle_ms' > 0: paced, as
+ * dlock__eval_run_paced. Inline: this is the path of every lock and
+ * unlock.
+ */
+static inline int
+dlock__route_eval(dlock__route *r, size_t n, const dlock__eval *calls,
+                  redisReply **replies, int64_t deadline_us, int64_t idle_ms,
+                  size_t ntail, const char *const *tail,
+                  const size_t *tail_lens, redisReply **tail_replies) {
+  if (r->cluster != NULL)
+    return dlock__cluster_eval(r->cluster, n, calls, replies, deadline_us,
+                               idle_ms, ntail, tail, tail_lens, tail_replies);
+  if (ntail > 0)
+    return dlock__eval_run_tail(r->conn, n, calls, replies, deadline_us,
+                                idle_ms, ntail, tail, tail_lens, tail_replies);
+  return idle_ms > 0 ? dlock__eval_run_paced(r->conn, n, calls, replies,
+                                             idle_ms, deadline_us)
+                     : dlock__eval_run(r->conn, n, calls, replies, deadline_us);
+}
+
+/* dlock__conn_call on the link for 'key' (the master of its slot on a
+ * cluster, where redirections are followed; 'key' NULL: any node), for
+ * commands on keys of one slot that a redirection leaves unapplied. */
+int dlock__route_call(dlock__route *r, const char *key, size_t key_len,
+                      size_t n, char *const *cmds, const size_t *lens,
+                      redisReply **replies, int64_t deadline_us);
+
+/* The link that serves 'key' now (the master of its slot, read from the
+ * map when not known), or NULL with a code in '*rc' when none can be
+ * found. */
+dlock__conn *dlock__route_conn_for_key(dlock__route *r, const char *key,
+                                       size_t len, int *rc);
+
+/* The variant of 'script' that publishes where this deployment's waiters
+ * listen (SPUBLISH on a cluster with sharded pub/sub), to be sent on a
+ * link of dlock__route_conn_for_key. */
+const dlock__script *dlock__route_script(dlock__route *r,
+                                         const dlock__script *script);
+
+/* The shard of 'key' (its slot on a cluster), or DLOCK__ROUTE_ONE_SHARD
+ * when all keys are in one shard: a script may touch keys of one shard
+ * only. */
+static inline int dlock__route_shard(const dlock__route *r, const char *key,
+                                     size_t len) {
+  return r->cluster != NULL ? dlock__key_slot(key, len)
+                            : DLOCK__ROUTE_ONE_SHARD;
+}
+
+/* 1 when all keys are in one shard, served by the one link 'r->conn'
+ * (which then takes any call, pipelined or sent apart from its reply). */
+static inline int dlock__route_one_shard(const dlock__route *r) {
+  return r->cluster == NULL;
+}
+
+/* When a link may be tried again (dlock__conn_retry_at). On a cluster the
+ * next attempt goes where the slot map says, which a failover changes:
+ * 0. */
+int64_t dlock__route_retry_at(dlock__route *r);
+
+/* A call on a link failed with 'rc': when the link failed (DLOCK_EIO,
+ * DLOCK_ETIMEDOUT), the routing is read again before the next call (a
+ * cluster's master may have failed over; a Sentinel-managed connection
+ * finds the master again by itself). */
+void dlock__route_failed(dlock__route *r, int rc);
+
+/* The generation of the master now: it moves on each time the master
+ * changes (through Sentinel; always 0 elsewhere). */
+static inline unsigned dlock__route_gen(dlock__route *r) {
+  return r->sentinel != NULL ? dlock__sentinel_gen(r->sentinel) : 0;
+}
+
+/* 1 when the master changed since generation 'gen' (dlock__route_gen):
+ * what a write sent meanwhile went to may not be the master any more. */
+static inline int dlock__route_moved(dlock__route *r, unsigned gen) {
+  return r->sentinel != NULL && dlock__sentinel_gen(r->sentinel) != gen;
+}
+
+/* ---- replica counts (see above and sync.h) ------------------------------ */
+
+/* The replicas in step behind the master(s) serving 'calls' ('n' 0: the
+ * client's master; on a cluster that of slot 0, standing for every
+ * shard), reading them first when they are not known: >= 0, or a
+ * negative code when Redis (or every Sentinel) does not answer. */
+int dlock__route_replicas(dlock__route *r, size_t n, const dlock__eval *calls);
+
+/* The same without a round trip to a data node (the Sentinels may be
+ * asked): '*out' is the count, or -1 when it must be read first (with
+ * dlock__route_replicas, or by an INFO replication that rides after the
+ * write on one server). 0, or why the Sentinels did not answer. */
+int dlock__route_replicas_known(dlock__route *r, size_t n,
+                                const dlock__eval *calls, int *out);
+
+/* Whether the counts are due to be read again, once a second: 1 when the
+ * calling write claimed it and an INFO replication is to ride after it
+ * (its reply for dlock__route_take_info); 0 when not due, or on a cluster,
+ * whose shards are read by their own writes: when due, their counts are
+ * forgotten now, or with 'defer_shards' nothing is claimed and -1 says
+ * that the write is for a path that reads them. */
+int dlock__route_refresh(dlock__route *r, int defer_shards);
+
+/* Takes the replicas in step (through Sentinel, the master's own count)
+ * from the reply of an INFO replication that rode after a write; returns
+ * the count waited for now on one server (-1: not known). */
+int dlock__route_take_info(dlock__route *r, const redisReply *reply);
+
+/* A write failed (the next connection may reach another master) or fell
+ * short (a replica gone): every count is read again before the next. */
+void dlock__route_forget_replicas(dlock__route *r);
+
+/* Counts the replicas in step in the text of INFO replication ('len'
+ * bytes): -1 when it is not a master's. For tests too. */
+int dlock__route_count_info(const char *text, size_t len);
+
+/* ---- life --------------------------------------------------------------- */
+
+/* Connects (one server, Sentinel) or reads the slot map (a cluster) by
+ * 'deadline_us'. */
+int dlock__route_open(dlock__route *r, int64_t deadline_us);
+
+/* 1 when a failure to reach Redis at the open is an outage that passes,
+ * not a URL that never worked: the Sentinels named a master that does not
+ * answer (yet) as one, or a cluster node gave a map whose slots no master
+ * serves (yet). A single server's URL cannot tell the two apart: a server
+ * that does not answer there fails the open at once. */
+int dlock__route_in_outage(dlock__route *r);
+
+/* dlock__conn_cancel on every link (those not yet made included). */
+void dlock__route_cancel(dlock__route *r);
+
+/* Frees the links and the topology; no call may be in progress. */
+void dlock__route_free(dlock__route *r);
+
+/* In a child of fork(): dlock__conn_forget on every link, the links then
+ * dropped (the cluster freed); 0, or -1 (and nothing dropped) when one of
+ * them could not be. The Sentinel discovery is left as it is. */
+int dlock__route_forget(dlock__route *r);
+
+/* Where the client's master is, as "host:port" ('ep' is the client's
+ * endpoint, which names it unless the Sentinels do). */
+void dlock__route_describe(dlock__route *r, const dlock__endpoint *ep,
+                           char *buf, size_t n);
+
+#endif
