@@ -7,8 +7,6 @@
  */
 #include "pubsub_int.h"
 
-#include "topo/cluster.h"
-
 #include <pthread.h>
 
 int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
@@ -17,7 +15,8 @@ int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
                         int64_t connect_timeout_ms, int64_t command_timeout_ms,
                         int lazy, int64_t open_deadline_us,
                         dlock__pubsub **out) {
-  if (cluster == NULL || !dlock__cluster_sharded(cluster))
+  dlock__place place = dlock__place_make(sentinel, cluster);
+  if (!dlock__place_sharded(&place))
     return dlock__subconn_start(ep, tls, sentinel, cluster, 0,
                                 connect_timeout_ms, command_timeout_ms, lazy,
                                 open_deadline_us, out);

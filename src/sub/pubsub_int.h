@@ -25,6 +25,7 @@
 #include "pubsub.h"
 
 #include "link/stream.h"
+#include "place.h"
 #include "sentinel.h"
 
 #include <hiredis/hiredis.h>
@@ -84,12 +85,10 @@ struct dlock__pubsub {
   int thread_left_socket; /* the thread polls without the socket */
   const dlock__endpoint *ep;
   const dlock__tls *tls; /* for a rediss:// endpoint, else NULL */
-  /* For a redis-sentinel:// URL, where the master is found, and the
-   * generation of the master 'ctx' reaches; else NULL. */
-  dlock__sentinel *sentinel;
-  /* For a redis-cluster:// URL, the nodes tried in turn from 'node' (the
-   * last that worked), else NULL. */
-  struct dlock__cluster *cluster;
+  /* Where it connects: 'ep', the master the Sentinels name ('gen' the
+   * generation of the master 'ctx' reaches), or a cluster's nodes, tried
+   * in turn from 'node' (the last that worked). */
+  dlock__place place;
   int node;
   unsigned gen;
   int64_t connect_timeout_ms, command_timeout_ms;

@@ -10,8 +10,6 @@
 #include "alloc.h"
 #include "error.h"
 #include "monotime.h"
-#include "proto/slot.h"
-#include "topo/cluster.h"
 
 #include <pthread.h>
 
@@ -41,8 +39,7 @@ int dlock__shards_start(const dlock__tls *tls, struct dlock__cluster *cluster,
  * NULL with a code in '*rc' when there is none. */
 static dlock__pubsub *shard_of(dlock__pubsub *ps, const char *channel,
                                size_t len, int make, int *rc) {
-  int idx =
-      dlock__cluster_owner(ps->cluster, dlock__key_slot(channel, len), rc);
+  int idx = dlock__place_node_for(&ps->place, channel, len, rc);
   if (idx < 0)
     return NULL;
   if (idx >= SHARDS_MAX) {
@@ -63,7 +60,7 @@ static dlock__pubsub *shard_of(dlock__pubsub *ps, const char *channel,
    * without the mutex, so that a slow node holds up no other; of two made
    * at once, the first installed stays. */
   dlock__pubsub *made = NULL;
-  *rc = dlock__subconn_start(dlock__cluster_node_ep(ps->cluster, idx), ps->tls,
+  *rc = dlock__subconn_start(dlock__place_node_ep(&ps->place, idx), ps->tls,
                              NULL, NULL, 1, ps->connect_timeout_ms,
                              ps->command_timeout_ms, 1,
                              dlock__deadline_ms(ps->connect_timeout_ms), &made);
@@ -112,7 +109,7 @@ void dlock__shards_follow(dlock__pubsub *ps, dlock__waiter *w,
   if (name == NULL)
     return;
   dlock__pubsub_leave(sh, w);
-  dlock__cluster_mark_stale(ps->cluster);
+  dlock__place_stale(&ps->place);
   int64_t deadline = dlock__deadline_ms(ps->command_timeout_ms);
   if (deadline > until_us)
     deadline = until_us;

@@ -11,7 +11,6 @@
 #include "error.h"
 #include "monotime.h"
 #include "sentinel.h"
-#include "topo/cluster.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -31,8 +30,7 @@ dlock__subconn_new(const dlock__endpoint *ep, const dlock__tls *tls,
     return NULL;
   ps->ep = ep;
   ps->tls = tls;
-  ps->sentinel = sentinel;
-  ps->cluster = cluster;
+  ps->place = dlock__place_make(sentinel, cluster);
   ps->connect_timeout_ms = connect_timeout_ms;
   ps->command_timeout_ms = command_timeout_ms;
   /* No pipe yet: dlock__subconn_free closes only those made. */
@@ -65,35 +63,14 @@ static int stop_requested(void *arg) {
   return stop;
 }
 
-/* A stream to the server, or to the master a Sentinel names; 'cancel_fd'
- * (-1: none) ends a plain connect at once when a stop is requested. */
+/* A stream to the server, to the master a Sentinel names, or to a node of
+ * the cluster; 'cancel_fd' (-1: none) ends a connect at once when a stop
+ * is requested. */
 static int open_stream(dlock__pubsub *ps, int cancel_fd, dlock__stream **out,
                        unsigned *gen) {
-  *gen = 0;
-  if (ps->sentinel != NULL) {
-    dlock__cancel stop = {cancel_fd, cancel_fd >= 0 ? stop_requested : NULL,
-                          ps};
-    return dlock__sentinel_open(ps->sentinel, INT64_MAX, &stop, out, gen);
-  }
-  if (ps->cluster != NULL) {
-    /* Any node will do: the first that answers, from the last that did. */
-    int n = dlock__cluster_nnodes(ps->cluster), rc = DLOCK_EIO;
-    for (int k = 0; k < n && rc != 0; k++) {
-      int i = (ps->node + k) % n;
-      rc = dlock__stream_open(dlock__cluster_node_ep(ps->cluster, i), ps->tls,
-                              ps->connect_timeout_ms, ps->command_timeout_ms,
-                              cancel_fd, cancel_fd >= 0 ? stop_requested : NULL,
-                              ps, out);
-      if (rc == 0)
-        ps->node = i;
-      if (cancel_fd >= 0 && stop_requested(ps))
-        break;
-    }
-    return rc;
-  }
-  return dlock__stream_open(ps->ep, ps->tls, ps->connect_timeout_ms,
-                            ps->command_timeout_ms, cancel_fd,
-                            cancel_fd >= 0 ? stop_requested : NULL, ps, out);
+  dlock__cancel stop = {cancel_fd, cancel_fd >= 0 ? stop_requested : NULL, ps};
+  return dlock__place_open(&ps->place, ps->ep, ps->tls, ps->connect_timeout_ms,
+                           ps->command_timeout_ms, &stop, &ps->node, out, gen);
 }
 
 static void try_connect_locked(dlock__pubsub *ps) {
@@ -223,8 +200,7 @@ static void *pubsub_main(void *arg) {
   while (!ps->stopping) {
     /* The master moved: the subscriptions follow it at once (unlocks are
      * published there now), without waiting for the old one to go. */
-    if (ps->connected && ps->sentinel != NULL &&
-        ps->gen != dlock__sentinel_gen(ps->sentinel)) {
+    if (ps->connected && dlock__place_moved(&ps->place, ps->gen)) {
       dlock__sub_on_disconnect_locked(ps);
       ps->retry_at_us = 0;
     }
@@ -301,7 +277,7 @@ int dlock__subconn_start(const dlock__endpoint *ep, const dlock__tls *tls,
   }
   /* Connect before returning, so the first waiter finds it ready; a lazy
    * client whose server is down leaves that to the thread. */
-  int rc = ps->sentinel != NULL || ps->cluster != NULL
+  int rc = !dlock__place_fixed(&ps->place)
                ? open_stream(ps, -1, &ps->ctx, &ps->gen)
                : dlock__stream_open_until(ep, tls, connect_timeout_ms,
                                           command_timeout_ms, open_deadline_us,
