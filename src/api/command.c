@@ -5,7 +5,7 @@
  * timeouts and reconnection as its locks, with no second Redis client.
  */
 #include "alloc.h"
-#include "client.h"
+#include "engine.h"
 
 #include "error.h"
 

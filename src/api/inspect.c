@@ -4,7 +4,7 @@
  * layout, so it works on locks taken by Java services too.
  */
 #include "alloc.h"
-#include "lock.h"
+#include "engine.h"
 
 #include "error.h"
 #include "proto/format.h"

@@ -11,6 +11,24 @@
 #define DLOCK_ENGINE_H
 
 #include "lock.h"
+#include "replica.h"
+
+/* ---- plain commands (calls.c) -------------------------------------------- */
+
+/* dlock__conn_call on the connection for 'key' (the node of its slot on a
+ * cluster, where redirections are followed; 'key' NULL: any node), for
+ * commands on keys of one slot that a redirection leaves unapplied. */
+int dlock__client_call(dlock_client_t *c, const char *key, size_t key_len,
+                       size_t n, char *const *cmds, const size_t *lens,
+                       redisReply **replies, int64_t deadline_us);
+
+/* When a connection of 'c' may be tried again (dlock__conn_retry_at; on a
+ * cluster the earliest among its nodes). */
+int64_t dlock__client_retry_at(dlock_client_t *c);
+
+/* Runs one plain command given as argv; the reply is the caller's. */
+int dlock__command(dlock_client_t *c, int argc, const char **argv,
+                   const size_t *lens, redisReply **out);
 
 /* ---- running a kind's calls ---------------------------------------------- */
 

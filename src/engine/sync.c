@@ -1,7 +1,7 @@
 /*
  * Replica sync (see sync.h).
  */
-#include "sync.h"
+#include "replica.h"
 
 #include "client.h"
 #include "error.h"
