@@ -1,7 +1,6 @@
--- The start of a release, in its run(): 'count' is the holds the server
--- counts for the owner (nil: none), 'believed' those the client counts (0:
--- unknown), 'latch' the key of this release's unlock latch and 'latch_ms'
--- its lifetime.
+-- The start of a release's run(), with 'count' (the owner's holds here,
+-- nil: none), 'believed' (the client's count, 0: unknown), 'latch' (this
+-- release's unlock latch) and 'latch_ms' (its lifetime).
 --
 -- A release writes its answer in an unlock latch before it changes
 -- anything, so that a copy of it sent again (its reply was lost) answers
@@ -12,10 +11,9 @@
 -- With a known count a second run sets the very count the first one set,
 -- so the release of a held lock does not read the latch at all.
 --
--- It returns the answer the release gives now (the first run's, or -1 when
--- the owner holds nothing and no run answered before), or goes on with
--- 'left', the holds the owner keeps, written in the latch. A latch that
--- holds no number answers nothing, and the release goes on.
+-- It returns the first run's answer (-1 when the owner holds nothing and
+-- no run answered; a latch holding no number answers nothing), or goes on
+-- with 'left', the holds the owner keeps, written in the latch.
 if count == nil or believed == 0 then
   local done = redis.call('get', latch)
   if done then

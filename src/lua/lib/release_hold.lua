@@ -1,12 +1,6 @@
--- The start of release.lua's, fair_release.lua's and write_release.lua's
--- run(): 'count' is the holds the server counts for owner field ARGV[3] on
--- the lock KEYS[1] (nil: none), and 'latch' the key of this release's
--- unlock latch. ARGV[2]: lease ms to restore while held; ARGV[4]: latch
--- lifetime ms; ARGV[5]: the hold count the client believes the owner has
--- (0: unknown).
---
--- Returns the answer of a run before (see latch.lua), or the holds left
--- when some are; else goes on, with 'left' at most 0, to free the lock.
+-- One hold less of owner field ARGV[3] on lock KEYS[1], in the run() of
+-- release.lua, fair_release.lua and write_release.lua ('count', 'latch':
+-- see latch.lua): returns while holds are left, kept for ARGV[2] ms.
 local believed, latch_ms = tonumber(ARGV[5]), ARGV[4]
 --@include latch
 if left > 0 then
