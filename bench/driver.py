@@ -93,11 +93,28 @@ LABELS = {
     "rs-solo-sync": "dlock, 1 master + 1 replica, sync on",
     "rs-solo": "dlock, 1 master + 1 replica, sync off",
 }
-def lua_prelude():
-    """What the library puts before each of its scripts: every file of
-    src/lua/lib in name order (cmake/embed_lua.cmake)."""
-    lib = os.path.join(ROOT, "src", "lua", "lib")
-    return "".join(open(os.path.join(lib, f)).read() for f in sorted(os.listdir(lib)) if f.endswith(".lua"))
+def lua_script(name, text=None, depth=0):
+    """A script as the library embeds it (cmake/embed_lua.cmake): the text
+    of src/lua/NAME with every line "--@include PIECE" (spaces may come
+    before it), newline and all, replaced by src/lua/lib/PIECE.lua with its
+    own includes expanded. Read as bytes are, so that the digest is the
+    library's."""
+    if text is None:
+        text = open(os.path.join(ROOT, "src", "lua", name), encoding="utf-8", newline="").read()
+    lines = text.split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        last = i == len(lines) - 1
+        if not line.lstrip(" ").startswith("--@include"):
+            out.append(line if last else line + "\n")
+            continue
+        m = re.fullmatch(r" *--@include ([a-z0-9_]+) *", line)
+        if m is None or last or depth >= 16:
+            raise SystemExit("bench: %s: not an include of a piece: %r" % (name, line))
+        path = os.path.join(ROOT, "src", "lua", "lib", m.group(1) + ".lua")
+        piece = open(path, encoding="utf-8", newline="").read()
+        out.append(lua_script(m.group(1) + ".lua", piece, depth + 1))
+    return "".join(out)
 
 
 # The lock name the library's calls are captured with (capture_calls).
@@ -436,7 +453,7 @@ class Bench:
         was not loaded yet) is loaded and named by its SHA."""
         if words[0].upper() == "EVALSHA":
             return words[1], words[2:]
-        body = lua_prelude() + open(os.path.join(ROOT, "src", "lua", script)).read()
+        body = lua_script(script)
         return self.main.r.script_load(body), words[2:]
 
     def raw(self, clients, pipeline, n, port=None, extra=()):
@@ -676,7 +693,7 @@ class Bench:
                                   "--tls-ca-cert-file", ca, "--tls-auth-clients", "no"])
         # redis-benchmark calls the script by its digest: load it first, as
         # the library would at its first call.
-        body = lua_prelude() + open(os.path.join(ROOT, "src", "lua", "acquire.lua")).read()
+        body = lua_script("acquire.lua")
         if srv.r.script_load(body) != self.sha:
             raise SystemExit("bench: the acquire script's digest differs from the library's")
         w = {"name": "tls", "mode": "loop", "procs": 1, "threads": 1}

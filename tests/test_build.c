@@ -10,6 +10,20 @@
 
 extern const dlock__script *const dlock__scripts_all[];
 
+/* Whether some line of 'body' is an include line, "--@include NAME" after
+ * spaces, which cmake/embed_lua.cmake should have replaced by its piece. */
+static int has_include_line(const char *body) {
+  for (const char *line = body; line != NULL;) {
+    const char *p = line + strspn(line, " ");
+    if (strncmp(p, "--@include", 10) == 0)
+      return 1;
+    line = strchr(line, '\n');
+    if (line != NULL)
+      line++;
+  }
+  return 0;
+}
+
 TEST(build_embeds_every_script) {
   int n = 0;
   for (const dlock__script *const *s = dlock__scripts_all; *s; s++) {
@@ -21,6 +35,9 @@ TEST(build_embeds_every_script) {
     ASSERT_EQ(strlen(sc->body), sc->len);
     ASSERT_EQ(strlen(sc->sha), 40);
     ASSERT_EQ(strspn(sc->sha, "0123456789abcdef"), 40);
+    /* What Redis runs has every piece the script includes put in. */
+    if (has_include_line(sc->body))
+      TEST_FAIL("%s still has an include line", sc->name);
     /* Every script that publishes has its variant for a cluster with
      * sharded pub/sub, which publishes with SPUBLISH only. */
     int publishes = strstr(sc->body, "'publish'") != NULL ||
@@ -40,6 +57,32 @@ TEST(build_embeds_every_script) {
   /* DLOCK_LUA_COUNT: how many .lua files src/lua had at configure time. */
   ASSERT_EQ(n, DLOCK_LUA_COUNT);
   ASSERT_STR_EQ(dlock__script_acquire.name, "acquire");
+}
+
+/* A function a script defines costs every call of it a closure, so a
+ * script carries only the functions it calls: the pieces of src/lua/lib
+ * are put in only where a script includes them, never before every
+ * script. */
+TEST(build_scripts_define_only_functions_they_call) {
+  for (const dlock__script *const *p = dlock__scripts_all; *p; p++) {
+    const char *body = (*p)->body;
+    const char *def = "local function ";
+    for (const char *q = strstr(body, def); q != NULL; q = strstr(q + 1, def)) {
+      const char *name = q + strlen(def);
+      size_t len = strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_");
+      ASSERT_GT(len, 0);
+      char call[64];
+      ASSERT_LT(len, sizeof(call) - 1);
+      memcpy(call, name, len);
+      call[len] = '(';
+      call[len + 1] = '\0';
+      /* The definition's own "name(" is the first; a call is another. */
+      const char *first = strstr(body, call);
+      if (first == NULL || strstr(first + 1, call) == NULL)
+        TEST_FAIL("%s defines %.*s but never calls it", (*p)->name, (int)len,
+                  name);
+    }
+  }
 }
 
 TEST(build_script_sha_matches_redis) {

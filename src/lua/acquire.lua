@@ -7,6 +7,7 @@
 -- client believes in is gone.
 -- KEYS[3] and on: unlock latches of this client whose answers are in,
 -- deleted once the rest is done (see hashlock.c).
+--@include numbers
 local invalid = bad_numbers(1, 1, MS_MAX, 3, 0, COUNT_MAX)
 if invalid then
   return invalid
@@ -49,11 +50,5 @@ local function run()
   return {1, tonumber(redis.call('get', KEYS[2])) or 0, count}
 end
 
--- Last, so that a write the rest makes is the script's first: Redis refuses
--- it when out of memory, before anything changed, rather than let a
--- script that has already written go on.
-local result = run()
-for i = 3, #KEYS do
-  redis.call('del', KEYS[i])
-end
-return result
+local LATCHES = 3
+--@include run

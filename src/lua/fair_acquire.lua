@@ -25,14 +25,14 @@
 -- dlock's also by the waiter's own sign of life in KEYS[6], so that a
 -- dlock waiter that died is dropped one allowance after it last tried,
 -- however far in the future the chain put its deadline.
+--@include numbers
 local invalid = bad_numbers(1, 1, MS_MAX, 3, 1, MS_MAX, 4, 0, COUNT_MAX)
 if invalid then
   return invalid
 end
 
 local function run()
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  --@include now
   local wait = tonumber(ARGV[3])
 
   -- Gone: its deadline passed, or it is a dlock waiter silent for longer
@@ -168,11 +168,5 @@ local function run()
   return {0, sleep, tonumber(redis.call('get', KEYS[4])) or 0}
 end
 
--- Last, so that a write the rest makes is the script's first: Redis refuses
--- it when out of memory, before anything changed, rather than let a
--- script that has already written go on.
-local result = run()
-for i = 7, #KEYS do
-  redis.call('del', KEYS[i])
-end
-return result
+local LATCHES = 7
+--@include run

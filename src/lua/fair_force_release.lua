@@ -4,14 +4,7 @@
 -- a fair (or reentrant: the layout is the same) lock, nothing is deleted
 -- and the reply is an error starting with NOTLOCK, as in
 -- force_release.lua.
-local kind = redis.call('type', KEYS[1])['ok']
-if kind == 'none' then
-  return 0
-end
-if kind ~= 'hash' then
-  return redis.error_reply('NOTLOCK the key holds a ' .. kind ..
-                           ', not a lock; nothing deleted')
-end
+--@include lock_type
 local fields = redis.call('hgetall', KEYS[1])
 for i = 1, #fields, 2 do
   local field, value = fields[i], fields[i + 1]

@@ -7,6 +7,7 @@
 -- 0), give the lock up again. If it was first in line, or gave the lock
 -- up, and the lock is free, tell the next owner (channel KEYS[4] .. ':' ..
 -- <owner>), who would otherwise sleep until its next try.
+--@include numbers
 local invalid = bad_numbers(2, 0, COUNT_MAX, 3, 1, MS_MAX)
 if invalid then
   return invalid

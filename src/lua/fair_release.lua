@@ -13,6 +13,7 @@
 -- the client believes the owner has (0: unknown); ARGV[6]: the allowance
 -- of a queued owner (ms, see fair_acquire.lua).
 -- Returns the holds left (0: now free), or -1 when the owner holds none.
+--@include numbers
 local invalid = bad_numbers(2, 1, MS_MAX, 4, 1, MS_MAX, 5, 0, COUNT_MAX, 6, 1, MS_MAX)
 if invalid then
   return invalid
@@ -20,25 +21,13 @@ end
 
 local function run()
   local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
-  local believed = tonumber(ARGV[5])
-  local answer = latched_answer(count, believed, KEYS[5])
-  if answer then
-    return answer
-  end
-  -- One hold less than the client counts (ARGV[5], 0: unknown).
-  local left = (believed > 0 and believed or count) - 1
-  redis.call('set', KEYS[5], left, 'px', ARGV[4])
-  if left > 0 then
-    redis.call('hset', KEYS[1], ARGV[3], left)
-    redis.call('pexpire', KEYS[1], ARGV[2])
-    return left
-  end
+  local latch = KEYS[5]
+  --@include release_hold
   redis.call('del', KEYS[1])
 
   -- Never hand the lock to an owner that counts as gone (see
   -- fair_acquire.lua): drop those first.
-  local t = redis.call('time')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  --@include now
   local head, mine
   while true do
     head = redis.call('lindex', KEYS[2], 0)
@@ -84,11 +73,5 @@ local function run()
   return 0
 end
 
--- Last, so that a write the rest makes is the script's first: Redis refuses
--- it when out of memory, before anything changed, rather than let a
--- script that has already written go on.
-local result = run()
-for i = 8, #KEYS do
-  redis.call('del', KEYS[i])
-end
-return result
+local LATCHES = 8
+--@include run

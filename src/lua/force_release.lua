@@ -7,14 +7,7 @@
 -- the other kind) nothing is deleted and the reply is an error starting
 -- with NOTLOCK: the check and the deletion are one atomic step, so no
 -- value can take the lock's place in between.
-local kind = redis.call('type', KEYS[1])['ok']
-if kind == 'none' then
-  return 0
-end
-if kind ~= 'hash' then
-  return redis.error_reply('NOTLOCK the key holds a ' .. kind ..
-                           ', not a lock; nothing deleted')
-end
+--@include lock_type
 -- A lock's hash maps owner fields "<client-id>:<owner>" (a writer's with
 -- ":write" after it) to hold counts; a read-write lock also has 'mode'.
 local mode = false

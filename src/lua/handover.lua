@@ -19,6 +19,7 @@
 -- NUMSUB).
 -- KEYS[5] and on: unlock latches of this client whose answers are in,
 -- deleted once the rest is done (see hashlock.c).
+--@include numbers
 local invalid = bad_numbers(3, 1, MS_MAX, 4, 1, MS_MAX)
 if invalid then
   return invalid
@@ -67,11 +68,5 @@ local function run()
   return {0, token}
 end
 
--- Last, so that a write the rest makes is the script's first: Redis refuses
--- it when out of memory, before anything changed, rather than let a
--- script that has already written go on.
-local result = run()
-for i = 5, #KEYS do
-  redis.call('del', KEYS[i])
-end
-return result
+local LATCHES = 5
+--@include run

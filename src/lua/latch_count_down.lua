@@ -4,18 +4,9 @@
 -- already) is left alone: the count never goes below zero here.
 -- Returns the count left, or -1 when there was none.
 
-local t = redis.call('type', KEYS[1]).ok
-if t == 'none' then
-  return -1
-end
-if t ~= 'string' then
-  return redis.error_reply('NOTLOCK ' .. t .. ' key, not a count-down latch')
-end
-local count = tonumber(redis.call('get', KEYS[1]))
-if count == nil then
-  return redis.error_reply('NOTLOCK the string is not a count')
-end
-if count <= 0 then
+local KIND, NUMBER = 'count-down latch', 'count'
+--@include counter
+if count == nil or count <= 0 then
   return -1
 end
 local left = redis.call('incrby', KEYS[1], -1)

@@ -5,18 +5,11 @@
 -- count, 1..2^53 (Lua counts in doubles).
 -- Returns 1 when set, 0 when the latch already had a count.
 
+--@include numbers
 local invalid = bad_numbers(1, 1, '9007199254740992')
 if invalid then
   return invalid
 end
 
-local t = redis.call('type', KEYS[1]).ok
-if t ~= 'none' and t ~= 'string' then
-  return redis.error_reply('NOTLOCK ' .. t .. ' key, not a count-down latch')
-end
-if t == 'string' then
-  return 0
-end
-redis.call('set', KEYS[1], ARGV[1])
-redis.call('publish', KEYS[2], '1')
-return 1
+local KIND, MESSAGE = 'count-down latch', '1'
+--@include try_set

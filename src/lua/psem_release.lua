@@ -8,30 +8,7 @@
 -- such permit is taken (never acquired, released already, or taken back
 -- after its lease ended).
 
--- Anything but a counter and a zset under these names is someone else's data.
-local function check_types()
-  local t = redis.call('type', KEYS[1]).ok
-  if t ~= 'none' and t ~= 'string' then
-    return redis.error_reply('NOTLOCK ' .. t .. ' key, not a semaphore')
-  end
-  if t == 'string' and tonumber(redis.call('get', KEYS[1])) == nil then
-    return redis.error_reply('NOTLOCK the string is not a number of permits')
-  end
-  t = redis.call('type', KEYS[2]).ok
-  if t ~= 'none' and t ~= 'zset' then
-    return redis.error_reply('NOTLOCK ' .. t .. " key, not a semaphore's permits")
-  end
-  return false
-end
-
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
-
-local invalid = check_types()
-if invalid then
-  return invalid
-end
+--@include psem
 local member = ARGV[1]
 local ends = redis.call('zscore', KEYS[2], member)
 if not ends then

@@ -4,13 +4,13 @@
 -- one whose lease ended may have been taken back and handed to another
 -- holder. Returns one entry per permit: 1 renewed, 0 lost.
 
+--@include numbers
 local invalid = bad_numbers(1, 1, MS_MAX)
 if invalid then
   return invalid
 end
 
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--@include now
 local ends = now + tonumber(ARGV[1])
 local result = {}
 for i = 1, #KEYS do

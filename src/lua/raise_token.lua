@@ -3,6 +3,7 @@
 -- next includes a node that issues a larger token.
 -- At most the largest counter Redis keeps (2^63-1): INCR would refuse
 -- anything above it from then on.
+--@include numbers
 local invalid = bad_numbers(1, 0, '9223372036854775807')
 if invalid then
   return invalid

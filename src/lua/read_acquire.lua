@@ -7,6 +7,7 @@
 -- when the hold the client believes in is gone.
 -- KEYS[4] and on: unlock latches of this client whose answers are in,
 -- deleted once the rest is done (see hashlock.c).
+--@include numbers
 local invalid = bad_numbers(1, 1, MS_MAX, 4, 0, COUNT_MAX)
 if invalid then
   return invalid
@@ -38,11 +39,5 @@ local function run()
   return {0, redis.call('pttl', KEYS[1])}
 end
 
--- Last, so that a write the rest makes is the script's first: Redis refuses
--- it when out of memory, before anything changed, rather than let a
--- script that has already written go on.
-local result = run()
-for i = 4, #KEYS do
-  redis.call('del', KEYS[i])
-end
-return result
+local LATCHES = 4
+--@include run

@@ -5,6 +5,7 @@
 -- lifetime ms. Returns the owner's read holds left, or -1 for none.
 -- KEYS[6] and on: unlock latches of this client whose answers are in,
 -- deleted once the rest is done (see hashlock.c).
+--@include numbers
 local invalid = bad_numbers(3, 1, MS_MAX, 4, 0, COUNT_MAX)
 if invalid then
   return invalid
@@ -12,16 +13,10 @@ end
 
 local function run()
   local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
-  local believed = tonumber(ARGV[4])
+  local believed, latch, latch_ms = tonumber(ARGV[4]), KEYS[5], ARGV[3]
   -- A second run with a known count also deletes no timeout key that the
   -- first run left.
-  local answer = latched_answer(count, believed, KEYS[5])
-  if answer then
-    return answer
-  end
-  -- One hold less than the client counts (ARGV[4], 0: unknown).
-  local left = (believed > 0 and believed or count) - 1
-  redis.call('set', KEYS[5], left, 'px', ARGV[3])
+  --@include latch
   if left <= 0 then
     redis.call('hdel', KEYS[1], ARGV[2])
   else
@@ -57,11 +52,5 @@ local function run()
   return left
 end
 
--- Last, so that a write the rest makes is the script's first: Redis refuses
--- it when out of memory, before anything changed, rather than let a
--- script that has already written go on.
-local result = run()
-for i = 6, #KEYS do
-  redis.call('del', KEYS[i])
-end
-return result
+local LATCHES = 6
+--@include run

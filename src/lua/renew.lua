@@ -2,6 +2,7 @@
 -- owner field, ARGV[1] the lease in ms. Only a lock still held by its owner
 -- is extended, so a released or stolen lock is never kept alive.
 -- Returns one entry per lock: 1 renewed, 0 no longer held.
+--@include numbers
 local invalid = bad_numbers(1, 1, MS_MAX)
 if invalid then
   return invalid

@@ -5,6 +5,7 @@
 -- hold (a Redisson reader with a lease, a dlock reader whose watchdog
 -- stopped) ends with its own lease, as Redisson's renewal also leaves
 -- them. Returns one entry per lock: 1 renewed, 0 no longer held.
+--@include numbers
 local invalid = bad_numbers(1, 1, MS_MAX)
 if invalid then
   return invalid

@@ -7,22 +7,14 @@
 -- free permits than ARGV[1] to take away (nothing is changed then: a
 -- semaphore never goes below zero here).
 
+--@include numbers
 local invalid = bad_numbers(1, 1, '2147483647', 2, 0, '1')
 if invalid then
   return invalid
 end
 
-local t = redis.call('type', KEYS[1]).ok
-if t ~= 'none' and t ~= 'string' then
-  return redis.error_reply('NOTLOCK ' .. t .. ' key, not a semaphore')
-end
-local free = 0
-if t == 'string' then
-  free = tonumber(redis.call('get', KEYS[1]))
-  if free == nil then
-    return redis.error_reply('NOTLOCK the string is not a number of permits')
-  end
-end
+--@include semaphore
+local free = count or 0
 local n = tonumber(ARGV[1])
 if ARGV[2] == '0' then
   if free < n then

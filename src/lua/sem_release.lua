@@ -4,18 +4,13 @@
 -- are free permits). ARGV[1]: 1..2^31-1.
 -- Returns the free permits after the release.
 
+--@include numbers
 local invalid = bad_numbers(1, 1, '2147483647')
 if invalid then
   return invalid
 end
 
-local t = redis.call('type', KEYS[1]).ok
-if t ~= 'none' and t ~= 'string' then
-  return redis.error_reply('NOTLOCK ' .. t .. ' key, not a semaphore')
-end
-if t == 'string' and tonumber(redis.call('get', KEYS[1])) == nil then
-  return redis.error_reply('NOTLOCK the string is not a number of permits')
-end
+--@include semaphore
 local free = redis.call('incrby', KEYS[1], ARGV[1])
 redis.call('publish', KEYS[2], free)
 return free

@@ -5,19 +5,11 @@
 -- ARGV[1]: the permits, 0..2^31-1 (Redisson counts them in a Java int).
 -- Returns 1 when set, 0 when the semaphore already had permits.
 
+--@include numbers
 local invalid = bad_numbers(1, 0, '2147483647')
 if invalid then
   return invalid
 end
 
--- Anything but a counter under the name is someone else's data.
-local t = redis.call('type', KEYS[1]).ok
-if t ~= 'none' and t ~= 'string' then
-  return redis.error_reply('NOTLOCK ' .. t .. ' key, not a semaphore')
-end
-if t == 'string' then
-  return 0
-end
-redis.call('set', KEYS[1], ARGV[1])
-redis.call('publish', KEYS[2], ARGV[1])
-return 1
+local KIND, MESSAGE = 'semaphore', ARGV[1]
+--@include try_set

@@ -1,5 +1,3 @@
--- Put before every script in src/lua by cmake/embed_lua.cmake.
---
 -- Numbers first: Redis keeps what a script wrote before one of its
 -- commands failed, so an argument that PEXPIRE or SET would refuse must
 -- stop the script before its first write. bad_numbers takes up to four
@@ -8,9 +6,9 @@
 -- 'hi' is written as a string of digits (below). It returns the error
 -- reply for the first argument that is not one, else nil.
 --
--- Every script call runs this, so it is written for speed: no table, no
--- string made and no tonumber (strtod is its dearest part) unless an
--- argument is refused. Among strings of digits without a leading zero a
+-- Every call of those scripts runs this, so it is written for speed: no
+-- table, no string made and no tonumber (strtod is its dearest part) unless
+-- an argument is refused. Among strings of digits without a leading zero a
 -- shorter one is smaller, and two of one length compare like their values,
 -- so the bound is checked on the strings themselves.
 
