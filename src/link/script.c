@@ -192,7 +192,7 @@ int dlock__eval_run_paced(dlock__conn *conn, size_t n, const dlock__eval *calls,
                   NULL, 0);
 }
 
-static int eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
+int dlock__eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
                          redisReply **replies, int64_t deadline_us,
                          int64_t idle_ms, size_t ntail, const char *const *tail,
                          const size_t *tail_lens, redisReply **tail_replies,
@@ -207,22 +207,6 @@ static int eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
     tail_replies[k] = NULL;
   }
   return rc;
-}
-
-int dlock__eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
-                         redisReply **replies, int64_t deadline_us,
-                         int64_t idle_ms, size_t ntail, const char *const *tail,
-                         const size_t *tail_lens, redisReply **tail_replies) {
-  return eval_run_tail(conn, n, calls, replies, deadline_us, idle_ms, ntail,
-                       tail, tail_lens, tail_replies, 0);
-}
-
-int dlock__eval_run_keep(dlock__conn *conn, size_t n, const dlock__eval *calls,
-                         redisReply **replies, int64_t deadline_us,
-                         int64_t idle_ms, size_t ntail, const char *const *tail,
-                         const size_t *tail_lens, redisReply **tail_replies) {
-  return eval_run_tail(conn, n, calls, replies, deadline_us, idle_ms, ntail,
-                       tail, tail_lens, tail_replies, 1);
 }
 
 int dlock__eval_send(dlock__conn *conn, const dlock__eval *call,
@@ -315,7 +299,7 @@ int dlock__eval_wait_tail_until(dlock__conn *conn, const dlock__eval *call,
         freeReplyObject(got[k]);
     return dlock__eval_run_tail(conn, 1, call, reply, deadline_us, 0, ntail,
                                 (const char *const *)tail, tail_lens,
-                                tail_replies);
+                                tail_replies, 0);
   }
   if (got[0]->type == REDIS_REPLY_ERROR) {
     rc = dlock__fail_reply_in(got[0]->str, got[0]->len, call->script->name);

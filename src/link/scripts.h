@@ -72,21 +72,16 @@ int dlock__eval_run_paced(dlock__conn *conn, size_t n, const dlock__eval *calls,
  * same pipeline, and again after the scripts reloaded on NOSCRIPT, so that
  * they always follow the writes they are to cover (replica sync's WAIT).
  * On 0, 'tail_replies' holds their replies (of the last round), owned by
- * the caller; on failure they are NULL.
+ * the caller; on failure they are NULL. With 'keep', the error replies of
+ * a cluster that say "not here" or "not now" (dlock__redirect_kind) stay
+ * in 'replies' for the caller (the cluster topology) to act on, where any
+ * other error reply fails the round as usual.
  */
 int dlock__eval_run_tail(dlock__conn *conn, size_t n, const dlock__eval *calls,
                          redisReply **replies, int64_t deadline_us,
                          int64_t idle_ms, size_t ntail, const char *const *tail,
-                         const size_t *tail_lens, redisReply **tail_replies);
-
-/* dlock__eval_run_tail, except that the error replies of a cluster that
- * say "not here" or "not now" (dlock__redirect_kind) stay in 'replies'
- * for the caller (the cluster topology) to act on, where any other error
- * reply fails the round as usual. */
-int dlock__eval_run_keep(dlock__conn *conn, size_t n, const dlock__eval *calls,
-                         redisReply **replies, int64_t deadline_us,
-                         int64_t idle_ms, size_t ntail, const char *const *tail,
-                         const size_t *tail_lens, redisReply **tail_replies);
+                         const size_t *tail_lens, redisReply **tail_replies,
+                         int keep);
 
 /* What a cluster's error reply asks for: a slot that moved for good
  * (MOVED), one being moved (ASK: ASKING, then the command, once, on the

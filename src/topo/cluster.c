@@ -742,9 +742,9 @@ int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
               sub[m].script = sub[m].script->sharded;
             which[m++] = i;
           }
-        rc = dlock__eval_run_keep(cl->nodes[idx]->conn, m, sub, subrep,
+        rc = dlock__eval_run_tail(cl->nodes[idx]->conn, m, sub, subrep,
                                   deadline_us, idle_ms, ntail, tail, tail_lens,
-                                  got_tail);
+                                  got_tail, 1);
       }
       if (rc != 0) {
         /* The node failed (or refused): the map may be out of date (a

@@ -92,7 +92,8 @@ dlock__route_eval(dlock__route *r, size_t n, const dlock__eval *calls,
                                idle_ms, ntail, tail, tail_lens, tail_replies);
   if (ntail > 0)
     return dlock__eval_run_tail(r->conn, n, calls, replies, deadline_us,
-                                idle_ms, ntail, tail, tail_lens, tail_replies);
+                                idle_ms, ntail, tail, tail_lens, tail_replies,
+                                0);
   return idle_ms > 0 ? dlock__eval_run_paced(r->conn, n, calls, replies,
                                              idle_ms, deadline_us)
                      : dlock__eval_run(r->conn, n, calls, replies, deadline_us);
