@@ -1,6 +1,6 @@
 /*
  * Who reads the pub/sub connection while a waiter sleeps: the waiter
- * itself (see src/sub/pubsub.c), and not the thread at the same time.
+ * itself (see src/sub/subread.c), and not the thread at the same time.
  * With both polling the socket, the unlock message wakes both and they
  * take turns at the mutex before the waiter can try for the lock: on a
  * busy machine, a wake-up or two more on the way from an unlock in one

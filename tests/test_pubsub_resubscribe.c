@@ -12,7 +12,7 @@
  * while the client's UNSUBSCRIBE is in flight, which the test sees through
  * dlock__pubsub_state. Another waiter of the same client, on another
  * channel, is sleeping meanwhile: it reads the pub/sub connection for
- * everybody (see src/sub/pubsub.c), so the UNSUBSCRIBE's reply reaches a
+ * everybody (see src/sub/subread.c), so the UNSUBSCRIBE's reply reaches a
  * waiter rather than the pub/sub thread.
  */
 #include <pthread.h>

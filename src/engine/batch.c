@@ -400,7 +400,7 @@ void dlock__release_each(dlock_t *l, uint64_t owner, const unsigned char *which,
     dlock_t *sub = l->subs[i];
     if (b.rc[i] == 0) {
       /* Answered, and sent once: no copy of it can run any more, so its
-       * latch goes with a later call (see hashlock.c). */
+       * latch goes with a later call (see release.c). */
       if (rel[i].latch != NULL) {
         dlock__latch_done(sub->c, rel[i].latch, rel[i].latch_len);
         rel[i].latch = NULL;

@@ -209,7 +209,7 @@ static void red_release_all(dlock_t *l, uint64_t owner,
       if (state[i] == 0) {
         /* Answered, and sent once: no copy of it can run any more, so its
          * latch goes with a later call of that node's client, as a single
-         * lock's does (hashlock.c), rather than stay for its lifetime. */
+         * lock's does (release.c), rather than stay for its lifetime. */
         if (rel[i].latch != NULL) {
           dlock__latch_done(sub->c, rel[i].latch, rel[i].latch_len);
           rel[i].latch = NULL;

@@ -23,7 +23,7 @@ typedef struct dlock__watchdog dlock__watchdog;
 typedef struct dlock__settler dlock__settler;
 
 /* Unlock latches whose answer is in: no copy of their unlock can run again,
- * so the next script call deletes them (hashlock.c). */
+ * so the next script call deletes them (engine/release.c). */
 #define DLOCK__DONE_LATCHES_MAX 16
 typedef struct dlock__done_latches {
   char *key[DLOCK__DONE_LATCHES_MAX];

@@ -5,7 +5,7 @@
 -- one waiter it is its turn; KEYS[6]: what dlock knows of its own queued
 -- owners (hash: owner -> "<lease>:<alive until>", see below). KEYS[7] and
 -- on: unlock latches of this client whose answers are in, deleted once
--- the rest is done (see hashlock.c).
+-- the rest is done (see engine/release.c).
 -- ARGV[1]: lease ms; ARGV[3]: how long a queued owner may stay silent
 -- before it counts as gone (ms), also the step between chained deadlines;
 -- ARGV[4]: the hold count the client believes the owner has; ARGV[5]: '1'

@@ -18,7 +18,7 @@
 -- {3, 0} when none does, {2, 0} when unknown (the user may not run PUBSUB
 -- NUMSUB).
 -- KEYS[5] and on: unlock latches of this client whose answers are in,
--- deleted once the rest is done (see hashlock.c).
+-- deleted once the rest is done (see engine/release.c).
 --@include numbers
 local invalid = bad_numbers(3, 1, MS_MAX, 4, 1, MS_MAX)
 if invalid then

@@ -4,7 +4,7 @@
 -- the latch of this release. ARGV[1]: unlock message; ARGV[3]: latch
 -- lifetime ms. Returns the owner's read holds left, or -1 for none.
 -- KEYS[6] and on: unlock latches of this client whose answers are in,
--- deleted once the rest is done (see hashlock.c).
+-- deleted once the rest is done (see engine/release.c).
 --@include numbers
 local invalid = bad_numbers(3, 1, MS_MAX, 4, 0, COUNT_MAX)
 if invalid then

@@ -6,7 +6,7 @@
 -- the client believes the owner has (0: unknown).
 -- Returns the holds left (0: now free), or -1 when the owner holds none.
 -- KEYS[4] and on: unlock latches of this client whose answers are in,
--- deleted once the rest is done (see hashlock.c).
+-- deleted once the rest is done (see engine/release.c).
 --@include numbers
 local invalid = bad_numbers(2, 1, MS_MAX, 4, 1, MS_MAX, 5, 0, COUNT_MAX)
 if invalid then

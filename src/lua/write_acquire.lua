@@ -4,7 +4,7 @@
 -- Returns {1, token, count}, {0, pttl}, or {2, 0} when the hold the
 -- client believes in is gone.
 -- KEYS[3] and on: unlock latches of this client whose answers are in,
--- deleted once the rest is done (see hashlock.c).
+-- deleted once the rest is done (see engine/release.c).
 --@include numbers
 local invalid = bad_numbers(1, 1, MS_MAX, 3, 0, COUNT_MAX)
 if invalid then
