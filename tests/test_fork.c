@@ -193,7 +193,15 @@ static void parent_still_holds(rp_server_t *s, dlock_client_t *c, dlock_t *held,
  * client, while the parent's threads keep working on it. */
 static void fork_rounds(int rounds, int uses) {
   rp_server_t *s = lu_server(1);
-  dlock_client_t *c = lu_client(s);
+  /* The held lock is renewed by the watchdog all along. A 6 s lease (a
+   * round every 2 s) rides the stalls of a loaded machine under valgrind:
+   * with the tests' usual 600 ms, a round late by more than 400 ms there
+   * let the lock expire between two children (the field gone from the
+   * hash, once in a make test with other builds beside it). */
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.watchdog_timeout_ms = 6000;
+  dlock_client_t *c = lu_client_opts(&o);
   dlock_t *held = lu_get(c, "fork:held"), *part = lu_get(c, "fork:part"),
           *multi = NULL;
   ASSERT_DLOCK_OK(dlock_get_multi(&part, 1, &multi));
