@@ -13,6 +13,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -59,9 +60,9 @@ static int64_t blocking_ms(const char *cmd, size_t len) {
   return ms;
 }
 
-/* Queues the requests on the socket. On failure none of them is queued. */
-static int enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
-                          const size_t *lens, request *reqs, caller *me) {
+int dlock__conn_enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
+                               const size_t *lens, request *reqs,
+                               dlock__conn_done done, void *arg) {
   for (size_t i = 0; i < n; i++) {
     if (dlock__stream_append(c->ctx, cmds[i], lens[i]) != 0) {
       /* The partial batch in the output buffer would desynchronise the
@@ -73,8 +74,10 @@ static int enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
   }
   int64_t now = dlock__now_us();
   for (size_t i = 0; i < n; i++) {
-    reqs[i].who = me;
+    reqs[i].done = done;
+    reqs[i].arg = arg;
     reqs[i].sent_us = now;
+    reqs[i].deadline_us = INT64_MAX;
     reqs[i].block_ms = blocking_ms(cmds[i], lens[i]);
     if (c->tail != NULL)
       c->tail->next = &reqs[i];
@@ -83,6 +86,23 @@ static int enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
     c->tail = &reqs[i];
   }
   return 0;
+}
+
+/* The waiter's completion: the reply (or the first failure and why) is
+ * stored for it, and it is woken when the last of its requests is in,
+ * unless it is the one reading. */
+static void waiter_done(request *r, redisReply *reply, int err,
+                        const char *detail) {
+  caller *me = r->arg;
+  r->reply = reply;
+  r->err = err;
+  if (err != 0 && me->err == 0) {
+    me->err = err;
+    snprintf(me->detail, sizeof(me->detail), "%s", detail);
+  }
+  assert(me->remaining > 0);
+  if (--me->remaining == 0 && me != me->conn->driver)
+    dlock__conn_notify_locked(me->conn, me, WAKE_DONE);
 }
 
 /*
@@ -95,7 +115,7 @@ static int enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
  * as an event loop sends it. A lone caller (nothing in flight before its
  * own requests) always sends at once.
  */
-static int leave_to_driver(const dlock__conn *c, const request *mine) {
+int dlock__conn_leave_to_driver(const dlock__conn *c, const request *mine) {
   return c->driving && c->head != NULL && c->head != mine;
 }
 
@@ -117,6 +137,7 @@ static int send_common(dlock__conn *c, size_t n, char *const *cmds,
     return p->rc;
   }
   caller *me = &p->me;
+  me->conn = c;
   me->remaining = n;
   me->start_us = dlock__now_us();
   if (idle_ms > 0) {
@@ -139,10 +160,11 @@ static int send_common(dlock__conn *c, size_t n, char *const *cmds,
   pthread_mutex_lock(&c->mu);
   int rc = dlock__conn_link_locked(c, caller_deadline(c, me));
   if (rc == 0)
-    rc = enqueue_locked(c, n, cmds, lens, p->reqs, me);
+    rc = dlock__conn_enqueue_locked(c, n, cmds, lens, p->reqs, waiter_done, me);
   /* A thread already writing sends these commands too; on a connection
    * still in its handshake they wait for it (dlock__conn_drive_locked). */
-  if (rc == 0 && !c->writing && is_ready(c) && !leave_to_driver(c, p->reqs))
+  if (rc == 0 && !c->writing && is_ready(c) &&
+      !dlock__conn_leave_to_driver(c, p->reqs))
     dlock__conn_write_out_locked(c);
   dlock__conn_unlock(c);
   p->rc = rc;
@@ -163,12 +185,6 @@ int dlock__conn_send_paced(dlock__conn *c, size_t n, char *const *cmds,
 }
 
 /* ---- waiting ------------------------------------------------------------ */
-
-/* The error of a caller that gave up at its own deadline. */
-static int timed_out_error(const caller *me) {
-  return dlock__fail(DLOCK_EIO, "no reply from Redis within %lld ms",
-                     (long long)((dlock__now_us() - me->start_us) / 1000));
-}
 
 int dlock__conn_wait(dlock__pending *p, redisReply **replies) {
   return dlock__conn_wait_until(p, replies, INT64_MAX);
@@ -229,33 +245,20 @@ int dlock__conn_wait_until(dlock__pending *p, redisReply **replies,
                                  "out of memory giving up a call");
     }
   }
-  if (answered) {
-    /* The usual case needs nothing more from the connection; a failure
-     * takes 'mu' again for its explanation. */
-    for (size_t i = 0; i < p->n && rc == 0; i++)
-      rc = p->reqs[i].err;
-    if (rc == 0)
-      goto collect;
-    rc = 0;
-    pthread_mutex_lock(&c->mu);
-  }
-  p->me.waiting = 0;
+  if (!answered) {
+    p->me.waiting = 0;
 #ifndef NDEBUG
-  /* Nothing in the queue refers to this caller's frame any more. */
-  for (const request *r = c->head; r != NULL; r = r->next)
-    assert(r->who != &p->me);
-  assert(p->rc != 0 || p->me.remaining == 0);
+    /* Nothing in the queue refers to this caller's frame any more. */
+    for (const request *r = c->head; r != NULL; r = r->next)
+      assert(r->arg != &p->me);
+    assert(p->rc != 0 || p->me.remaining == 0);
 #endif
-  if (rc == 0) {
-    for (size_t i = 0; i < p->n && rc == 0; i++)
-      rc = p->reqs[i].err;
-    if (rc != 0 && p->me.gave_up)
-      timed_out_error(&p->me);
-    else if (rc != 0)
-      dlock__fail_text(rc, c->last_err);
+    dlock__conn_unlock(c);
   }
-  dlock__conn_unlock(c);
-collect:
+  /* The usual case needs nothing more from the connection: a failure
+   * carries its explanation. */
+  if (rc == 0 && p->me.err != 0)
+    rc = dlock__fail_text(p->me.err, p->me.detail);
   dlock__conn_caller_destroy(c, &p->me);
   for (size_t i = 0; i < p->n; i++) {
     if (rc == 0) {

@@ -13,6 +13,12 @@
  * commands travel together, as an event loop's would. When the driver has
  * its reply it sends what is left to it and passes the role to the oldest
  * waiter.
+ *
+ * Every request completes by callback (dlock__request): a blocking caller
+ * (dlock__conn_call, or send and wait) is a waiter whose requests'
+ * completion stores each reply and wakes it once the last is in, and an
+ * event loop submits requests whose completion is its own callback
+ * (dlock__conn_submit).
  */
 #ifndef DLOCK_CONN_H
 #define DLOCK_CONN_H
@@ -65,11 +71,51 @@ int dlock__conn_call(dlock__conn *c, size_t n, char *const *cmds,
                      int64_t deadline_us);
 
 /*
+ * A request: one command in line on the connection, which completes it
+ * exactly once by calling 'done' with its reply (handed over, error replies
+ * included) or, without a reply, with a DLOCK_E* code and the text that
+ * explains it (the connection's failure, or a deadline that passed). After
+ * 'done' the connection no longer touches the request: one that the
+ * connection allocated (dlock__conn_submit) it frees; a waiter's lives in
+ * its dlock__pending. 'done' runs in whichever thread completes it (the
+ * one reading the reply, failing the connection, or giving up at a
+ * deadline), with the connection's mutex held: it must not block nor call
+ * into the connection.
+ */
+struct dlock__request;
+typedef void (*dlock__conn_done)(struct dlock__request *r, redisReply *reply,
+                                 int err, const char *detail);
+
+typedef struct dlock__request {
+  struct dlock__request *next;
+  dlock__conn_done done; /* NULL: completed (given up on); the reply is
+                            dropped when it comes */
+  void *arg;             /* for 'done' */
+  int64_t sent_us;
+  /* A submitted request's deadline, at which it completes with DLOCK_EIO
+   * (a waiter's requests follow their waiter's deadline: INT64_MAX). */
+  int64_t deadline_us;
+  /* How long the server may hold the reply back on purpose (a WAIT's
+   * timeout), allowed on top of the command timeout before the
+   * connection counts as dead. */
+  int64_t block_ms;
+  /* Allocated by the connection, which frees it once completed; a request
+   * not owned is a waiter's (dlock__conn_send). */
+  int owned;
+  /* What a waiter's completion stored, for the waiter to collect. */
+  redisReply *reply;
+  int err; /* DLOCK_E* when it failed without a reply */
+} dlock__request;
+
+/*
  * Requests sent and not yet answered, so that one thread can send to
- * several servers at once and then collect the replies (RedLock). Lives on
- * the caller's stack; the fields are the connection's business.
+ * several servers at once and then collect the replies (RedLock): the
+ * waiter, whose requests' completion stores each reply and wakes it when
+ * the last is in. Lives on the caller's stack; the fields are the
+ * connection's business.
  */
 typedef struct dlock__caller {
+  dlock__conn *conn;
 #ifdef __linux__
   /* The futex word saying why the caller was woken (conn.c), so that a
    * caller whose replies are in returns without taking the connection's
@@ -85,21 +131,12 @@ typedef struct dlock__caller {
   int64_t limit_us; /* paced: the deadline never moves past this */
   int waiting;      /* in dlock__conn_wait, able to take over reading */
   int want_ready;   /* dlock__conn_open: drives until the handshake is done */
+  int want_idle;    /* dlock__conn_pump: drives while submissions are out */
   int64_t until_us; /* the end of this turn of waiting (wait_until) */
-  int gave_up;      /* its deadline passed before the replies came */
+  /* The first of its requests to fail: the code, and why. */
+  int err;
+  char detail[256];
 } dlock__caller;
-
-typedef struct dlock__request {
-  struct dlock__request *next;
-  dlock__caller *who; /* NULL: its caller gave up; the reply is dropped */
-  int64_t sent_us;
-  /* How long the server may hold the reply back on purpose (a WAIT's
-   * timeout), allowed on top of the command timeout before the
-   * connection counts as dead. */
-  int64_t block_ms;
-  redisReply *reply;
-  int err; /* DLOCK_E* when it failed without a reply */
-} dlock__request;
 
 #define DLOCK__PENDING_LOCAL 4
 
@@ -146,6 +183,29 @@ void dlock__conn_expire(dlock__pending *p);
 int dlock__conn_send_paced(dlock__conn *c, size_t n, char *const *cmds,
                            const size_t *lens, int64_t idle_ms,
                            int64_t limit_us, dlock__pending *p);
+
+/*
+ * Sends one formatted command whose completion comes by callback rather
+ * than to a waiting caller, for an event loop: 'done' is called exactly
+ * once (see dlock__request) with the reply, or with the error and its
+ * detail when the connection fails, or with DLOCK_EIO once 'deadline_us'
+ * (CLOCK_MONOTONIC; 0 means now + the command timeout) passes first (the
+ * late reply is then dropped). Returns 0, or an error (no connection yet
+ * in its back-off, out of memory, in a child of fork()) with nothing sent
+ * and 'done' never called.
+ *
+ * The completion comes from the thread that reads the reply: a blocking
+ * caller of this connection that drives it, or dlock__conn_pump; until one
+ * reads, submitted requests wait (also past their deadlines).
+ */
+int dlock__conn_submit(dlock__conn *c, const char *cmd, size_t len,
+                       int64_t deadline_us, dlock__conn_done done, void *arg);
+
+/* Reads replies and completes submitted requests (at their deadlines too)
+ * until none is left in flight (0) or 'until_us' passes
+ * (DLOCK__CONN_AGAIN). When another thread reads, it completes them and
+ * this one looks again every millisecond. */
+int dlock__conn_pump(dlock__conn *c, int64_t until_us);
 
 /* Makes every call in progress fail with DLOCK_ECANCELED (later calls are
  * refused by the client, see dlock_client_shutdown). */

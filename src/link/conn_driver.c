@@ -20,8 +20,8 @@
 
 /* ---- receiving ---------------------------------------------------------- */
 
-/* Hands every complete reply in the read buffer to its request. */
-static int dispatch_replies_locked(dlock__conn *c, caller *me) {
+/* Completes the request of every complete reply in the read buffer. */
+static int dispatch_replies_locked(dlock__conn *c) {
   for (;;) {
     void *reply = NULL;
     if (dlock__stream_reply(c->ctx, &reply) != 0)
@@ -38,48 +38,52 @@ static int dispatch_replies_locked(dlock__conn *c, caller *me) {
     if (c->head == NULL)
       c->tail = NULL;
     c->last_reply_us = dlock__now_us();
-    if (r->who == NULL) {
-      /* The caller gave up on it: the reply only keeps the stream in
-       * step. */
-      freeReplyObject(reply);
-      dlock__free(r);
-      continue;
-    }
-    r->reply = reply;
-    assert(r->who->remaining > 0);
-    if (--r->who->remaining == 0 && r->who != me)
-      dlock__conn_notify_locked(c, r->who, WAKE_DONE);
+    dlock__conn_complete_locked(c, r, reply, 0, NULL);
   }
 }
 
 /*
  * A caller whose own deadline passed gives up on its requests, while the
- * connection stays: its requests stay in line (as heap copies, since the
- * caller's stack is going away) so that the replies still pair up. Other
- * callers are not failed for one caller's shorter deadline (a watchdog
- * round bounded by a lease). Returns 0, or -1 when a copy cannot be made
- * (the connection must then be failed instead).
+ * connection stays (dlock__conn_give_up_at_locked): they complete with
+ * DLOCK_EIO and their replies are dropped when they come. Returns 0, or -1
+ * when out of memory (the connection must then be failed instead).
  */
 int dlock__conn_give_up_locked(dlock__conn *c, caller *me) {
-  for (request **p = &c->head; *p != NULL;) {
-    request *r = *p;
-    if (r->who != me) {
-      p = &r->next;
-      continue;
-    }
-    request *copy = dlock__calloc(1, sizeof(*copy));
-    if (copy == NULL)
+  char why[100];
+  snprintf(why, sizeof(why), "no reply from Redis within %lld ms",
+           (long long)((dlock__now_us() - me->start_us) / 1000));
+  for (request **p = &c->head; *p != NULL && me->remaining > 0;
+       p = &(*p)->next) {
+    if (waiter_of(*p) == me && dlock__conn_give_up_at_locked(c, p, why) != 0)
       return -1;
-    copy->next = r->next;
-    copy->sent_us = r->sent_us;
-    copy->block_ms = r->block_ms;
-    *p = copy;
-    if (c->tail == r)
-      c->tail = copy;
-    r->err = DLOCK_EIO;
-    me->remaining--;
-    me->gave_up = 1;
-    p = &copy->next;
+  }
+  return 0;
+}
+
+/* The earliest deadline of a submitted request in line (INT64_MAX: none). */
+static int64_t submit_deadline(const dlock__conn *c) {
+  int64_t at = INT64_MAX;
+  for (const request *r = c->head; r != NULL; r = r->next) {
+    if (r->owned && r->done != NULL && r->deadline_us < at)
+      at = r->deadline_us;
+  }
+  return at;
+}
+
+/* Completes the submitted requests whose deadline has passed, as a caller
+ * gives up on its own (dlock__conn_give_up_locked): 0, or -1 when out of
+ * memory (the connection must then be failed). */
+static int expire_submitted_locked(dlock__conn *c) {
+  int64_t now = dlock__now_us();
+  for (request **p = &c->head; *p != NULL; p = &(*p)->next) {
+    request *r = *p;
+    if (!r->owned || r->done == NULL || now < r->deadline_us)
+      continue;
+    char why[100];
+    snprintf(why, sizeof(why), "no reply from Redis within %lld ms",
+             (long long)((now - r->sent_us) / 1000));
+    if (dlock__conn_give_up_at_locked(c, p, why) != 0)
+      return -1;
   }
   return 0;
 }
@@ -119,25 +123,30 @@ static int may_wait_in_recv(dlock__conn *c, int64_t wake) {
  * another node for its turn) takes the role itself when it comes to wait. */
 void dlock__conn_pass_role_locked(dlock__conn *c, caller *me) {
   for (request *r = c->head; r != NULL; r = r->next) {
-    if (r->who != NULL && r->who != me && r->who->waiting) {
-      dlock__conn_notify_locked(c, r->who, WAKE_DRIVE);
+    caller *who = waiter_of(r);
+    if (who != NULL && who != me && who->waiting) {
+      dlock__conn_notify_locked(c, who, WAKE_DRIVE);
       break;
     }
   }
 }
 
 /* Reads replies for everybody until the caller 'me' has all of its own, or
- * its deadline passes (it gives up on them), or the connection dies. */
+ * its deadline passes (it gives up on them), or the connection dies; and
+ * completes submitted requests whose deadline passes meanwhile. */
 void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
   char why[200];
   assert(!c->driving && me->waiting);
   c->driving = 1;
+  c->driver = me;
   int polled = 0;
   while (c->ctx != NULL &&
-         (me->remaining > 0 || (me->want_ready && !is_ready(c)))) {
+         (me->remaining > 0 || (me->want_ready && !is_ready(c)) ||
+          (me->want_idle && c->nsubmitted > 0))) {
     /* The caller's turn ends (after one look at what came), its requests
      * still its own. */
-    if (polled && me->remaining > 0 && dlock__now_us() >= me->until_us)
+    if (polled && (me->remaining > 0 || me->want_idle) &&
+        dlock__now_us() >= me->until_us)
       break;
     int ready = is_ready(c);
     if (!ready) {
@@ -161,6 +170,10 @@ void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
     }
     int64_t mine = wait_limit(c, me);
     int64_t wake = dead_at(c) < mine ? dead_at(c) : mine;
+    if (c->nsubmitted > 0) {
+      int64_t next = submit_deadline(c);
+      wake = next < wake ? next : wake;
+    }
     /* Past a deadline the poll does not wait, but replies that already
      * arrived are still read: a caller that waited for another server
      * first (a RedLock) must not lose answers that came in time. */
@@ -205,6 +218,11 @@ void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
       /* Broken by another thread (a cancel, a failed write): the reason
        * is the one it gave. */
       dlock__conn_fail_all_locked(c, c->broken_code, c->last_err);
+      break;
+    }
+    if (c->nsubmitted > 0 && expire_submitted_locked(c) != 0) {
+      dlock__conn_fail_all_locked(c, DLOCK_ENOMEM,
+                                  "out of memory giving up a call");
       break;
     }
     if (!ready) {
@@ -260,7 +278,7 @@ void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
         dlock__conn_fail_all_locked(c, DLOCK_EIO, why);
         break;
       }
-      int rc = dispatch_replies_locked(c, me);
+      int rc = dispatch_replies_locked(c);
       if (rc != 0) {
         const char *proto = dlock__stream_proto_error(c->ctx);
         snprintf(why, sizeof(why), "bad reply from server: %s",
@@ -281,5 +299,6 @@ void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
   if (c->ctx != NULL && has_output(c))
     dlock__conn_write_out_locked(c);
   c->driving = 0;
+  c->driver = NULL;
   dlock__conn_pass_role_locked(c, me);
 }

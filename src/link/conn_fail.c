@@ -22,7 +22,7 @@
 
 /* ---- failure and reconnection ------------------------------------------- */
 
-/* Fails every waiting request with 'code', closes the socket and arranges
+/* Completes every waiting request with 'code', closes the socket and arranges
  * the next reconnection. Only the driver, or anybody while there is no
  * driver, may call this. */
 void dlock__conn_fail_all_locked(dlock__conn *c, int code, const char *why) {
@@ -35,18 +35,7 @@ void dlock__conn_fail_all_locked(dlock__conn *c, int code, const char *why) {
     snprintf(c->last_err, sizeof(c->last_err), "%s", why);
   }
   c->last_code = code;
-  for (request *r = c->head; r != NULL;) {
-    request *next = r->next;
-    if (r->who == NULL) {
-      dlock__free(r);
-    } else {
-      r->err = code;
-      if (--r->who->remaining == 0)
-        dlock__conn_notify_locked(c, r->who, WAKE_DONE);
-    }
-    r = next;
-  }
-  c->head = c->tail = NULL;
+  dlock__conn_complete_all_locked(c, code, c->last_err);
   if (c->ctx != NULL) {
     if (c->ctx == c->sending) {
       /* A thread is sending on this socket outside 'mu': closing it now

@@ -4,6 +4,9 @@
  * lends the others. Only src/link/conn*.c include this.
  *
  *   conn.c         the request queue: sending, and waiting for the replies
+ *                  (the blocking caller, a waiter)
+ *   conn_submit.c  requests completed by callback, for an event loop
+ *   conn_done.c    completing a request
  *   conn_wake.c    how a waiting caller sleeps and is woken (futex words
  *                  or condition variables), and the invariants
  *   conn_fail.c    failing the connection, and the reconnection back-off
@@ -56,6 +59,8 @@ struct dlock__conn {
   int discovering;        /* a thread looks the master up, outside 'mu' */
   request *head, *tail;   /* sent, awaiting replies, oldest first */
   int driving;            /* a thread is reading replies */
+  caller *driver;         /* the caller reading them */
+  size_t nsubmitted;      /* dlock__conn_submit's requests in line */
   int writing;            /* a thread is writing 'wbuf' (conn_write.c) */
   int socket_full;        /* the last write stopped at a full socket */
   sds wbuf;               /* output taken from ctx->obuf, to go out first */
@@ -126,6 +131,42 @@ static inline int has_output(const dlock__conn *c) {
   return is_ready(c) && !c->writing &&
          (sdslen(c->wbuf) > 0 || sdslen(c->ctx->obuf) > 0);
 }
+
+/* ---- completing requests (conn_done.c) ---------------------------------- */
+
+/* Completes 'r', which is out of the line (see dlock__request): calls its
+ * 'done' (a request given up on only drops the reply) and frees it when
+ * the connection owns it. */
+void dlock__conn_complete_locked(dlock__conn *c, request *r, redisReply *reply,
+                                 int err, const char *detail);
+/* Takes every request out of the line and completes it with 'err' and
+ * 'detail'. */
+void dlock__conn_complete_all_locked(dlock__conn *c, int err,
+                                     const char *detail);
+/* Completes the request at '*at' with DLOCK_EIO and 'detail', leaving a
+ * request given up on in its place, so that the late reply still pairs
+ * up: 0, or -1 when out of memory (nothing done; the connection must then
+ * be failed). */
+int dlock__conn_give_up_at_locked(dlock__conn *c, request **at,
+                                  const char *detail);
+
+/* The waiter whose request 'r' is, or NULL: the requests the connection
+ * does not own are all waiters' (dlock__conn_send), which complete by
+ * storing the reply for their waiter ('arg'). */
+static inline caller *waiter_of(const request *r) {
+  return r->owned ? NULL : (caller *)r->arg;
+}
+
+/* ---- the request queue (conn.c) ----------------------------------------- */
+
+/* Queues the requests on the socket, each to be completed by 'done' with
+ * 'arg'. On failure none of them is queued. */
+int dlock__conn_enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
+                               const size_t *lens, request *reqs,
+                               dlock__conn_done done, void *arg);
+/* Whether commands just queued, the first of them 'mine', are left for the
+ * driver to send with the next reply it reads. */
+int dlock__conn_leave_to_driver(const dlock__conn *c, const request *mine);
 
 /* ---- waking callers (conn_wake.c) --------------------------------------- */
 

@@ -66,14 +66,18 @@ void dlock__conn_cancel(dlock__conn *c) {
 }
 
 /* Frees the requests left in line that belong to the connection: those
- * given up on. The others belong to their callers' frames. */
-static void drop_given_up(dlock__conn *c) {
+ * given up on, and those submitted (in a child of fork() their completions
+ * are the parent's business: they are not called). The others belong to
+ * their callers' frames. */
+static void drop_owned(dlock__conn *c) {
   while (c->head != NULL) {
     request *next = c->head->next;
-    if (c->head->who == NULL)
+    if (c->head->owned)
       dlock__free(c->head);
     c->head = next;
   }
+  c->tail = NULL;
+  c->nsubmitted = 0;
 }
 
 /* Frees the rest of 'c', its stream gone and its mutexes released. */
@@ -99,8 +103,10 @@ static void unlock_both(dlock__conn *c) {
 void dlock__conn_free(dlock__conn *c) {
   if (c == NULL)
     return;
-  /* With no call in progress, only requests given up on are left. */
-  drop_given_up(c);
+  /* With no call in progress, only requests given up on and submitted
+   * ones are left: these complete now. */
+  dlock__conn_complete_all_locked(c, DLOCK_ECANCELED,
+                                  "the connection is closed");
   if (c->ctx != NULL)
     dlock__stream_free(c->ctx);
   release(c);
@@ -126,9 +132,10 @@ int dlock__conn_forget(dlock__conn *c) {
     unlock_both(c);
     return -1;
   }
-  /* Requests given up on are the connection's; the others live in the
-   * frames of parent threads, which are not this process's to free. */
-  drop_given_up(c);
+  /* Requests given up on or submitted are the connection's; the others
+   * live in the frames of parent threads, which are not this process's to
+   * free. */
+  drop_owned(c);
   /* Only this process's copy of the descriptor is closed: nothing is sent
    * (no TLS goodbye), and the parent's connection goes on. */
   if (c->ctx != NULL)

@@ -31,7 +31,7 @@
  * socket being sent on outside 'mu' is the writer's; a connection being
  * opened is not there yet; without a connection nothing is queued or read;
  * every queued request either belongs to a caller that still counts it as
- * unanswered or was given up on.
+ * unanswered, or was submitted, or was given up on.
  */
 void dlock__conn_check_locked(const dlock__conn *c) {
 #ifndef NDEBUG
@@ -44,10 +44,15 @@ void dlock__conn_check_locked(const dlock__conn *c) {
   assert(c->broken_code == 0 || c->ctx != NULL);
   assert((c->head == NULL) == (c->tail == NULL));
   assert(c->tail == NULL || c->tail->next == NULL);
+  size_t submitted = 0;
   for (const request *r = c->head; r != NULL; r = r->next) {
-    assert(r->who == NULL || r->who->remaining > 0);
+    assert(waiter_of(r) == NULL || waiter_of(r)->remaining > 0);
+    assert(r->done != NULL || r->owned);
     assert(r->reply == NULL && r->err == 0);
+    submitted += r->done != NULL && r->owned;
   }
+  assert(submitted == c->nsubmitted);
+  assert((c->driver != NULL) == c->driving);
 #ifdef __linux__
   assert(c->nwakes <= WAKES_MAX);
 #endif
