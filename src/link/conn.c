@@ -122,7 +122,8 @@ int dlock__conn_leave_to_driver(const dlock__conn *c, const request *mine) {
 static int send_common(dlock__conn *c, size_t n, char *const *cmds,
                        const size_t *lens, int64_t deadline_us, int64_t idle_ms,
                        int64_t limit_us, dlock__pending *p) {
-  memset(p, 0, sizeof(*p));
+  /* All but the failure text, which is written before it is read. */
+  memset(p, 0, offsetof(dlock__pending, me.detail));
   p->conn = c;
   p->n = n;
   /* In a child of fork() the socket is the parent's: never touch it. */

@@ -133,7 +133,8 @@ typedef struct dlock__caller {
   int want_ready;   /* dlock__conn_open: drives until the handshake is done */
   int want_idle;    /* dlock__conn_pump: drives while submissions are out */
   int64_t until_us; /* the end of this turn of waiting (wait_until) */
-  /* The first of its requests to fail: the code, and why. */
+  /* The first of its requests to fail: the code, and why (last: only
+   * written with the code, it is not cleared for each call). */
   int err;
   char detail[256];
 } dlock__caller;
@@ -142,11 +143,11 @@ typedef struct dlock__caller {
 
 typedef struct dlock__pending {
   dlock__conn *conn;
-  dlock__caller me;
   dlock__request *reqs;
   dlock__request local[DLOCK__PENDING_LOCAL];
   size_t n;
   int rc;
+  dlock__caller me; /* last, its failure text at the very end (conn.c) */
 } dlock__pending;
 
 /* The two halves of dlock__conn_call. Every send must be followed by a
