@@ -10,7 +10,6 @@
 #include "error.h"
 #include "machine.h"
 #include "monotime.h"
-#include "pubsub.h"
 #include "reply.h"
 #include "sleep.h"
 
@@ -166,7 +165,7 @@ static const dlock__acq_ops counter_ops = {
 };
 
 int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
-                    int wake, int64_t permits, int64_t wait_ms,
+                    dlock__wake_fn wake, int64_t permits, int64_t wait_ms,
                     dlock__attempt_fn attempt, dlock__retry_fn may_retry,
                     void *arg, const char *what) {
   counter_acq t = {attempt, may_retry, arg, what};
@@ -178,6 +177,6 @@ int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
    * everyone, this client's waiters hold back a moment, so that a waiter
    * of another client gets the permits (see handover.c). */
   m.pause_if_woken = 1;
-  m.w.permits = permits;
+  m.who.permits = permits;
   return dlock__acq_run(&m);
 }

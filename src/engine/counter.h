@@ -84,7 +84,7 @@ int dlock__counter_try_set(dlock__counter *o, int64_t permits);
 int dlock__counter_add(dlock__counter *o, int64_t delta, int64_t *free_after);
 
 /*
- * Waits on 'channel' (woken as 'wake' says, see pubsub.h) until
+ * Waits on 'channel' (woken as 'wake' says, see cohort.h) until
  * 'attempt' succeeds or 'deadline_us' passes, for the objects that are not
  * a dlock_t. 'attempt' returns 0 when done, 1 when it must wait (with
  * '*sleep_ms' the longest it may sleep before trying again, -1 for as long
@@ -95,7 +95,7 @@ int dlock__counter_add(dlock__counter *o, int64_t delta, int64_t *free_after);
  * within the wait, as a lock's is, when 'may_retry' (NULL: always)
  * allows it. A semaphore's waiter for 'permits' (> 0; 0 for others) may
  * instead be handed them by a release inside the client
- * (dlock__pubsub_reserve_permits), which counts them as the client's
+ * (dlock__cohort_reserve_permits), which counts them as the client's
  * still: it then returns DLOCK__HANDED. Otherwise returns 0,
  * DLOCK_ETIMEDOUT (with 'what' in the detail) or the attempt's error.
  */
@@ -105,7 +105,7 @@ typedef int (*dlock__attempt_fn)(void *arg, int64_t *sleep_ms, int *pass);
  * again after a pause (within the wait), having made ready for it. */
 typedef int (*dlock__retry_fn)(void *arg, int rc);
 int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
-                    int wake, int64_t permits, int64_t wait_ms,
+                    dlock__wake_fn wake, int64_t permits, int64_t wait_ms,
                     dlock__attempt_fn attempt, dlock__retry_fn may_retry,
                     void *arg, const char *what);
 

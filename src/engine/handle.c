@@ -140,15 +140,15 @@ static int trylock_single(dlock_t *l, uint64_t owner, int64_t wait_ms,
                   by_pubsub ? DLOCK__ACQ_BY_PUBSUB : DLOCK__ACQ_BY_BACKOFF,
                   channel, channel_len);
   m.free_channel = channel != l->channel;
-  m.wake = DLOCK__WAKE_LOCK;
+  m.wake = dlock__wake_lock;
   m.join_early = 1;
   m.pause_if_woken = m.note_attempts = l->kind->no_barging;
   m.ride_restarts = 1;
   /* Says whose waiter it is; a waiter of a kind that takes hand-overs
    * inside the client also gives the lease it wants. */
-  m.w.owner = owner;
-  m.w.lease_ms = l->kind->no_barging ? lease_ms : 0;
-  m.w.permits = 0; /* a lock's waiter, not a semaphore's */
+  m.who.owner = owner;
+  m.who.lease_ms = l->kind->no_barging ? lease_ms : 0;
+  m.who.permits = 0; /* a lock's waiter, not a semaphore's */
   return dlock__acq_run(&m);
 }
 

@@ -18,18 +18,18 @@
  * client listens: a client that polls without subscribing (Redisson's
  * RSpinLock, a tryLock() loop, a dlock spin lock) is invisible, and would
  * otherwise never find the lock free. The hold-back then lasts at least a
- * fixed share of the time the run took (see dlock__pubsub_resolve), so the
+ * fixed share of the time the run took (see dlock__cohort_resolve), so the
  * lock is free for others that share of the time at least, and a poller
  * trying at any moment finds it free on about that share of its tries.
  *
- * The waiter is reserved first (dlock__pubsub_reserve), so that it stays
+ * The waiter is reserved first (dlock__cohort_reserve), so that it stays
  * to be told, and is told the outcome whatever it is: the token of its new
  * hold, or, when the hand-over failed, a wake-up to try for itself.
  */
 #include "engine.h"
 
+#include "cohort.h"
 #include "error.h"
-#include "pubsub.h"
 
 #include <string.h>
 
@@ -38,11 +38,12 @@ static int run_handover(dlock_t *l, uint64_t owner, dlock__release *r,
   dlock_client_t *c = l->c;
   dlock__call call;
   dlock__call_init(&call);
-  dlock__handover_call(l, owner, r, next->owner, next->lease_ms, at_cap, &call);
+  const dlock__cohort_member *to = dlock__cohort_of(next);
+  dlock__handover_call(l, owner, r, to->owner, to->lease_ms, at_cap, &call);
   redisReply *reply;
   int rc = dlock__release_send(l, owner, r, &call.eval, &reply);
   if (rc != 0) {
-    dlock__pubsub_resolve(c->ps, next, 0, DLOCK__RESOLVE_FAILED);
+    dlock__cohort_resolve(c->ps, next, 0, DLOCK__RESOLVE_FAILED);
     return rc;
   }
   int64_t left = 0;
@@ -52,13 +53,13 @@ static int run_handover(dlock_t *l, uint64_t owner, dlock__release *r,
   freeReplyObject(reply);
   if (rc != 0) {
     dlock__release_failed(l, owner);
-    dlock__pubsub_resolve(c->ps, next, 0, DLOCK__RESOLVE_FAILED);
+    dlock__cohort_resolve(c->ps, next, 0, DLOCK__RESOLVE_FAILED);
     return rc;
   }
   rc = dlock__release_apply(l, owner, left, r);
   if (r->lost)
     outcome = DLOCK__RESOLVE_FAILED;
-  dlock__pubsub_resolve(c->ps, next, token, outcome);
+  dlock__cohort_resolve(c->ps, next, token, outcome);
   return rc;
 }
 
@@ -69,7 +70,7 @@ int dlock__handover_release(dlock_t *l, uint64_t owner, dlock__release *r) {
     return 1;
   int at_cap;
   dlock__waiter *next =
-      dlock__pubsub_reserve(l->c->ps, l->channel, l->channel_len, owner,
+      dlock__cohort_reserve(l->c->ps, l->channel, l->channel_len, owner,
                             DLOCK__HANDOVER_RUN_MAX, &at_cap);
   return next != NULL ? run_handover(l, owner, r, next, at_cap) : 1;
 }

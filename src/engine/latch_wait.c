@@ -7,9 +7,9 @@
  */
 #include "counter.h"
 
+#include "cohort.h"
 #include "engine.h"
 #include "error.h"
-#include "pubsub.h"
 #include "reply.h"
 
 #include <inttypes.h>
@@ -82,6 +82,6 @@ int dlock_latch_await(dlock_latch_t *l, int64_t wait_ms) {
   char what[160];
   snprintf(what, sizeof(what), "latch \"%.100s\" not at zero", l->o.n.name);
   return dlock__wait_for(l->o.c, l->o.n.channel, l->o.n.channel_len,
-                         DLOCK__WAKE_LATCH, 0, wait_ms, latch_attempt, NULL, l,
+                         dlock__wake_latch, 0, wait_ms, latch_attempt, NULL, l,
                          what);
 }

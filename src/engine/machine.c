@@ -35,6 +35,7 @@ void dlock__acq_init(dlock__acq *m, const dlock__acq_ops *ops, void *arg,
   dlock__backoff spin = DLOCK__BACKOFF_SPIN;
   m->spin = spin;
   m->state = DLOCK__ACQ_PREPARE;
+  m->w.owner_data = &m->who;
 }
 
 /* Ends the machine's run with 'rc' (leaving, giving up: see finish). */
@@ -115,7 +116,7 @@ static int attempt(dlock__acq *m) {
   m->tried_us = dlock__now_us();
   int rc = m->ops->attempt(m, m->wait_ms != 0);
   if (woken && rc >= 0 && m->note_attempts)
-    dlock__pubsub_note_attempt(m->c->ps, &m->w, rc == 1);
+    dlock__cohort_note_attempt(m->c->ps, &m->w, rc == 1);
   if (rc >= 0 && !m->ride_restarts) {
     m->ride_until_us = 0;
     m->ride_step = 0;
@@ -176,7 +177,7 @@ static int plan(dlock__acq *m) {
  * earlier one of the same owner.
  */
 static uint64_t fresh_grant(const dlock__acq *m) {
-  return m->w.grant > m->busy.counter ? m->w.grant : 0;
+  return m->w.value > m->busy.counter ? m->w.value : 0;
 }
 
 /* What the wait ended with ('m->pending'). */
@@ -191,7 +192,7 @@ static int woke(dlock__acq *m) {
     /* A release handed it over: it is held already. */
     if (m->ops->take_handed == NULL)
       return to_finish(m, DLOCK__ACQ_HANDED);
-    int rc = m->ops->take_handed(m, m->w.grant);
+    int rc = m->ops->take_handed(m, m->w.value);
     if (rc != 1)
       return to_finish(m, rc);
     return DLOCK__ACQ_PLAN;
@@ -199,7 +200,7 @@ static int woke(dlock__acq *m) {
   /* Woken by a message of the channel: hold back first, if contended. */
   m->woken = ev == 1 && m->pause_if_woken;
   if (m->woken && m->joined) {
-    m->until_us = dlock__now_us() + dlock__pubsub_contention_pause(
+    m->until_us = dlock__now_us() + dlock__cohort_contention_pause(
                                         m->c->ps, &m->w, dlock__jitter());
     return DLOCK__ACQ_HOLD;
   }

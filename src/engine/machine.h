@@ -19,6 +19,7 @@
 #ifndef DLOCK_MACHINE_H
 #define DLOCK_MACHINE_H
 
+#include "cohort.h"
 #include "engine.h"
 
 typedef struct dlock__acq dlock__acq;
@@ -84,16 +85,17 @@ struct dlock__acq {
   void *arg;
   dlock_client_t *c;
   int64_t wait_ms, deadline_us;
-  int wait_by;        /* enum dlock__acq_wait */
-  int wake;           /* how the channel's messages wake (pubsub.h) */
-  int join_early;     /* join a live channel before the first attempt */
-  int pause_if_woken; /* hold back after a wake-up (contention pause) */
-  int note_attempts;  /* report woken attempts' outcomes (contention) */
-  int ride_restarts;  /* an outage restarts from 'prepare', having left */
-  char *channel;      /* the channel waited on */
+  int wait_by;         /* enum dlock__acq_wait */
+  dlock__wake_fn wake; /* how the channel's messages wake (cohort.h) */
+  int join_early;      /* join a live channel before the first attempt */
+  int pause_if_woken;  /* hold back after a wake-up (contention pause) */
+  int note_attempts;   /* report woken attempts' outcomes (contention) */
+  int ride_restarts;   /* an outage restarts from 'prepare', having left */
+  char *channel;       /* the channel waited on */
   size_t channel_len;
-  int free_channel; /* ... which the driver frees at the end */
-  dlock__waiter w;  /* the caller sets its owner, lease and permits */
+  int free_channel;         /* ... which the driver frees at the end */
+  dlock__waiter w;          /* on the channel, as 'who' */
+  dlock__cohort_member who; /* the caller sets its owner, lease, permits */
 
   /* Where it is. */
   int state;

@@ -8,10 +8,10 @@
 #include "alloc.h"
 #include "counter.h"
 
+#include "cohort.h"
 #include "engine.h"
 #include "error.h"
 #include "monotime.h"
-#include "pubsub.h"
 #include "reply.h"
 
 #include <errno.h>
@@ -187,7 +187,7 @@ int dlock_psem_acquire(dlock_psem_t *s, int64_t wait_ms, int64_t lease_ms,
   snprintf(what, sizeof(what), "semaphore \"%.100s\": no permit acquired",
            s->o.n.name);
   rc = dlock__wait_for(s->o.c, s->o.n.channel, s->o.n.channel_len,
-                       DLOCK__WAKE_COUNT, 0, wait_ms, psem_attempt,
+                       dlock__wake_count, 0, wait_ms, psem_attempt,
                        psem_may_retry, &t, what);
   if (rc != 0 && dlock__outcome_unknown(rc)) {
     /* The last attempt may have taken the permit without the answer

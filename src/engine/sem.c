@@ -5,10 +5,10 @@
  */
 #include "counter.h"
 
+#include "cohort.h"
 #include "engine.h"
 #include "error.h"
 #include "monotime.h"
-#include "pubsub.h"
 #include "reply.h"
 
 #include <string.h>
@@ -132,7 +132,7 @@ int dlock_sem_acquire(dlock_sem_t *s, int64_t permits, int64_t wait_ms) {
            "semaphore \"%.100s\": %lld permits not acquired", s->o.n.name,
            (long long)permits);
   rc = dlock__wait_for(s->o.c, s->o.n.channel, s->o.n.channel_len,
-                       DLOCK__WAKE_COUNT, permits, wait_ms, sem_attempt,
+                       dlock__wake_count, permits, wait_ms, sem_attempt,
                        sem_may_retry, &t, what);
   /* Handed over by a release of this client: counted already. */
   if (rc == DLOCK__HANDED)
@@ -162,9 +162,10 @@ int dlock_sem_release(dlock_sem_t *s, int64_t permits) {
    * first, so that it stays to be told the outcome. */
   int at_cap = 0;
   dlock__waiter *next =
-      dlock__pubsub_reserve_permits(c->ps, s->o.n.channel, s->o.n.channel_len,
+      dlock__cohort_reserve_permits(c->ps, s->o.n.channel, s->o.n.channel_len,
                                     permits, DLOCK__HANDOVER_RUN_MAX, &at_cap);
-  int64_t handed = next != NULL && !at_cap ? next->permits : 0;
+  int64_t handed =
+      next != NULL && !at_cap ? dlock__cohort_of(next)->permits : 0;
   /* Taken off the count before the release is sent, so that two threads
    * cannot both give back the same permit. Permits handed over stay on
    * the count: they stay the client's, counted before their new holder
@@ -181,7 +182,7 @@ int dlock_sem_release(dlock_sem_t *s, int64_t permits) {
   pthread_mutex_unlock(&c->mu);
   if (held < permits) {
     if (next != NULL)
-      dlock__pubsub_resolve(c->ps, next, 0, DLOCK__RESOLVE_FAILED);
+      dlock__cohort_resolve(c->ps, next, 0, DLOCK__RESOLVE_FAILED);
     return dlock__fail(DLOCK_ENOTHELD,
                        "cannot release %lld permits of semaphore \"%.100s\": "
                        "this client acquired %lld; nothing was changed (use "
@@ -189,7 +190,7 @@ int dlock_sem_release(dlock_sem_t *s, int64_t permits) {
                        (long long)permits, s->o.n.name, (long long)held);
   }
   if (handed > 0) {
-    dlock__pubsub_resolve(c->ps, next, 1, DLOCK__RESOLVE_HANDED);
+    dlock__cohort_resolve(c->ps, next, 1, DLOCK__RESOLVE_HANDED);
     next = NULL;
     permits -= handed;
     if (permits == 0)
@@ -207,7 +208,7 @@ int dlock_sem_release(dlock_sem_t *s, int64_t permits) {
   /* The waiter reserved at the end of a run: the release message wakes it
    * with the others, after its hold-back; if there was none, it tries. */
   if (next != NULL)
-    dlock__pubsub_resolve(c->ps, next, 0,
+    dlock__cohort_resolve(c->ps, next, 0,
                           rc == 0 ? DLOCK__RESOLVE_RELEASED
                                   : DLOCK__RESOLVE_FAILED);
   return rc;

@@ -103,7 +103,7 @@ typedef struct dlock__release dlock__release;
  * this many plus one acquisitions per client. Each run ends with the only
  * turn that costs a client an unlock message, its waiters' attempts (most
  * of which fail) and the pause of the other clients' woken waiters (see
- * dlock__pubsub_contention_pause), so the longer the runs, the more
+ * dlock__cohort_contention_pause), so the longer the runs, the more
  * acquisitions per second a contended lock serves and the fewer commands
  * each costs. Eight per turn keeps fewest/most over the clients' threads
  * near 0.9 and a waiter of another client waits no longer at the 99th
@@ -199,6 +199,20 @@ int dlock__reentrant_release_call(dlock_t *l, uint64_t owner,
 int dlock__handover_call(dlock_t *l, uint64_t owner, const dlock__release *r,
                          uint64_t to, int64_t lease_ms, int at_cap,
                          dlock__call *out);
+
+/* How a hand-over's reservation of a waiter ended (engine/cohort.c). */
+enum dlock__resolve {
+  DLOCK__RESOLVE_HANDED,   /* the waiter holds the lock with the token
+                              (a semaphore's waiter: its permits) */
+  DLOCK__RESOLVE_FAILED,   /* the hand-over failed: it is woken to try */
+  DLOCK__RESOLVE_RELEASED, /* released for every client after a run of
+                              hand-overs; the unlock message wakes the
+                              waiter like any other, and this client's
+                              waiters hold back their next attempt for a
+                              share of the run's time (cohort.c) */
+  DLOCK__RESOLVE_YIELDED   /* ... and other clients listen: the hold-back
+                              is also at least YIELD_US (cohort.c) */
+};
 
 /* Decodes the hand-over script's reply: {0, token} (handed over), {-1, 0}
  * (not held), {1, 0}, {2, 0} or {3, 0} (released for everyone; another

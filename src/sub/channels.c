@@ -69,6 +69,7 @@ dlock__sub *dlock__sub_new(dlock__pubsub *ps, const char *name, size_t len) {
 
 void dlock__sub_free(dlock__sub *s) {
   pthread_cond_destroy(&s->ready);
+  dlock__free(s->slot);
   dlock__free(s->name);
   dlock__free(s);
 }
@@ -105,28 +106,30 @@ void dlock__sub_wake_all_locked(dlock__sub *s) {
 }
 
 /* Wakes the first waiter in line that is not awake already, handing it
- * 'grant' (a token, or 0). */
-void dlock__sub_wake_one_locked(dlock__sub *s, uint64_t grant) {
+ * 'value' (or 0). */
+void dlock__sub_wake_one_locked(dlock__sub *s, uint64_t value) {
   for (dlock__waiter *w = s->head; w != NULL; w = w->next)
     if (!w->permit) {
-      w->grant = grant;
+      w->value = value;
       dlock__sub_wake_locked(w);
       return;
     }
-  /* Everyone is awake already. A hand-over is still kept: it comes on its
-   * owner's own channel, where that owner is the one waiter, and a newer
-   * one replaces an older that the waiter has not taken (which may be
-   * stale: see dlock__busy). */
-  if (grant != 0 && s->head != NULL && s->head->grant < grant)
-    s->head->grant = grant;
+  /* Everyone is awake already. A value is still kept, by the first in
+   * line: it is meant for the one waiter of its channel (a lock's
+   * hand-over comes on its owner's own channel), and values grow, so a
+   * newer one replaces an older that the waiter has not taken (which its
+   * user may find stale: see dlock__busy). */
+  if (value != 0 && s->head != NULL && s->head->value < value)
+    s->head->value = value;
 }
 
 /* Wakes up to 'n' waiters of 's' that are not awake already, first in
- * line first. A waiter reserved for a hand-over is skipped: it is told its
- * own outcome, and the permits this message announces are for others. */
+ * line first. A pinned waiter is skipped: it is told its own outcome by
+ * whoever pinned it, and what this message announces is for others (a
+ * semaphore's free permits). */
 void dlock__sub_wake_n_locked(dlock__sub *s, int64_t n) {
   for (dlock__waiter *w = s->head; w != NULL && n > 0; w = w->next)
-    if (!w->permit && !w->reserved) {
+    if (!w->permit && !w->pinned) {
       dlock__sub_wake_locked(w);
       n--;
     }
@@ -138,8 +141,9 @@ void dlock__sub_enqueue_locked(dlock__sub *s, dlock__waiter *w) {
   w->sub = s;
   w->permit = 0;
   w->reading = 0;
-  w->grant = 0;
-  w->reserved = 0;
+  w->value = 0;
+  w->pinned = 0;
+  w->pin_holds = 0;
   w->parked = 0;
   init_monotonic_cond(&w->cv);
   if (s->tail != NULL)
@@ -168,8 +172,9 @@ int dlock__sub_dequeue_locked(dlock__pubsub *ps, dlock__waiter *w) {
     s->tail = prev;
   pthread_cond_destroy(&w->cv);
   ps->waiting--;
-  /* A wake-up not taken goes on; a hand-over does not (it was meant for
-   * this waiter's owner, who took the lock up by its own attempt). */
+  /* A wake-up not taken goes on; its value does not (it was meant for
+   * this waiter: a lock's hand-over to its owner, who took the lock up by
+   * its own attempt). */
   if (w->permit)
     dlock__sub_wake_one_locked(s, 0);
   int idle = --s->refs == 0;

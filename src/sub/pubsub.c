@@ -52,12 +52,12 @@ int dlock__pubsub_forget(dlock__pubsub *ps) {
 
 int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
                        int64_t deadline_us, dlock__waiter *w) {
-  return dlock__pubsub_join_as(ps, channel, len, deadline_us, w,
-                               DLOCK__WAKE_LOCK);
+  return dlock__pubsub_join_as(ps, channel, len, deadline_us, w, NULL);
 }
 
 int dlock__pubsub_join_as(dlock__pubsub *ps, const char *channel, size_t len,
-                          int64_t deadline_us, dlock__waiter *w, int wake) {
+                          int64_t deadline_us, dlock__waiter *w,
+                          dlock__wake_fn wake) {
   int rc;
   if ((ps = dlock__shards_route(ps, channel, len, 1, &rc)) == NULL)
     return rc;

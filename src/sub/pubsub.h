@@ -2,8 +2,9 @@
  * Unlock notifications. Each client keeps one pub/sub connection, served by
  * its own thread. Waiters join a channel (shared by every waiter of the
  * client on that channel), sleep until a message or a deadline, and leave.
- * A message "0" wakes one waiter of the client, "1" wakes all of them
- * (Redisson's read-write lock uses it when the write lock is released).
+ * What a message does to the waiters is the channel's decoder's to say
+ * (dlock__wake_fn): pub/sub knows channels and waiters, and what a lock,
+ * a semaphore or a latch means by its messages is the engine's.
  *
  * A client of a cluster with sharded pub/sub (dlock__cluster_sharded)
  * has one such connection and thread per master that has its waiters,
@@ -36,8 +37,8 @@ typedef struct dlock__sub dlock__sub;
 /*
  * One thread waiting on a channel, on the caller's stack from join to
  * leave. A client's waiters on a channel form a queue in the order they
- * joined: an unlock message wakes the first one that has no wake-up yet,
- * and a waiter keeps its place across attempts until it leaves. So a
+ * joined: a message that wakes one wakes the first one that has no wake-up
+ * yet, and a waiter keeps its place across attempts until it leaves. So a
  * process's threads take turns, and a thread that has just released cannot
  * take the wake-up meant for one that was waiting already.
  */
@@ -47,21 +48,42 @@ typedef struct dlock__waiter {
   pthread_cond_t cv;
   int permit;  /* woken and not yet taken */
   int reading; /* reading the connection itself, in ppoll (see subread.c) */
-  /* The token of a lock handed to this waiter's owner by a release (a fair
-   * lock's "grant:<token>" on the owner's own channel, or a hand-over
-   * inside the client); 0 when none. */
-  uint64_t grant;
-  /* Set by the waiter before it joins, for hand-overs inside the client:
-   * whose waiter this is, and the lease it asked for (0: it takes none). */
-  uint64_t owner;
-  int64_t lease_ms;
-  /* Set by every waiter before it joins: the permits a semaphore's waiter
-   * waits for, which a release inside the client may hand it (0: none, and
-   * for the waiter of any other kind). */
-  int64_t permits;
-  int parked;   /* inside dlock__pubsub_wait, making no attempt of its own */
-  int reserved; /* chosen by a releasing thread; see dlock__pubsub_reserve */
+  /* What the wake-up carried: a value a message's decoder gave
+   * (DLOCK__WAKE_FIRST) or dlock__pubsub_unpin; 0 when none. */
+  uint64_t value;
+  /* Set by the joiner before it joins, and never read by pub/sub: what a
+   * releasing thread's 'eligible' (dlock__pubsub_pin_first) needs to know
+   * of the waiter; NULL for one that no release chooses. */
+  void *owner_data;
+  int parked; /* inside dlock__pubsub_wait, making no attempt of its own */
+  int pinned; /* chosen by dlock__pubsub_pin_first, until unpinned */
+  /* ... and stays in dlock__pubsub_wait until then, even when woken. */
+  int pin_holds;
 } dlock__waiter;
+
+/*
+ * What a message does to the waiters of its channel, as the channel's
+ * decoder says: wakes nobody, every waiter, the first in line that is not
+ * awake (handing it 'value', or 0), or up to 'count' of those that are not
+ * awake and not pinned, first in line first.
+ */
+enum dlock__wake_how {
+  DLOCK__WAKE_NONE,
+  DLOCK__WAKE_ALL,
+  DLOCK__WAKE_FIRST,
+  DLOCK__WAKE_SOME
+};
+
+typedef struct dlock__wakeup {
+  int how;        /* enum dlock__wake_how */
+  int64_t count;  /* DLOCK__WAKE_SOME: how many */
+  uint64_t value; /* DLOCK__WAKE_FIRST: what the wake-up carries */
+} dlock__wakeup;
+
+/* Decodes a message of a channel: 'msg' and 'len' are its bytes (NULL and
+ * 0 for one that is not a string). Called with the connection's mutex
+ * held, so it only looks at the message. */
+typedef dlock__wakeup (*dlock__wake_fn)(const char *msg, size_t len);
 
 /* Connects the pub/sub connection ('tls' for a rediss:// endpoint, else
  * NULL; it must outlive the connection; 'sentinel' for a redis-sentinel://
@@ -110,6 +132,14 @@ int dlock__pubsub_forget(dlock__pubsub *ps);
 int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
                        int64_t deadline_us, dlock__waiter *w);
 
+/* dlock__pubsub_join for a channel whose messages 'wake' decodes (NULL:
+ * every message wakes the first waiter that is not awake, with no value,
+ * as for dlock__pubsub_join). Each channel name belongs to one kind of
+ * object, so every waiter on it passes the same. */
+int dlock__pubsub_join_as(dlock__pubsub *ps, const char *channel, size_t len,
+                          int64_t deadline_us, dlock__waiter *w,
+                          dlock__wake_fn wake);
+
 /*
  * Joins 'channel' only if this client is already subscribed to it (a
  * waiter of the lock is there, or was a moment ago), which costs no round
@@ -120,86 +150,54 @@ int dlock__pubsub_join(dlock__pubsub *ps, const char *channel, size_t len,
 int dlock__pubsub_join_active(dlock__pubsub *ps, const char *channel,
                               size_t len, dlock__waiter *w, int *others);
 
-/* How the messages of a channel wake its waiters. */
-enum dlock__wake {
-  /* A lock's: "1" wakes every waiter, a hand-over ("grant:<token>") or any
-   * other message the first one. */
-  DLOCK__WAKE_LOCK,
-  /* A semaphore's: the message is the number of free permits, and wakes
-   * that many waiters (none for 0 or less; one if it is not a number). */
-  DLOCK__WAKE_COUNT,
-  /* A count-down latch's: "0" (the count reached zero) wakes every waiter,
-   * anything else none. */
-  DLOCK__WAKE_LATCH
-};
-
-/* dlock__pubsub_join for a channel whose messages wake as 'wake' says
- * (dlock__pubsub_join is DLOCK__WAKE_LOCK). */
-int dlock__pubsub_join_as(dlock__pubsub *ps, const char *channel, size_t len,
-                          int64_t deadline_us, dlock__waiter *w, int wake);
-
 /* Hands a wake-up on to the first other waiter in line that is not
  * awake: for a waiter that was woken but could not use its wake-up (it
  * needs more permits than are free), so that one that needs fewer tries. */
 void dlock__pubsub_pass(dlock__pubsub *ps, dlock__waiter *w);
 
-/* Sleeps until a wake-up (returns 1, or 2 when the lock was handed over:
- * see dlock__waiter.grant), 'until_us' (0), or cancellation. */
+/* Sleeps until a wake-up (returns 1, or 2 when it carried a value: see
+ * dlock__waiter.value), 'until_us' (0), or cancellation. A pinned waiter
+ * stays until it is unpinned, whatever 'until_us'. */
 int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us);
 
 /*
- * How contended the channel's lock is across clients, as seen by this
- * client's waiters: each attempt that follows an unlock message reports
- * whether it failed (another client got there first). Returns a pause, in
- * microseconds, drawn at random from a fixed window once a tenth or more
- * of such attempts fail (0 below that): waiters of every client woken by
- * the same
- * unlock then try in random order rather than in the order Redis delivers
- * the message (which favours the same client every time), and the losers'
- * attempts stop competing with the winner's critical section. A lock
- * handed from one waiter to the next without rivals never pauses.
+ * For a releasing thread of this client: pins the first waiter on
+ * 'channel' that is not awake, not pinned already and 'eligible', so that
+ * it stays (in dlock__pubsub_wait, or dlock__pubsub_leave) until
+ * dlock__pubsub_unpin; with 'holds', it stays in its wait even when a
+ * message wakes it meanwhile. Then, when the client has a record of the
+ * channel, 'note' is told (with the connection's mutex still held) the
+ * channel's slot (see dlock__pubsub_with_slot) and the waiter pinned, or
+ * NULL; when it returns other than 0, the waiter is not pinned after all.
+ * 'eligible' and 'note' are called under the mutex and must not call
+ * pub/sub. Returns the waiter pinned, or NULL.
  */
-int64_t dlock__pubsub_contention_pause(dlock__pubsub *ps, dlock__waiter *w,
-                                       uint64_t random);
-void dlock__pubsub_note_attempt(dlock__pubsub *ps, dlock__waiter *w,
-                                int failed);
+typedef int (*dlock__pin_eligible_fn)(const dlock__waiter *w, void *arg);
+typedef int (*dlock__pin_note_fn)(void **slot, dlock__waiter *pinned,
+                                  void *arg);
+dlock__waiter *dlock__pubsub_pin_first(dlock__pubsub *ps, const char *channel,
+                                       size_t len, int holds,
+                                       dlock__pin_eligible_fn eligible,
+                                       dlock__pin_note_fn note, void *arg);
+
+/* Ends the pin of 'w': first runs 'fn' on its channel's slot (NULL:
+ * nothing), then with 'wake' wakes it with 'value' (see
+ * dlock__waiter.value), and without it only has it look again (a message
+ * wakes it, or its time runs out). */
+typedef void (*dlock__slot_fn)(void **slot, void *arg);
+void dlock__pubsub_unpin(dlock__pubsub *ps, dlock__waiter *w, int wake,
+                         uint64_t value, dlock__slot_fn fn, void *arg);
 
 /*
- * For a releasing thread of this client: reserves the first waiter on
- * 'channel' that takes hand-overs (a lease_ms set), is not 'owner' and has
- * not been woken, so that it stays until dlock__pubsub_resolve. Returns
- * NULL when there is none. '*at_cap' is set when the client has handed the
- * lock over 'max_run' times in a row on the channel: the lock is then to
- * be released for everyone.
+ * Runs 'fn' on the slot of the channel 'w' waits on, with the connection's
+ * mutex held: a pointer that pub/sub keeps with the channel's record for
+ * whoever uses the channel, and never reads. It is NULL until 'fn' sets it
+ * to a block from dlock__calloc, which is freed with the record (once
+ * nobody waits on the channel for a while; a waiter that follows its
+ * channel to another node of a cluster finds a new one there).
  */
-dlock__waiter *dlock__pubsub_reserve(dlock__pubsub *ps, const char *channel,
-                                     size_t len, uint64_t owner, int max_run,
-                                     int *at_cap);
-
-/* The same for a semaphore's release of 'permits': reserves the first
- * waiter on 'channel' that waits for at most that many permits. */
-dlock__waiter *dlock__pubsub_reserve_permits(dlock__pubsub *ps,
-                                             const char *channel, size_t len,
-                                             int64_t permits, int max_run,
-                                             int *at_cap);
-
-/* How a reservation ended. */
-enum dlock__resolve {
-  DLOCK__RESOLVE_HANDED,   /* the waiter holds the lock with the token
-                              (a semaphore's waiter: its permits) */
-  DLOCK__RESOLVE_FAILED,   /* the hand-over failed: it is woken to try */
-  DLOCK__RESOLVE_RELEASED, /* released for every client after a run of
-                              hand-overs; the unlock message wakes the
-                              waiter like any other, and this client's
-                              waiters hold back their next attempt for a
-                              share of the run's time (reserve.c) */
-  DLOCK__RESOLVE_YIELDED   /* ... and other clients listen: the hold-back
-                              is also at least YIELD_US (reserve.c) */
-};
-
-/* Ends a reservation with 'outcome' (and 'token' when handed over). */
-void dlock__pubsub_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,
-                           int outcome);
+void dlock__pubsub_with_slot(dlock__pubsub *ps, dlock__waiter *w,
+                             dlock__slot_fn fn, void *arg);
 
 /* Leaves the channel; it is unsubscribed once nobody waits for a while. */
 void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w);

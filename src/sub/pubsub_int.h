@@ -7,7 +7,8 @@
  *              serves its channel or waiter
  *   shards.c   a cluster with sharded pub/sub: one connection per node,
  *              and waiters that follow their channel's slot
- *   reserve.c  the contention pause and the hand-over reservations
+ *   pin.c      pinning a waiter for a releasing thread, and the slot a
+ *              channel keeps for its user
  *   waiters.c  joining, waiting and leaving
  *   subconn.c  the connection and its thread: connecting, (re)subscribing
  *   subread.c  reading the connection and dispatching what it brings
@@ -53,23 +54,18 @@ struct dlock__sub {
   struct dlock__pubsub *ps;
   char *name;
   size_t len;
-  int refs; /* waiters that joined and have not left */
-  /* Of the attempts that followed an unlock message, the share that failed,
-   * in thousandths (a moving average over about the last eight). */
-  int failed_permille;
-  int handover_run;           /* hand-overs inside the client in a row */
-  int64_t run_started_us;     /* ... since the first of them */
-  int64_t yield_until_us;     /* see YIELD_US, RUN_SHARE_DIVISOR */
+  int refs;                   /* waiters that joined and have not left */
   dlock__waiter *head, *tail; /* ... in the order they joined */
-  int state;                  /* enum dlock__sub_state */
-  int resync;                 /* wake everyone once the subscription is back */
+  void *slot;  /* its user's, freed with it (dlock__pubsub_with_slot) */
+  int state;   /* enum dlock__sub_state */
+  int resync;  /* wake everyone once the subscription is back */
   int refused; /* Redis refused SUBSCRIBE (ACL): DLOCK_E* for joiners */
   /* Sharded pub/sub: the channel's slot is no longer this node's (Redis
    * said MOVED, or unsubscribed it when the slot moved away), or the
    * node's connection broke. It is not subscribed here again while its
    * waiters stay; each moves to the slot's master at its next wait. */
   int moved;
-  int wake; /* enum dlock__wake: how its messages wake waiters */
+  dlock__wake_fn wake; /* how its messages wake waiters (NULL: the first) */
   char why[160];
   int64_t idle_since_us;
   pthread_cond_t ready; /* joiners waiting for the subscription */
@@ -126,7 +122,7 @@ void dlock__sub_drain_pipe(int fd);
 void dlock__sub_poke_thread(dlock__pubsub *ps);
 void dlock__sub_wake_locked(dlock__waiter *w);
 void dlock__sub_wake_all_locked(dlock__sub *s);
-void dlock__sub_wake_one_locked(dlock__sub *s, uint64_t grant);
+void dlock__sub_wake_one_locked(dlock__sub *s, uint64_t value);
 void dlock__sub_wake_n_locked(dlock__sub *s, int64_t n);
 void dlock__sub_enqueue_locked(dlock__sub *s, dlock__waiter *w);
 int dlock__sub_dequeue_locked(dlock__pubsub *ps, dlock__waiter *w);
@@ -171,7 +167,7 @@ int dlock__subconn_forget(dlock__pubsub *ps);
 /* dlock__pubsub_join_as, dlock__pubsub_join_active, dlock__pubsub_wait and
  * dlock__pubsub_cancel on one connection. */
 int dlock__sub_join(dlock__pubsub *ps, const char *channel, size_t len,
-                    int64_t deadline_us, dlock__waiter *w, int wake);
+                    int64_t deadline_us, dlock__waiter *w, dlock__wake_fn wake);
 int dlock__sub_join_active(dlock__pubsub *ps, const char *channel, size_t len,
                            dlock__waiter *w, int *others);
 int dlock__sub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us);

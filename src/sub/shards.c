@@ -101,8 +101,8 @@ void dlock__shards_follow(dlock__pubsub *ps, dlock__waiter *w,
                           int64_t until_us) {
   dlock__pubsub *sh = w->sub->ps;
   pthread_mutex_lock(&sh->mu);
-  int moved = w->sub->moved && !w->permit && !w->reserved;
-  int wake = w->sub->wake;
+  int moved = w->sub->moved && !w->permit && !w->pinned;
+  dlock__wake_fn wake = w->sub->wake;
   char *name = moved ? dlock__memdup(w->sub->name, w->sub->len) : NULL;
   size_t len = w->sub->len;
   pthread_mutex_unlock(&sh->mu);

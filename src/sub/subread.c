@@ -1,7 +1,7 @@
 /*
  * Reading the subscription connection and dispatching what it brings:
- * unlock messages wake waiters, confirmations and refusals move a
- * channel's subscription on (see pubsub.h).
+ * messages wake waiters as their channel's decoder says, confirmations and
+ * refusals move a channel's subscription on (see pubsub.h).
  *
  * Reading: a waiter that goes to sleep while nobody else reads the
  * connection reads it itself (it becomes the "reader", polling the socket
@@ -25,40 +25,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-
-/* The number a message of a counted channel carries (a semaphore's free
- * permits): 1 for one that is not a number, so that a message of an
- * unknown form still wakes someone. */
-static int64_t count_of(const redisReply *r) {
-  if (r->type != REDIS_REPLY_STRING || r->len == 0 || r->len > 18)
-    return 1;
-  int64_t n = 0;
-  size_t i = r->str[0] == '-' ? 1 : 0;
-  if (i == r->len)
-    return 1;
-  for (; i < r->len; i++) {
-    if (r->str[i] < '0' || r->str[i] > '9')
-      return 1;
-    n = n * 10 + (r->str[i] - '0');
-  }
-  return r->str[0] == '-' ? -n : n;
-}
-
-/* The token of a "grant:<token>" message, or 0 for any other message. */
-static uint64_t grant_of(const redisReply *r) {
-  static const char prefix[] = "grant:";
-  size_t n = sizeof(prefix) - 1;
-  if (r->type != REDIS_REPLY_STRING || r->len <= n || r->len > n + 20 ||
-      memcmp(r->str, prefix, n) != 0)
-    return 0;
-  uint64_t token = 0;
-  for (size_t i = n; i < r->len; i++) {
-    if (r->str[i] < '0' || r->str[i] > '9')
-      return 0;
-    token = token * 10 + (uint64_t)(r->str[i] - '0');
-  }
-  return token;
-}
 
 void dlock__sub_on_disconnect_locked(dlock__pubsub *ps) {
   int64_t now = dlock__now_us();
@@ -133,6 +99,20 @@ static void refuse_pending_locked(dlock__pubsub *ps, const redisReply *r) {
   }
 }
 
+/* Wakes the waiters of 's' as its decoder says of 'msg'. */
+static void deliver_locked(dlock__sub *s, const redisReply *msg) {
+  int text = msg->type == REDIS_REPLY_STRING || msg->type == REDIS_REPLY_STATUS;
+  dlock__wakeup up = {DLOCK__WAKE_FIRST, 0, 0};
+  if (s->wake != NULL)
+    up = s->wake(text ? msg->str : NULL, text ? msg->len : 0);
+  if (up.how == DLOCK__WAKE_ALL)
+    dlock__sub_wake_all_locked(s);
+  else if (up.how == DLOCK__WAKE_FIRST)
+    dlock__sub_wake_one_locked(s, up.value);
+  else if (up.how == DLOCK__WAKE_SOME)
+    dlock__sub_wake_n_locked(s, up.count);
+}
+
 /* Handles one reply or message. Returns -1 when it cannot answer anything
  * this client sent (the stream is out of step): the connection is then
  * dropped and every subscription made again. */
@@ -181,20 +161,8 @@ static int handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
       return 0;
     }
   }
-  if (is_str(kind, "message") && s->wake == DLOCK__WAKE_COUNT) {
-    /* A semaphore's release announces the free permits: that many
-     * waiters may succeed, and no more. */
-    dlock__sub_wake_n_locked(s, count_of(r->element[2]));
-  } else if (is_str(kind, "message") && s->wake == DLOCK__WAKE_LATCH) {
-    /* A latch at zero opens for everyone; "1" (a new count) closes it,
-     * which a waiter finds out by looking. */
-    if (is_str(r->element[2], "0"))
-      dlock__sub_wake_all_locked(s);
-  } else if (is_str(kind, "message")) {
-    if (is_str(r->element[2], "1"))
-      dlock__sub_wake_all_locked(s);
-    else
-      dlock__sub_wake_one_locked(s, grant_of(r->element[2]));
+  if (is_str(kind, "message")) {
+    deliver_locked(s, r->element[2]);
   } else if (is_str(kind, "subscribe")) {
     /* SENT, or NONE after a refusal of another SUBSCRIBE in flight: Redis
      * says it is subscribed, and it is (the linger drops it if nobody

@@ -12,12 +12,13 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-/* How often a reserved waiter looks again whether its reservation ended
- * (it is woken when it does; this only bounds a missed wake-up). */
-#define RESERVED_RECHECK_US 100000
+/* How often a pinned waiter looks again whether its pin ended (it is
+ * woken when it does; this only bounds a missed wake-up). */
+#define PINNED_RECHECK_US 100000
 
 int dlock__sub_join(dlock__pubsub *ps, const char *channel, size_t len,
-                    int64_t deadline_us, dlock__waiter *w, int wake) {
+                    int64_t deadline_us, dlock__waiter *w,
+                    dlock__wake_fn wake) {
   pthread_mutex_lock(&ps->mu);
   if (ps->canceled) {
     pthread_mutex_unlock(&ps->mu);
@@ -101,15 +102,16 @@ int dlock__sub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
   pthread_mutex_lock(&ps->mu);
   int was_reader = 0;
   w->parked = 1;
-  /* A semaphore's waiter reserved for a hand-over stays for it even when a
-   * message woke it meanwhile: going on to an attempt of its own, it could
-   * take permits in Redis as well as the ones handed to it. */
-  while (!w->permit || (w->reserved && w->permits > 0)) {
-    /* A reserved waiter stays for the outcome, which a releasing thread
+  /* A waiter pinned to stay (a semaphore's, chosen for a hand-over of
+   * permits) stays even when a message woke it meanwhile: going on to an
+   * attempt of its own, it could take permits in Redis as well as the ones
+   * handed to it. */
+  while (!w->permit || (w->pinned && w->pin_holds)) {
+    /* A pinned waiter stays for the outcome, which a releasing thread
      * brings within one command, whatever its own deadline. */
     int64_t now = dlock__now_us(), limit = until_us;
-    if (w->reserved)
-      limit = now + RESERVED_RECHECK_US;
+    if (w->pinned)
+      limit = now + PINNED_RECHECK_US;
     else if (ps->canceled || now >= until_us)
       break;
     if (ps->reader == NULL && ps->connected && ps->ctx != NULL) {
@@ -130,7 +132,7 @@ int dlock__sub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
     rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
   else if (w->permit) {
     w->permit = 0;
-    rc = w->grant != 0 ? 2 : 1;
+    rc = w->value != 0 ? 2 : 1;
   }
   pthread_mutex_unlock(&ps->mu);
   return rc;
@@ -152,10 +154,11 @@ void dlock__sub_cancel(dlock__pubsub *ps) {
 void dlock__pubsub_leave(dlock__pubsub *ps, dlock__waiter *w) {
   ps = w->sub->ps;
   pthread_mutex_lock(&ps->mu);
-  /* A releasing thread is handing this waiter the lock: wait for it. */
-  while (w->reserved) {
+  /* A releasing thread pinned this waiter (to hand it a lock): wait for
+   * its outcome. */
+  while (w->pinned) {
     struct timespec ts =
-        dlock__timespec_at(dlock__now_us() + RESERVED_RECHECK_US);
+        dlock__timespec_at(dlock__now_us() + PINNED_RECHECK_US);
     pthread_cond_timedwait(&w->cv, &ps->mu, &ts);
   }
   /* Not even when the channel has nobody waiting now: the thread finds
