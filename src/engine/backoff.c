@@ -39,14 +39,6 @@ int dlock__backoff_pause(dlock_client_t *c, dlock__backoff *b,
   return dlock__check_canceled(c);
 }
 
-int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us) {
-  dlock__backoff b = DLOCK__BACKOFF_OUTAGE;
-  b.step = *step;
-  int rc = dlock__backoff_pause(c, &b, until_us);
-  *step = b.step;
-  return rc;
-}
-
 int dlock__busy_pause(void *client, int *step, int64_t until_us) {
   dlock_client_t *c = client;
   dlock__backoff b = DLOCK__BACKOFF_BUSY;
@@ -62,33 +54,52 @@ int dlock__busy_pause(void *client, int *step, int64_t until_us) {
   return dlock__check_canceled(c);
 }
 
-int dlock__outage_next(dlock_client_t *c, dlock__riding *r, int rc,
-                       int64_t until_us) {
+int64_t dlock__outage_plan(dlock_client_t *c, dlock__riding *r,
+                           int64_t until_us) {
   int64_t now = dlock__now_us();
   if (r->until_us == 0) {
     r->first_us = now;
     r->until_us = until_us;
   }
   if (now >= r->until_us)
-    return rc;
-  char why[512];
-  snprintf(why, sizeof(why), "%s", dlock_last_error());
+    return 0;
+  snprintf(r->why, sizeof(r->why), "%s", dlock_last_error());
   r->tries++;
-  int prc = dlock__outage_pause(c, &r->step, r->until_us);
+  dlock__backoff b = DLOCK__BACKOFF_OUTAGE;
+  b.step = r->step;
+  int64_t at = dlock__backoff_next(c, &b, now, r->until_us);
+  r->step = b.step;
+  return at;
+}
+
+int dlock__outage_next(dlock_client_t *c, dlock__riding *r, int rc,
+                       int64_t until_us) {
+  int64_t at = dlock__outage_plan(c, r, until_us);
+  if (at == 0)
+    return rc;
+  dlock__sleep_us(at - dlock__now_us());
+  int prc = dlock__check_canceled(c);
   if (prc != 0) {
     r->tries = 0; /* canceled: that is the news, not the ride */
     return prc;
   }
   if (dlock__now_us() >= r->until_us)
     /* No time for another attempt: the last error stands. */
-    return dlock__fail_text(rc, why);
+    return dlock__fail_text(rc, r->why);
   return 0;
+}
+
+int64_t dlock__outage_until(dlock_client_t *c, int64_t wait_ms,
+                            int64_t deadline_us) {
+  return wait_ms == DLOCK_WAIT_FOREVER
+             ? dlock__after_ms(dlock__now_us(), c->opt.outage_wait_ms)
+             : deadline_us;
 }
 
 int dlock__outage_end(const dlock__riding *r, int rc) {
   if (r->tries == 0)
     return rc;
-  char why[512];
+  char why[300];
   snprintf(why, sizeof(why), "%s", dlock_last_error());
   return dlock__fail(rc, "%s (tried %d more times over %lld ms)", why, r->tries,
                      (long long)((dlock__now_us() - r->first_us) / 1000));

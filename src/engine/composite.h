@@ -30,12 +30,12 @@ int dlock__record_composite(dlock_t *l, uint64_t owner, int fresh);
  * record, whatever its depth); the record goes with the last. */
 void dlock__drop_composite(dlock_t *l, uint64_t owner, int all);
 
-/* Whether an acquisition whose last attempt failed with an error an
- * outage causes tries again: 0 after the pause (the outage back-off), else
- * -1 (no wait, riding switched off, out of time, or canceled; the last
- * error stands). '*until_us' (0 at first) is when riding ends. */
+/* Whether an acquisition whose last attempt failed with 'rc', an error an
+ * outage causes, tries again: 0 after the pause (the outage back-off,
+ * dlock__outage_next), else -1 (no wait, riding switched off, out of
+ * time, or canceled; the caller says what failed). */
 int dlock__ride_on(dlock_client_t *c, int64_t wait_ms, int64_t deadline_us,
-                   int64_t *until_us, int *step);
+                   dlock__riding *ride, int rc);
 
 /* The verbs of a dlock__kind that both composite kinds share. */
 int dlock__composite_force(dlock_t *l);

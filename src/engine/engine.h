@@ -234,28 +234,42 @@ int dlock__backoff_pause(dlock_client_t *c, dlock__backoff *b,
  * 'until_us'. 'client' is the dlock_client_t. */
 int dlock__busy_pause(void *client, int *step, int64_t until_us);
 
-/* Pauses between the attempts of a call that rides out an outage: the
- * outage back-off (DLOCK__BACKOFF_OUTAGE) kept in '*step'. */
-int dlock__outage_pause(dlock_client_t *c, int *step, int64_t until_us);
-
-/* Where a call that rides out an outage with dlock__outage_pause stands
- * (the client's open). Zeroed before its first attempt. */
+/*
+ * Riding out an outage: a call whose attempt failed with an error a
+ * failover causes tries again after the outage back-off
+ * (DLOCK__BACKOFF_OUTAGE) until the ride's end, taken at the first such
+ * failure. One record and one rule for every call that does: the
+ * acquisition machine, the composites, an unlock and the client's open.
+ * Zeroed before the first attempt.
+ */
 typedef struct dlock__riding {
   int64_t until_us, first_us; /* the ride's end and start; 0 before it */
   int step, tries;
+  char why[300]; /* the detail of the failure that started the last pause */
 } dlock__riding;
 
-/* After an attempt that failed with 'rc', an error an outage causes: the
- * ride ends at 'until_us' (taken at the first failure). 0 after the pause
- * (dlock__outage_pause): try again. Else the code to return: 'rc', with
- * its detail, when there is no time for another attempt, or
- * DLOCK_ECANCELED. */
+/* The end of the next pause of 'r', whose ride ends at 'until_us' (taken
+ * at its first call), or 0 when the ride is over. Counts the try and
+ * keeps the current error's detail. Does not wait: for a machine that
+ * waits itself. */
+int64_t dlock__outage_plan(dlock_client_t *c, dlock__riding *r,
+                           int64_t until_us);
+
+/* dlock__outage_plan, then the pause, for a call that failed with 'rc'.
+ * 0 after the pause: try again. Else the code to return: 'rc', with its
+ * detail, when there is no time for another attempt, or DLOCK_ECANCELED
+ * (or DLOCK_EFORKED) when the client shuts down meanwhile. */
 int dlock__outage_next(dlock_client_t *c, dlock__riding *r, int rc,
                        int64_t until_us);
 
 /* 'rc', the last attempt's, with "(tried N more times over M ms)" added to
  * its detail when the call was tried again. */
 int dlock__outage_end(const dlock__riding *r, int rc);
+
+/* The end of a ride for a call with 'wait_ms' and 'deadline_us': the
+ * deadline, or outage_wait_ms from now for a wait without end. */
+int64_t dlock__outage_until(dlock_client_t *c, int64_t wait_ms,
+                            int64_t deadline_us);
 
 /* ---- attempts whose outcome is unknown (settle.c) ------------------------ */
 

@@ -62,21 +62,11 @@ static int ride(dlock__acq *m, int rc) {
   if (!rides_out(rc) || m->wait_ms == 0 || c->opt.outage_wait_ms == 0 ||
       (m->ops->may_ride != NULL && !m->ops->may_ride(m, rc)))
     return 0;
-  int64_t now = dlock__now_us();
-  if (m->ride_until_us == 0) {
-    m->ride_first_us = now;
-    m->ride_until_us = m->wait_ms == DLOCK_WAIT_FOREVER
-                           ? dlock__after_ms(now, c->opt.outage_wait_ms)
-                           : m->deadline_us;
-  }
-  if (now >= m->ride_until_us)
+  int64_t at = dlock__outage_plan(
+      c, &m->ride, dlock__outage_until(c, m->wait_ms, m->deadline_us));
+  if (at == 0)
     return 0;
-  snprintf(m->why, sizeof(m->why), "%s", dlock_last_error());
-  m->ride_tries++;
-  dlock__backoff b = DLOCK__BACKOFF_OUTAGE;
-  b.step = m->ride_step;
-  m->until_us = dlock__backoff_next(c, &b, now, m->ride_until_us);
-  m->ride_step = b.step;
+  m->until_us = at;
   m->rc = rc;
   return 1;
 }
@@ -117,10 +107,8 @@ static int attempt(dlock__acq *m) {
   int rc = m->ops->attempt(m, m->wait_ms != 0);
   if (woken && rc >= 0 && m->note_attempts)
     dlock__cohort_note_attempt(m->c->ps, &m->w, rc == 1);
-  if (rc >= 0 && !m->ride_restarts) {
-    m->ride_until_us = 0;
-    m->ride_step = 0;
-  }
+  if (rc >= 0 && !m->ride_restarts)
+    memset(&m->ride, 0, sizeof(m->ride));
   if (rc < 0 && !m->ride_restarts && ride(m, rc))
     return DLOCK__ACQ_RIDE;
   if (rc != 1 || m->wait_ms == 0)
@@ -210,13 +198,8 @@ static int woke(dlock__acq *m) {
 /* The answer of a machine that rode an outage and ends with an error of
  * one: it says how long it tried. */
 static int done_riding(dlock__acq *m) {
-  if (m->ride_tries > 0 && rides_out(m->rc)) {
-    char why[300];
-    snprintf(why, sizeof(why), "%s", dlock_last_error());
-    m->rc = dlock__fail(
-        m->rc, "%s (tried %d more times over %lld ms)", why, m->ride_tries,
-        (long long)((dlock__now_us() - m->ride_first_us) / 1000));
-  }
+  if (rides_out(m->rc))
+    m->rc = dlock__outage_end(&m->ride, m->rc);
   return DLOCK__ACQ_DONE;
 }
 
@@ -253,8 +236,8 @@ static int finish(dlock__acq *m) {
 /* After the pause of an outage: the next try, unless the time is up (the
  * last error then stands). */
 static int rode(dlock__acq *m) {
-  if (dlock__now_us() >= m->ride_until_us) {
-    dlock__fail_text(m->rc, m->why);
+  if (dlock__now_us() >= m->ride.until_us) {
+    dlock__fail_text(m->rc, m->ride.why);
     return m->ride_restarts ? done_riding(m) : to_finish(m, m->rc);
   }
   return m->ride_restarts ? DLOCK__ACQ_PREPARE : DLOCK__ACQ_ATTEMPT;

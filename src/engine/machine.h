@@ -107,13 +107,9 @@ struct dlock__acq {
   int joined;
   int woken;   /* the wait ended with a wake-up: pause, then attempt */
   int tried;   /* an attempt was made (a queue place may be held) */
-  int skip;    /* the next attempt is skipped (queued behind, or handed) */
   int pending; /* the wait's outcome, for dlock__acq_step */
   dlock__backoff spin;
-  /* Riding an outage. */
-  int64_t ride_until_us, ride_first_us;
-  int ride_step, ride_tries;
-  char why[300];
+  dlock__riding ride; /* riding an outage */
 };
 
 /* The 'ttl_ms' of a machine that has not tried yet. */

@@ -77,25 +77,13 @@ int dlock__record_composite(dlock_t *l, uint64_t owner, int fresh) {
 
 /* Whether to try again after an outage (composite.h). */
 int dlock__ride_on(dlock_client_t *c, int64_t wait_ms, int64_t deadline_us,
-                   int64_t *until_us, int *step) {
+                   dlock__riding *ride, int rc) {
   if (wait_ms == 0 || c->opt.outage_wait_ms == 0)
     return -1;
-  int64_t now = dlock__now_us();
-  if (*until_us == 0)
-    *until_us = wait_ms == DLOCK_WAIT_FOREVER
-                    ? dlock__after_ms(now, c->opt.outage_wait_ms)
-                    : deadline_us;
-  if (now >= *until_us)
-    return -1;
-  char why[512];
-  snprintf(why, sizeof(why), "%s", dlock_last_error());
-  int rc = dlock__outage_pause(c, step, *until_us);
-  int late = dlock__now_us() >= *until_us;
-  if (rc == 0 && !late)
-    return 0;
-  if (rc == 0)
-    dlock__fail_text(DLOCK_EIO, why);
-  return -1;
+  return dlock__outage_next(c, ride, rc,
+                            dlock__outage_until(c, wait_ms, deadline_us)) == 0
+             ? 0
+             : -1;
 }
 
 /* Force-releases every part: whether any was held, or a MultiLock's first
@@ -239,8 +227,8 @@ static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     return dlock__fail(DLOCK_ENOMEM, "out of memory acquiring a MultiLock");
   int fresh = !dlock__holds_any_part(l, owner);
   int rc;
-  int64_t ride_until = 0;
-  int ride_step = 0;
+  dlock__riding ride;
+  memset(&ride, 0, sizeof(ride));
   for (;;) {
     size_t busy = l->nsubs;
     rc = dlock__attempt_all(l, owner, lease_ms, held, &busy);
@@ -256,8 +244,7 @@ static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
      * lock's wait does: within the wait, or outage_wait_ms after the first
      * such error for a wait without end. */
     if ((err == DLOCK_EIO || err == DLOCK_ENOSYNC) &&
-        dlock__ride_on(l->subs[busy]->c, wait_ms, deadline_us, &ride_until,
-                       &ride_step) == 0)
+        dlock__ride_on(l->subs[busy]->c, wait_ms, deadline_us, &ride, err) == 0)
       continue;
     if (err != DLOCK_ETIMEDOUT || wait_ms == 0 ||
         dlock__now_us() >= deadline_us) {

@@ -322,8 +322,8 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     goto out;
   }
   int fresh = !dlock__holds_any_part(l, owner);
-  int64_t ride_until = 0;
-  int ride_step = 0;
+  dlock__riding ride;
+  memset(&ride, 0, sizeof(ride));
   for (int attempt = 0;; attempt++) {
     int64_t start = dlock__now_us(), ttl_ms = -1;
     /* Every part this owner had before, lost ones included: undoing the
@@ -367,8 +367,8 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
       /* Too many nodes unreachable or refusing (restarting, failing
        * over): asked again after the outage back-off within the wait, as
        * a single lock's wait rides an outage; ENOQUORUM when it ends. */
-      if (dlock__ride_on(l->subs[0]->c, wait_ms, deadline_us, &ride_until,
-                         &ride_step) == 0)
+      if (dlock__ride_on(l->subs[0]->c, wait_ms, deadline_us, &ride,
+                         DLOCK_ENOQUORUM) == 0)
         continue;
       rc = dlock__fail(DLOCK_ENOQUORUM,
                        "RedLock: only %zu of %zu nodes answered; %zu needed",

@@ -153,15 +153,12 @@ int dlock__undo_run(dlock_t *l, dlock__release *r, const dlock__eval *call) {
 }
 
 /* After an unlock's command got no answer through an outage: the pause
- * before it is sent again, 1 after it, 0 when outage_wait_ms have passed
- * since the first failure ('*until_us', set then) or the client is
- * shutting down. */
-static int ride_again(dlock_client_t *c, int64_t *until_us, int *step) {
-  if (*until_us == 0)
-    *until_us = dlock__deadline_ms(c->opt.outage_wait_ms);
-  return dlock__now_us() < *until_us &&
-         dlock__outage_pause(c, step, *until_us) == 0 &&
-         dlock__now_us() < *until_us;
+ * before it is sent again (1 after it), or 0 when outage_wait_ms have
+ * passed since the first failure (the ride's end, set then) or the client
+ * is shutting down. */
+static int ride_again(dlock_client_t *c, dlock__riding *ride) {
+  return dlock__outage_next(c, ride, DLOCK_EIO,
+                            dlock__deadline_ms(c->opt.outage_wait_ms)) == 0;
 }
 
 int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
@@ -173,10 +170,11 @@ int dlock__release_begin(dlock_t *l, uint64_t owner, dlock__release *r) {
    * that is tried again as the release itself would be; when it cannot be
    * done, neither can the release: it fails as an unlock without an
    * answer does. */
-  int64_t ride_until = 0;
-  int step = 0, rc;
+  dlock__riding ride;
+  memset(&ride, 0, sizeof(ride));
+  int rc;
   while ((rc = dlock__unsettled_settle(l, owner)) == DLOCK_EIO &&
-         ride_again(c, &ride_until, &step)) {
+         ride_again(c, &ride)) {
   }
   if (rc != 0) {
     dlock__release_failed(l, owner);
@@ -292,8 +290,8 @@ int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
    * or LOADING) it goes on being sent, after the unlock_retries, until
    * outage_wait_ms have passed since the first failure. */
   dlock__synced sy;
-  int64_t ride_until = 0;
-  int step = 0;
+  dlock__riding ride;
+  memset(&ride, 0, sizeof(ride));
   /* Before a retry: not before the connection may be opened again, and a
    * server that said "not now" (LOADING) gets a moment too, so that a
    * retry is a real attempt and not an instant "not connected". */
@@ -302,13 +300,15 @@ int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
     rc = dlock__eval_write(c, 1, sent, reply, 0, &sy);
     if (rc != DLOCK_EIO || r->lost)
       break;
-    if (ride_until == 0)
-      ride_until = dlock__deadline_ms(c->opt.outage_wait_ms);
+    if (ride.until_us == 0) {
+      ride.first_us = dlock__now_us();
+      ride.until_us = dlock__deadline_ms(c->opt.outage_wait_ms);
+    }
     if (attempt < c->opt.unlock_retries) {
       dlock__backoff_pause(c, &retry, INT64_MAX);
       continue;
     }
-    if (!ride_again(c, &ride_until, &step))
+    if (!ride_again(c, &ride))
       break;
   }
   dlock__latch_call_end(&lc);
