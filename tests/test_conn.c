@@ -19,30 +19,11 @@
 #include <hiredis/hiredis.h>
 
 #include "conn.h"
+#include "conn_util.h"
 #include "harness/fake_server.h"
 #include "lock_util.h"
 #include "monotime.h"
 #include "url.h"
-
-/* ---- a connection to the fake server --------------------------------- */
-
-typedef struct tconn {
-  dlock__endpoint ep;
-  dlock__conn *c;
-} tconn;
-
-static void tc_new(tconn *t, const char *url, int64_t connect_ms,
-                   int64_t command_ms) {
-  memset(t, 0, sizeof(*t));
-  ASSERT_DLOCK_OK(dlock__url_parse(url, &t->ep));
-  dlock__conn_cfg cfg = {&t->ep, connect_ms, command_ms, NULL, NULL};
-  ASSERT_DLOCK_OK(dlock__conn_new(&cfg, &t->c));
-}
-
-static void tc_free(tconn *t) {
-  dlock__conn_free(t->c);
-  dlock__endpoint_free(&t->ep);
-}
 
 /* One "ECHO arg" with a deadline 'within_ms' from now; the reply's text
  * goes to 'out' (when given). */
