@@ -820,6 +820,94 @@ DLOCK_EXPORT int dlock_client_command(dlock_client_t *c, size_t argc,
 DLOCK_EXPORT void dlock_reply_free(dlock_reply_t *r);
 
 /* -------------------------------------------------------------------------
+ * Event loops
+ *
+ * A client opened with dlock_client_open_async() has no threads of its own
+ * and never blocks: every verb takes a callback, and the client does its
+ * I/O only when the application's event loop tells it that one of its
+ * descriptors is ready or that its timer ran out. The integration follows
+ * libcurl's multi-socket interface:
+ *
+ *   - the client calls 'on_socket' for each descriptor it wants watched,
+ *     with DLOCK_POLL_IN and/or DLOCK_POLL_OUT, and with DLOCK_POLL_REMOVE
+ *     when the descriptor is to be forgotten (it may be closed after);
+ *   - it calls 'on_timer' with the milliseconds until it next needs to be
+ *     called (0: as soon as possible), or -1 when it needs no timer;
+ *   - the loop calls dlock_loop_action() with a descriptor and what it is
+ *     ready for, or with DLOCK_SOCKET_TIMEOUT when the timer ran out.
+ *
+ * Both callbacks may be called from dlock_loop_attach(), from
+ * dlock_loop_action() and from any verb. Every operation's callback runs
+ * exactly once, from dlock_loop_action() (never from the call that started
+ * it), on the loop's thread; it may start new operations, free its handle
+ * (when that has no other operation pending) or close the client.
+ * dlock_last_error() gives the detail of a failure inside the callback.
+ * Ready-made adapters: <dlock/adapters/libuv.h> and
+ * <dlock/adapters/libevent.h>. The README has a plain epoll loop.
+ *
+ * An async client serves one server (redis://, rediss:// or unix://) and
+ * the single-lock kinds (reentrant, fair, read, write, spin); the blocking
+ * verbs on it fail with DLOCK_EINVAL rather than block the loop, as do the
+ * async verbs on a blocking client. Locks are owned by explicit owners
+ * (dlock_owner_new()), since one loop thread serves many.
+ * ------------------------------------------------------------------------- */
+
+#define DLOCK_POLL_IN 1
+#define DLOCK_POLL_OUT 2
+#define DLOCK_POLL_REMOVE 4
+#define DLOCK_SOCKET_TIMEOUT (-1)
+
+typedef void (*dlock_socket_cb)(dlock_client_t *c, int fd, int what,
+                                void *data);
+typedef void (*dlock_timer_cb)(dlock_client_t *c, int64_t timeout_ms,
+                               void *data);
+
+/* Opens a client that does nothing until dlock_loop_attach(): no thread,
+ * no connection. Options as for dlock_client_open(). */
+DLOCK_EXPORT int dlock_client_open_async(const dlock_options_t *o,
+                                         dlock_client_t **out);
+
+/* Gives the client its loop's callbacks (once). */
+DLOCK_EXPORT int dlock_loop_attach(dlock_client_t *c, dlock_socket_cb on_socket,
+                                   dlock_timer_cb on_timer, void *data);
+
+/* The loop saw 'fd' ready for 'events' (DLOCK_POLL_IN/OUT; an error or
+ * hang-up counts as both), or its timer ran out (fd DLOCK_SOCKET_TIMEOUT).
+ * Returns 0, or DLOCK_EINVAL for a client that is not async. */
+DLOCK_EXPORT int dlock_loop_action(dlock_client_t *c, int fd, int events);
+
+/* How many operations are pending (started, callback not yet run). */
+DLOCK_EXPORT size_t dlock_loop_pending(const dlock_client_t *c);
+
+/* The end of an operation on 'l' for 'owner': 'status' 0 or a DLOCK_E*
+ * code (dlock_last_error() has its detail while the callback runs). After
+ * a grant, dlock_token_as(l, owner) gives the fencing token. */
+typedef void (*dlock_done_cb)(dlock_t *l, uint64_t owner, int status,
+                              void *data);
+
+/* dlock_trylock_as(), dlock_lock_as() and dlock_unlock_as() for an async
+ * client. They return 0 when the operation started (its callback will
+ * run), or an error with the callback never called. */
+DLOCK_EXPORT int dlock_trylock_async(dlock_t *l, uint64_t owner,
+                                     int64_t wait_ms, int64_t lease_ms,
+                                     dlock_done_cb cb, void *data);
+DLOCK_EXPORT int dlock_lock_async(dlock_t *l, uint64_t owner, int64_t lease_ms,
+                                  dlock_done_cb cb, void *data);
+DLOCK_EXPORT int dlock_unlock_async(dlock_t *l, uint64_t owner,
+                                    dlock_done_cb cb, void *data);
+
+/* The reply of a plain command, 'reply' NULL unless 'status' is 0; it is
+ * the callback's to free with dlock_reply_free(). */
+typedef void (*dlock_reply_cb)(dlock_client_t *c, int status,
+                               dlock_reply_t *reply, void *data);
+
+/* dlock_client_command() for an async client: the same rules. */
+DLOCK_EXPORT int dlock_client_command_async(dlock_client_t *c, size_t argc,
+                                            const char *const *argv,
+                                            const size_t *lens,
+                                            dlock_reply_cb cb, void *data);
+
+/* -------------------------------------------------------------------------
  * Semaphores and count-down latches
  *
  * Three more of Redisson's objects, in its layout, so that C programs and

@@ -7,6 +7,7 @@
 #include "engine.h"
 
 #include "error.h"
+#include "loop.h"
 #include "monotime.h"
 #include "net/net.h"
 #include "proto/format.h"
@@ -237,6 +238,10 @@ static void forget_after_fork(dlock_client_t *c) {
 }
 
 static void destroy(dlock_client_t *c) {
+  /* An async client's operations end first, while everything they may
+   * need to give back what they got is still there. */
+  dlock__loop_free(c->loop);
+  c->loop = NULL;
   dlock__watchdog_stop(c->wd);
   /* Its watcher pokes the pub/sub thread: stopped before that goes. */
   dlock__watcher_stop(c->watcher);
@@ -417,7 +422,10 @@ static int open_riding(dlock_client_t *c, int64_t *deadline_us) {
   return rc == DLOCK_EIO ? dlock__outage_end(&ride, rc) : rc;
 }
 
-int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
+/* Opens a client; an 'async' one connects nothing and starts no thread: an
+ * event loop drives it (engine/loop.h). */
+static int open_client(const dlock_options_t *o, dlock_client_t **out,
+                       int async) {
   if (o == NULL || out == NULL)
     return dlock__fail(DLOCK_EINVAL, "options and out must not be NULL");
   *out = NULL;
@@ -442,7 +450,12 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   dlock__route_init(&c->route, o->command_timeout_ms, o->on_warning,
                     o->on_warning_data);
   const char *url = o->url ? o->url : DEFAULT_URL;
-  if ((c->url = dlock__strdup(url)) == NULL)
+  if (async && (dlock__url_is_sentinel(url) || dlock__url_is_cluster(url)))
+    rc = dlock__fail(DLOCK_EINVAL,
+                     "an async client serves one server (redis://, rediss:// "
+                     "or unix://), not \"%.100s\"",
+                     url);
+  if (rc == 0 && (c->url = dlock__strdup(url)) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   c->opt.url = c->url;
   dlock__cluster_url cu;
@@ -477,6 +490,16 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   dlock__cluster_url_free(&cu);
   if (rc == 0)
     rc = dlock__settler_new(c, dlock__undo, &c->settle);
+  if (async) {
+    if (rc == 0)
+      rc = dlock__loop_new(c, &c->loop);
+    if (rc != 0) {
+      destroy(c);
+      return rc;
+    }
+    *out = c;
+    return 0;
+  }
   int64_t open_deadline = dlock__deadline_ms(o->connect_timeout_ms);
   if (rc == 0) {
     rc = open_riding(c, &open_deadline);
@@ -511,6 +534,48 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
   return 0;
 }
 
+int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
+  return open_client(o, out, 0);
+}
+
+int dlock_client_open_async(const dlock_options_t *o, dlock_client_t **out) {
+  return open_client(o, out, 1);
+}
+
+static int check_async(const dlock_client_t *c) {
+  if (c == NULL)
+    return dlock__fail(DLOCK_EINVAL, "client is NULL");
+  if (c->loop == NULL)
+    return dlock__fail(DLOCK_EINVAL, "the client was not opened with "
+                                     "dlock_client_open_async()");
+  return 0;
+}
+
+int dlock_loop_attach(dlock_client_t *c, dlock_socket_cb on_socket,
+                      dlock_timer_cb on_timer, void *data) {
+  int rc = check_async(c);
+  if (rc == 0 && (on_socket == NULL || on_timer == NULL))
+    rc = dlock__fail(DLOCK_EINVAL, "on_socket and on_timer must be given");
+  return rc != 0 ? rc : dlock__loop_attach(c->loop, on_socket, on_timer, data);
+}
+
+int dlock_loop_action(dlock_client_t *c, int fd, int events) {
+  int rc = check_async(c);
+  if (rc == 0 && is_forked(c))
+    rc = dlock__fail_forked();
+  if (rc != 0)
+    return rc;
+  dlock__loop_action(c->loop, fd, events);
+  /* A callback closed the client: its end waited for this. */
+  if (c->loop->close_requested)
+    destroy(c);
+  return 0;
+}
+
+size_t dlock_loop_pending(const dlock_client_t *c) {
+  return c != NULL && c->loop != NULL ? c->loop->nops : 0;
+}
+
 void dlock_client_shutdown(dlock_client_t *c) {
   /* In a child of fork() the calls it would cancel are the parent's, and
    * canceling them would shut the parent's socket down. */
@@ -524,6 +589,13 @@ void dlock_client_shutdown(dlock_client_t *c) {
 void dlock_client_close(dlock_client_t *c) {
   if (c == NULL)
     return;
+  if (!is_forked(c) && c->loop != NULL && c->loop->dispatching) {
+    /* From a callback: the operations end now, the client once the loop's
+     * action that runs the callback returns. */
+    dlock__loop_cancel_all(c->loop);
+    c->loop->close_requested = 1;
+    return;
+  }
   if (is_forked(c))
     forget_after_fork(c);
   else

@@ -6,6 +6,8 @@
  */
 #include "alloc.h"
 #include "engine.h"
+#include "loop.h"
+#include "proto/format.h"
 
 #include "error.h"
 
@@ -110,40 +112,31 @@ static int copy_reply(const redisReply *from, dlock_reply_t *to) {
   }
 }
 
-int dlock_client_command(dlock_client_t *c, size_t argc,
+/* The argument sizes of a command, checked: '*sizes' is 'local' or an
+ * allocation to free. */
+static int check_command(dlock_client_t *c, size_t argc,
                          const char *const *argv, const size_t *lens,
-                         dlock_reply_t **out) {
-  if (out != NULL)
-    *out = NULL;
-  if (c == NULL || argv == NULL || out == NULL)
-    return dlock__fail(DLOCK_EINVAL, "client, argv and out must not be NULL");
+                         size_t local[16], size_t **sizes) {
+  *sizes = local;
   if (argc == 0 || argc > 1024 * 1024)
     return dlock__fail(DLOCK_EINVAL, "a command has 1 to 1048576 arguments");
-  size_t local[16];
-  size_t *sizes = argc <= 16 ? local : dlock__calloc(argc, sizeof(*sizes));
-  if (sizes == NULL)
+  if (argc > 16 && (*sizes = dlock__calloc(argc, sizeof(**sizes))) == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory sending a command");
-  int rc = 0;
-  for (size_t i = 0; i < argc && rc == 0; i++) {
+  for (size_t i = 0; i < argc; i++) {
     if (argv[i] == NULL)
-      rc = dlock__fail(DLOCK_EINVAL, "argument %zu is NULL", i);
-    else
-      sizes[i] = lens != NULL ? lens[i] : strlen(argv[i]);
+      return dlock__fail(DLOCK_EINVAL, "argument %zu is NULL", i);
+    (*sizes)[i] = lens != NULL ? lens[i] : strlen(argv[i]);
   }
-  if (rc == 0)
-    rc = check_allowed(argc, argv, sizes);
-  if (rc == 0)
-    rc = dlock__check_canceled(c);
-  redisReply *reply = NULL;
-  if (rc == 0)
-    rc = dlock__command(c, (int)argc, (const char **)argv, sizes, &reply);
-  if (sizes != local)
-    dlock__free(sizes);
-  if (rc != 0)
-    return rc;
+  (void)c;
+  return check_allowed(argc, argv, *sizes);
+}
+
+/* The reply as the API gives it; 'reply' is freed. */
+static int convert_reply(redisReply *reply, dlock_reply_t **out) {
   dlock_reply_t *r = dlock__calloc(1, sizeof(*r));
-  rc = r != NULL ? copy_reply(reply, r)
-                 : dlock__fail(DLOCK_ENOMEM, "out of memory copying a reply");
+  int rc = r != NULL
+               ? copy_reply(reply, r)
+               : dlock__fail(DLOCK_ENOMEM, "out of memory copying a reply");
   freeReplyObject(reply);
   if (rc != 0) {
     dlock_reply_free(r);
@@ -151,4 +144,107 @@ int dlock_client_command(dlock_client_t *c, size_t argc,
   }
   *out = r;
   return 0;
+}
+
+int dlock_client_command(dlock_client_t *c, size_t argc,
+                         const char *const *argv, const size_t *lens,
+                         dlock_reply_t **out) {
+  if (out != NULL)
+    *out = NULL;
+  if (c == NULL || argv == NULL || out == NULL)
+    return dlock__fail(DLOCK_EINVAL, "client, argv and out must not be NULL");
+  size_t local[16], *sizes;
+  int rc = check_command(c, argc, argv, lens, local, &sizes);
+  if (rc == 0)
+    rc = dlock__check_blocking(c);
+  redisReply *reply = NULL;
+  if (rc == 0)
+    rc = dlock__command(c, (int)argc, (const char **)argv, sizes, &reply);
+  if (sizes != local)
+    dlock__free(sizes);
+  return rc != 0 ? rc : convert_reply(reply, out);
+}
+
+/* ---- the same for an event loop ----------------------------------------- */
+
+typedef struct command_op {
+  dlock__aop op;
+  dlock_client_t *c;
+  dlock_reply_cb cb;
+  void *data;
+} command_op;
+
+static void command_done(command_op *o, int status, dlock_reply_t *r) {
+  dlock_reply_cb cb = o->cb;
+  void *data = o->data;
+  dlock_client_t *c = o->c;
+  dlock__loop_remove(&o->op);
+  dlock__free(o);
+  cb(c, status, r, data);
+}
+
+static void command_run(dlock__aop *op) {
+  command_op *o = (command_op *)op;
+  if (op->in_flight)
+    return;
+  redisReply *reply = op->reply;
+  op->reply = NULL;
+  dlock_reply_t *r = NULL;
+  int rc;
+  if (op->err != 0)
+    rc = dlock__fail(op->err, "%s", op->detail);
+  else if (reply->type == REDIS_REPLY_ERROR) {
+    rc = dlock__fail_reply(reply->str, reply->len);
+    freeReplyObject(reply);
+  } else
+    rc = convert_reply(reply, &r);
+  command_done(o, rc, r);
+}
+
+static void command_cancel(dlock__aop *op) {
+  command_done((command_op *)op,
+               dlock__fail(DLOCK_ECANCELED, "the client was closed"), NULL);
+}
+
+int dlock_client_command_async(dlock_client_t *c, size_t argc,
+                               const char *const *argv, const size_t *lens,
+                               dlock_reply_cb cb, void *data) {
+  if (c == NULL || argv == NULL || cb == NULL)
+    return dlock__fail(DLOCK_EINVAL, "client, argv and cb must not be NULL");
+  if (c->loop == NULL)
+    return dlock__fail(DLOCK_EINVAL, "the client was not opened with "
+                                     "dlock_client_open_async()");
+  size_t local[16], *sizes;
+  int rc = check_command(c, argc, argv, lens, local, &sizes);
+  if (rc == 0)
+    rc = dlock__check_canceled(c);
+  if (rc == 0 && c->loop->closing)
+    rc = dlock__fail(DLOCK_ECANCELED, "the client is closing");
+  char *cmd = NULL;
+  int len = -1;
+  if (rc == 0 && (len = dlock__format_argv(&cmd, (int)argc, argv, sizes)) < 0)
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory formatting a command");
+  if (sizes != local)
+    dlock__free(sizes);
+  command_op *o = NULL;
+  if (rc == 0 && (o = dlock__calloc(1, sizeof(*o))) == NULL)
+    rc = dlock__fail(DLOCK_ENOMEM, "out of memory sending a command");
+  if (rc == 0) {
+    o->c = c;
+    o->cb = cb;
+    o->data = data;
+    o->op.run = command_run;
+    o->op.cancel = command_cancel;
+    dlock__loop_add(c->loop, &o->op);
+    rc = dlock__loop_send(&o->op, cmd, (size_t)len);
+    if (rc != 0) {
+      dlock__loop_remove(&o->op);
+      dlock__free(o);
+    }
+  }
+  if (cmd != NULL)
+    dlock__format_free(cmd);
+  if (rc == 0)
+    dlock__loop_poke(c->loop);
+  return rc;
 }

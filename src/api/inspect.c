@@ -146,7 +146,7 @@ int dlock_inspect(dlock_client_t *c, const char *name, size_t len,
   if (len == 0 || len > DLOCK_NAME_MAX)
     return dlock__fail(DLOCK_EINVAL, "lock name must be 1..%d bytes",
                        DLOCK_NAME_MAX);
-  int rc = dlock__check_canceled(c);
+  int rc = dlock__check_blocking(c);
   if (rc != 0)
     return rc;
   redisReply *r[Q_COUNT] = {NULL};

@@ -56,4 +56,4 @@ int dlock__check_name(const char *name, size_t len) {
   return 0;
 }
 
-int dlock__check_object(dlock_client_t *c) { return dlock__check_canceled(c); }
+int dlock__check_object(dlock_client_t *c) { return dlock__check_blocking(c); }

@@ -57,6 +57,10 @@ int dlock__take_handed(dlock_t *l, uint64_t owner, int64_t lease_ms,
  * answer (the waiter may still be queued). */
 int dlock__leave_queue(dlock_t *l, uint64_t owner);
 
+/* DLOCK_ETIMEDOUT with its detail: 'l' was not acquired within
+ * 'wait_ms'. */
+int dlock__lock_timed_out(const dlock_t *l, int64_t wait_ms);
+
 /* Releases one hold of 'owner' on single lock 'l': 0, DLOCK_ENOTHELD,
  * DLOCK_ELOST or an error. */
 int dlock__release_hold(dlock_t *l, uint64_t owner);

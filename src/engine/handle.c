@@ -17,19 +17,25 @@
 /* ---- acquiring, with waiting ----------------------------------------------
  */
 
-int dlock__check_handle(dlock_t *l) {
+/* The checks of a handle's verbs: 'blocking' for those that wait for
+ * Redis, which an async client refuses. */
+static int check_handle(dlock_t *l, int blocking) {
+  int (*check)(dlock_client_t *) =
+      blocking ? dlock__check_blocking : dlock__check_canceled;
   if (l->c != NULL)
-    return dlock__check_canceled(l->c);
+    return check(l->c);
   /* A composite: each part's client, before any part is touched. */
   for (size_t i = 0; i < l->nsubs; i++) {
-    int rc = dlock__check_canceled(l->subs[i]->c);
+    int rc = check(l->subs[i]->c);
     if (rc != 0)
       return rc;
   }
   return 0;
 }
 
-static int timed_out(const dlock_t *l, int64_t wait_ms) {
+int dlock__check_handle(dlock_t *l) { return check_handle(l, 1); }
+
+int dlock__lock_timed_out(const dlock_t *l, int64_t wait_ms) {
   return dlock__fail(DLOCK_ETIMEDOUT,
                      "lock \"%.100s\" is held by another owner; not acquired "
                      "within %lld ms",
@@ -98,7 +104,7 @@ static void lock_unknown(dlock__acq *m) {
 }
 
 static int lock_timed_out(dlock__acq *m) {
-  return timed_out(target(m)->l, target(m)->wait_ms);
+  return dlock__lock_timed_out(target(m)->l, target(m)->wait_ms);
 }
 
 /* A new waiter of a kind without barging queues behind its client's
@@ -195,7 +201,7 @@ int dlock_unlock(dlock_t *l) { return dlock_unlock_as(l, dlock_self()); }
 
 uint64_t dlock_token_as(dlock_t *l, uint64_t owner) {
   /* In a child of fork() the records' mutexes may be held for ever. */
-  if (l == NULL || dlock__check_handle(l) != 0)
+  if (l == NULL || check_handle(l, 0) != 0)
     return 0;
   if (l->kind->token != NULL)
     return l->kind->token(l, owner);

@@ -68,6 +68,9 @@ int dlock__handover_release(dlock_t *l, uint64_t owner, dlock__release *r) {
    * no record of, goes the usual way, which knows how to report them. */
   if (r->lost || !r->known || r->abandoned || strcmp(r->count, "1") != 0)
     return 1;
+  /* An event loop's client has no waiting threads to hand it to. */
+  if (l->c->ps == NULL)
+    return 1;
   int at_cap;
   dlock__waiter *next =
       dlock__cohort_reserve(l->c->ps, l->channel, l->channel_len, owner,

@@ -38,6 +38,36 @@ void dlock__acq_init(dlock__acq *m, const dlock__acq_ops *ops, void *arg,
   m->w.owner_data = &m->who;
 }
 
+/* ---- the channel: the client's pub/sub, or the machine's own ----------- */
+
+static int chan_join_active(dlock__acq *m, int *others) {
+  if (m->chan != NULL)
+    return m->chan->join_active(m, others);
+  return dlock__pubsub_join_active(m->c->ps, m->channel, m->channel_len, &m->w,
+                                   others);
+}
+
+static int chan_join(dlock__acq *m, int64_t deadline_us) {
+  if (m->chan != NULL)
+    return m->chan->join(m, deadline_us);
+  return dlock__pubsub_join_as(m->c->ps, m->channel, m->channel_len,
+                               deadline_us, &m->w, m->wake);
+}
+
+static void chan_leave(dlock__acq *m) {
+  if (m->chan != NULL)
+    m->chan->leave(m);
+  else
+    dlock__pubsub_leave(m->c->ps, &m->w);
+}
+
+static void chan_pass(dlock__acq *m) {
+  if (m->chan != NULL)
+    m->chan->pass(m);
+  else
+    dlock__pubsub_pass(m->c->ps, &m->w);
+}
+
 /* Ends the machine's run with 'rc' (leaving, giving up: see finish). */
 static int to_finish(dlock__acq *m, int rc) {
   m->rc = rc;
@@ -83,8 +113,7 @@ static int prepare(dlock__acq *m) {
   /* A waiter that is going to wait anyway joins a live subscription before
    * its first attempt, so it need not try again after joining. */
   int others = 0;
-  rc = dlock__pubsub_join_active(m->c->ps, m->channel, m->channel_len, &m->w,
-                                 &others);
+  rc = chan_join_active(m, &others);
   if (rc < 0)
     return to_finish(m, rc);
   m->joined = rc == 1;
@@ -98,13 +127,9 @@ static int prepare(dlock__acq *m) {
   return DLOCK__ACQ_ATTEMPT;
 }
 
-static int attempt(dlock__acq *m) {
-  int woken = m->woken;
-  m->woken = 0;
-  m->pass = 0;
-  m->tried = 1;
-  m->tried_us = dlock__now_us();
-  int rc = m->ops->attempt(m, m->wait_ms != 0);
+/* What follows an attempt that answered 'rc'. */
+static int attempted(dlock__acq *m, int rc) {
+  int woken = m->was_woken;
   if (woken && rc >= 0 && m->note_attempts)
     dlock__cohort_note_attempt(m->c->ps, &m->w, rc == 1);
   if (rc >= 0 && !m->ride_restarts)
@@ -116,24 +141,47 @@ static int attempt(dlock__acq *m) {
   /* The wake-up was for a free permit this waiter cannot use (it needs
    * more): another waiter of this client may need fewer. */
   if (woken && m->pass)
-    dlock__pubsub_pass(m->c->ps, &m->w);
+    chan_pass(m);
   if (m->wait_by == DLOCK__ACQ_BY_PUBSUB && !m->joined)
     return DLOCK__ACQ_JOIN;
   return DLOCK__ACQ_PLAN;
 }
 
+/* Stops until the answer of what went out comes (an event loop's). */
+static int in_flight(dlock__acq *m, int what) {
+  m->sent = what;
+  return DLOCK__ACQ_SENT;
+}
+
+static int attempt(dlock__acq *m) {
+  m->was_woken = m->woken;
+  m->woken = 0;
+  m->pass = 0;
+  m->tried = 1;
+  m->tried_us = dlock__now_us();
+  int rc = m->ops->attempt(m, m->wait_ms != 0);
+  if (rc == DLOCK__ACQ_INFLIGHT)
+    return in_flight(m, DLOCK__ACQ_ATTEMPT);
+  return attempted(m, rc);
+}
+
 /* Joins the channel, subscribing if the client is not subscribed yet, and
  * tries once more, so that a release between the first attempt and the
  * subscription is not missed. */
-static int join(dlock__acq *m) {
-  int64_t join_by = dlock__deadline_ms(m->c->opt.command_timeout_ms);
-  int rc = dlock__pubsub_join_as(
-      m->c->ps, m->channel, m->channel_len,
-      join_by < m->deadline_us ? join_by : m->deadline_us, &m->w, m->wake);
+/* What follows a join that answered 'rc'. */
+static int joined(dlock__acq *m, int rc) {
   if (rc != 0)
     return to_finish(m, rc);
   m->joined = 1;
   return DLOCK__ACQ_ATTEMPT;
+}
+
+static int join(dlock__acq *m) {
+  int64_t join_by = dlock__deadline_ms(m->c->opt.command_timeout_ms);
+  int rc = chan_join(m, join_by < m->deadline_us ? join_by : m->deadline_us);
+  if (rc == DLOCK__ACQ_INFLIGHT)
+    return in_flight(m, DLOCK__ACQ_JOIN);
+  return joined(m, rc);
 }
 
 /* Sleeps until the holder's release message or its lease's end, whichever
@@ -168,6 +216,14 @@ static uint64_t fresh_grant(const dlock__acq *m) {
   return m->w.value > m->busy.counter ? m->w.value : 0;
 }
 
+/* What follows the take-up of a hand-over that answered 'rc' (1: taken
+ * after all, wait again). */
+static int taken_up(dlock__acq *m, int rc) {
+  if (rc != 1)
+    return to_finish(m, rc);
+  return DLOCK__ACQ_PLAN;
+}
+
 /* What the wait ended with ('m->pending'). */
 static int woke(dlock__acq *m) {
   int ev = m->pending;
@@ -181,9 +237,9 @@ static int woke(dlock__acq *m) {
     if (m->ops->take_handed == NULL)
       return to_finish(m, DLOCK__ACQ_HANDED);
     int rc = m->ops->take_handed(m, m->w.value);
-    if (rc != 1)
-      return to_finish(m, rc);
-    return DLOCK__ACQ_PLAN;
+    if (rc == DLOCK__ACQ_INFLIGHT)
+      return in_flight(m, DLOCK__ACQ_WAIT);
+    return taken_up(m, rc);
   }
   /* Woken by a message of the channel: hold back first, if contended. */
   m->woken = ev == 1 && m->pause_if_woken;
@@ -193,6 +249,18 @@ static int woke(dlock__acq *m) {
     return DLOCK__ACQ_HOLD;
   }
   return DLOCK__ACQ_ATTEMPT;
+}
+
+/* The answer of what went out came: 'm->pending'. */
+static int answered(dlock__acq *m) {
+  switch (m->sent) {
+  case DLOCK__ACQ_JOIN:
+    return joined(m, m->pending);
+  case DLOCK__ACQ_WAIT:
+    return taken_up(m, m->pending);
+  default:
+    return attempted(m, m->pending);
+  }
 }
 
 /* The answer of a machine that rode an outage and ends with an error of
@@ -210,7 +278,7 @@ static int finish(dlock__acq *m) {
   if (rc == 1)
     rc = m->ops->timed_out(m);
   if (m->joined) {
-    dlock__pubsub_leave(m->c->ps, &m->w);
+    chan_leave(m);
     m->joined = 0;
     uint64_t grant = fresh_grant(m);
     if (grant != 0 && m->ops->late_grant != NULL)
@@ -256,6 +324,7 @@ static int (*const steps[])(dlock__acq *m) = {
     [DLOCK__ACQ_JOIN] = join,       [DLOCK__ACQ_PLAN] = plan,
     [DLOCK__ACQ_WAIT] = woke,       [DLOCK__ACQ_HOLD] = held_back,
     [DLOCK__ACQ_FINISH] = finish,   [DLOCK__ACQ_RIDE] = rode,
+    [DLOCK__ACQ_SENT] = answered,
 };
 
 int dlock__acq_step(dlock__acq *m) {
@@ -263,7 +332,8 @@ int dlock__acq_step(dlock__acq *m) {
     assert(m->state >= 0 && m->state < DLOCK__ACQ_DONE);
     m->state = steps[m->state](m);
     if (m->state == DLOCK__ACQ_WAIT || m->state == DLOCK__ACQ_HOLD ||
-        m->state == DLOCK__ACQ_RIDE || m->state == DLOCK__ACQ_DONE)
+        m->state == DLOCK__ACQ_RIDE || m->state == DLOCK__ACQ_SENT ||
+        m->state == DLOCK__ACQ_DONE)
       return m->state;
   }
 }
@@ -273,6 +343,8 @@ int dlock__acq_run(dlock__acq *m) {
     int state = dlock__acq_step(m);
     if (state == DLOCK__ACQ_DONE)
       break;
+    /* A blocking machine's calls answer at once. */
+    assert(state != DLOCK__ACQ_SENT);
     if (state == DLOCK__ACQ_WAIT && m->joined) {
       m->pending = dlock__pubsub_wait(m->c->ps, &m->w, m->until_us);
     } else if (state == DLOCK__ACQ_WAIT) {

@@ -60,6 +60,30 @@ typedef struct dlock__acq_ops {
  * thing to its waiter and the ops take no hand-overs themselves. */
 #define DLOCK__ACQ_HANDED 2
 
+/* What an attempt (or a join of the channel) returns when its call went
+ * out and its answer comes later, by callback: an event loop's machine.
+ * The machine then stops in DLOCK__ACQ_SENT until its driver sets
+ * 'pending' to the answer (what the attempt or join would have returned)
+ * and steps it again. A blocking machine's calls never return it. */
+#define DLOCK__ACQ_INFLIGHT 3
+
+/*
+ * The channel a machine that waits by pub/sub waits on. NULL in
+ * dlock__acq.chan: the client's own pub/sub connection, where a join
+ * waits for Redis's confirmation (the blocking driver). An event loop's
+ * machine gives its own, whose join may answer later (INFLIGHT).
+ */
+typedef struct dlock__acq_chan {
+  /* Joins only if the channel is subscribed already: 1 joined (with
+   * '*others' the client's other waiters on it), 0 not, or an error. */
+  int (*join_active)(dlock__acq *m, int *others);
+  /* Joins, subscribing if need be: 0, DLOCK__ACQ_INFLIGHT, or an error. */
+  int (*join)(dlock__acq *m, int64_t deadline_us);
+  void (*leave)(dlock__acq *m);
+  /* Hands a wake-up this waiter cannot use to the next in line. */
+  void (*pass)(dlock__acq *m);
+} dlock__acq_chan;
+
 /* How a machine waits between its attempts. */
 enum dlock__acq_wait {
   DLOCK__ACQ_BY_PUBSUB, /* on a channel, woken by its messages */
@@ -76,6 +100,7 @@ enum dlock__acq_state {
   DLOCK__ACQ_HOLD,    /* holding back after a wake-up: run by the driver */
   DLOCK__ACQ_FINISH,  /* leave, late grant, give up */
   DLOCK__ACQ_RIDE,    /* pausing through an outage: run by the driver */
+  DLOCK__ACQ_SENT,    /* an attempt or a join awaits its answer (INFLIGHT) */
   DLOCK__ACQ_DONE     /* 'rc' is the answer */
 };
 
@@ -93,9 +118,10 @@ struct dlock__acq {
   int ride_restarts;   /* an outage restarts from 'prepare', having left */
   char *channel;       /* the channel waited on */
   size_t channel_len;
-  int free_channel;         /* ... which the driver frees at the end */
-  dlock__waiter w;          /* on the channel, as 'who' */
-  dlock__cohort_member who; /* the caller sets its owner, lease, permits */
+  int free_channel;            /* ... which the driver frees at the end */
+  dlock__waiter w;             /* on the channel, as 'who' */
+  dlock__cohort_member who;    /* the caller sets its owner, lease, permits */
+  const dlock__acq_chan *chan; /* NULL: the client's pub/sub */
 
   /* Where it is. */
   int state;
@@ -105,9 +131,11 @@ struct dlock__acq {
   int64_t tried_us; /* when the latest attempt was sent */
   int64_t until_us; /* the end of the current wait or pause */
   int joined;
-  int woken;   /* the wait ended with a wake-up: pause, then attempt */
-  int tried;   /* an attempt was made (a queue place may be held) */
-  int pending; /* the wait's outcome, for dlock__acq_step */
+  int woken;     /* the wait ended with a wake-up: pause, then attempt */
+  int tried;     /* an attempt was made (a queue place may be held) */
+  int pending;   /* the wait's outcome, for dlock__acq_step */
+  int sent;      /* DLOCK__ACQ_SENT: what awaits its answer (a state) */
+  int was_woken; /* the attempt in flight followed a wake-up */
   dlock__backoff spin;
   dlock__riding ride; /* riding an outage */
 };
@@ -124,11 +152,13 @@ void dlock__acq_init(dlock__acq *m, const dlock__acq_ops *ops, void *arg,
                      dlock_client_t *c, int64_t wait_ms, int wait_by,
                      const char *channel, size_t channel_len);
 
-/* Runs the steps until the machine waits, pauses or is done; returns its
- * state then (DLOCK__ACQ_WAIT, DLOCK__ACQ_RIDE or DLOCK__ACQ_DONE), with
+/* Runs the steps until the machine waits, pauses, awaits an answer or is
+ * done; returns its state then (DLOCK__ACQ_WAIT, DLOCK__ACQ_HOLD,
+ * DLOCK__ACQ_RIDE, DLOCK__ACQ_SENT or DLOCK__ACQ_DONE), with
  * 'm->until_us' the end of the wait or pause. After a wait, set
  * 'm->pending' to its outcome (as dlock__pubsub_wait's, or 0 when the
- * time ran out) before the next step. */
+ * time ran out) before the next step; after DLOCK__ACQ_SENT, to the
+ * answer. */
 int dlock__acq_step(dlock__acq *m);
 
 /* The blocking driver: runs 'm' to the end, waiting where it waits, and

@@ -15,7 +15,7 @@
 /* Runs "VERB name [field]" and decodes a number (nil as 'nil_value'). */
 static int ask_number(dlock_t *l, const char *verb, int with_field,
                       uint64_t owner, int64_t nil_value, int64_t *out) {
-  int rc = dlock__check_canceled(l->c);
+  int rc = dlock__check_blocking(l->c);
   if (rc != 0)
     return rc;
   char field[DLOCK__FIELD_MAX];

@@ -208,6 +208,21 @@ int dlock__conn_submit(dlock__conn *c, const char *cmd, size_t len,
  * this one looks again every millisecond. */
 int dlock__conn_pump(dlock__conn *c, int64_t until_us);
 
+/*
+ * For a connection that an event loop drives (it has no blocking callers,
+ * only submissions): what it waits for, a descriptor ('*fd', -1: none)
+ * becoming ready for '*events' (POLLIN, POLLOUT), or the time '*until_us'
+ * (CLOCK_MONOTONIC; INT64_MAX: none). Ask again after every service and
+ * submission: the answer changes with the connection's state.
+ */
+void dlock__conn_watch(dlock__conn *c, int *fd, short *events,
+                       int64_t *until_us);
+
+/* Does everything that can be done without waiting: the connect and its
+ * handshake, writing, reading and completing replies, and the deadlines.
+ * Completions run inside it (see dlock__request). */
+void dlock__conn_service(dlock__conn *c);
+
 /* Makes every call in progress fail with DLOCK_ECANCELED (later calls are
  * refused by the client, see dlock_client_shutdown). */
 void dlock__conn_cancel(dlock__conn *c);

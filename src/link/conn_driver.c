@@ -21,7 +21,7 @@
 /* ---- receiving ---------------------------------------------------------- */
 
 /* Completes the request of every complete reply in the read buffer. */
-static int dispatch_replies_locked(dlock__conn *c) {
+int dlock__conn_dispatch_locked(dlock__conn *c) {
   for (;;) {
     void *reply = NULL;
     if (dlock__stream_reply(c->ctx, &reply) != 0)
@@ -61,7 +61,7 @@ int dlock__conn_give_up_locked(dlock__conn *c, caller *me) {
 }
 
 /* The earliest deadline of a submitted request in line (INT64_MAX: none). */
-static int64_t submit_deadline(const dlock__conn *c) {
+int64_t dlock__conn_submit_deadline(const dlock__conn *c) {
   int64_t at = INT64_MAX;
   for (const request *r = c->head; r != NULL; r = r->next) {
     if (r->owned && r->done != NULL && r->deadline_us < at)
@@ -73,7 +73,7 @@ static int64_t submit_deadline(const dlock__conn *c) {
 /* Completes the submitted requests whose deadline has passed, as a caller
  * gives up on its own (dlock__conn_give_up_locked): 0, or -1 when out of
  * memory (the connection must then be failed). */
-static int expire_submitted_locked(dlock__conn *c) {
+int dlock__conn_expire_submitted_locked(dlock__conn *c) {
   int64_t now = dlock__now_us();
   for (request **p = &c->head; *p != NULL; p = &(*p)->next) {
     request *r = *p;
@@ -92,7 +92,7 @@ static int expire_submitted_locked(dlock__conn *c) {
  * reply since its oldest request was sent. Replies come in order, so a
  * connection that keeps delivering them (a long pipelined batch) is alive
  * however long the oldest request has waited. */
-static int64_t dead_at(const dlock__conn *c) {
+int64_t dlock__conn_dead_at(const dlock__conn *c) {
   if (c->ctx != NULL && !dlock__stream_ready(c->ctx))
     return dlock__stream_deadline(c->ctx);
   if (c->head == NULL)
@@ -169,9 +169,10 @@ void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
       }
     }
     int64_t mine = wait_limit(c, me);
-    int64_t wake = dead_at(c) < mine ? dead_at(c) : mine;
+    int64_t wake =
+        dlock__conn_dead_at(c) < mine ? dlock__conn_dead_at(c) : mine;
     if (c->nsubmitted > 0) {
-      int64_t next = submit_deadline(c);
+      int64_t next = dlock__conn_submit_deadline(c);
       wake = next < wake ? next : wake;
     }
     /* Past a deadline the poll does not wait, but replies that already
@@ -220,7 +221,7 @@ void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
       dlock__conn_fail_all_locked(c, c->broken_code, c->last_err);
       break;
     }
-    if (c->nsubmitted > 0 && expire_submitted_locked(c) != 0) {
+    if (c->nsubmitted > 0 && dlock__conn_expire_submitted_locked(c) != 0) {
       dlock__conn_fail_all_locked(c, DLOCK_ENOMEM,
                                   "out of memory giving up a call");
       break;
@@ -235,7 +236,7 @@ void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
         break;
       }
       if (c->ctx != NULL && dlock__now_us() >= caller_deadline(c, me) &&
-          dlock__now_us() < dead_at(c) && me->remaining > 0) {
+          dlock__now_us() < dlock__conn_dead_at(c) && me->remaining > 0) {
         if (dlock__conn_give_up_locked(c, me) != 0)
           dlock__conn_fail_all_locked(c, DLOCK_ENOMEM,
                                       "out of memory giving up a call");
@@ -245,7 +246,7 @@ void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
     }
     if (n == 0 && c->ctx != NULL) {
       int64_t now = dlock__now_us();
-      if (now >= dead_at(c)) {
+      if (now >= dlock__conn_dead_at(c)) {
         snprintf(why, sizeof(why), "no reply from Redis within %lld ms",
                  (long long)c->cfg.command_timeout_ms);
         c->timed_out = 1;
@@ -278,7 +279,7 @@ void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
         dlock__conn_fail_all_locked(c, DLOCK_EIO, why);
         break;
       }
-      int rc = dispatch_replies_locked(c);
+      int rc = dlock__conn_dispatch_locked(c);
       if (rc != 0) {
         const char *proto = dlock__stream_proto_error(c->ctx);
         snprintf(why, sizeof(why), "bad reply from server: %s",

@@ -234,6 +234,17 @@ void dlock__conn_write_out_locked(dlock__conn *c);
 /* Reads replies for everybody until 'me' has its own, or its wait limit
  * passes, or the connection dies; then passes the role on. */
 void dlock__conn_drive_locked(dlock__conn *c, caller *me);
+/* Completes the request of every complete reply in the read buffer: 0, or
+ * DLOCK_EPROTO when the stream is out of step. */
+int dlock__conn_dispatch_locked(dlock__conn *c);
+/* The earliest deadline of a submitted request in line (INT64_MAX: none). */
+int64_t dlock__conn_submit_deadline(const dlock__conn *c);
+/* Completes the submitted requests whose deadline has passed: 0, or -1
+ * when out of memory (the connection must then be failed). */
+int dlock__conn_expire_submitted_locked(dlock__conn *c);
+/* When the connection counts as dead (a command timeout without a reply,
+ * or the handshake's deadline); INT64_MAX when nothing is awaited. */
+int64_t dlock__conn_dead_at(const dlock__conn *c);
 /* Hands the reading to the oldest waiting caller but 'me'. */
 void dlock__conn_pass_role_locked(dlock__conn *c, caller *me);
 /* 'me' gives up on its requests at its deadline, the connection staying:

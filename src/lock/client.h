@@ -49,7 +49,8 @@ struct dlock_client {
   dlock__route route;
   dlock__locator locator; /* the Sentinel discovery as the connection's */
   dlock__tls *tls; /* loaded TLS settings for a rediss:// URL, else NULL */
-  dlock__pubsub *ps;
+  dlock__pubsub *ps; /* NULL for an async client, which has 'loop' */
+  struct dlock__loop *loop;
   dlock__watchdog *wd;
   struct dlock__watcher *watcher; /* follows the Sentinels' announcements */
   dlock__settler *settle;
@@ -74,5 +75,9 @@ size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,
  * DLOCK_ECANCELED once the client is shutting down; 0 when usable. Every
  * call checks it before it takes a mutex or touches a connection. */
 int dlock__check_canceled(dlock_client_t *c);
+
+/* dlock__check_canceled for a blocking verb, which an async client (one
+ * with a loop) refuses with DLOCK_EINVAL rather than block its loop. */
+int dlock__check_blocking(dlock_client_t *c);
 
 #endif

@@ -19,6 +19,15 @@ size_t dlock__owner_field(const dlock_client_t *c, uint64_t owner,
   return id_len + 1 + dlock__fmt_u64(buf + id_len + 1, owner);
 }
 
+int dlock__check_blocking(dlock_client_t *c) {
+  int rc = dlock__check_canceled(c);
+  if (rc == 0 && c->loop != NULL)
+    rc = dlock__fail(DLOCK_EINVAL,
+                     "a blocking call on a client opened with "
+                     "dlock_client_open_async() (use the _async verbs)");
+  return rc;
+}
+
 int dlock__check_canceled(dlock_client_t *c) {
   if (dlock__forked_since(c->fork_gen))
     return dlock__fail_forked();

@@ -1,0 +1,711 @@
+/*
+ * The verbs of an async client (dlock_trylock_async and its kin): a single
+ * lock's acquisition is the acquisition machine (machine.h), the same as
+ * a blocking caller's, run by the loop (loop.h) instead of a waiting
+ * thread: its attempts go out as requests whose answers come back by
+ * callback, it waits on the loop's pub/sub (loopsub.h), and its pauses
+ * are the loop's timers. An unlock is the kind's release call sent the
+ * same way; the watchdog's renewals are a timer of the loop.
+ */
+#include "async.h"
+
+#include "alloc.h"
+#include "error.h"
+#include "machine.h"
+#include "monotime.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+enum { VERB_ACQUIRE, VERB_RELEASE };
+
+typedef struct lock_op {
+  dlock__aop op; /* first: the loop's view of it */
+  int verb;
+  dlock_t *l;
+  uint64_t owner;
+  int64_t wait_ms, lease_ms;
+  dlock_done_cb cb;
+  void *data;
+  /* The end: 'status', to be reported by the next run. */
+  int finished, status;
+  char detail[256];
+  /* Acquiring. */
+  dlock__acq m;
+  dlock__lwaiter lw;
+  int wake_ev;   /* a wake-up kept until the machine waits */
+  int join_done; /* the join's answer came: 'join_ev' */
+  int join_ev;
+  dlock__call call; /* the attempt or release in flight */
+  int has_call;
+  int64_t sent_us;
+  /* Releasing. */
+  dlock__release r;
+  int sends;
+  dlock__backoff retry;
+} lock_op;
+
+static lock_op *of_machine(dlock__acq *m) { return m->arg; }
+
+static void drop_call(lock_op *o) {
+  if (o->has_call)
+    dlock__call_free(&o->call);
+  o->has_call = 0;
+}
+
+/* Ends the operation with 'status' (its detail is the last failure's);
+ * the callback runs at the next run, from the loop. */
+static void finish(lock_op *o, int status) {
+  o->finished = 1;
+  o->status = status;
+  snprintf(o->detail, sizeof(o->detail), "%s",
+           status != 0 ? dlock_last_error() : "");
+  dlock__loop_ready(&o->op);
+}
+
+/* Runs the callback of a finished operation and frees it. */
+static void report(lock_op *o) {
+  drop_call(o);
+  dlock__loop_remove(&o->op);
+  if (o->status != 0)
+    dlock__fail_text(o->status, o->detail);
+  dlock_done_cb cb = o->cb;
+  dlock_t *l = o->l;
+  uint64_t owner = o->owner;
+  int status = o->status;
+  void *data = o->data;
+  dlock__free(o);
+  cb(l, owner, status, data);
+}
+
+/* ---- fire-and-forget calls ---------------------------------------------- */
+
+/* A script call whose answer nobody waits for: the give-back of an
+ * attempt that got no answer, a fair waiter leaving its queue. Its answer
+ * is dropped (NOSCRIPT: sent again with the body). */
+typedef struct detached {
+  dlock__aop op;
+  dlock__call call;
+  dlock__release r;
+  int sent;
+} detached;
+
+static void detached_run(dlock__aop *op) {
+  detached *d = (detached *)op;
+  redisReply *reply = NULL;
+  int rc = dlock__loop_eval_answer(op, &d->call.eval, &reply);
+  if (rc == DLOCK__ACQ_INFLIGHT)
+    return;
+  if (reply != NULL)
+    freeReplyObject(reply);
+  dlock__call_free(&d->call);
+  dlock__release_end(&d->r);
+  dlock__loop_remove(op);
+  dlock__free(d);
+}
+
+static void detached_cancel(dlock__aop *op) {
+  detached *d = (detached *)op;
+  dlock__call_free(&d->call);
+  dlock__release_end(&d->r);
+  dlock__loop_remove(op);
+  dlock__free(d);
+}
+
+/* Sends the call that 'build' makes into 'd' (already set up), detached. */
+static void send_detached(dlock__loop *lp, detached *d) {
+  d->op.run = detached_run;
+  d->op.cancel = detached_cancel;
+  dlock__loop_add(lp, &d->op);
+  if (dlock__loop_eval(&d->op, &d->call.eval) != 0)
+    detached_cancel(&d->op);
+}
+
+/* Gives back what an attempt of 'owner' that got no answer may have
+ * taken, with 'believed' holds before it (as dlock__undo, detached). */
+static void undo_detached(dlock__loop *lp, dlock_t *l, uint64_t owner,
+                          int64_t believed) {
+  detached *d = dlock__calloc(1, sizeof(*d));
+  if (d == NULL)
+    return;
+  dlock__call_init(&d->call);
+  int rc;
+  if (believed == 0 && l->kind->leave_call != NULL) {
+    rc = l->kind->leave_call(l, owner, 0, &d->call);
+  } else {
+    rc = dlock__undo_begin(l, owner, believed, &d->r);
+    if (rc == 0)
+      rc = l->kind->release_call(l, owner, &d->r, &d->call);
+  }
+  if (rc != 0) {
+    dlock__call_free(&d->call);
+    dlock__release_end(&d->r);
+    dlock__free(d);
+    return;
+  }
+  send_detached(lp, d);
+}
+
+static void leave_detached(dlock__loop *lp, dlock_t *l, uint64_t owner) {
+  if (l->kind->leave_call == NULL)
+    return;
+  detached *d = dlock__calloc(1, sizeof(*d));
+  if (d == NULL)
+    return;
+  dlock__call_init(&d->call);
+  if (l->kind->leave_call(l, owner, dlock__believed_count(l, owner),
+                          &d->call) != 0) {
+    dlock__call_free(&d->call);
+    dlock__free(d);
+    return;
+  }
+  send_detached(lp, d);
+}
+
+/* ---- the channel: the loop's pub/sub ------------------------------------ */
+
+static void on_channel(dlock__lwaiter *w, int ev) {
+  lock_op *o = w->arg;
+  if (ev <= 0) {
+    o->join_done = 1;
+    o->join_ev = ev;
+    dlock__loop_ready(&o->op);
+    return;
+  }
+  if (ev > o->wake_ev)
+    o->wake_ev = ev;
+  if (o->m.state == DLOCK__ACQ_WAIT) {
+    o->op.at_us = INT64_MAX;
+    dlock__loop_ready(&o->op);
+  }
+}
+
+static int chan_join_active(dlock__acq *m, int *others) {
+  lock_op *o = of_machine(m);
+  return dlock__lsub_join(o->op.lp->sub, m->channel, m->channel_len, m->wake, 0,
+                          &o->lw, 1, others);
+}
+
+static int chan_join(dlock__acq *m, int64_t deadline_us) {
+  lock_op *o = of_machine(m);
+  int rc = dlock__lsub_join(o->op.lp->sub, m->channel, m->channel_len, m->wake,
+                            deadline_us, &o->lw, 0, NULL);
+  return rc == 1 ? 0 : rc == 0 ? DLOCK__ACQ_INFLIGHT : rc;
+}
+
+static void chan_leave(dlock__acq *m) {
+  lock_op *o = of_machine(m);
+  dlock__lsub_leave(o->op.lp->sub, &o->lw);
+  o->wake_ev = 0;
+}
+
+static void chan_pass(dlock__acq *m) {
+  lock_op *o = of_machine(m);
+  dlock__lsub_pass(o->op.lp->sub, &o->lw);
+}
+
+static const dlock__acq_chan loop_chan = {chan_join_active, chan_join,
+                                          chan_leave, chan_pass};
+
+/* ---- the machine's steps ------------------------------------------------ */
+
+/* Before an attempt: a hold found lost is reported (no round trip). */
+static int a_prepare(dlock__acq *m) {
+  lock_op *o = of_machine(m);
+  dlock_client_t *c = o->l->c;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h = dlock__holds_find(&c->holds, o->l->name, o->l->len, o->owner,
+                                     o->l->kind->id);
+  int lost = h != NULL && h->lost;
+  pthread_mutex_unlock(&c->mu);
+  return lost ? dlock__lost_error(o->l) : 0;
+}
+
+static int a_attempt(dlock__acq *m, int queue) {
+  lock_op *o = of_machine(m);
+  dlock_t *l = o->l;
+  dlock__ask ask = {o->owner, o->lease_ms, dlock__believed_count(l, o->owner),
+                    queue};
+  drop_call(o);
+  dlock__call_init(&o->call);
+  o->has_call = 1;
+  int rc = l->kind->acquire_call(l, &ask, &o->call);
+  o->sent_us = dlock__now_us();
+  if (rc == 0)
+    rc = dlock__loop_eval(&o->op, &o->call.eval);
+  if (rc != 0) {
+    drop_call(o);
+    return rc;
+  }
+  return DLOCK__ACQ_INFLIGHT;
+}
+
+/* The answer to the attempt in flight: what the attempt returns. */
+static int attempt_answer(lock_op *o) {
+  redisReply *reply;
+  int rc = dlock__loop_eval_answer(&o->op, &o->call.eval, &reply);
+  if (rc == DLOCK__ACQ_INFLIGHT)
+    return rc;
+  drop_call(o);
+  if (rc != 0)
+    return rc;
+  rc = dlock__finish_acquire(o->l, o->owner, o->lease_ms, reply, o->sent_us,
+                             &o->m.busy);
+  if (rc == 0 && o->lease_ms == DLOCK_WATCHDOG)
+    dlock__loop_watch_holds(o->op.lp);
+  return rc;
+}
+
+static int a_take_handed(dlock__acq *m, uint64_t token) {
+  lock_op *o = of_machine(m);
+  if (o->l->kind->handed == NULL ||
+      o->l->kind->handed(o->l, o->lease_ms) == DLOCK__HANDED_RETAKE)
+    return a_attempt(m, 1);
+  int rc = dlock__record_grant(o->l, o->owner, o->lease_ms, token, m->tried_us);
+  if (rc == 0 && o->lease_ms == DLOCK_WATCHDOG)
+    dlock__loop_watch_holds(o->op.lp);
+  return rc;
+}
+
+/* A hand-over that came as the wait ended: taken when the wait ran out
+ * (as a last attempt would have), given back by the queue's leave
+ * otherwise (give_up follows). */
+static int a_late_grant(dlock__acq *m, uint64_t token, int why) {
+  lock_op *o = of_machine(m);
+  if (why != DLOCK_ETIMEDOUT || o->l->kind->handed == NULL ||
+      o->l->kind->handed(o->l, o->lease_ms) != DLOCK__HANDED_RECORD)
+    return why;
+  return dlock__record_grant(o->l, o->owner, o->lease_ms, token, m->tried_us) ==
+                 0
+             ? 0
+             : why;
+}
+
+static void a_give_up(dlock__acq *m) {
+  lock_op *o = of_machine(m);
+  leave_detached(o->op.lp, o->l, o->owner);
+}
+
+static void a_unknown(dlock__acq *m) {
+  lock_op *o = of_machine(m);
+  undo_detached(o->op.lp, o->l, o->owner,
+                dlock__believed_count(o->l, o->owner));
+}
+
+static int a_timed_out(dlock__acq *m) {
+  lock_op *o = of_machine(m);
+  return dlock__lock_timed_out(o->l, o->wait_ms);
+}
+
+static const dlock__acq_ops async_lock_ops = {
+    .prepare = a_prepare,
+    .attempt = a_attempt,
+    .take_handed = a_take_handed,
+    .late_grant = a_late_grant,
+    .give_up = a_give_up,
+    .unknown = a_unknown,
+    .timed_out = a_timed_out,
+};
+
+/* ---- running the machine ------------------------------------------------ */
+
+/* The wake-up kept for the machine, taken. */
+static int take_wake(lock_op *o) {
+  int ev = o->wake_ev;
+  o->wake_ev = 0;
+  o->lw.awake = 0;
+  o->m.w.value = ev == 2 ? o->lw.value : 0;
+  return ev;
+}
+
+/* Steps the machine until it waits for something: an answer, a wake-up
+ * or a time. */
+static void drive(lock_op *o) {
+  dlock__acq *m = &o->m;
+  for (;;) {
+    int state = dlock__acq_step(m);
+    switch (state) {
+    case DLOCK__ACQ_DONE:
+      if (m->free_channel)
+        dlock__free(m->channel);
+      m->channel = NULL;
+      finish(o, m->rc);
+      return;
+    case DLOCK__ACQ_SENT:
+      return;
+    case DLOCK__ACQ_WAIT:
+      if (m->joined && o->wake_ev != 0) {
+        m->pending = take_wake(o);
+        continue;
+      }
+      o->op.at_us = m->wait_by == DLOCK__ACQ_BY_BACKOFF
+                        ? dlock__backoff_next(o->l->c, &m->spin,
+                                              dlock__now_us(), m->until_us)
+                        : m->until_us;
+      return;
+    default: /* HOLD, RIDE: a pause */
+      o->op.at_us = m->until_us;
+      return;
+    }
+  }
+}
+
+static void acquire_run(dlock__aop *op) {
+  lock_op *o = (lock_op *)op;
+  dlock__acq *m = &o->m;
+  if (o->finished) {
+    report(o);
+    return;
+  }
+  switch (m->state) {
+  case DLOCK__ACQ_SENT:
+    if (m->sent == DLOCK__ACQ_JOIN) {
+      if (!o->join_done)
+        return;
+      o->join_done = 0;
+      m->pending = o->join_ev;
+    } else {
+      if (op->in_flight)
+        return;
+      int rc = attempt_answer(o);
+      if (rc == DLOCK__ACQ_INFLIGHT)
+        return;
+      m->pending = rc;
+    }
+    break;
+  case DLOCK__ACQ_WAIT:
+    if (o->wake_ev != 0)
+      m->pending = take_wake(o);
+    else if (op->at_us != INT64_MAX)
+      return; /* not its time yet */
+    else
+      m->pending = 0;
+    op->at_us = INT64_MAX;
+    break;
+  case DLOCK__ACQ_HOLD:
+  case DLOCK__ACQ_RIDE:
+    if (op->at_us != INT64_MAX)
+      return;
+    break;
+  default:
+    break;
+  }
+  drive(o);
+}
+
+/* At the client's close: whatever the machine has is given back, and the
+ * callback told DLOCK_ECANCELED. */
+static void acquire_cancel(dlock__aop *op) {
+  lock_op *o = (lock_op *)op;
+  dlock__acq *m = &o->m;
+  int granted = o->finished && o->status == 0;
+  if (!o->finished && m->state == DLOCK__ACQ_SENT &&
+      m->sent != DLOCK__ACQ_JOIN && !op->in_flight && o->has_call) {
+    /* Its answer came, not yet taken: a grant is recorded, then given
+     * back below. */
+    redisReply *reply;
+    if (dlock__loop_eval_answer(op, &o->call.eval, &reply) == 0)
+      granted = dlock__finish_acquire(o->l, o->owner, o->lease_ms, reply,
+                                      o->sent_us, &m->busy) == 0;
+  } else if (!o->finished && m->state == DLOCK__ACQ_SENT && op->in_flight) {
+    /* No answer: it may have run. */
+    dlock__note_unsettled(o->l, o->owner);
+  }
+  if (m->joined || o->lw.ch != NULL)
+    dlock__lsub_leave(op->lp->sub, &o->lw);
+  if (!o->finished && m->tried && m->wait_ms != 0)
+    (void)dlock__leave_queue(o->l, o->owner);
+  if (granted)
+    (void)dlock__release_hold(o->l, o->owner);
+  if (m->free_channel)
+    dlock__free(m->channel);
+  m->channel = NULL;
+  o->finished = 1;
+  o->status = dlock__fail(DLOCK_ECANCELED, "the client was closed");
+  snprintf(o->detail, sizeof(o->detail), "%s", dlock_last_error());
+  report(o);
+}
+
+int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
+                         int64_t wait_ms, int64_t lease_ms, dlock_done_cb cb,
+                         void *data) {
+  lock_op *o = dlock__calloc(1, sizeof(*o));
+  if (o == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory starting a lock");
+  o->verb = VERB_ACQUIRE;
+  o->l = l;
+  o->owner = owner;
+  o->wait_ms = wait_ms;
+  o->lease_ms = lease_ms;
+  o->cb = cb;
+  o->data = data;
+  char *channel = l->channel;
+  size_t channel_len = l->channel_len;
+  int by_pubsub = l->kind->wait_by == DLOCK__WAIT_PUBSUB;
+  if (by_pubsub && wait_ms != 0 && l->kind->wait_channel != NULL) {
+    int rc = l->kind->wait_channel(l, owner, &channel, &channel_len);
+    if (rc != 0) {
+      dlock__free(o);
+      return rc;
+    }
+  }
+  dlock__acq *m = &o->m;
+  dlock__acq_init(m, &async_lock_ops, o, l->c, wait_ms,
+                  by_pubsub ? DLOCK__ACQ_BY_PUBSUB : DLOCK__ACQ_BY_BACKOFF,
+                  channel, channel_len);
+  m->free_channel = channel != l->channel;
+  m->wake = dlock__wake_lock;
+  m->chan = &loop_chan;
+  m->join_early = 1;
+  m->ride_restarts = 1;
+  m->who.owner = owner;
+  o->lw.on = on_channel;
+  o->lw.arg = o;
+  o->op.run = acquire_run;
+  o->op.cancel = acquire_cancel;
+  dlock__loop_add(lp, &o->op);
+  /* The first attempt goes out now; whatever it ends with is reported
+   * from the loop. */
+  drive(o);
+  dlock__loop_poke(lp);
+  return 0;
+}
+
+/* ---- unlocking ---------------------------------------------------------- */
+
+static void release_run(dlock__aop *op) {
+  lock_op *o = (lock_op *)op;
+  dlock_t *l = o->l;
+  if (o->finished) {
+    report(o);
+    return;
+  }
+  if (op->at_us != INT64_MAX || op->in_flight)
+    return;
+  if (o->sends == 0 || (op->reply == NULL && op->err == 0)) {
+    /* The retry's pause is over: the same call, the same latch. */
+    o->sends++;
+    int rc = dlock__loop_eval(op, &o->call.eval);
+    if (rc != 0) {
+      dlock__release_failed(l, o->owner);
+      dlock__release_end(&o->r);
+      finish(o, rc);
+    }
+    return;
+  }
+  redisReply *reply;
+  int rc = dlock__loop_eval_answer(op, &o->call.eval, &reply);
+  if (rc == DLOCK__ACQ_INFLIGHT)
+    return;
+  if (rc == DLOCK_EIO && !o->r.lost && o->sends <= l->c->opt.unlock_retries) {
+    /* A lost reply: sent again after a pause, with the same latch, so
+     * that a copy that ran answers the same. */
+    op->err = 0;
+    op->at_us =
+        dlock__backoff_next(l->c, &o->retry, dlock__now_us(), INT64_MAX);
+    return;
+  }
+  if (rc != 0 && o->r.lost) {
+    rc = dlock__release_apply(l, o->owner, 0, &o->r);
+  } else if (rc != 0) {
+    dlock__release_failed(l, o->owner);
+  } else {
+    rc = dlock__finish_release(l, o->owner, reply, &o->r);
+  }
+  dlock__release_end(&o->r);
+  finish(o, rc);
+}
+
+static void release_cancel(dlock__aop *op) {
+  lock_op *o = (lock_op *)op;
+  if (!o->finished) {
+    /* Its answer may have come: applied, else the unlock stays unknown
+     * and the hold is left to expire, as after an unlock without an
+     * answer. */
+    redisReply *reply;
+    if (!op->in_flight && o->sends > 0 &&
+        dlock__loop_eval_answer(op, &o->call.eval, &reply) == 0)
+      (void)dlock__finish_release(o->l, o->owner, reply, &o->r);
+    else
+      dlock__release_failed(o->l, o->owner);
+    dlock__release_end(&o->r);
+  }
+  o->finished = 1;
+  o->status = dlock__fail(DLOCK_ECANCELED, "the client was closed");
+  snprintf(o->detail, sizeof(o->detail), "%s", dlock_last_error());
+  report(o);
+}
+
+int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
+                         dlock_done_cb cb, void *data) {
+  lock_op *o = dlock__calloc(1, sizeof(*o));
+  if (o == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory starting an unlock");
+  o->verb = VERB_RELEASE;
+  o->l = l;
+  o->owner = owner;
+  o->cb = cb;
+  o->data = data;
+  dlock__backoff retry = DLOCK__BACKOFF_RETRY;
+  o->retry = retry;
+  int rc = dlock__release_begin(l, owner, &o->r);
+  if (rc == 0) {
+    dlock__call_init(&o->call);
+    o->has_call = 1;
+    rc = l->kind->release_call(l, owner, &o->r, &o->call);
+    if (rc != 0)
+      dlock__release_failed(l, owner);
+  }
+  if (rc != 0) {
+    dlock__release_end(&o->r);
+    drop_call(o);
+    dlock__free(o);
+    return rc;
+  }
+  o->op.run = release_run;
+  o->op.cancel = release_cancel;
+  dlock__loop_add(lp, &o->op);
+  release_run(&o->op);
+  dlock__loop_poke(lp);
+  return 0;
+}
+
+/* ---- the watchdog ------------------------------------------------------- */
+
+/* One hold's renewal, sent as its own script call: the loop's requests
+ * travel together anyway (group writes). */
+typedef struct renew_op {
+  dlock__aop op;
+  char *name, *prefix;
+  size_t name_len, prefix_len;
+  uint64_t owner, seq;
+  int kind;
+  char field[DLOCK__FIELD_MAX + 8];
+  size_t field_len;
+  char lease[24];
+  const char *argv[4];
+  size_t lens[4];
+  dlock__eval call;
+  int64_t sent_us;
+} renew_op;
+
+static void renew_free(renew_op *r) {
+  dlock__loop_remove(&r->op);
+  dlock__free(r->name);
+  dlock__free(r->prefix);
+  dlock__free(r);
+}
+
+static void renew_run(dlock__aop *op) {
+  renew_op *r = (renew_op *)op;
+  redisReply *reply;
+  int rc = dlock__loop_eval_answer(op, &r->call, &reply);
+  if (rc == DLOCK__ACQ_INFLIGHT)
+    return;
+  int renewed = rc == 0 && reply->type == REDIS_REPLY_ARRAY &&
+                reply->elements == 1 &&
+                reply->element[0]->type == REDIS_REPLY_INTEGER &&
+                reply->element[0]->integer == 1;
+  if (reply != NULL)
+    freeReplyObject(reply);
+  dlock_client_t *c = op->lp->c;
+  int lost = 0;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_find(&c->holds, r->name, r->name_len, r->owner, r->kind);
+  if (h != NULL && h->seq == r->seq && !h->lost) {
+    if (renewed)
+      h->confirmed_us = r->sent_us;
+    else if (h->releasing == 0 &&
+             (rc == 0 || dlock__now_us() - h->confirmed_us >=
+                             dlock__ms_to_us(c->opt.watchdog_timeout_ms)))
+      lost = h->lost = 1;
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (lost && c->opt.on_lost != NULL)
+    c->opt.on_lost(c->opt.on_lost_data, r->name, r->name_len, r->owner);
+  renew_free(r);
+}
+
+static void renew_cancel(dlock__aop *op) { renew_free((renew_op *)op); }
+
+typedef struct collect {
+  dlock__loop *lp;
+  size_t n;
+} collect;
+
+/* Sends the renewal of hold 'h' (with the client's mutex held). */
+static void renew_one(dlock__hold *h, void *arg) {
+  collect *col = arg;
+  dlock__loop *lp = col->lp;
+  dlock_client_t *c = lp->c;
+  if (!h->watchdog || h->lost ||
+      (h->kind != DLOCK_REENTRANT && h->kind != DLOCK_FAIR &&
+       h->kind != DLOCK_READ && h->kind != DLOCK_WRITE &&
+       h->kind != DLOCK_SPIN))
+    return;
+  col->n++;
+  renew_op *r = dlock__calloc(1, sizeof(*r));
+  if (r == NULL || (r->name = dlock__malloc(h->name_len + 1)) == NULL) {
+    dlock__free(r);
+    return;
+  }
+  memcpy(r->name, h->name, h->name_len + 1);
+  r->name_len = h->name_len;
+  r->owner = h->owner;
+  r->seq = h->seq;
+  r->kind = h->kind;
+  r->field_len = dlock__owner_field(c, h->owner, r->field);
+  if (h->kind == DLOCK_WRITE) {
+    memcpy(r->field + r->field_len, ":write", 7);
+    r->field_len += 6;
+  }
+  snprintf(r->lease, sizeof(r->lease), "%" PRId64, c->opt.watchdog_timeout_ms);
+  int n = 0;
+  r->argv[n] = r->name;
+  r->lens[n++] = r->name_len;
+  if (h->kind == DLOCK_READ) {
+    /* "{name}", where the read holds' timeout keys live. */
+    if (dlock__suffixed(h->name, h->name_len, "", 0, &r->prefix,
+                        &r->prefix_len) != 0) {
+      dlock__free(r->name);
+      dlock__free(r);
+      return;
+    }
+    r->prefix[--r->prefix_len] = '\0';
+    r->argv[n] = r->prefix;
+    r->lens[n++] = r->prefix_len;
+  }
+  int nkeys = n;
+  r->argv[n] = r->lease;
+  r->lens[n++] = strlen(r->lease);
+  r->argv[n] = r->field;
+  r->lens[n++] = r->field_len;
+  r->call = (dlock__eval){h->kind == DLOCK_READ ? &dlock__script_renew_read
+                                                : &dlock__script_renew,
+                          nkeys, 2, r->argv, r->lens};
+  r->op.run = renew_run;
+  r->op.cancel = renew_cancel;
+  dlock__loop_add(lp, &r->op);
+  r->sent_us = dlock__now_us();
+  if (dlock__loop_eval(&r->op, &r->call) != 0)
+    renew_free(r);
+}
+
+void dlock__loop_renew(dlock__loop *lp) {
+  dlock_client_t *c = lp->c;
+  collect col = {lp, 0};
+  pthread_mutex_lock(&c->mu);
+  dlock__holds_each(&c->holds, renew_one, &col);
+  pthread_mutex_unlock(&c->mu);
+  lp->renew_at = col.n > 0 ? dlock__after_ms(dlock__now_us(),
+                                             c->opt.watchdog_timeout_ms / 3)
+                           : INT64_MAX;
+}
+
+void dlock__loop_watch_holds(dlock__loop *lp) {
+  if (lp->renew_at == INT64_MAX)
+    lp->renew_at =
+        dlock__after_ms(dlock__now_us(), lp->c->opt.watchdog_timeout_ms / 3);
+}

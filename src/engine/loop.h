@@ -1,0 +1,117 @@
+/*
+ * The event loop's side of an async client (dlock_client_open_async): the
+ * descriptors and the timer the application's loop watches for it, and
+ * the operations in progress. Nothing here blocks or owns a thread: the
+ * loop calls dlock__loop_action when a descriptor is ready or the timer
+ * ran out, which services the connections (dlock__conn_service,
+ * dlock__lsub_service), then runs the operations that became ready, then
+ * tells the loop what to watch next.
+ *
+ * An operation (dlock__aop) is a small object with a 'run' step. It
+ * becomes ready when its request is answered (the answer is kept in it),
+ * when its channel wakes it, or at its time ('at_us'); the loop then runs
+ * its step, which sends the next request, sets the next time, or ends the
+ * operation with its callback. Callbacks run only from dlock__loop_action,
+ * never from the verb that started the operation.
+ */
+#ifndef DLOCK_LOOP_H
+#define DLOCK_LOOP_H
+
+#include "engine.h"
+#include "loopsub.h"
+
+#include <hiredis/hiredis.h>
+
+typedef struct dlock__loop dlock__loop;
+typedef struct dlock__aop dlock__aop;
+
+struct dlock__aop {
+  dlock__aop *prev, *next; /* the loop's operations in progress */
+  dlock__aop *rnext;       /* the ready queue */
+  int queued;
+  dlock__loop *lp;
+  /* The step, run when ready; and what it does at the client's close:
+   * ends the operation with DLOCK_ECANCELED, giving back what it got. */
+  void (*run)(dlock__aop *op);
+  void (*cancel)(dlock__aop *op);
+  int64_t at_us; /* ready at this time too (INT64_MAX: no timer) */
+  /* The answer to its request in flight ('in_flight' while none yet):
+   * 'reply' (owned) or 'err' with 'detail'. */
+  int in_flight;
+  redisReply *reply;
+  int err;
+  char detail[256];
+};
+
+struct dlock__loop {
+  dlock_client_t *c;
+  dlock__lsub *sub;
+  dlock_socket_cb on_socket;
+  dlock_timer_cb on_timer;
+  void *data;
+  int attached;
+  /* What the application watches now: the command connection's
+   * descriptor and the pub/sub one's, and the timer it was given. */
+  int fd[2];
+  int what[2];
+  int64_t timer_at;
+  dlock__aop *ops; /* in progress, newest first */
+  size_t nops;
+  dlock__aop *ready, *ready_tail;
+  int dispatching; /* inside dlock__loop_action (callbacks may re-enter) */
+  int closing;
+  int close_requested; /* closed from a callback: freed after the action */
+  int64_t renew_at;    /* the watchdog's next round (INT64_MAX: none due) */
+  int renewing;        /* renewals of the round in flight */
+};
+
+/* Makes the loop of async client 'c'. */
+int dlock__loop_new(dlock_client_t *c, dlock__loop **out);
+
+/* Ends every operation with DLOCK_ECANCELED, giving back what was got and
+ * not reported (this may wait for answers in flight, a command timeout at
+ * most); the application is told to forget the descriptors and timer. */
+void dlock__loop_cancel_all(dlock__loop *lp);
+/* dlock__loop_cancel_all, then frees the loop. NULL is ignored. */
+void dlock__loop_free(dlock__loop *lp);
+
+int dlock__loop_attach(dlock__loop *lp, dlock_socket_cb on_socket,
+                       dlock_timer_cb on_timer, void *data);
+void dlock__loop_action(dlock__loop *lp, int fd, int events);
+
+/* Adds 'op' (zeroed by the caller but for run and cancel) to the
+ * operations in progress; it runs once made ready (dlock__loop_ready, an
+ * answer, its time). */
+void dlock__loop_add(dlock__loop *lp, dlock__aop *op);
+/* Takes 'op' out; the caller frees it. */
+void dlock__loop_remove(dlock__aop *op);
+/* Runs 'op' at the next action (or the one in progress). */
+void dlock__loop_ready(dlock__aop *op);
+
+/* Sends one formatted command for 'op', whose answer makes it ready. 0,
+ * or an error with nothing sent. */
+int dlock__loop_send(dlock__aop *op, const char *cmd, size_t len);
+/* The same for a script call: EVALSHA; the step that takes the answer
+ * calls dlock__loop_eval_answer, which sends it again with its body on
+ * NOSCRIPT. */
+int dlock__loop_eval(dlock__aop *op, const dlock__eval *call);
+/*
+ * The answer to 'op's script call 'call': 0 with '*reply' (the caller's),
+ * DLOCK__ACQ_INFLIGHT when it was sent again with its body (NOSCRIPT: the
+ * step runs again with that answer), or an error (an error reply as
+ * dlock__eval_run says it, with the detail set).
+ */
+int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
+                            redisReply **reply);
+
+/* Tells the application what to watch after a verb started an
+ * operation outside dlock__loop_action. */
+void dlock__loop_poke(dlock__loop *lp);
+
+/* The watchdog's round, from the loop (async.c): renews every hold of the
+ * client that has a watchdog and sets the next round's time. */
+void dlock__loop_renew(dlock__loop *lp);
+/* A hold with a watchdog was recorded: the rounds start if they have not. */
+void dlock__loop_watch_holds(dlock__loop *lp);
+
+#endif

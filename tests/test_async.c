@@ -1,0 +1,525 @@
+/*
+ * The async client (dlock_client_open_async) driven by a plain epoll loop
+ * (loop_util.h): every verb's callback runs once, from the loop; waiters
+ * are woken by the unlock message, not by the TTL; the watchdog renews
+ * from the loop; close ends what is pending with DLOCK_ECANCELED and
+ * leaves nothing behind; and a read-modify-write under the lock stays
+ * exact while a loop and threads of another client compete for it.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "loop_util.h"
+
+/* An async client on 's' attached to a fresh loop 't'. */
+static dlock_client_t *async_client(rp_server_t *s, tl_loop *t) {
+  dlock_options_t o;
+  lu_options(&o, s);
+  dlock_client_t *c = tl_client_opts(&o);
+  tl_init(t, c);
+  return c;
+}
+
+/* How many subscribers the server has on 'chan'. */
+static int64_t numsub(rp_server_t *s, const char *chan) {
+  redisReply *r = rp_cmd(s, "PUBSUB NUMSUB %s", chan);
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+  int64_t n = r->element[1]->integer;
+  freeReplyObject(r);
+  return n;
+}
+
+TEST(async_lock_unlock_one_round_trip_each) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *c = async_client(s, &t);
+  dlock_t *l = lu_get(c, "async-basic");
+  uint64_t owner = dlock_owner_new();
+  tl_done d = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(l, owner, 10000, tl_done_cb, &d));
+  /* Never from the call that started it. */
+  ASSERT_EQ(d.calls, 0);
+  ASSERT_EQ(dlock_loop_pending(c), 1);
+  tl_run_until(&t, &d.calls, 10000);
+  ASSERT_EQ(d.calls, 1);
+  ASSERT_DLOCK_OK(d.status);
+  ASSERT_GT(dlock_token_as(l, owner), 0);
+  char field[256];
+  lu_field(field, sizeof(field), c, owner);
+  ASSERT_EQ(lu_hget_num(s, "async-basic", field), 1);
+  ASSERT_GT(lu_pttl(s, "async-basic"), 5000);
+
+  /* Reentrant: the same owner again counts 2. */
+  tl_done d2 = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(l, owner, 10000, tl_done_cb, &d2));
+  tl_run_until(&t, &d2.calls, 10000);
+  ASSERT_DLOCK_OK(d2.status);
+  ASSERT_EQ(lu_hget_num(s, "async-basic", field), 2);
+
+  tl_done u1 = {0}, u2 = {0}, u3 = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, owner, tl_done_cb, &u1));
+  tl_run_until(&t, &u1.calls, 10000);
+  ASSERT_DLOCK_OK(u1.status);
+  ASSERT_EQ(lu_exists(s, "async-basic"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, owner, tl_done_cb, &u2));
+  tl_run_until(&t, &u2.calls, 10000);
+  ASSERT_DLOCK_OK(u2.status);
+  ASSERT_EQ(lu_exists(s, "async-basic"), 0);
+  /* Not held any more. */
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, owner, tl_done_cb, &u3));
+  tl_run_until(&t, &u3.calls, 10000);
+  ASSERT_EQ(u3.status, DLOCK_ENOTHELD);
+  ASSERT_EQ(dlock_loop_pending(c), 0);
+  dlock_free(l);
+  dlock_client_close(c);
+  ASSERT_EQ(t.sockets, 0);
+  tl_close(&t);
+  rp_free(s);
+}
+
+TEST(async_and_blocking_verbs_refuse_the_other_client) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *bc = lu_client(s);
+  dlock_t *al = lu_get(ac, "async-refuse"), *bl = lu_get(bc, "async-refuse");
+  tl_done d = {0};
+  ASSERT_DLOCK_ERR(dlock_trylock_as(al, 1, 0, 1000), DLOCK_EINVAL);
+  ASSERT_DLOCK_ERR(dlock_unlock_as(al, 1), DLOCK_EINVAL);
+  const char *argv[] = {"PING"};
+  dlock_reply_t *r = NULL;
+  ASSERT_DLOCK_ERR(dlock_client_command(ac, 1, argv, NULL, &r), DLOCK_EINVAL);
+  ASSERT_DLOCK_ERR(dlock_lock_async(bl, 1, 1000, tl_done_cb, &d), DLOCK_EINVAL);
+  ASSERT_DLOCK_ERR(dlock_lock_async(al, 1, 1000, NULL, &d), DLOCK_EINVAL);
+  ASSERT_DLOCK_ERR(dlock_lock_async(al, 1, -7, tl_done_cb, &d), DLOCK_EINVAL);
+  ASSERT_DLOCK_ERR(dlock_loop_action(bc, DLOCK_SOCKET_TIMEOUT, 0),
+                   DLOCK_EINVAL);
+  ASSERT_EQ(d.calls, 0);
+  /* No Sentinel or Cluster URL for an async client yet: said plainly. */
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = "redis-sentinel://127.0.0.1:1/mymaster";
+  dlock_client_t *x = NULL;
+  ASSERT_DLOCK_ERR(dlock_client_open_async(&o, &x), DLOCK_EINVAL);
+  ASSERT_NULL(x);
+  dlock_free(al);
+  dlock_free(bl);
+  dlock_client_close(ac);
+  dlock_client_close(bc);
+  tl_close(&t);
+  rp_free(s);
+}
+
+TEST(async_waiter_is_woken_by_the_unlock_message) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *bc = lu_client(s);
+  dlock_t *al = lu_get(ac, "async-wake"), *bl = lu_get(bc, "async-wake");
+  /* Held for a minute: only the message can wake the waiter in time. */
+  ASSERT_DLOCK_OK(dlock_trylock(bl, 0, 60000));
+  tl_done d = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(al, 7, 10000, tl_done_cb, &d));
+  char ch[128];
+  lu_channel(ch, sizeof(ch), "async-wake", strlen("async-wake"));
+  int64_t end = lu_now_ms() + 20000;
+  while (numsub(s, ch) < 1) {
+    ASSERT_LT(lu_now_ms(), end);
+    tl_turn(&t, 20);
+  }
+  tl_run_for(&t, 100);
+  ASSERT_EQ(d.calls, 0);
+  int64_t released = lu_now_ms();
+  ASSERT_DLOCK_OK(dlock_unlock(bl));
+  tl_run_until(&t, &d.calls, 30000);
+  ASSERT_DLOCK_OK(d.status);
+  ASSERT_LT(d.at_ms - released, 30000);
+  printf("async wake-up %lld ms after the unlock\n",
+         (long long)(d.at_ms - released));
+  ASSERT_EQ(dlock_is_locked(bl), 1);
+  ASSERT_DLOCK_ERR(dlock_trylock(bl, 0, 1000), DLOCK_ETIMEDOUT);
+  tl_done u = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(al, 7, tl_done_cb, &u));
+  tl_run_until(&t, &u.calls, 10000);
+  ASSERT_DLOCK_OK(u.status);
+  dlock_free(al);
+  dlock_free(bl);
+  dlock_client_close(ac);
+  dlock_client_close(bc);
+  tl_close(&t);
+  rp_free(s);
+}
+
+TEST(async_trylock_times_out_and_leaves_nothing) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *bc = lu_client(s);
+  dlock_t *af = NULL, *bf = NULL;
+  ASSERT_DLOCK_OK(dlock_get_fair(ac, "async-fair-to", &af));
+  ASSERT_DLOCK_OK(dlock_get_fair(bc, "async-fair-to", &bf));
+  ASSERT_DLOCK_OK(dlock_trylock(bf, 0, 60000));
+  tl_done d = {0}, z = {0};
+  ASSERT_DLOCK_OK(dlock_trylock_async(af, 3, 300, 10000, tl_done_cb, &d));
+  ASSERT_DLOCK_OK(dlock_trylock_async(af, 4, 0, 10000, tl_done_cb, &z));
+  tl_run_until(&t, &d.calls, 30000);
+  tl_run_until(&t, &z.calls, 30000);
+  ASSERT_EQ(d.status, DLOCK_ETIMEDOUT);
+  ASSERT_EQ(z.status, DLOCK_ETIMEDOUT);
+  /* The waiter that gave up left the fair queue. */
+  tl_run_for(&t, 200);
+  ASSERT_EQ(lu_exists(s, "redisson_lock_queue:{async-fair-to}"), 0);
+  ASSERT_EQ(dlock_loop_pending(ac), 0);
+  ASSERT_DLOCK_OK(dlock_unlock(bf));
+  dlock_free(af);
+  dlock_free(bf);
+  dlock_client_close(ac);
+  dlock_client_close(bc);
+  tl_close(&t);
+  rp_free(s);
+}
+
+/* ---- a read-modify-write kept exact ------------------------------------- */
+
+enum { RMW_OWNERS = 8, RMW_ROUNDS = 15, RMW_THREADS = 2 };
+
+typedef struct rmw_owner {
+  struct rmw *all;
+  dlock_t *l;
+  uint64_t owner;
+  int rounds;
+  int step; /* 0 lock, 1 get, 2 set, 3 unlock */
+  int64_t seen;
+} rmw_owner;
+
+typedef struct rmw {
+  dlock_client_t *c;
+  rmw_owner o[RMW_OWNERS];
+  int done, failed;
+} rmw;
+
+static void rmw_next(rmw_owner *w);
+
+static void rmw_lock_done(dlock_t *l, uint64_t owner, int status, void *data) {
+  (void)l;
+  (void)owner;
+  rmw_owner *w = data;
+  if (status != 0) {
+    w->all->failed++;
+    return;
+  }
+  w->step++;
+  rmw_next(w);
+}
+
+static void rmw_reply(dlock_client_t *c, int status, dlock_reply_t *r,
+                      void *data) {
+  (void)c;
+  rmw_owner *w = data;
+  if (status != 0) {
+    w->all->failed++;
+    return;
+  }
+  if (w->step == 1)
+    w->seen = r->type == DLOCK_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+  dlock_reply_free(r);
+  w->step++;
+  rmw_next(w);
+}
+
+static void rmw_next(rmw_owner *w) {
+  rmw *all = w->all;
+  char buf[32];
+  const char *get[] = {"GET", "async-rmw-count"};
+  const char *set[] = {"SET", "async-rmw-count", buf};
+  switch (w->step) {
+  case 0:
+    if (w->rounds == RMW_ROUNDS) {
+      all->done++;
+      return;
+    }
+    if (dlock_lock_async(w->l, w->owner, 10000, rmw_lock_done, w) != 0)
+      all->failed++;
+    return;
+  case 1:
+    if (dlock_client_command_async(all->c, 2, get, NULL, rmw_reply, w) != 0)
+      all->failed++;
+    return;
+  case 2:
+    snprintf(buf, sizeof(buf), "%lld", (long long)(w->seen + 1));
+    if (dlock_client_command_async(all->c, 3, set, NULL, rmw_reply, w) != 0)
+      all->failed++;
+    return;
+  case 3:
+    if (dlock_unlock_async(w->l, w->owner, rmw_lock_done, w) != 0)
+      all->failed++;
+    return;
+  default:
+    w->rounds++;
+    w->step = 0;
+    rmw_next(w);
+    return;
+  }
+}
+
+typedef struct rmw_thread {
+  rp_server_t *s;
+  int rounds;
+} rmw_thread;
+
+static void *rmw_blocking(void *arg) {
+  rmw_thread *a = arg;
+  dlock_client_t *c = lu_client(a->s);
+  dlock_t *l = lu_get(c, "async-rmw");
+  for (int i = 0; i < a->rounds; i++) {
+    if (dlock_lock(l, 10000) != 0)
+      break;
+    redisReply *r = rp_cmd(a->s, "GET async-rmw-count");
+    long long v = r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    freeReplyObject(r);
+    freeReplyObject(rp_cmd(a->s, "SET async-rmw-count %lld", v + 1));
+    if (dlock_unlock(l) != 0)
+      break;
+  }
+  dlock_free(l);
+  dlock_client_close(c);
+  return NULL;
+}
+
+TEST(async_read_modify_write_stays_exact_beside_threads) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  rmw all;
+  memset(&all, 0, sizeof(all));
+  all.c = async_client(s, &t);
+  dlock_t *l = lu_get(all.c, "async-rmw");
+  pthread_t th[RMW_THREADS];
+  rmw_thread ta = {s, 20};
+  for (int i = 0; i < RMW_THREADS; i++)
+    ASSERT_EQ(pthread_create(&th[i], NULL, rmw_blocking, &ta), 0);
+  for (int i = 0; i < RMW_OWNERS; i++) {
+    all.o[i].all = &all;
+    all.o[i].l = l;
+    all.o[i].owner = dlock_owner_new();
+    rmw_next(&all.o[i]);
+  }
+  int64_t end = lu_now_ms() + 120000;
+  while (all.done + all.failed < RMW_OWNERS) {
+    ASSERT_LT(lu_now_ms(), end);
+    tl_turn(&t, 50);
+  }
+  for (int i = 0; i < RMW_THREADS; i++)
+    pthread_join(th[i], NULL);
+  ASSERT_EQ(all.failed, 0);
+  redisReply *r = rp_cmd(s, "GET async-rmw-count");
+  ASSERT_EQ(atoll(r->str), RMW_OWNERS * RMW_ROUNDS + RMW_THREADS * ta.rounds);
+  freeReplyObject(r);
+  ASSERT_EQ(lu_exists(s, "async-rmw"), 0);
+  dlock_free(l);
+  dlock_client_close(all.c);
+  tl_close(&t);
+  rp_free(s);
+}
+
+/* ---- the watchdog, lost locks ------------------------------------------- */
+
+typedef struct lost_rec {
+  int calls;
+  uint64_t owner;
+} lost_rec;
+
+static void on_lost(void *data, const char *name, size_t len, uint64_t owner) {
+  lost_rec *r = data;
+  (void)name;
+  (void)len;
+  r->calls++;
+  r->owner = owner;
+}
+
+TEST(async_watchdog_renews_from_the_loop_and_reports_a_loss) {
+  rp_server_t *s = lu_server(0);
+  dlock_options_t o;
+  lu_options(&o, s);
+  lost_rec lost = {0};
+  o.on_lost = on_lost;
+  o.on_lost_data = &lost;
+  dlock_client_t *c = tl_client_opts(&o);
+  tl_loop t;
+  tl_init(&t, c);
+  dlock_t *l = lu_get(c, "async-wd");
+  tl_done d = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(l, 11, DLOCK_WATCHDOG, tl_done_cb, &d));
+  tl_run_until(&t, &d.calls, 10000);
+  ASSERT_DLOCK_OK(d.status);
+  /* Five leases of 600 ms: alive only if renewed from the loop. */
+  tl_run_for(&t, 3000);
+  ASSERT_EQ(lu_exists(s, "async-wd"), 1);
+  ASSERT_EQ(lost.calls, 0);
+  freeReplyObject(rp_cmd(s, "DEL async-wd"));
+  int64_t end = lu_now_ms() + 20000;
+  while (lost.calls == 0) {
+    ASSERT_LT(lu_now_ms(), end);
+    tl_turn(&t, 50);
+  }
+  ASSERT_EQ(lost.calls, 1);
+  ASSERT_EQ(lost.owner, 11);
+  tl_done u = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, 11, tl_done_cb, &u));
+  tl_run_until(&t, &u.calls, 10000);
+  ASSERT_EQ(u.status, DLOCK_ELOST);
+  dlock_free(l);
+  dlock_client_close(c);
+  tl_close(&t);
+  rp_free(s);
+}
+
+/* ---- closing with operations pending ------------------------------------ */
+
+TEST(async_close_cancels_each_pending_operation_once) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *bc = lu_client(s);
+  dlock_t *af = NULL, *bf = NULL, *al = lu_get(ac, "async-close-b");
+  ASSERT_DLOCK_OK(dlock_get_fair(ac, "async-close", &af));
+  ASSERT_DLOCK_OK(dlock_get_fair(bc, "async-close", &bf));
+  ASSERT_DLOCK_OK(dlock_trylock(bf, 0, 60000));
+  tl_done w[3] = {{0}}, g = {0};
+  for (int i = 0; i < 3; i++)
+    ASSERT_DLOCK_OK(
+        dlock_lock_async(af, (uint64_t)(20 + i), 10000, tl_done_cb, &w[i]));
+  /* A grant whose callback has not run yet when the client closes. */
+  ASSERT_DLOCK_OK(dlock_lock_async(al, 30, 60000, tl_done_cb, &g));
+  tl_run_for(&t, 300);
+  ASSERT_EQ(w[0].calls + w[1].calls + w[2].calls, 0);
+  dlock_client_close(ac);
+  for (int i = 0; i < 3; i++) {
+    ASSERT_EQ(w[i].calls, 1);
+    ASSERT_EQ(w[i].status, DLOCK_ECANCELED);
+  }
+  ASSERT_EQ(g.calls, 1);
+  /* Nothing left behind: no queue places, and the lock it may have got is
+   * given back (either reported before close, or given back by it). */
+  ASSERT_EQ(lu_exists(s, "redisson_lock_queue:{async-close}"), 0);
+  if (g.status == DLOCK_ECANCELED)
+    ASSERT_EQ(lu_exists(s, "async-close-b"), 0);
+  ASSERT_DLOCK_OK(dlock_unlock(bf));
+  dlock_free(af);
+  dlock_free(al);
+  dlock_free(bf);
+  dlock_client_close(bc);
+  tl_close(&t);
+  rp_free(s);
+}
+
+/* A callback that frees its handle and closes the client. */
+typedef struct reenter {
+  dlock_client_t *c;
+  int calls, status;
+} reenter;
+
+static void close_from_callback(dlock_t *l, uint64_t owner, int status,
+                                void *data) {
+  reenter *r = data;
+  (void)owner;
+  r->calls++;
+  r->status = status;
+  dlock_free(l);
+  dlock_client_close(r->c);
+}
+
+static void unlock_then_close(dlock_t *l, uint64_t owner, int status,
+                              void *data) {
+  reenter *r = data;
+  r->status = status;
+  if (status != 0 ||
+      dlock_unlock_async(l, owner, close_from_callback, data) != 0)
+    r->calls = 100;
+}
+
+TEST(async_callbacks_may_start_operations_and_close_the_client) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *c = async_client(s, &t);
+  dlock_t *l = lu_get(c, "async-reenter");
+  reenter r = {c, 0, -1};
+  ASSERT_DLOCK_OK(dlock_lock_async(l, 5, 10000, unlock_then_close, &r));
+  tl_run_until(&t, &r.calls, 10000);
+  ASSERT_EQ(r.calls, 1);
+  ASSERT_DLOCK_OK(r.status);
+  ASSERT_EQ(lu_exists(s, "async-reenter"), 0);
+  ASSERT_EQ(t.sockets, 0);
+  tl_close(&t);
+  rp_free(s);
+}
+
+TEST(async_spin_and_rw_locks) {
+  rp_server_t *s = lu_server(1);
+  tl_loop t;
+  dlock_client_t *c = async_client(s, &t);
+  dlock_t *sp = NULL, *rd = NULL, *wr = NULL;
+  ASSERT_DLOCK_OK(dlock_get_spin(c, "async-spin", &sp));
+  ASSERT_DLOCK_OK(dlock_get_rw(c, "async-rw", &rd, &wr));
+  tl_done a = {0}, b = {0}, r1 = {0}, r2 = {0}, w = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(sp, 1, 5000, tl_done_cb, &a));
+  tl_run_until(&t, &a.calls, 10000);
+  ASSERT_DLOCK_OK(a.status);
+  /* The second spins (by timer) until the first lets go. */
+  ASSERT_DLOCK_OK(dlock_trylock_async(sp, 2, 20000, 5000, tl_done_cb, &b));
+  tl_run_for(&t, 200);
+  ASSERT_EQ(b.calls, 0);
+  tl_done u = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(sp, 1, tl_done_cb, &u));
+  tl_run_until(&t, &b.calls, 30000);
+  ASSERT_DLOCK_OK(b.status);
+  /* Two readers share; a writer waits for both. */
+  ASSERT_DLOCK_OK(dlock_lock_async(rd, 1, 10000, tl_done_cb, &r1));
+  ASSERT_DLOCK_OK(dlock_lock_async(rd, 2, 10000, tl_done_cb, &r2));
+  tl_run_until(&t, &r1.calls, 10000);
+  tl_run_until(&t, &r2.calls, 10000);
+  ASSERT_DLOCK_OK(r1.status);
+  ASSERT_DLOCK_OK(r2.status);
+  ASSERT_DLOCK_OK(dlock_lock_async(wr, 3, 10000, tl_done_cb, &w));
+  tl_run_for(&t, 200);
+  ASSERT_EQ(w.calls, 0);
+  tl_done u1 = {0}, u2 = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(rd, 1, tl_done_cb, &u1));
+  ASSERT_DLOCK_OK(dlock_unlock_async(rd, 2, tl_done_cb, &u2));
+  tl_run_until(&t, &w.calls, 30000);
+  ASSERT_DLOCK_OK(w.status);
+  ASSERT_DLOCK_OK(u1.status);
+  ASSERT_DLOCK_OK(u2.status);
+  dlock_free(sp);
+  dlock_free(rd);
+  dlock_free(wr);
+  dlock_client_close(c);
+  tl_close(&t);
+  rp_free(s);
+}
+
+TEST(async_rides_a_redis_restart) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *c = async_client(s, &t);
+  dlock_t *l = lu_get(c, "async-restart");
+  tl_done a = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(l, 1, 5000, tl_done_cb, &a));
+  tl_run_until(&t, &a.calls, 10000);
+  ASSERT_DLOCK_OK(a.status);
+  ASSERT_EQ(rp_restart(s), 0);
+  /* The next acquisition reconnects (riding the outage within its wait);
+   * the restarted server lost the key (no persistence). */
+  tl_done b = {0};
+  ASSERT_DLOCK_OK(dlock_trylock_async(l, 2, 20000, 5000, tl_done_cb, &b));
+  tl_run_until(&t, &b.calls, 40000);
+  ASSERT_DLOCK_OK(b.status);
+  char field[256];
+  lu_field(field, sizeof(field), c, 2);
+  ASSERT_EQ(lu_hget_num(s, "async-restart", field), 1);
+  dlock_free(l);
+  dlock_client_close(c);
+  tl_close(&t);
+  rp_free(s);
+}
