@@ -834,7 +834,9 @@ DLOCK_EXPORT void dlock_reply_free(dlock_reply_t *r);
  *   - it calls 'on_timer' with the milliseconds until it next needs to be
  *     called (0: as soon as possible), or -1 when it needs no timer;
  *   - the loop calls dlock_loop_action() with a descriptor and what it is
- *     ready for, or with DLOCK_SOCKET_TIMEOUT when the timer ran out.
+ *     ready for, or with DLOCK_SOCKET_TIMEOUT when the timer ran out;
+ *   - last, when the client is closed, 'on_socket' is called once with fd
+ *     -1 and DLOCK_POLL_REMOVE: the loop may free what it keeps for it.
  *
  * Both callbacks may be called from dlock_loop_attach(), from
  * dlock_loop_action() and from any verb. Every operation's callback runs

@@ -4,6 +4,8 @@
 # libssl-dev (TLS), redis-server and redis-tools (redis-cli,
 # redis-benchmark), openssl (the TLS tests make their certificates with
 # it), valgrind, under which "make test" runs the suite once more, and
+# libuv1-dev and libevent-dev, on whose loops the tests run the event-loop
+# adapters (include/dlock/adapters/; the library itself needs neither),
 # nodejs and npm, for the interoperability tests' Redisson-compatible peer
 # (node-redisson, which the tests' own set-up installs with npm:
 # tests/node/setup.sh).
@@ -63,6 +65,8 @@ check() {
   have redis-server || installed redis-server || missing+=(redis-server)
   { have redis-cli && have redis-benchmark; } || missing+=(redis-tools)
   have valgrind || missing+=(valgrind)
+  installed libuv1-dev || missing+=(libuv1-dev)
+  installed libevent-dev || missing+=(libevent-dev)
   { have node && have npm; } || missing+=(nodejs npm)
 }
 

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "lock_util.h"
-#include "semaphore.h"
+#include "sem_kinds.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 

@@ -4,7 +4,7 @@
  * keys and arguments each names) and of the outcomes it decodes from
  * replies.
  */
-#include "../src/lock/semaphore.h"
+#include "../src/lock/sem_kinds.h"
 #include "dlock.h"
 #include "harness/test.h"
 

@@ -1,14 +1,14 @@
 /*
  * The engine's half of semaphores, expirable-permit semaphores and
  * count-down latches: their handles, the sending of the calls that
- * lock/semaphore.h builds, and the wait by pub/sub that they share.
+ * lock/sem_kinds.h builds, and the wait by pub/sub that they share.
  */
 #ifndef DLOCK_COUNTER_H
 #define DLOCK_COUNTER_H
 
 #include "args.h"
 #include "machine.h"
-#include "semaphore.h"
+#include "sem_kinds.h"
 
 /* What every such handle is: its client and its names. */
 typedef struct dlock__counter {

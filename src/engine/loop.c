@@ -171,19 +171,25 @@ static int poll_to_what(short events) {
          ((events & POLLOUT) ? DLOCK_POLL_OUT : 0);
 }
 
-/* Tells the application about descriptor slot 'i' now being 'fd' for
- * 'what' (0: not watched). */
-static void set_watch(dlock__loop *lp, int i, int fd, int what) {
-  if (lp->fd[i] == fd && lp->what[i] == what)
-    return;
-  if (lp->fd[i] >= 0 && lp->fd[i] != fd)
-    lp->on_socket(lp->c, lp->fd[i], DLOCK_POLL_REMOVE, lp->data);
-  lp->fd[i] = fd;
-  lp->what[i] = what;
-  if (fd >= 0)
-    lp->on_socket(lp->c, fd, what != 0 ? what : DLOCK_POLL_REMOVE, lp->data);
+/* Tells the application that descriptor slot 'i' is now socket number
+ * 'socket' on 'fd', for 'what' (0: not watched). A new socket on the
+ * number of a closed one is removed and added again, so that the loop
+ * does not go on watching what it registered for the closed one. */
+static void set_watch(dlock__loop *lp, int i, int fd, int what,
+                      unsigned socket) {
   if (fd >= 0 && what == 0)
-    lp->fd[i] = -1;
+    fd = -1;
+  if (lp->fd[i] == fd && lp->what[i] == what && lp->socket[i] == socket)
+    return;
+  if (lp->fd[i] >= 0 && (lp->fd[i] != fd || lp->socket[i] != socket)) {
+    lp->on_socket(lp->c, lp->fd[i], DLOCK_POLL_REMOVE, lp->data);
+    lp->what[i] = 0;
+  }
+  lp->fd[i] = fd;
+  lp->socket[i] = socket;
+  if (fd >= 0 && lp->what[i] != what)
+    lp->on_socket(lp->c, fd, what, lp->data);
+  lp->what[i] = what;
 }
 
 static int64_t earliest_op(const dlock__loop *lp) {
@@ -201,13 +207,14 @@ static void update_watch(dlock__loop *lp) {
     return;
   int fd;
   short events;
+  unsigned socket;
   int64_t until, at = earliest_op(lp);
-  dlock__conn_watch(lp->c->route.conn, &fd, &events, &until);
-  set_watch(lp, 0, fd, poll_to_what(events));
+  dlock__conn_watch(lp->c->route.conn, &fd, &events, &until, &socket);
+  set_watch(lp, 0, fd, poll_to_what(events), socket);
   if (until < at)
     at = until;
-  dlock__lsub_watch(lp->sub, &fd, &events, &until);
-  set_watch(lp, 1, fd, poll_to_what(events));
+  dlock__lsub_watch(lp->sub, &fd, &events, &until, &socket);
+  set_watch(lp, 1, fd, poll_to_what(events), socket);
   if (until < at)
     at = until;
   if (at == lp->timer_at)
@@ -294,8 +301,8 @@ void dlock__loop_cancel_all(dlock__loop *lp) {
     return;
   lp->closing = 1;
   if (lp->attached) {
-    set_watch(lp, 0, -1, 0);
-    set_watch(lp, 1, -1, 0);
+    set_watch(lp, 0, -1, 0, lp->socket[0]);
+    set_watch(lp, 1, -1, 0, lp->socket[1]);
     if (lp->timer_at != INT64_MAX)
       lp->on_timer(lp->c, -1, lp->data);
     lp->timer_at = INT64_MAX;
@@ -315,6 +322,9 @@ void dlock__loop_free(dlock__loop *lp) {
   if (lp == NULL)
     return;
   dlock__loop_cancel_all(lp);
+  /* Last: whatever the loop keeps for the client can go. */
+  if (lp->attached)
+    lp->on_socket(lp->c, -1, DLOCK_POLL_REMOVE, lp->data);
   dlock__lsub_free(lp->sub);
   dlock__free(lp);
 }

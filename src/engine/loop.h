@@ -54,6 +54,7 @@ struct dlock__loop {
    * descriptor and the pub/sub one's, and the timer it was given. */
   int fd[2];
   int what[2];
+  unsigned socket[2];
   int64_t timer_at;
   dlock__aop *ops; /* in progress, newest first */
   size_t nops;

@@ -9,7 +9,7 @@
 #include "monotime.h"
 #include "proto/slot.h"
 #include "scripts.h"
-#include "semaphore.h"
+#include "sem_kinds.h"
 
 #include <stdio.h>
 #include <stdlib.h>

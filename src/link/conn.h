@@ -213,10 +213,12 @@ int dlock__conn_pump(dlock__conn *c, int64_t until_us);
  * only submissions): what it waits for, a descriptor ('*fd', -1: none)
  * becoming ready for '*events' (POLLIN, POLLOUT), or the time '*until_us'
  * (CLOCK_MONOTONIC; INT64_MAX: none). Ask again after every service and
- * submission: the answer changes with the connection's state.
+ * submission: the answer changes with the connection's state. '*socket'
+ * numbers the sockets the connection has made, so that a new socket that
+ * got the descriptor number of a closed one is told apart.
  */
 void dlock__conn_watch(dlock__conn *c, int *fd, short *events,
-                       int64_t *until_us);
+                       int64_t *until_us, unsigned *socket);
 
 /* Does everything that can be done without waiting: the connect and its
  * handshake, writing, reading and completing replies, and the deadlines.

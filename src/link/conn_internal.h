@@ -56,6 +56,7 @@ struct dlock__conn {
   dlock__conn_cfg cfg;
   dlock__stream *ctx;     /* NULL while disconnected */
   unsigned gen;           /* the Sentinel generation 'ctx' was made in */
+  unsigned sockets;       /* streams made so far (tells sockets apart) */
   int discovering;        /* a thread looks the master up, outside 'mu' */
   request *head, *tail;   /* sent, awaiting replies, oldest first */
   int driving;            /* a thread is reading replies */

@@ -20,11 +20,12 @@
 #include <stdio.h>
 
 void dlock__conn_watch(dlock__conn *c, int *fd, short *events,
-                       int64_t *until_us) {
+                       int64_t *until_us, unsigned *socket) {
   *fd = -1;
   *events = 0;
   *until_us = INT64_MAX;
   pthread_mutex_lock(&c->mu);
+  *socket = c->sockets;
   if (c->ctx != NULL) {
     *fd = dlock__stream_fd(c->ctx);
     *events = is_ready(c) ? (short)(POLLIN | (has_output(c) ? POLLOUT : 0))

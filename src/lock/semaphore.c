@@ -5,7 +5,7 @@
  * replies mean. The engine sends the calls and waits (engine/counter.c,
  * sem.c, psem.c, latch_wait.c).
  */
-#include "semaphore.h"
+#include "sem_kinds.h"
 #include "alloc.h"
 
 #include "error.h"

@@ -40,6 +40,7 @@ struct dlock__lsub {
   int64_t retry_at_us, backoff_us;
   int64_t awaiting_since; /* the oldest confirmation awaited was asked */
   int outstanding;        /* confirmations awaited on the connection */
+  unsigned sockets;       /* streams made so far (tells sockets apart) */
   lchan *chans;
 };
 
@@ -171,7 +172,9 @@ static void connect_if_due(dlock__lsub *s) {
                              &s->ctx) != 0) {
     s->ctx = NULL;
     disconnect(s);
+    return;
   }
+  s->sockets++;
 }
 
 /* The handshake is done: every channel that is wanted is subscribed. */
@@ -331,8 +334,9 @@ void dlock__lsub_service(dlock__lsub *s) {
 }
 
 void dlock__lsub_watch(dlock__lsub *s, int *fd, short *events,
-                       int64_t *until_us) {
+                       int64_t *until_us, unsigned *socket) {
   int64_t until = INT64_MAX;
+  *socket = s->sockets;
   *fd = -1;
   *events = 0;
   if (s->ctx != NULL) {

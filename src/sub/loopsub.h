@@ -74,7 +74,7 @@ void dlock__lsub_pass(dlock__lsub *s, dlock__lwaiter *w);
 
 /* What the connection waits for, as dlock__conn_watch. */
 void dlock__lsub_watch(dlock__lsub *s, int *fd, short *events,
-                       int64_t *until_us);
+                       int64_t *until_us, unsigned *socket);
 
 /* Does everything that can be done without waiting. */
 void dlock__lsub_service(dlock__lsub *s);

@@ -17,8 +17,8 @@
  *                       dlock__permit_id); renewed by the watchdog when
  *                       taken with DLOCK_WATCHDOG.
  */
-#ifndef DLOCK_SEMAPHORE_H
-#define DLOCK_SEMAPHORE_H
+#ifndef DLOCK_SEM_KINDS_H
+#define DLOCK_SEM_KINDS_H
 
 #include "client.h"
 #include "scripts.h"
