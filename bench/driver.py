@@ -65,6 +65,7 @@ LABELS = {
     "raw-loop": "raw pairs, one event loop",
     "dlock": "dlock",
     "dlock-fair": "dlock fair lock",
+    "dlock-async": "dlock, event-loop API (one thread)",
     "dlock-interleaved": "dlock, turn about with raw",
     "redlock4": "node-redlock 4.2.0",
     "redlock4-tuned": "node-redlock 4.2.0 tuned",
@@ -291,7 +292,7 @@ class Bench:
         self.tuned = {}  # peer base -> delay in ms
         self.sweep = {}  # peer base -> [{delay, rate, cpu, ok}]
         self.bin = {}
-        for prog in ("bench_lock", "bench_handoff", "bench_interleave", "bench_raw", "bench_watchdog",
+        for prog in ("bench_lock", "bench_async", "bench_handoff", "bench_interleave", "bench_raw", "bench_watchdog",
                      "bench_redlock", "bench_sem", "bench_failover"):
             path = self.find_binary(prog)
             if path is None:
@@ -397,6 +398,10 @@ class Bench:
                     "--release", " ".join(self.release_call), "--name", PROBE_NAME,
                     "--clients", str(w["threads"]), "--dist", dist] + \
                 (["--event-loop"] if contender == "raw-loop" else [])
+        if contender == "dlock-async":
+            # One process per --procs, each one thread running a loop with
+            # its workers as operations in flight.
+            return [self.bin["bench_async"], "--url", self.main.url] + common
         if contender in DLOCKS:
             prog = self.bin["bench_handoff" if mode == "handoff" else "bench_lock"]
             return [prog, "--url", self.main.url] + common + (["--fair"] if contender == "dlock-fair" else [])
@@ -501,12 +506,12 @@ class Bench:
         return [
             {"name": "solo", "mode": "loop", "procs": 1, "threads": 1,
              "raw": [(1, 1, "raw"), (1, 16, "raw-pipelined")],
-             "contenders": ["dlock", "dlock-interleaved", "raw-pairs"] + PEERS_ALL},
+             "contenders": ["dlock", "dlock-async", "dlock-interleaved", "raw-pairs"] + PEERS_ALL},
             {"name": "spread", "mode": "loop", "procs": 1, "threads": 16, "distinct": True,
              "raw": [(16, 1, "raw"), (16, 16, "raw-pipelined")],
-             "contenders": ["dlock", "raw-pairs", "raw-loop"] + PEERS_ALL},
+             "contenders": ["dlock", "dlock-async", "raw-pairs", "raw-loop"] + PEERS_ALL},
             {"name": "contended", "mode": "loop", "procs": 4, "threads": 4, "work": True,
-             "raw": [], "contenders": DLOCKS + PEERS_ALL},
+             "raw": [], "contenders": DLOCKS + ["dlock-async"] + PEERS_ALL},
             {"name": "handoff", "mode": "handoff", "raw": [], "contenders": DLOCKS + PEERS_ALL},
             {"name": "herd", "mode": "herd", "procs": herd_procs, "threads": herd_threads,
              "timeout": 30 if q else 120, "raw": [], "contenders": DLOCKS + PEERS_ALL,
@@ -1126,7 +1131,7 @@ def print_row(row):
 def table_rows(workload, res, results):
     """The table rows of one workload: the median round of each contender."""
     rows = []
-    order = [c for c in ["raw", "raw-pipelined", "raw-pairs", "raw-loop", "dlock-interleaved"] + DLOCKS + PEERS_ALL + SEM_DLOCKS
+    order = [c for c in ["raw", "raw-pipelined", "raw-pairs", "raw-loop", "dlock-interleaved"] + DLOCKS + ["dlock-async"] + PEERS_ALL + SEM_DLOCKS
              + SEM_PEERS_ALL + ["dlock-sync", "dlock-nosync", "raw-tls", "dlock-tls"] + CLUSTER_CONTENDERS
              if c in res]
     for c in order:
@@ -1336,6 +1341,12 @@ def evaluate_targets(results):
                        if r and best)
     ratio_target("spread >= 1.5 x node-redlock", "spread", "dlock", redlocks, 1.5, "pairs/s",
                  f"; {floors}" if floors else "")
+    ratio_target("spread, event-loop API >= 1.5 x node-redlock", "spread", "dlock-async", redlocks, 1.5,
+                 "pairs/s", f"; {floors}" if floors else "")
+    ratio_target("spread, event-loop API >= 1.0 x raw pairs, one event loop", "spread", "dlock-async",
+                 ["raw-loop"], 1.0, "pairs/s")
+    ratio_target("contended, event-loop API >= 1.0 x dlock's threads", "contended", "dlock-async", ["dlock"],
+                 1.0, "acquisitions/s")
     ratio_target("contended >= 1.0 x best peer", "contended", "dlock", PEERS_ALL, 1.0, "acquisitions/s")
     ratio_target("contended, fair lock >= 1.0 x best peer", "contended", "dlock-fair", PEERS_ALL, 1.0,
                  "acquisitions/s")

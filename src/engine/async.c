@@ -196,6 +196,11 @@ static int chan_join(dlock__acq *m, int64_t deadline_us) {
 
 static void chan_leave(dlock__acq *m) {
   lock_op *o = of_machine(m);
+  /* A wake-up it got and did not use (it ends with the lock taken by an
+   * attempt of its own, or out of time) goes to the next waiter, who
+   * would otherwise sleep until the holder's TTL. */
+  if (o->wake_ev == 1)
+    dlock__lsub_pass(o->op.lp->sub, &o->lw);
   dlock__lsub_leave(o->op.lp->sub, &o->lw);
   o->wake_ev = 0;
 }
