@@ -523,3 +523,28 @@ TEST(async_rides_a_redis_restart) {
   tl_close(&t);
   rp_free(s);
 }
+
+#ifdef DLOCK_STOCK_ASYNC_PATH
+/* The seed scenario on the loop: the example sells 90 MoonCakes to 100
+ * buyers in flight on one thread, and checks its own books. */
+TEST(async_example_sells_exactly_90_mooncakes) {
+  rp_server_t *s = lu_server(1);
+  char cmd[4096];
+  snprintf(cmd, sizeof(cmd), "DLOCK_URL='%s' '%s' 100 90", rp_url(s),
+           DLOCK_STOCK_ASYNC_PATH);
+  FILE *p = popen(cmd, "r");
+  ASSERT_NOT_NULL(p);
+  char out[512] = "";
+  size_t n = fread(out, 1, sizeof(out) - 1, p);
+  out[n] = '\0';
+  int status = pclose(p);
+  printf("%s", out);
+  ASSERT_EQ(status, 0);
+  ASSERT_NOT_NULL(strstr(out, "sold 90, refused 10 (sold out), timed out 0, "
+                              "failed 0, of 100 buyers; 0 left, 0 lost"));
+  redisReply *r = rp_cmd(s, "GET MoonCake");
+  ASSERT_STR_EQ(r->str, "0");
+  freeReplyObject(r);
+  rp_free(s);
+}
+#endif
