@@ -8,6 +8,7 @@
  * same way; the watchdog's renewals are a timer of the loop.
  */
 #include "async.h"
+#include "loop_acq.h"
 
 #include "alloc.h"
 #include "error.h"
@@ -18,35 +19,27 @@
 #include <stdio.h>
 #include <string.h>
 
-enum { VERB_ACQUIRE, VERB_RELEASE };
-
 typedef struct lock_op {
-  dlock__aop op; /* first: the loop's view of it */
-  int verb;
+  dlock__lacq a; /* first: an acquisition is a machine run by the loop */
   dlock_t *l;
   uint64_t owner;
   int64_t wait_ms, lease_ms;
   dlock_done_cb cb;
   void *data;
-  /* The end: 'status', to be reported by the next run. */
-  int finished, status;
-  char detail[256];
-  /* Acquiring. */
-  dlock__acq m;
-  dlock__lwaiter lw;
-  int wake_ev;   /* a wake-up kept until the machine waits */
-  int join_done; /* the join's answer came: 'join_ev' */
-  int join_ev;
   dlock__call call; /* the attempt or release in flight */
   int has_call;
   int64_t sent_us;
   /* Releasing. */
+  int finished, status;
+  char detail[256];
   dlock__release r;
   int sends;
   dlock__backoff retry;
 } lock_op;
 
 static lock_op *of_machine(dlock__acq *m) { return m->arg; }
+
+static dlock__loop *loop_of(lock_op *o) { return o->a.op.lp; }
 
 static void drop_call(lock_op *o) {
   if (o->has_call)
@@ -61,22 +54,27 @@ static void finish(lock_op *o, int status) {
   o->status = status;
   snprintf(o->detail, sizeof(o->detail), "%s",
            status != 0 ? dlock_last_error() : "");
-  dlock__loop_ready(&o->op);
+  dlock__loop_ready(&o->a.op);
 }
 
-/* Runs the callback of a finished operation and frees it. */
-static void report(lock_op *o) {
+/* Runs the callback of a finished operation and frees it; the detail of
+ * a failure is set already. */
+static void call_back(lock_op *o, int status) {
   drop_call(o);
-  dlock__loop_remove(&o->op);
-  if (o->status != 0)
-    dlock__fail_text(o->status, o->detail);
   dlock_done_cb cb = o->cb;
   dlock_t *l = o->l;
   uint64_t owner = o->owner;
-  int status = o->status;
   void *data = o->data;
   dlock__free(o);
   cb(l, owner, status, data);
+}
+
+/* The same for an unlock (not a machine). */
+static void report(lock_op *o) {
+  dlock__loop_remove(&o->a.op);
+  if (o->status != 0)
+    dlock__fail_text(o->status, o->detail);
+  call_back(o, o->status);
 }
 
 /* ---- fire-and-forget calls ---------------------------------------------- */
@@ -163,56 +161,6 @@ static void leave_detached(dlock__loop *lp, dlock_t *l, uint64_t owner) {
   send_detached(lp, d);
 }
 
-/* ---- the channel: the loop's pub/sub ------------------------------------ */
-
-static void on_channel(dlock__lwaiter *w, int ev) {
-  lock_op *o = w->arg;
-  if (ev <= 0) {
-    o->join_done = 1;
-    o->join_ev = ev;
-    dlock__loop_ready(&o->op);
-    return;
-  }
-  if (ev > o->wake_ev)
-    o->wake_ev = ev;
-  if (o->m.state == DLOCK__ACQ_WAIT) {
-    o->op.at_us = INT64_MAX;
-    dlock__loop_ready(&o->op);
-  }
-}
-
-static int chan_join_active(dlock__acq *m, int *others) {
-  lock_op *o = of_machine(m);
-  return dlock__lsub_join(o->op.lp->sub, m->channel, m->channel_len, m->wake, 0,
-                          &o->lw, 1, others);
-}
-
-static int chan_join(dlock__acq *m, int64_t deadline_us) {
-  lock_op *o = of_machine(m);
-  int rc = dlock__lsub_join(o->op.lp->sub, m->channel, m->channel_len, m->wake,
-                            deadline_us, &o->lw, 0, NULL);
-  return rc == 1 ? 0 : rc == 0 ? DLOCK__ACQ_INFLIGHT : rc;
-}
-
-static void chan_leave(dlock__acq *m) {
-  lock_op *o = of_machine(m);
-  /* A wake-up it got and did not use (it ends with the lock taken by an
-   * attempt of its own, or out of time) goes to the next waiter, who
-   * would otherwise sleep until the holder's TTL. */
-  if (o->wake_ev == 1)
-    dlock__lsub_pass(o->op.lp->sub, &o->lw);
-  dlock__lsub_leave(o->op.lp->sub, &o->lw);
-  o->wake_ev = 0;
-}
-
-static void chan_pass(dlock__acq *m) {
-  lock_op *o = of_machine(m);
-  dlock__lsub_pass(o->op.lp->sub, &o->lw);
-}
-
-static const dlock__acq_chan loop_chan = {chan_join_active, chan_join,
-                                          chan_leave, chan_pass};
-
 /* ---- the machine's steps ------------------------------------------------ */
 
 /* Before an attempt: a hold found lost is reported (no round trip). */
@@ -238,7 +186,7 @@ static int a_attempt(dlock__acq *m, int queue) {
   int rc = l->kind->acquire_call(l, &ask, &o->call);
   o->sent_us = dlock__now_us();
   if (rc == 0)
-    rc = dlock__loop_eval(&o->op, &o->call.eval);
+    rc = dlock__loop_eval(&o->a.op, &o->call.eval);
   if (rc != 0) {
     drop_call(o);
     return rc;
@@ -247,18 +195,19 @@ static int a_attempt(dlock__acq *m, int queue) {
 }
 
 /* The answer to the attempt in flight: what the attempt returns. */
-static int attempt_answer(lock_op *o) {
+static int attempt_answer(dlock__lacq *a) {
+  lock_op *o = (lock_op *)a;
   redisReply *reply;
-  int rc = dlock__loop_eval_answer(&o->op, &o->call.eval, &reply);
+  int rc = dlock__loop_eval_answer(&o->a.op, &o->call.eval, &reply);
   if (rc == DLOCK__ACQ_INFLIGHT)
     return rc;
   drop_call(o);
   if (rc != 0)
     return rc;
   rc = dlock__finish_acquire(o->l, o->owner, o->lease_ms, reply, o->sent_us,
-                             &o->m.busy);
+                             &o->a.m.busy);
   if (rc == 0 && o->lease_ms == DLOCK_WATCHDOG)
-    dlock__loop_watch_holds(o->op.lp);
+    dlock__loop_watch_holds(loop_of(o));
   return rc;
 }
 
@@ -269,7 +218,7 @@ static int a_take_handed(dlock__acq *m, uint64_t token) {
     return a_attempt(m, 1);
   int rc = dlock__record_grant(o->l, o->owner, o->lease_ms, token, m->tried_us);
   if (rc == 0 && o->lease_ms == DLOCK_WATCHDOG)
-    dlock__loop_watch_holds(o->op.lp);
+    dlock__loop_watch_holds(loop_of(o));
   return rc;
 }
 
@@ -289,12 +238,12 @@ static int a_late_grant(dlock__acq *m, uint64_t token, int why) {
 
 static void a_give_up(dlock__acq *m) {
   lock_op *o = of_machine(m);
-  leave_detached(o->op.lp, o->l, o->owner);
+  leave_detached(loop_of(o), o->l, o->owner);
 }
 
 static void a_unknown(dlock__acq *m) {
   lock_op *o = of_machine(m);
-  undo_detached(o->op.lp, o->l, o->owner,
+  undo_detached(loop_of(o), o->l, o->owner,
                 dlock__believed_count(o->l, o->owner));
 }
 
@@ -313,124 +262,31 @@ static const dlock__acq_ops async_lock_ops = {
     .timed_out = a_timed_out,
 };
 
-/* ---- running the machine ------------------------------------------------ */
-
-/* The wake-up kept for the machine, taken. */
-static int take_wake(lock_op *o) {
-  int ev = o->wake_ev;
-  o->wake_ev = 0;
-  o->lw.awake = 0;
-  o->m.w.value = ev == 2 ? o->lw.value : 0;
-  return ev;
+static void lock_report(dlock__lacq *a, int status) {
+  call_back((lock_op *)a, status);
 }
 
-/* Steps the machine until it waits for something: an answer, a wake-up
- * or a time. */
-static void drive(lock_op *o) {
-  dlock__acq *m = &o->m;
-  for (;;) {
-    int state = dlock__acq_step(m);
-    switch (state) {
-    case DLOCK__ACQ_DONE:
-      if (m->free_channel)
-        dlock__free(m->channel);
-      m->channel = NULL;
-      finish(o, m->rc);
-      return;
-    case DLOCK__ACQ_SENT:
-      return;
-    case DLOCK__ACQ_WAIT:
-      if (m->joined && o->wake_ev != 0) {
-        m->pending = take_wake(o);
-        continue;
-      }
-      o->op.at_us = m->wait_by == DLOCK__ACQ_BY_BACKOFF
-                        ? dlock__backoff_next(o->l->c, &m->spin,
-                                              dlock__now_us(), m->until_us)
-                        : m->until_us;
-      return;
-    default: /* HOLD, RIDE: a pause */
-      o->op.at_us = m->until_us;
-      return;
-    }
-  }
-}
-
-static void acquire_run(dlock__aop *op) {
-  lock_op *o = (lock_op *)op;
-  dlock__acq *m = &o->m;
-  if (o->finished) {
-    report(o);
-    return;
-  }
-  switch (m->state) {
-  case DLOCK__ACQ_SENT:
-    if (m->sent == DLOCK__ACQ_JOIN) {
-      if (!o->join_done)
-        return;
-      o->join_done = 0;
-      m->pending = o->join_ev;
-    } else {
-      if (op->in_flight)
-        return;
-      int rc = attempt_answer(o);
-      if (rc == DLOCK__ACQ_INFLIGHT)
-        return;
-      m->pending = rc;
-    }
-    break;
-  case DLOCK__ACQ_WAIT:
-    if (o->wake_ev != 0)
-      m->pending = take_wake(o);
-    else if (op->at_us != INT64_MAX)
-      return; /* not its time yet */
-    else
-      m->pending = 0;
-    op->at_us = INT64_MAX;
-    break;
-  case DLOCK__ACQ_HOLD:
-  case DLOCK__ACQ_RIDE:
-    if (op->at_us != INT64_MAX)
-      return;
-    break;
-  default:
-    break;
-  }
-  drive(o);
-}
-
-/* At the client's close: whatever the machine has is given back, and the
- * callback told DLOCK_ECANCELED. */
-static void acquire_cancel(dlock__aop *op) {
-  lock_op *o = (lock_op *)op;
-  dlock__acq *m = &o->m;
-  int granted = o->finished && o->status == 0;
-  if (!o->finished && m->state == DLOCK__ACQ_SENT &&
-      m->sent != DLOCK__ACQ_JOIN && !op->in_flight && o->has_call) {
-    /* Its answer came, not yet taken: a grant is recorded, then given
-     * back below. */
+/* At the close: a grant not reported, or an answer not taken, is given
+ * back; an attempt in flight is settled later; a queue place is left. */
+static void lock_give_back(dlock__lacq *a, int granted, int answered,
+                           int unknown, int queued) {
+  lock_op *o = (lock_op *)a;
+  if (answered && o->has_call) {
     redisReply *reply;
-    if (dlock__loop_eval_answer(op, &o->call.eval, &reply) == 0)
+    if (dlock__loop_eval_answer(&a->op, &o->call.eval, &reply) == 0)
       granted = dlock__finish_acquire(o->l, o->owner, o->lease_ms, reply,
-                                      o->sent_us, &m->busy) == 0;
-  } else if (!o->finished && m->state == DLOCK__ACQ_SENT && op->in_flight) {
-    /* No answer: it may have run. */
-    dlock__note_unsettled(o->l, o->owner);
+                                      o->sent_us, &a->m.busy) == 0;
   }
-  if (m->joined || o->lw.ch != NULL)
-    dlock__lsub_leave(op->lp->sub, &o->lw);
-  if (!o->finished && m->tried && m->wait_ms != 0)
+  if (unknown)
+    dlock__note_unsettled(o->l, o->owner);
+  if (queued)
     (void)dlock__leave_queue(o->l, o->owner);
   if (granted)
     (void)dlock__release_hold(o->l, o->owner);
-  if (m->free_channel)
-    dlock__free(m->channel);
-  m->channel = NULL;
-  o->finished = 1;
-  o->status = dlock__fail(DLOCK_ECANCELED, "the client was closed");
-  snprintf(o->detail, sizeof(o->detail), "%s", dlock_last_error());
-  report(o);
 }
+
+static const dlock__lacq_ops lock_lacq_ops = {attempt_answer, lock_report,
+                                              lock_give_back};
 
 int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
                          int64_t wait_ms, int64_t lease_ms, dlock_done_cb cb,
@@ -438,7 +294,6 @@ int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
   lock_op *o = dlock__calloc(1, sizeof(*o));
   if (o == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting a lock");
-  o->verb = VERB_ACQUIRE;
   o->l = l;
   o->owner = owner;
   o->wait_ms = wait_ms;
@@ -455,25 +310,16 @@ int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
       return rc;
     }
   }
-  dlock__acq *m = &o->m;
+  dlock__acq *m = &o->a.m;
   dlock__acq_init(m, &async_lock_ops, o, l->c, wait_ms,
                   by_pubsub ? DLOCK__ACQ_BY_PUBSUB : DLOCK__ACQ_BY_BACKOFF,
                   channel, channel_len);
   m->free_channel = channel != l->channel;
   m->wake = dlock__wake_lock;
-  m->chan = &loop_chan;
   m->join_early = 1;
   m->ride_restarts = 1;
   m->who.owner = owner;
-  o->lw.on = on_channel;
-  o->lw.arg = o;
-  o->op.run = acquire_run;
-  o->op.cancel = acquire_cancel;
-  dlock__loop_add(lp, &o->op);
-  /* The first attempt goes out now; whatever it ends with is reported
-   * from the loop. */
-  drive(o);
-  dlock__loop_poke(lp);
+  dlock__lacq_start(lp, &o->a, &lock_lacq_ops);
   return 0;
 }
 
@@ -547,7 +393,6 @@ int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
   lock_op *o = dlock__calloc(1, sizeof(*o));
   if (o == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting an unlock");
-  o->verb = VERB_RELEASE;
   o->l = l;
   o->owner = owner;
   o->cb = cb;
@@ -568,10 +413,10 @@ int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
     dlock__free(o);
     return rc;
   }
-  o->op.run = release_run;
-  o->op.cancel = release_cancel;
-  dlock__loop_add(lp, &o->op);
-  release_run(&o->op);
+  o->a.op.run = release_run;
+  o->a.op.cancel = release_cancel;
+  dlock__loop_add(lp, &o->a.op);
+  release_run(&o->a.op);
   dlock__loop_poke(lp);
   return 0;
 }

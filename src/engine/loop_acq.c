@@ -1,0 +1,196 @@
+/*
+ * The acquisition machine run by an async client's loop (see
+ * loop_acq.h): its channel on the loop's pub/sub, and the step that the
+ * loop runs whenever an answer, a wake-up or a time comes.
+ */
+#include "loop_acq.h"
+
+#include "alloc.h"
+#include "error.h"
+#include "monotime.h"
+
+#include <stdio.h>
+
+/* ---- the channel: the loop's pub/sub ------------------------------------ */
+
+static void on_channel(dlock__lwaiter *w, int ev) {
+  dlock__lacq *a = w->arg;
+  if (ev <= 0) {
+    a->join_done = 1;
+    a->join_ev = ev;
+    dlock__loop_ready(&a->op);
+    return;
+  }
+  if (ev > a->wake_ev)
+    a->wake_ev = ev;
+  if (a->m.state == DLOCK__ACQ_WAIT) {
+    a->op.at_us = INT64_MAX;
+    dlock__loop_ready(&a->op);
+  }
+}
+
+static int chan_join_active(dlock__acq *m, int *others) {
+  dlock__lacq *a = dlock__lacq_of(m);
+  return dlock__lsub_join(a->op.lp->sub, m->channel, m->channel_len, m->wake, 0,
+                          &a->lw, 1, others);
+}
+
+static int chan_join(dlock__acq *m, int64_t deadline_us) {
+  dlock__lacq *a = dlock__lacq_of(m);
+  int rc = dlock__lsub_join(a->op.lp->sub, m->channel, m->channel_len, m->wake,
+                            deadline_us, &a->lw, 0, NULL);
+  return rc == 1 ? 0 : rc == 0 ? DLOCK__ACQ_INFLIGHT : rc;
+}
+
+static void chan_leave(dlock__acq *m) {
+  dlock__lacq *a = dlock__lacq_of(m);
+  /* A wake-up it got and did not use (it ends with the thing taken by an
+   * attempt of its own, or out of time) goes to the next waiter, who
+   * would otherwise sleep until the holder's TTL. */
+  if (a->wake_ev == 1)
+    dlock__lsub_pass(a->op.lp->sub, &a->lw);
+  dlock__lsub_leave(a->op.lp->sub, &a->lw);
+  a->wake_ev = 0;
+}
+
+static void chan_pass(dlock__acq *m) {
+  dlock__lacq *a = dlock__lacq_of(m);
+  dlock__lsub_pass(a->op.lp->sub, &a->lw);
+}
+
+static const dlock__acq_chan loop_chan = {chan_join_active, chan_join,
+                                          chan_leave, chan_pass};
+
+/* ---- running the machine ------------------------------------------------ */
+
+/* Ends it with 'status'; the report runs at the next run, from the loop. */
+static void finish(dlock__lacq *a, int status) {
+  dlock__acq *m = &a->m;
+  if (m->free_channel)
+    dlock__free(m->channel);
+  m->channel = NULL;
+  a->finished = 1;
+  a->status = status;
+  snprintf(a->detail, sizeof(a->detail), "%s",
+           status != 0 ? dlock_last_error() : "");
+  dlock__loop_ready(&a->op);
+}
+
+static void report(dlock__lacq *a) {
+  dlock__loop_remove(&a->op);
+  if (a->status != 0)
+    dlock__fail_text(a->status, a->detail);
+  a->ops->report(a, a->status);
+}
+
+/* The wake-up kept for the machine, taken. */
+static int take_wake(dlock__lacq *a) {
+  int ev = a->wake_ev;
+  a->wake_ev = 0;
+  a->lw.awake = 0;
+  a->m.w.value = ev == 2 ? a->lw.value : 0;
+  return ev;
+}
+
+/* Steps the machine until it waits for something: an answer, a wake-up
+ * or a time. */
+static void drive(dlock__lacq *a) {
+  dlock__acq *m = &a->m;
+  for (;;) {
+    switch (dlock__acq_step(m)) {
+    case DLOCK__ACQ_DONE:
+      finish(a, m->rc);
+      return;
+    case DLOCK__ACQ_SENT:
+      return;
+    case DLOCK__ACQ_WAIT:
+      if (m->joined && a->wake_ev != 0) {
+        m->pending = take_wake(a);
+        continue;
+      }
+      a->op.at_us = m->wait_by == DLOCK__ACQ_BY_BACKOFF
+                        ? dlock__backoff_next(m->c, &m->spin, dlock__now_us(),
+                                              m->until_us)
+                        : m->until_us;
+      return;
+    default: /* HOLD, RIDE: a pause */
+      a->op.at_us = m->until_us;
+      return;
+    }
+  }
+}
+
+/* What the machine was waiting for came: 0 to step on, 1 not yet. */
+static int take_event(dlock__lacq *a) {
+  dlock__acq *m = &a->m;
+  switch (m->state) {
+  case DLOCK__ACQ_SENT:
+    if (m->sent == DLOCK__ACQ_JOIN) {
+      if (!a->join_done)
+        return 1;
+      a->join_done = 0;
+      m->pending = a->join_ev;
+      return 0;
+    }
+    if (a->op.in_flight)
+      return 1;
+    m->pending = a->ops->answer(a);
+    return m->pending == DLOCK__ACQ_INFLIGHT;
+  case DLOCK__ACQ_WAIT:
+    if (a->wake_ev != 0)
+      m->pending = take_wake(a);
+    else if (a->op.at_us != INT64_MAX)
+      return 1; /* not its time yet */
+    else
+      m->pending = 0;
+    a->op.at_us = INT64_MAX;
+    return 0;
+  case DLOCK__ACQ_HOLD:
+  case DLOCK__ACQ_RIDE:
+    return a->op.at_us != INT64_MAX;
+  default:
+    return 0;
+  }
+}
+
+static void lacq_run(dlock__aop *op) {
+  dlock__lacq *a = (dlock__lacq *)op;
+  if (a->finished)
+    report(a);
+  else if (take_event(a) == 0)
+    drive(a);
+}
+
+/* At the client's close: whatever the machine has is given back, and the
+ * callback told DLOCK_ECANCELED. */
+static void lacq_cancel(dlock__aop *op) {
+  dlock__lacq *a = (dlock__lacq *)op;
+  dlock__acq *m = &a->m;
+  int attempt =
+      !a->finished && m->state == DLOCK__ACQ_SENT && m->sent != DLOCK__ACQ_JOIN;
+  if (a->lw.ch != NULL)
+    dlock__lsub_leave(op->lp->sub, &a->lw);
+  a->ops->give_back(a, a->finished && a->status == 0, attempt && !op->in_flight,
+                    attempt && op->in_flight,
+                    !a->finished && m->tried && m->wait_ms != 0);
+  if (m->free_channel)
+    dlock__free(m->channel);
+  m->channel = NULL;
+  a->finished = 1;
+  a->status = dlock__fail(DLOCK_ECANCELED, "the client was closed");
+  snprintf(a->detail, sizeof(a->detail), "%s", dlock_last_error());
+  report(a);
+}
+
+void dlock__lacq_start(dlock__loop *lp, dlock__lacq *a,
+                       const dlock__lacq_ops *ops) {
+  a->ops = ops;
+  a->m.chan = &loop_chan;
+  a->lw.on = on_channel;
+  a->lw.arg = a;
+  a->op.run = lacq_run;
+  a->op.cancel = lacq_cancel;
+  dlock__loop_add(lp, &a->op);
+  drive(a);
+  dlock__loop_poke(lp);
+}
