@@ -1,0 +1,485 @@
+/*
+ * Interoperability with Redisson itself (Java, the version pinned in
+ * tests/java/pom.xml), built into the build tree by the ctest setup test
+ * redisson_java_setup (tests/java/setup.sh), which every test here
+ * requires. Each test starts one JVM running tests/java's Peer, driven over
+ * a pipe: a command names an actor (a Java thread of its own, since
+ * Redisson's locks belong to threads) and a tag its reply carries, so that
+ * several Java threads can wait at once while the test goes on. Replies
+ * say when things happened on CLOCK_MONOTONIC, the clock of these tests.
+ *
+ * Latencies are printed, not asserted: a missed wake-up would cost the
+ * lease of tens of seconds, which the generous bounds here tell apart from
+ * a slow machine.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../src/proto/slot.h"
+#include "harness/cluster_group.h"
+#include "harness/sentinel_group.h"
+#include "lock_util.h"
+
+#ifndef DLOCK_JAVA_DIR
+#error "DLOCK_JAVA_DIR (the build tree's redisson-java) must be defined"
+#endif
+
+/* Generous: a missed message costs a 30 s lease or more. */
+#define WAKE_LIMIT_MS 5000
+#define REPLY_MS 20000
+
+/* ---- the Java peer ------------------------------------------------------ */
+
+#define PEER_STASH 32
+
+typedef struct peer {
+  pid_t pid;
+  int in, out;
+  char buf[16384];
+  size_t len;
+  int next_tag;
+  /* Replies read while waiting for another tag: "TAG rest". */
+  char *stash[PEER_STASH];
+} peer_t;
+
+/* The class path: the peer's classes and the jars setup.sh listed. */
+static char *java_classpath(void) {
+  char path[1024];
+  snprintf(path, sizeof(path), "%s/classpath", DLOCK_JAVA_DIR);
+  FILE *f = fopen(path, "r");
+  if (f == NULL)
+    TEST_FAIL("%s: %s (did redisson_java_setup run? see tests/java/setup.sh)",
+              path, strerror(errno));
+  static char jars[65536];
+  size_t n = fread(jars, 1, sizeof(jars) - 1, f);
+  fclose(f);
+  jars[n] = '\0';
+  while (n > 0 && (jars[n - 1] == '\n' || jars[n - 1] == '\r'))
+    jars[--n] = '\0';
+  char *cp = NULL;
+  ASSERT(asprintf(&cp, "%s/target/classes:%s", DLOCK_JAVA_DIR, jars) > 0);
+  return cp;
+}
+
+/* A peer on 'url' (redis://, sentinel://, cluster://; see Peer.java),
+ * with Redisson's lockWatchdogTimeout 'watchdog_ms' (0: its 30 s). */
+static peer_t *peer_start(const char *url, int watchdog_ms) {
+  peer_t *p = calloc(1, sizeof(*p));
+  ASSERT_NOT_NULL(p);
+  char *cp = java_classpath();
+  char wd[32];
+  snprintf(wd, sizeof(wd), "%d", watchdog_ms);
+  int to[2], from[2];
+  ASSERT_EQ(pipe(to), 0);
+  ASSERT_EQ(pipe(from), 0);
+  p->pid = fork();
+  ASSERT_GE(p->pid, 0);
+  if (p->pid == 0) {
+    dup2(to[0], 0);
+    dup2(from[1], 1);
+    close(to[0]);
+    close(to[1]);
+    close(from[0]);
+    close(from[1]);
+    /* C1 alone starts faster, and these tests measure nothing of Java's
+     * speed. */
+    execlp("java", "java", "-XX:TieredStopAtLevel=1", "-Xss512k", "-cp", cp,
+           "dlock.peer.Peer", url, wd, (char *)NULL);
+    fprintf(stderr, "cannot run java: %s\n", strerror(errno));
+    _exit(127);
+  }
+  free(cp);
+  close(to[0]);
+  close(from[1]);
+  p->in = to[1];
+  p->out = from[0];
+  return p;
+}
+
+/* Reads one line into 'line' if one comes within 'timeout_ms'; 0 if not. */
+static int peer_read_line(peer_t *p, char *line, size_t n, int64_t timeout_ms) {
+  int64_t end = lu_now_ms() + timeout_ms;
+  for (;;) {
+    char *nl = memchr(p->buf, '\n', p->len);
+    if (nl != NULL) {
+      size_t k = (size_t)(nl - p->buf);
+      snprintf(line, n, "%.*s", (int)k, p->buf);
+      memmove(p->buf, nl + 1, p->len - k - 1);
+      p->len -= k + 1;
+      return 1;
+    }
+    int64_t left = end - lu_now_ms();
+    if (left < 0)
+      return 0;
+    struct pollfd pf = {p->out, POLLIN, 0};
+    int r = poll(&pf, 1, (int)left);
+    if (r < 0 && errno == EINTR)
+      continue;
+    ASSERT_GE(r, 0);
+    if (r == 0)
+      continue;
+    ASSERT(p->len < sizeof(p->buf) - 1);
+    ssize_t got = read(p->out, p->buf + p->len, sizeof(p->buf) - 1 - p->len);
+    if (got <= 0)
+      TEST_FAIL("the Redisson peer ended (see its stderr above)");
+    p->len += (size_t)got;
+  }
+}
+
+static peer_t *peer_ready(const char *url, int watchdog_ms) {
+  peer_t *p = peer_start(url, watchdog_ms);
+  char line[256];
+  /* A JVM and Redisson's start can be slow on a loaded machine. */
+  if (!peer_read_line(p, line, sizeof(line), 60000))
+    TEST_FAIL("the Redisson peer did not start within 60 s");
+  if (strncmp(line, "ready ", 6) != 0)
+    TEST_FAIL("the Redisson peer said \"%s\", expected ready", line);
+  return p;
+}
+
+static peer_t *peer_on(const rp_server_t *s, int watchdog_ms) {
+  char url[64];
+  snprintf(url, sizeof(url), "redis://127.0.0.1:%d", rp_port(s));
+  return peer_ready(url, watchdog_ms);
+}
+
+/* Sends "TAG ACTOR CMD" and returns the tag. */
+static int peer_send(peer_t *p, const char *actor, const char *fmt, ...) {
+  char cmd[1024];
+  int tag = ++p->next_tag;
+  int n = snprintf(cmd, sizeof(cmd), "%d %s ", tag, actor);
+  va_list ap;
+  va_start(ap, fmt);
+  n += vsnprintf(cmd + n, sizeof(cmd) - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  ASSERT(n > 0 && (size_t)n < sizeof(cmd) - 1);
+  cmd[n++] = '\n';
+  ASSERT_EQ(write(p->in, cmd, (size_t)n), n);
+  return tag;
+}
+
+/* The reply to 'tag' into 'rest' (its words, with the time last) if it
+ * comes within 'timeout_ms': 1, else 0. Replies to other tags are kept. */
+static int peer_poll(peer_t *p, int tag, char *rest, size_t n,
+                     int64_t timeout_ms) {
+  char want[16];
+  int wl = snprintf(want, sizeof(want), "%d ", tag);
+  for (int i = 0; i < PEER_STASH; i++)
+    if (p->stash[i] != NULL && strncmp(p->stash[i], want, (size_t)wl) == 0) {
+      snprintf(rest, n, "%s", p->stash[i] + wl);
+      free(p->stash[i]);
+      p->stash[i] = NULL;
+      goto got;
+    }
+  int64_t end = lu_now_ms() + timeout_ms;
+  for (;;) {
+    char line[1024];
+    if (!peer_read_line(p, line, sizeof(line), end - lu_now_ms()))
+      return 0;
+    if (strncmp(line, want, (size_t)wl) == 0) {
+      snprintf(rest, n, "%s", line + wl);
+      goto got;
+    }
+    int i = 0;
+    while (i < PEER_STASH && p->stash[i] != NULL)
+      i++;
+    ASSERT(i < PEER_STASH);
+    p->stash[i] = strdup(line);
+  }
+got:
+  if (strncmp(rest, "error", 5) == 0)
+    TEST_FAIL("Redisson peer: %s", rest);
+  return 1;
+}
+
+/* The reply to 'tag', which must come; returns its time (ms). */
+static double peer_wait(peer_t *p, int tag, char *rest, size_t n) {
+  char tmp[1024];
+  if (rest == NULL) {
+    rest = tmp;
+    n = sizeof(tmp);
+  }
+  if (!peer_poll(p, tag, rest, n, REPLY_MS))
+    TEST_FAIL("the Redisson peer did not answer command %d within %d ms", tag,
+              REPLY_MS);
+  const char *sp = strrchr(rest, ' ');
+  return strtod(sp ? sp + 1 : rest, NULL);
+}
+
+/* Runs one command and checks that its reply starts with 'want'; returns
+ * the reply's time. */
+#define PEER_DO(p, want, actor, ...)                                           \
+  peer_expect((p), (want), peer_send((p), (actor), __VA_ARGS__))
+
+static double peer_expect(peer_t *p, const char *want, int tag) {
+  char rest[1024];
+  double t = peer_wait(p, tag, rest, sizeof(rest));
+  if (strncmp(rest, want, strlen(want)) != 0)
+    TEST_FAIL("Redisson peer said \"%s\", expected \"%s...\"", rest, want);
+  return t;
+}
+
+/* The second word of the reply to a command (a count, a token, an id). */
+static void peer_word(peer_t *p, char *out, size_t n, const char *actor,
+                      const char *fmt, const char *a, const char *b) {
+  char rest[1024];
+  peer_wait(p, peer_send(p, actor, fmt, a, b), rest, sizeof(rest));
+  char *sp = strchr(rest, ' ');
+  ASSERT_NOT_NULL(sp);
+  char *end = strchr(sp + 1, ' ');
+  ASSERT_NOT_NULL(end);
+  snprintf(out, n, "%.*s", (int)(end - sp - 1), sp + 1);
+}
+
+static void peer_quit(peer_t *p) {
+  ASSERT_EQ(write(p->in, "quit\n", 5), 5);
+  int st = 0;
+  /* Peer.java exits after shutting Redisson down (2 s at most); a peer
+   * that does not is killed. */
+  for (int i = 0; i < 500 && waitpid(p->pid, &st, WNOHANG) == 0; i++)
+    lu_sleep_ms(20);
+  if (waitpid(p->pid, &st, WNOHANG) == 0) {
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, &st, 0);
+  }
+  close(p->in);
+  close(p->out);
+  for (int i = 0; i < PEER_STASH; i++)
+    free(p->stash[i]);
+  free(p);
+}
+
+static double now_ms(void) { return lu_now_ms_f(); }
+
+/* ---- dlock in threads --------------------------------------------------- */
+
+/* A dlock waiter: takes 'l' as 'owner' in a thread, records when, and
+ * unlocks when told (release = 1). */
+typedef struct waiter {
+  dlock_t *l;
+  uint64_t owner;
+  int64_t lease;
+  pthread_t t;
+  atomic_int done, release;
+  int rc;
+  double at;
+} waiter_t;
+
+static void *waiter_main(void *arg) {
+  waiter_t *w = arg;
+  w->rc = dlock_lock_as(w->l, w->owner, w->lease);
+  w->at = now_ms();
+  atomic_store(&w->done, 1);
+  if (w->rc == 0) {
+    while (!atomic_load(&w->release))
+      lu_sleep_ms(1);
+    w->rc = dlock_unlock_as(w->l, w->owner);
+  }
+  return NULL;
+}
+
+static void waiter_start(waiter_t *w, dlock_t *l, int64_t lease) {
+  memset(w, 0, sizeof(*w));
+  w->l = l;
+  w->owner = dlock_owner_new();
+  w->lease = lease;
+  ASSERT_EQ(pthread_create(&w->t, NULL, waiter_main, w), 0);
+}
+
+/* Waits until the waiter has the lock (up to 'ms'); returns when. */
+static double waiter_got(waiter_t *w, int64_t ms) {
+  int64_t end = lu_now_ms() + ms;
+  while (!atomic_load(&w->done) && lu_now_ms() < end)
+    lu_sleep_ms(1);
+  if (!atomic_load(&w->done))
+    TEST_FAIL("the dlock waiter did not get the lock within %" PRId64 " ms",
+              ms);
+  ASSERT_DLOCK_OK(w->rc);
+  return w->at;
+}
+
+static void waiter_finish(waiter_t *w) {
+  atomic_store(&w->release, 1);
+  ASSERT_EQ(pthread_join(w->t, NULL), 0);
+  ASSERT_DLOCK_OK(w->rc);
+}
+
+static dlock_client_t *client_url(const char *url, int64_t watchdog_ms) {
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = url;
+  o.connect_timeout_ms = 2000;
+  o.command_timeout_ms = 5000;
+  o.watchdog_timeout_ms = watchdog_ms;
+  return lu_client_opts(&o);
+}
+
+static dlock_client_t *client(rp_server_t *s, int64_t watchdog_ms) {
+  return client_url(rp_url(s), watchdog_ms);
+}
+
+/* The fair-lock queue's length, as dlock reads it. */
+static size_t fair_waiters(dlock_client_t *c, const char *name) {
+  dlock_info_t *info = NULL;
+  ASSERT_DLOCK_OK(dlock_inspect(c, name, strlen(name), &info));
+  size_t n = info->nwaiters;
+  dlock_info_free(info);
+  return n;
+}
+
+/* The hold count of 'field' on lock 'name', as dlock reads it. */
+static int64_t holder_count(dlock_client_t *c, const char *name,
+                            const char *field) {
+  dlock_info_t *info = NULL;
+  ASSERT_DLOCK_OK(dlock_inspect(c, name, strlen(name), &info));
+  int64_t n = 0;
+  for (size_t i = 0; i < info->nholders; i++)
+    if (strcmp(info->holders[i].owner, field) == 0)
+      n = info->holders[i].count;
+  dlock_info_free(info);
+  return n;
+}
+
+/* Waits until 'n' clients listen on the lock's unlock channel (classic
+ * pub/sub), so that an unlock is sent to a waiter already asleep. */
+static void await_numsub(rp_server_t *s, const char *name, int64_t n) {
+  char ch[256];
+  size_t len = lu_channel(ch, sizeof(ch), name, strlen(name));
+  int64_t end = lu_now_ms() + 10000;
+  while (lu_numsub(s, ch, len) < n && lu_now_ms() < end)
+    lu_sleep_ms(2);
+  ASSERT_GE(lu_numsub(s, ch, len), n);
+}
+
+/* ---- one server: the exclusive kinds -------------------------------------
+ */
+
+static dlock_t *get_kind(dlock_client_t *c, const char *kind,
+                         const char *name) {
+  dlock_t *l = NULL;
+  if (strcmp(kind, "fair") == 0)
+    ASSERT_DLOCK_OK(dlock_get_fair(c, name, &l));
+  else if (strcmp(kind, "spin") == 0)
+    ASSERT_DLOCK_OK(dlock_get_spin(c, name, &l));
+  else /* lock, fenced: RFencedLock is RLock's layout plus the token */
+    ASSERT_DLOCK_OK(dlock_get(c, name, &l));
+  return l;
+}
+
+/*
+ * For Redisson's 'kind' (lock, fair, spin, fenced) and dlock's matching
+ * handle on one name: either side's hold keeps the other out, an unlock on
+ * either side wakes a waiter on the other (three rounds, latencies
+ * printed), and each side reads the other's reentrant hold count.
+ */
+static void exclusive_both_ways(const char *kind, const char *name) {
+  rp_server_t *s = lu_server(0);
+  peer_t *p = peer_on(s, 0);
+  dlock_client_t *c = client(s, 30000);
+  dlock_t *l = get_kind(c, kind, name);
+  uint64_t me = dlock_self();
+
+  /* Exclusion both ways. */
+  PEER_DO(p, "locked", "J", "lock %s %s", kind, name);
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 300, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+  PEER_DO(p, "unlocked", "J", "unlock %s %s", kind, name);
+  ASSERT_DLOCK_OK(dlock_trylock(l, 0, DLOCK_WATCHDOG));
+  PEER_DO(p, "false", "J", "trylock %s %s 0", kind, name);
+  PEER_DO(p, "false", "J", "trylock %s %s 300", kind, name);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_EQ(lu_exists(s, name), 0);
+
+  /* Reentrancy: each side reads the other's count. */
+  char jfield[256], dfield[256], v[64];
+  peer_word(p, jfield, sizeof(jfield), "J", "field %s %s", kind, name);
+  for (int i = 1; i <= 3; i++) {
+    PEER_DO(p, "locked", "J", "lock %s %s", kind, name);
+    ASSERT_EQ(holder_count(c, name, jfield), i);
+  }
+  for (int i = 3; i >= 1; i--) {
+    ASSERT_DLOCK_ERR(dlock_trylock(l, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+    PEER_DO(p, "unlocked", "J", "unlock %s %s", kind, name);
+  }
+  lu_field(dfield, sizeof(dfield), c, me);
+  for (int i = 1; i <= 3; i++) {
+    ASSERT_DLOCK_OK(dlock_trylock(l, 0, DLOCK_WATCHDOG));
+    peer_word(p, v, sizeof(v), "J", "hget %s %s", name, dfield);
+    ASSERT_EQ(strtoll(v, NULL, 10), i);
+    PEER_DO(p, "count ", "J", "count %s %s", kind, name);
+  }
+  for (int i = 3; i >= 1; i--) {
+    PEER_DO(p, "false", "J", "trylock %s %s 0", kind, name);
+    ASSERT_DLOCK_OK(dlock_unlock(l));
+  }
+  PEER_DO(p, "locked false", "J", "locked %s %s", kind, name);
+
+  /* Wake-ups both ways; the holders' leases (60 s) would show a missed
+   * message. */
+  double to_dlock[3], to_java[3];
+  for (int round = 0; round < 3; round++) {
+    PEER_DO(p, "locked", "J", "lock %s %s 60000", kind, name);
+    waiter_t w;
+    waiter_start(&w, l, DLOCK_WATCHDOG);
+    if (strcmp(kind, "fair") == 0) {
+      for (int i = 0; i < 5000 && fair_waiters(c, name) < 1; i++)
+        lu_sleep_ms(2);
+    } else if (strcmp(kind, "spin") != 0) {
+      await_numsub(s, name, 1);
+    }
+    lu_sleep_ms(100);
+    char rest[256];
+    peer_wait(p, peer_send(p, "J", "unlock %s %s", kind, name), rest,
+              sizeof(rest));
+    double sent = strtod(rest + strlen("unlocked "), NULL);
+    to_dlock[round] = waiter_got(&w, 30000) - sent;
+    waiter_finish(&w);
+
+    ASSERT_DLOCK_OK(dlock_lock(l, 60000));
+    int tag = peer_send(p, "J", "lock %s %s", kind, name);
+    lu_sleep_ms(300); /* Redisson tries, subscribes and sleeps */
+    char tmp[256];
+    ASSERT_EQ(peer_poll(p, tag, tmp, sizeof(tmp), 0), 0);
+    double released = now_ms();
+    ASSERT_DLOCK_OK(dlock_unlock(l));
+    to_java[round] = peer_wait(p, tag, NULL, 0) - released;
+    ASSERT_DLOCK_ERR(dlock_trylock(l, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+    PEER_DO(p, "unlocked", "J", "unlock %s %s", kind, name);
+  }
+  printf("%s: dlock woken by Redisson's unlock after %.2f, %.2f, %.2f ms; "
+         "Redisson woken by dlock's after %.2f, %.2f, %.2f ms\n",
+         kind, to_dlock[0], to_dlock[1], to_dlock[2], to_java[0], to_java[1],
+         to_java[2]);
+  for (int i = 0; i < 3; i++) {
+    ASSERT_LT(to_dlock[i], 30000);
+    ASSERT_LT(to_java[i], 30000);
+  }
+  peer_quit(p);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+TEST(rlock_exclusion_wakeups_reentrancy) {
+  exclusive_both_ways("lock", "jv-lock");
+}
+
+TEST(fair_lock_exclusion_wakeups_reentrancy) {
+  exclusive_both_ways("fair", "jv-fair");
+}
+
+TEST(spin_lock_exclusion_wakeups_reentrancy) {
+  exclusive_both_ways("spin", "jv-spin");
+}
+
+TEST(fenced_lock_exclusion_wakeups_reentrancy) {
+  exclusive_both_ways("fenced", "jv-fenced");
+}
