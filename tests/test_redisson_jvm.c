@@ -751,3 +751,305 @@ TEST(force_unlock_wakes_the_other_side) {
   dlock_client_close(c);
   rp_free(s);
 }
+
+/* ---- one server: leases and watchdogs ------------------------------------
+ */
+
+/* A lease set on either side ends the hold for the other side too, not
+ * before it; a watchdog on either side keeps the lock past its timeout
+ * (3 s here) while its client lives, and lets it go within one timeout
+ * once the client stops without unlocking (Redisson's client shut down, a
+ * dlock client closed, as after a crash). */
+TEST(lease_and_watchdog_expiry_both_ways) {
+  rp_server_t *s = lu_server(0);
+  peer_t *p = peer_on(s, 3000);
+  dlock_client_t *c = client(s, 30000);
+  dlock_t *l = lu_get(c, "jv-lease");
+
+  /* Leases. */
+  double held = PEER_DO(p, "locked", "J", "lock lock jv-lease 1500");
+  ASSERT_DLOCK_OK(dlock_trylock(l, 20000, DLOCK_WATCHDOG));
+  double waited = now_ms() - held;
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_DLOCK_OK(dlock_lock(l, 1500));
+  held = now_ms();
+  double got = PEER_DO(p, "true", "J", "trylock lock jv-lease 20000");
+  PEER_DO(p, "unlocked", "J", "unlock lock jv-lease");
+  printf("1500 ms leases: dlock got Redisson's lock after %.0f ms, Redisson "
+         "dlock's after %.0f ms\n",
+         waited, got - held);
+  ASSERT_GE(waited, 1300);
+  ASSERT_GE(got - held, 1300);
+  ASSERT_LT(waited, 20000);
+  ASSERT_LT(got - held, 20000);
+
+  /* Watchdogs, one lock each side at once. */
+  dlock_client_t *c3 = client(s, 3000);
+  dlock_t *l3 = lu_get(c3, "jv-wd-c");
+  dlock_t *lj = lu_get(c, "jv-wd-j");
+  PEER_DO(p, "locked", "J", "lock lock jv-wd-j");
+  ASSERT_DLOCK_OK(dlock_lock(l3, DLOCK_WATCHDOG));
+  lu_sleep_ms(4500);
+  ASSERT_DLOCK_ERR(dlock_trylock(lj, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+  PEER_DO(p, "false", "K", "trylock lock jv-wd-c 0");
+  /* Both holders stop without unlocking. */
+  double stopped = PEER_DO(p, "restarted", "J", "restart");
+  dlock_free(l3);
+  dlock_client_close(c3);
+  double closed = now_ms();
+  int tag = peer_send(p, "K", "trylock lock jv-wd-c 20000");
+  ASSERT_DLOCK_OK(dlock_trylock(lj, 20000, DLOCK_WATCHDOG));
+  double dlock_got = now_ms() - stopped;
+  char rest[256];
+  double java_got = peer_wait(p, tag, rest, sizeof(rest)) - closed;
+  ASSERT(strncmp(rest, "true", 4) == 0);
+  printf("3 s watchdogs: dlock got the lock %.0f ms after Redisson's client "
+         "stopped, Redisson %.0f ms after dlock's client closed\n",
+         dlock_got, java_got);
+  ASSERT_LT(dlock_got, 20000);
+  ASSERT_LT(java_got, 20000);
+  ASSERT_DLOCK_OK(dlock_unlock(lj));
+  PEER_DO(p, "unlocked", "K", "unlock lock jv-wd-c");
+  peer_quit(p);
+  dlock_free(lj);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+/* ---- one server: semaphores and latches ----------------------------------
+ */
+
+/* A dlock call in a thread, for waits while the test drives the peer. */
+typedef struct job {
+  pthread_t t;
+  int (*fn)(struct job *);
+  void *obj;
+  int64_t n, wait;
+  dlock_permit_t permit;
+  atomic_int done;
+  int rc;
+  double at;
+} job_t;
+
+static void *job_main(void *arg) {
+  job_t *j = arg;
+  j->rc = j->fn(j);
+  j->at = now_ms();
+  atomic_store(&j->done, 1);
+  return NULL;
+}
+
+static void job_start(job_t *j, int (*fn)(job_t *), void *obj, int64_t n,
+                      int64_t wait) {
+  memset(j, 0, sizeof(*j));
+  j->fn = fn;
+  j->obj = obj;
+  j->n = n;
+  j->wait = wait;
+  ASSERT_EQ(pthread_create(&j->t, NULL, job_main, j), 0);
+}
+
+static double job_join(job_t *j) {
+  ASSERT_EQ(pthread_join(j->t, NULL), 0);
+  ASSERT_DLOCK_OK(j->rc);
+  return j->at;
+}
+
+static int sem_acquire_job(job_t *j) {
+  return dlock_sem_acquire(j->obj, j->n, j->wait);
+}
+static int psem_acquire_job(job_t *j) {
+  return dlock_psem_acquire(j->obj, j->wait, j->n, &j->permit);
+}
+static int latch_await_job(job_t *j) {
+  return dlock_latch_await(j->obj, j->wait);
+}
+
+/* The time in a reply "WORD SENT T": SENT. */
+static double sent_at(const char *rest) {
+  const char *sp = strchr(rest, ' ');
+  ASSERT_NOT_NULL(sp);
+  return strtod(sp + 1, NULL);
+}
+
+/* RSemaphore and dlock's semaphore count the same permits: what one side
+ * takes the other cannot, and a release on either side wakes a waiter on
+ * the other. */
+TEST(semaphore_permits_both_ways) {
+  rp_server_t *s = lu_server(0);
+  peer_t *p = peer_on(s, 0);
+  dlock_client_t *c = client(s, 30000);
+  dlock_sem_t *sem = NULL;
+  ASSERT_DLOCK_OK(dlock_sem_get(c, "jv-sem", &sem));
+  char word[64], rest[256];
+
+  PEER_DO(p, "set true", "J", "sem_set jv-sem 3");
+  ASSERT_EQ(dlock_sem_try_set_permits(sem, 5), 0);
+  ASSERT_DLOCK_OK(dlock_sem_acquire(sem, 2, 0));
+  PEER_DO(p, "false", "J", "sem_try jv-sem 2 0");
+  PEER_DO(p, "true", "J", "sem_try jv-sem 1 0");
+  int64_t avail = -1;
+  ASSERT_DLOCK_OK(dlock_sem_available(sem, &avail));
+  ASSERT_EQ(avail, 0);
+  peer_word(p, word, sizeof(word), "J", "sem_avail %s%s", "jv-sem", "");
+  ASSERT_STR_EQ(word, "0");
+
+  /* A Java waiter for 2, woken by dlock's release of 2. */
+  int tag = peer_send(p, "W", "sem_acquire jv-sem 2");
+  lu_sleep_ms(300);
+  ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+  double released = now_ms();
+  ASSERT_DLOCK_OK(dlock_sem_release(sem, 2));
+  double to_java = peer_wait(p, tag, NULL, 0) - released;
+
+  /* A dlock waiter for 3, woken once Redisson's actors gave back 1 and 2. */
+  job_t j;
+  job_start(&j, sem_acquire_job, sem, 3, 30000);
+  lu_sleep_ms(300);
+  PEER_DO(p, "released", "J", "sem_release jv-sem 1");
+  lu_sleep_ms(100);
+  ASSERT_EQ(atomic_load(&j.done), 0); /* 1 free: not enough */
+  peer_wait(p, peer_send(p, "W", "sem_release jv-sem 2"), rest, sizeof(rest));
+  double to_dlock = job_join(&j) - sent_at(rest);
+  printf("semaphore: Redisson woken %.2f ms after dlock's release, dlock "
+         "%.2f ms after Redisson's\n",
+         to_java, to_dlock);
+  ASSERT_LT(to_java, WAKE_LIMIT_MS);
+  ASSERT_LT(to_dlock, WAKE_LIMIT_MS);
+  ASSERT_DLOCK_OK(dlock_sem_release(sem, 3));
+  peer_word(p, word, sizeof(word), "J", "sem_avail %s%s", "jv-sem", "");
+  ASSERT_STR_EQ(word, "3");
+  peer_quit(p);
+  dlock_sem_free(sem);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+/* RPermitExpirableSemaphore and dlock's: permits taken by either count for
+ * both, a Java permit's lease ends for dlock, a release on either side
+ * wakes the other's waiter, and either side releases the other's permit by
+ * its id. */
+TEST(expirable_semaphore_both_ways) {
+  rp_server_t *s = lu_server(0);
+  peer_t *p = peer_on(s, 0);
+  dlock_client_t *c = client(s, 30000);
+  dlock_psem_t *sem = NULL;
+  ASSERT_DLOCK_OK(dlock_psem_get(c, "jv-psem", &sem));
+  char jid[64], rest[256], word[64];
+
+  PEER_DO(p, "set true", "J", "psem_set jv-psem 2");
+  ASSERT_EQ(dlock_psem_try_set_permits(sem, 5), 0);
+  double taken = now_ms();
+  peer_word(p, jid, sizeof(jid), "J", "psem_acquire %s %s", "jv-psem", "1500");
+  dlock_permit_t a, b, d;
+  ASSERT_DLOCK_OK(dlock_psem_acquire(sem, 0, 60000, &a));
+  ASSERT_DLOCK_ERR(dlock_psem_acquire(sem, 0, 60000, &b), DLOCK_ETIMEDOUT);
+  PEER_DO(p, "false", "K", "psem_try jv-psem 0 60000");
+  /* Redisson's permit comes back when its 1500 ms lease ends. */
+  ASSERT_DLOCK_OK(dlock_psem_acquire(sem, 20000, 60000, &b));
+  double waited = now_ms() - taken;
+  printf("dlock got the permit of Redisson's 1500 ms lease after %.0f ms\n",
+         waited);
+  ASSERT_GE(waited, 1300);
+  ASSERT_LT(waited, 20000);
+
+  /* A Java waiter woken by dlock's release. */
+  int tag = peer_send(p, "W", "psem_try jv-psem 30000 60000");
+  lu_sleep_ms(300);
+  ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+  double released = now_ms();
+  ASSERT_DLOCK_OK(dlock_psem_release(sem, b.id));
+  double to_java = peer_wait(p, tag, rest, sizeof(rest)) - released;
+  ASSERT(strncmp(rest, "permit ", 7) == 0);
+  snprintf(jid, sizeof(jid), "%.32s", rest + 7);
+
+  /* A dlock waiter woken by Redisson's release of its permit. */
+  job_t j;
+  job_start(&j, psem_acquire_job, sem, 60000, 30000);
+  lu_sleep_ms(300);
+  ASSERT_EQ(atomic_load(&j.done), 0);
+  peer_wait(p, peer_send(p, "W", "psem_release jv-psem %s", jid), rest,
+            sizeof(rest));
+  double to_dlock = job_join(&j) - sent_at(rest);
+  d = j.permit;
+  printf("expirable semaphore: Redisson woken %.2f ms after dlock's "
+         "release, dlock %.2f ms after Redisson's\n",
+         to_java, to_dlock);
+  ASSERT_LT(to_java, WAKE_LIMIT_MS);
+  ASSERT_LT(to_dlock, WAKE_LIMIT_MS);
+
+  /* Each side gives back a permit the other took. */
+  PEER_DO(p, "released", "J", "psem_release jv-psem %s", a.id);
+  peer_word(p, jid, sizeof(jid), "J", "psem_acquire %s %s", "jv-psem", "60000");
+  ASSERT_DLOCK_OK(dlock_psem_release(sem, jid));
+  ASSERT_DLOCK_OK(dlock_psem_release(sem, d.id));
+  int64_t free_n = -1, taken_n = -1;
+  ASSERT_DLOCK_OK(dlock_psem_count(sem, &free_n, &taken_n));
+  ASSERT_EQ(free_n, 2);
+  ASSERT_EQ(taken_n, 0);
+  peer_word(p, word, sizeof(word), "J", "psem_avail %s%s", "jv-psem", "");
+  ASSERT_STR_EQ(word, "2");
+  peer_quit(p);
+  dlock_psem_free(sem);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+/* RCountDownLatch and dlock's latch: both count down one count, and the
+ * last count-down on either side wakes the waiters of both. */
+TEST(latch_counted_down_by_both) {
+  rp_server_t *s = lu_server(0);
+  peer_t *p = peer_on(s, 0);
+  dlock_client_t *c = client(s, 30000);
+  const char *names[2] = {"jv-latch-j", "jv-latch-c"};
+  for (int last_java = 1; last_java >= 0; last_java--) {
+    const char *name = names[last_java ? 0 : 1];
+    dlock_latch_t *l = NULL;
+    ASSERT_DLOCK_OK(dlock_latch_get(c, name, &l));
+    char word[64], rest[256];
+    PEER_DO(p, "set true", "J", "latch_set %s 4", name);
+    ASSERT_EQ(dlock_latch_try_set_count(l, 9), 0);
+    int64_t left = -1;
+    ASSERT_DLOCK_OK(dlock_latch_count_down(l, &left));
+    ASSERT_EQ(left, 3);
+    PEER_DO(p, "down", "J", "latch_down %s", name);
+    peer_word(p, word, sizeof(word), "J", "latch_count %s%s", name, "");
+    ASSERT_STR_EQ(word, "2");
+    ASSERT_DLOCK_OK(dlock_latch_count(l, &left));
+    ASSERT_EQ(left, 2);
+    ASSERT_DLOCK_ERR(dlock_latch_await(l, 0), DLOCK_ETIMEDOUT);
+    PEER_DO(p, "false", "J", "latch_await %s 0", name);
+
+    int tag = peer_send(p, "W", "latch_await %s 30000", name);
+    job_t j;
+    job_start(&j, latch_await_job, l, 0, 30000);
+    lu_sleep_ms(300);
+    ASSERT_EQ(atomic_load(&j.done), 0);
+    ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+    double last;
+    if (last_java) {
+      ASSERT_DLOCK_OK(dlock_latch_count_down(l, NULL));
+      peer_wait(p, peer_send(p, "J", "latch_down %s", name), rest,
+                sizeof(rest));
+      last = sent_at(rest);
+    } else {
+      PEER_DO(p, "down", "J", "latch_down %s", name);
+      last = now_ms();
+      ASSERT_DLOCK_OK(dlock_latch_count_down(l, NULL));
+    }
+    double to_dlock = job_join(&j) - last;
+    double to_java = peer_wait(p, tag, rest, sizeof(rest)) - last;
+    ASSERT(strncmp(rest, "true", 4) == 0);
+    printf("latch counted down to zero by %s: dlock's waiter woken after "
+           "%.2f ms, Redisson's after %.2f ms\n",
+           last_java ? "Redisson" : "dlock", to_dlock, to_java);
+    ASSERT_LT(to_dlock, WAKE_LIMIT_MS);
+    ASSERT_LT(to_java, WAKE_LIMIT_MS);
+    ASSERT_EQ(lu_exists(s, name), 0);
+    dlock_latch_free(l);
+  }
+  peer_quit(p);
+  dlock_client_close(c);
+  rp_free(s);
+}
