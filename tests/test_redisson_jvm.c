@@ -920,6 +920,13 @@ TEST(semaphore_permits_both_ways) {
   ASSERT_DLOCK_OK(dlock_sem_release(sem, 3));
   peer_word(p, word, sizeof(word), "J", "sem_avail %s%s", "jv-sem", "");
   ASSERT_STR_EQ(word, "3");
+  /* Where they differ: Redisson's release adds permits whoever calls it
+   * (nothing records who acquired), while dlock gives back only what its
+   * client acquired and refuses the rest, changing nothing. */
+  ASSERT_DLOCK_ERR(dlock_sem_release(sem, 1), DLOCK_ENOTHELD);
+  PEER_DO(p, "released", "J", "sem_release jv-sem 1");
+  peer_word(p, word, sizeof(word), "J", "sem_avail %s%s", "jv-sem", "");
+  ASSERT_STR_EQ(word, "4");
   peer_quit(p);
   dlock_sem_free(sem);
   dlock_client_close(c);
@@ -1052,4 +1059,160 @@ TEST(latch_counted_down_by_both) {
   peer_quit(p);
   dlock_client_close(c);
   rp_free(s);
+}
+
+/* ---- Sentinel and cluster --------------------------------------------------
+ */
+
+/* On 'name': Redisson's 'kind' (lock or fair) and dlock's keep each other
+ * out and wake each other; the latencies are printed under 'where'. */
+static void deployed_lock_both_ways(peer_t *p, dlock_client_t *c,
+                                    const char *kind, const char *name,
+                                    const char *where) {
+  dlock_t *l = get_kind(c, kind, name);
+  PEER_DO(p, "locked", "J", "lock %s %s 60000", kind, name);
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+  waiter_t w;
+  waiter_start(&w, l, DLOCK_WATCHDOG);
+  lu_sleep_ms(300);
+  ASSERT_EQ(atomic_load(&w.done), 0);
+  char rest[256];
+  peer_wait(p, peer_send(p, "J", "unlock %s %s", kind, name), rest,
+            sizeof(rest));
+  double to_dlock = waiter_got(&w, 30000) - sent_at(rest);
+  PEER_DO(p, "false", "J", "trylock %s %s 0", kind, name);
+  int tag = peer_send(p, "J", "lock %s %s", kind, name);
+  lu_sleep_ms(300);
+  ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+  double released = now_ms();
+  waiter_finish(&w);
+  double to_java = peer_wait(p, tag, NULL, 0) - released;
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+  PEER_DO(p, "unlocked", "J", "unlock %s %s", kind, name);
+  printf("%s, %s %s: dlock woken by Redisson's unlock after %.2f ms, "
+         "Redisson by dlock's after %.2f ms\n",
+         where, kind, name, to_dlock, to_java);
+  ASSERT_LT(to_dlock, WAKE_LIMIT_MS);
+  ASSERT_LT(to_java, WAKE_LIMIT_MS);
+  dlock_free(l);
+}
+
+/* On 'name': a semaphore's permits counted by both, and a release on each
+ * side waking the other's waiter. */
+static void deployed_semaphore_both_ways(peer_t *p, dlock_client_t *c,
+                                         const char *name, const char *where) {
+  dlock_sem_t *sem = NULL;
+  ASSERT_DLOCK_OK(dlock_sem_get(c, name, &sem));
+  char rest[256];
+  PEER_DO(p, "set true", "J", "sem_set %s 1", name);
+  ASSERT_DLOCK_OK(dlock_sem_acquire(sem, 1, 0));
+  int tag = peer_send(p, "J", "sem_acquire %s 1", name);
+  lu_sleep_ms(300);
+  ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+  double released = now_ms();
+  ASSERT_DLOCK_OK(dlock_sem_release(sem, 1));
+  double to_java = peer_wait(p, tag, NULL, 0) - released;
+  ASSERT_DLOCK_ERR(dlock_sem_acquire(sem, 1, 0), DLOCK_ETIMEDOUT);
+  job_t j;
+  job_start(&j, sem_acquire_job, sem, 1, 30000);
+  lu_sleep_ms(300);
+  ASSERT_EQ(atomic_load(&j.done), 0);
+  peer_wait(p, peer_send(p, "J", "sem_release %s 1", name), rest, sizeof(rest));
+  double to_dlock = job_join(&j) - sent_at(rest);
+  ASSERT_DLOCK_OK(dlock_sem_release(sem, 1));
+  printf("%s, semaphore %s: Redisson woken by dlock's release after %.2f "
+         "ms, dlock by Redisson's after %.2f ms\n",
+         where, name, to_java, to_dlock);
+  ASSERT_LT(to_java, WAKE_LIMIT_MS);
+  ASSERT_LT(to_dlock, WAKE_LIMIT_MS);
+  dlock_sem_free(sem);
+}
+
+/* Through Sentinel (a master, two replicas, three Sentinels): Redisson with
+ * checkLockSyncedSlaves and dlock with replica_sync (its default) exclude
+ * and wake each other on a lock, a fair lock and a semaphore. */
+TEST(sentinel_both_ways) {
+  sg_group_t *g = NULL;
+  ASSERT_EQ(sg_start(NULL, &g), 0);
+  char url[512];
+  snprintf(url, sizeof(url), "sentinel://%s", strstr(sg_url(g), "://") + 3);
+  peer_t *p = peer_ready(url, 0);
+  dlock_client_t *c = client_url(sg_url(g), 30000);
+  deployed_lock_both_ways(p, c, "lock", "jv-sent", "Sentinel");
+  deployed_lock_both_ways(p, c, "fair", "jv-sent-fair", "Sentinel");
+  deployed_semaphore_both_ways(p, c, "jv-sent-sem", "Sentinel");
+  peer_quit(p);
+  dlock_client_close(c);
+  sg_free(g);
+}
+
+/* One name on each of the cluster's 3 masters ("<prefix>N"). */
+static void names_on_masters(cg_group_t *g, const char *prefix,
+                             char names[3][32]) {
+  int masters[6];
+  ASSERT_EQ(cg_masters(g, masters), 3);
+  int n = 0, taken[6] = {0};
+  for (int i = 0; n < 3 && i < 10000; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "%s%d", prefix, i);
+    int m = cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name)));
+    ASSERT_GE(m, 0);
+    if (taken[m])
+      continue;
+    taken[m] = 1;
+    snprintf(names[n++], 32, "%s", name);
+  }
+  ASSERT_EQ(n, 3);
+}
+
+/* On a 3+3 Redis 7 cluster, where Redisson and dlock both use sharded
+ * pub/sub: on a name on every master, locks and fair locks exclude and
+ * wake each other both ways, and so do semaphores. */
+TEST(cluster_sharded_both_ways) {
+  cg_group_t *g = NULL;
+  ASSERT_EQ(cg_start(&g), 0);
+  char url[512];
+  snprintf(url, sizeof(url), "cluster://%s", strstr(cg_url(g), "://") + 3);
+  peer_t *p = peer_ready(url, 0);
+  dlock_client_t *c = client_url(cg_url(g), 30000);
+  char names[3][32], fair[3][32], sems[3][32];
+  names_on_masters(g, "jv-cl", names);
+  names_on_masters(g, "jv-clf", fair);
+  names_on_masters(g, "jv-cls", sems);
+  /* Redisson waits on the sharded channel of the lock's master (and on no
+   * classic one), as dlock does. */
+  dlock_t *l = lu_get(c, names[0]);
+  ASSERT_DLOCK_OK(dlock_lock(l, 60000));
+  int tag = peer_send(p, "J", "lock lock %s", names[0]);
+  char ch[256];
+  size_t chlen = lu_channel(ch, sizeof(ch), names[0], strlen(names[0]));
+  int64_t sharded = 0, classic = 0, end = lu_now_ms() + 10000;
+  while (sharded < 1 && lu_now_ms() < end) {
+    lu_sleep_ms(20);
+    sharded = classic = 0;
+    for (int i = 0; i < cg_nnodes(g); i++) {
+      redisReply *r = rp_cmd(cg_node(g, i), "PUBSUB SHARDNUMSUB %b", ch, chlen);
+      ASSERT(r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2);
+      sharded += r->element[1]->integer;
+      freeReplyObject(r);
+      classic += lu_numsub(cg_node(g, i), ch, chlen);
+    }
+  }
+  printf("Redisson's waiter on %s: %" PRId64 " sharded, %" PRId64
+         " classic subscribers\n",
+         names[0], sharded, classic);
+  ASSERT_EQ(sharded, 1);
+  ASSERT_EQ(classic, 0);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  peer_wait(p, tag, NULL, 0);
+  PEER_DO(p, "unlocked", "J", "unlock lock %s", names[0]);
+  dlock_free(l);
+  for (int k = 0; k < 3; k++) {
+    deployed_lock_both_ways(p, c, "lock", names[k], "cluster");
+    deployed_lock_both_ways(p, c, "fair", fair[k], "cluster");
+    deployed_semaphore_both_ways(p, c, sems[k], "cluster");
+  }
+  peer_quit(p);
+  dlock_client_close(c);
+  cg_free(g);
 }
