@@ -6,7 +6,8 @@
 # it), valgrind, under which "make test" runs the suite once more, and
 # nodejs and npm, for the interoperability tests' Redisson-compatible peer
 # (node-redisson, which the tests' own set-up installs with npm:
-# tests/node/setup.sh).
+# tests/node/setup.sh), and a JDK with Maven for the tests beside Redisson
+# itself (which tests/java/setup.sh fetches from Maven Central).
 #
 # Prints nothing and exits 0 when everything is there, so "make test" can
 # run it every time. Installs only what is missing, with apt-get, as root or
@@ -64,6 +65,7 @@ check() {
   { have redis-cli && have redis-benchmark; } || missing+=(redis-tools)
   have valgrind || missing+=(valgrind)
   { have node && have npm; } || missing+=(nodejs npm)
+  { have java && have javac && have mvn; } || missing+=(default-jdk-headless maven)
 }
 
 give_up() {

@@ -38,6 +38,7 @@ if ! command -v java >/dev/null || ! command -v javac >/dev/null ||
 fi
 
 mkdir -p "$dest"
+dest=$(cd "$dest" && pwd)
 repo=()
 [ -n "${MAVEN_REPO:-}" ] && repo=("-Dmaven.repo.local=$MAVEN_REPO")
 # Built again only when the project changed since the last build.
