@@ -1216,3 +1216,96 @@ TEST(cluster_sharded_both_ways) {
   dlock_client_close(c);
   cg_free(g);
 }
+
+/* ---- one server: contention ----------------------------------------------
+ */
+
+/* A dlock thread doing 'rounds' of lock, read-and-write KEY plus one,
+ * push "C" on KEY:order, unlock. */
+typedef struct rounds {
+  pthread_t t;
+  rp_server_t *s;
+  dlock_t *l;
+  const char *key;
+  int n, failures;
+} rounds_t;
+
+static void *rounds_main(void *arg) {
+  rounds_t *r = arg;
+  redisContext *rc = lu_connect(r->s);
+  uint64_t me = dlock_owner_new();
+  for (int i = 0; rc != NULL && i < r->n; i++) {
+    if (dlock_lock_as(r->l, me, DLOCK_WATCHDOG) != 0) {
+      r->failures++;
+      continue;
+    }
+    redisReply *v = redisCommand(rc, "GET %s", r->key);
+    long long n = v && v->type == REDIS_REPLY_STRING ? atoll(v->str) : 0;
+    freeReplyObject(v);
+    freeReplyObject(redisCommand(rc, "SET %s %lld", r->key, n + 1));
+    freeReplyObject(redisCommand(rc, "RPUSH %s:order C", r->key));
+    if (dlock_unlock_as(r->l, me) != 0)
+      r->failures++;
+  }
+  if (rc == NULL)
+    r->failures = r->n;
+  redisFree(rc);
+  return NULL;
+}
+
+/* 4 Redisson threads and 4 dlock threads (two clients) take one lock 25
+ * times each and add one to a counter by a read and a write under it: no
+ * update is lost. How often the lock changed hands between the languages
+ * is printed: it says how the two share a contended lock. */
+static void contended(peer_t *p, rp_server_t *s, dlock_client_t *c[2],
+                      const char *kind, const char *name, const char *key) {
+  enum { THREADS = 4, ROUNDS = 25 };
+  dlock_t *l[2] = {get_kind(c[0], kind, name), get_kind(c[1], kind, name)};
+  int tag[THREADS];
+  rounds_t r[THREADS];
+  for (int i = 0; i < THREADS; i++) {
+    char actor[8];
+    snprintf(actor, sizeof(actor), "R%d", i);
+    tag[i] = peer_send(p, actor, "rounds %s %s %s %d", kind, name, key, ROUNDS);
+    r[i] = (rounds_t){.s = s, .l = l[i % 2], .key = key, .n = ROUNDS};
+    ASSERT_EQ(pthread_create(&r[i].t, NULL, rounds_main, &r[i]), 0);
+  }
+  for (int i = 0; i < THREADS; i++) {
+    char rest[256];
+    if (!peer_poll(p, tag[i], rest, sizeof(rest), 60000))
+      TEST_FAIL("Redisson's rounds did not end within 60 s");
+    ASSERT_EQ(pthread_join(r[i].t, NULL), 0);
+    ASSERT_EQ(r[i].failures, 0);
+  }
+  ASSERT_EQ(lu_get_num_n(s, key, strlen(key)), 2 * THREADS * ROUNDS);
+  redisReply *order = rp_cmd(s, "LRANGE %s:order 0 -1", key);
+  ASSERT(order != NULL && order->type == REDIS_REPLY_ARRAY);
+  ASSERT_EQ(order->elements, 2 * THREADS * ROUNDS);
+  int changes = 0, java_first_half = 0;
+  for (size_t i = 0; i < order->elements; i++) {
+    if (i > 0 && order->element[i]->str[0] != order->element[i - 1]->str[0])
+      changes++;
+    if (i < order->elements / 2 && order->element[i]->str[0] == 'J')
+      java_first_half++;
+  }
+  freeReplyObject(order);
+  printf("%s: %d holds, no update lost; the lock changed hands between "
+         "Redisson and dlock %d times; Redisson had %d of the first %d "
+         "holds\n",
+         kind, 2 * THREADS * ROUNDS, changes, java_first_half,
+         THREADS * ROUNDS);
+  dlock_free(l[0]);
+  dlock_free(l[1]);
+}
+
+TEST(contended_lock_loses_no_update) {
+  rp_server_t *s = lu_server(0);
+  peer_t *p = peer_on(s, 0);
+  dlock_client_t *c[2] = {client(s, 30000), client(s, 30000)};
+  contended(p, s, c, "lock", "jv-cont", "jv-cont-n");
+  contended(p, s, c, "fair", "jv-cont-fair", "jv-cont-fair-n");
+  peer_quit(p);
+  dlock_client_close(c[0]);
+  dlock_client_close(c[1]);
+  rp_free(s);
+}

@@ -62,6 +62,8 @@ import org.redisson.config.Config;
  *   latch_count NAME
  *   incr KEY                         value N  (a plain counter, INCR-like,
  *                                    read and written as two commands)
+ *   rounds KIND NAME KEY N           done     (N times under the lock: incr
+ *                                    KEY, and push "J" on KEY:order)
  *   restart                          drops the Redisson client without
  *                                    unlocking (its watchdog stops, as in
  *                                    a crash) and connects a new one
@@ -266,6 +268,24 @@ public final class Peer {
         long n = (v == null ? 0 : Long.parseLong(v)) + 1;
         b.set(String.valueOf(n));
         return "value " + n;
+      }
+      case "rounds": {
+        // N times: take the lock, add one to KEY by a read and a write (a
+        // lost update if the lock let two in), note "J" on KEY:order.
+        RLock l = lock(w[1], w[2]);
+        var counter = r.<String>getBucket(w[3], StringCodec.INSTANCE);
+        var order = r.<String>getList(w[3] + ":order", StringCodec.INSTANCE);
+        for (long i = num(w[4]); i > 0; i--) {
+          l.lock();
+          try {
+            String v = counter.get();
+            counter.set(String.valueOf((v == null ? 0 : Long.parseLong(v)) + 1));
+            order.add("J");
+          } finally {
+            l.unlock();
+          }
+        }
+        return "done";
       }
       case "restart": {
         RedissonClient old = redisson;
