@@ -511,6 +511,15 @@ TEST(fenced_tokens_one_sequence) {
     ASSERT_EQ(dt, jt + 1);
     last = dt;
   }
+  /* Where they differ: Redisson's plain RLock takes no token (only
+   * RFencedLock counts), while every dlock acquisition of the lock does. */
+  PEER_DO(p, "locked", "J", "lock lock jv-tok");
+  PEER_DO(p, "unlocked", "J", "unlock lock jv-tok");
+  peer_word(p, word, sizeof(word), "J", "token %s%s", "jv-tok", "");
+  ASSERT_EQ(strtoull(word, NULL, 10), last);
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  ASSERT_EQ(dlock_token(l), last + 1);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
   /* Redisson's tryLockAndGetToken is refused while dlock holds. */
   ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
   PEER_DO(p, "false", "J", "trylock fenced jv-tok 0");
@@ -1053,6 +1062,12 @@ TEST(latch_counted_down_by_both) {
            last_java ? "Redisson" : "dlock", to_dlock, to_java);
     ASSERT_LT(to_dlock, WAKE_LIMIT_MS);
     ASSERT_LT(to_java, WAKE_LIMIT_MS);
+    ASSERT_EQ(lu_exists(s, name), 0);
+    /* Where they differ: at zero, Redisson's countDown does nothing and
+     * says nothing, dlock's fails with DLOCK_EINVAL (and also changes
+     * nothing). */
+    PEER_DO(p, "down", "J", "latch_down %s", name);
+    ASSERT_DLOCK_ERR(dlock_latch_count_down(l, NULL), DLOCK_EINVAL);
     ASSERT_EQ(lu_exists(s, name), 0);
     dlock_latch_free(l);
   }
