@@ -1326,3 +1326,84 @@ TEST(contended_lock_loses_no_update) {
   dlock_client_close(c[1]);
   rp_free(s);
 }
+
+/* Runs a peer command until its reply is not an error (a Redisson client
+ * between masters throws for a moment), up to 30 s; returns the reply's
+ * time and its words in 'rest'. */
+static double peer_retry(peer_t *p, const char *actor, const char *cmd,
+                         char *rest, size_t n) {
+  int64_t end = lu_now_ms() + 30000;
+  for (;;) {
+    p->errors_ok = 1;
+    double t = peer_wait(p, peer_send(p, actor, "%s", cmd), rest, n);
+    p->errors_ok = 0;
+    if (strncmp(rest, "error", 5) != 0)
+      return t;
+    if (lu_now_ms() > end)
+      TEST_FAIL("Redisson still fails after 30 s: %s", rest);
+    lu_sleep_ms(200);
+  }
+}
+
+/* Through a Sentinel failover, the holds of both sides are on the new
+ * master (both wait for replicas after each lock write): each side still
+ * keeps the other out there, and each side's unlock on the new master
+ * wakes the other's waiter. */
+TEST(sentinel_failover_keeps_both_sides_holds) {
+  sg_group_t *g = NULL;
+  ASSERT_EQ(sg_start(NULL, &g), 0);
+  char url[512];
+  snprintf(url, sizeof(url), "sentinel://%s", strstr(sg_url(g), "://") + 3);
+  peer_t *p = peer_ready(url, 0);
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = sg_url(g);
+  o.connect_timeout_ms = 1000;
+  o.command_timeout_ms = 2000;
+  o.watchdog_timeout_ms = 30000;
+  o.outage_wait_ms = 30000;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *mine = lu_get(c, "jv-fo-c"), *theirs = lu_get(c, "jv-fo-j");
+
+  PEER_DO(p, "locked", "J", "lock lock jv-fo-j");
+  ASSERT_DLOCK_OK(dlock_lock(mine, DLOCK_WATCHDOG));
+  int64_t t0 = lu_now_ms();
+  int m = sg_failover(g, 60000);
+  ASSERT_GT(m, 0);
+  printf("failover: node %d is master after %" PRId64 " ms\n", m,
+         lu_now_ms() - t0);
+
+  char rest[256];
+  t0 = lu_now_ms();
+  peer_retry(p, "K", "trylock lock jv-fo-c 0", rest, sizeof(rest));
+  ASSERT(strncmp(rest, "false", 5) == 0);
+  printf("Redisson answered %" PRId64 " ms after the failover\n",
+         lu_now_ms() - t0);
+  ASSERT_DLOCK_ERR(dlock_trylock(theirs, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+
+  waiter_t w;
+  waiter_start(&w, theirs, DLOCK_WATCHDOG);
+  lu_sleep_ms(300);
+  ASSERT_EQ(atomic_load(&w.done), 0);
+  peer_retry(p, "J", "unlock lock jv-fo-j", rest, sizeof(rest));
+  double to_dlock = waiter_got(&w, 30000) - sent_at(rest);
+  waiter_finish(&w);
+
+  int tag = peer_send(p, "K", "lock lock jv-fo-c");
+  lu_sleep_ms(300);
+  ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+  double released = now_ms();
+  ASSERT_DLOCK_OK(dlock_unlock(mine));
+  double to_java = peer_wait(p, tag, NULL, 0) - released;
+  PEER_DO(p, "unlocked", "K", "unlock lock jv-fo-c");
+  printf("after the failover: dlock woken by Redisson's unlock after %.2f "
+         "ms, Redisson by dlock's after %.2f ms\n",
+         to_dlock, to_java);
+  ASSERT_LT(to_dlock, WAKE_LIMIT_MS);
+  ASSERT_LT(to_java, WAKE_LIMIT_MS);
+  peer_quit(p);
+  dlock_free(mine);
+  dlock_free(theirs);
+  dlock_client_close(c);
+  sg_free(g);
+}
