@@ -167,6 +167,26 @@ static int peer_send(peer_t *p, const char *actor, const char *fmt, ...) {
   return tag;
 }
 
+/* Sends a command that must wait (for a lock, permits, a latch), and
+ * checks 300 ms later that it still does: Redisson has tried, subscribed
+ * and gone to sleep by then. Returns the tag. */
+static int peer_poll(peer_t *p, int tag, char *rest, size_t n,
+                     int64_t timeout_ms);
+static int peer_waiting(peer_t *p, const char *actor, const char *fmt, ...) {
+  char cmd[512];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(cmd, sizeof(cmd), fmt, ap);
+  va_end(ap);
+  ASSERT(n > 0 && (size_t)n < sizeof(cmd));
+  int tag = peer_send(p, actor, "%s", cmd);
+  lu_sleep_ms(300);
+  char rest[256];
+  if (peer_poll(p, tag, rest, sizeof(rest), 0))
+    TEST_FAIL("Redisson's \"%s\" did not wait: %s", cmd, rest);
+  return tag;
+}
+
 /* The reply to 'tag' into 'rest' (its words, with the time last) if it
  * comes within 'timeout_ms': 1, else 0. Replies to other tags are kept. */
 static int peer_poll(peer_t *p, int tag, char *rest, size_t n,
@@ -213,6 +233,26 @@ static double peer_wait(peer_t *p, int tag, char *rest, size_t n) {
               REPLY_MS);
   const char *sp = strrchr(rest, ' ');
   return strtod(sp ? sp + 1 : rest, NULL);
+}
+
+/* The time in a reply "WORD SENT T": SENT. */
+static double sent_at(const char *rest) {
+  const char *sp = strchr(rest, ' ');
+  ASSERT_NOT_NULL(sp);
+  return strtod(sp + 1, NULL);
+}
+
+/* Runs a command whose reply is "WORD SENT T" (an unlock, a release, a
+ * count-down) and returns SENT, when it was sent to Redis. */
+static double peer_sent(peer_t *p, const char *actor, const char *fmt, ...) {
+  char cmd[512], rest[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(cmd, sizeof(cmd), fmt, ap);
+  va_end(ap);
+  ASSERT(n > 0 && (size_t)n < sizeof(cmd));
+  peer_wait(p, peer_send(p, actor, "%s", cmd), rest, sizeof(rest));
+  return sent_at(rest);
 }
 
 /* Runs one command and checks that its reply starts with 'want'; returns
@@ -439,10 +479,7 @@ static void exclusive_both_ways(const char *kind, const char *name) {
       await_numsub(s, name, 1);
     }
     lu_sleep_ms(100);
-    char rest[256];
-    peer_wait(p, peer_send(p, "J", "unlock %s %s", kind, name), rest,
-              sizeof(rest));
-    double sent = strtod(rest + strlen("unlocked "), NULL);
+    double sent = peer_sent(p, "J", "unlock %s %s", kind, name);
     to_dlock[round] = waiter_got(&w, 30000) - sent;
     waiter_finish(&w);
 
@@ -628,8 +665,7 @@ TEST(rwlock_readers_share_writers_exclude) {
   waiter_t w;
   waiter_start(&w, rd, DLOCK_WATCHDOG);
   lu_sleep_ms(300);
-  peer_wait(p, peer_send(p, "W", "unlock write jv-rw"), rest, sizeof(rest));
-  double sent = strtod(rest + strlen("unlocked "), NULL);
+  double sent = peer_sent(p, "W", "unlock write jv-rw");
   printf("dlock reader woken %.2f ms after Redisson's writer left\n",
          waiter_got(&w, 30000) - sent);
   /* A Java reader joins dlock's. */
@@ -641,16 +677,13 @@ TEST(rwlock_readers_share_writers_exclude) {
   waiter_start(&ww, wr, DLOCK_WATCHDOG);
   lu_sleep_ms(300);
   ASSERT_EQ(atomic_load(&ww.done), 0);
-  peer_wait(p, peer_send(p, "R", "unlock read jv-rw"), rest, sizeof(rest));
-  sent = strtod(rest + strlen("unlocked "), NULL);
+  sent = peer_sent(p, "R", "unlock read jv-rw");
   printf("dlock writer woken %.2f ms after Redisson's reader left\n",
          waiter_got(&ww, 30000) - sent);
   PEER_DO(p, "false", "R", "trylock read jv-rw 0");
   PEER_DO(p, "false", "W", "trylock write jv-rw 0");
   /* A Java reader waiting on dlock's writer is woken by its unlock. */
-  tag = peer_send(p, "R", "lock read jv-rw");
-  lu_sleep_ms(300);
-  ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+  tag = peer_waiting(p, "R", "lock read jv-rw");
   released = now_ms();
   waiter_finish(&ww);
   got = peer_wait(p, tag, NULL, 0);
@@ -690,16 +723,12 @@ TEST(multilock_both_ways) {
   waiter_start(&w, m, DLOCK_WATCHDOG);
   lu_sleep_ms(300);
   ASSERT_EQ(atomic_load(&w.done), 0);
-  char rest[256];
-  peer_wait(p, peer_send(p, "J", "munlock jv-ma,jv-mb"), rest, sizeof(rest));
-  double sent = strtod(rest + strlen("unlocked "), NULL);
+  double sent = peer_sent(p, "J", "munlock jv-ma,jv-mb");
   printf("dlock MultiLock woken %.2f ms after Redisson's MultiLock unlock\n",
          waiter_got(&w, 30000) - sent);
   PEER_DO(p, "false", "J", "mtrylock jv-ma,jv-md 0");
   ASSERT_EQ(lu_exists(s, "jv-ma"), 0);
-  int tag = peer_send(p, "J", "mlock jv-ma,jv-mc");
-  lu_sleep_ms(300);
-  ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+  int tag = peer_waiting(p, "J", "mlock jv-ma,jv-mc");
   double released = now_ms();
   waiter_finish(&w);
   double got = peer_wait(p, tag, NULL, 0);
@@ -877,13 +906,6 @@ static int latch_await_job(job_t *j) {
   return dlock_latch_await(j->obj, j->wait);
 }
 
-/* The time in a reply "WORD SENT T": SENT. */
-static double sent_at(const char *rest) {
-  const char *sp = strchr(rest, ' ');
-  ASSERT_NOT_NULL(sp);
-  return strtod(sp + 1, NULL);
-}
-
 /* RSemaphore and dlock's semaphore count the same permits: what one side
  * takes the other cannot, and a release on either side wakes a waiter on
  * the other. */
@@ -893,7 +915,7 @@ TEST(semaphore_permits_both_ways) {
   dlock_client_t *c = client(s, 30000);
   dlock_sem_t *sem = NULL;
   ASSERT_DLOCK_OK(dlock_sem_get(c, "jv-sem", &sem));
-  char word[64], rest[256];
+  char word[64];
 
   PEER_DO(p, "set true", "J", "sem_set jv-sem 3");
   ASSERT_EQ(dlock_sem_try_set_permits(sem, 5), 0);
@@ -907,9 +929,7 @@ TEST(semaphore_permits_both_ways) {
   ASSERT_STR_EQ(word, "0");
 
   /* A Java waiter for 2, woken by dlock's release of 2. */
-  int tag = peer_send(p, "W", "sem_acquire jv-sem 2");
-  lu_sleep_ms(300);
-  ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+  int tag = peer_waiting(p, "W", "sem_acquire jv-sem 2");
   double released = now_ms();
   ASSERT_DLOCK_OK(dlock_sem_release(sem, 2));
   double to_java = peer_wait(p, tag, NULL, 0) - released;
@@ -921,8 +941,8 @@ TEST(semaphore_permits_both_ways) {
   PEER_DO(p, "released", "J", "sem_release jv-sem 1");
   lu_sleep_ms(100);
   ASSERT_EQ(atomic_load(&j.done), 0); /* 1 free: not enough */
-  peer_wait(p, peer_send(p, "W", "sem_release jv-sem 2"), rest, sizeof(rest));
-  double to_dlock = job_join(&j) - sent_at(rest);
+  double sent = peer_sent(p, "W", "sem_release jv-sem 2");
+  double to_dlock = job_join(&j) - sent;
   printf("semaphore: Redisson woken %.2f ms after dlock's release, dlock "
          "%.2f ms after Redisson's\n",
          to_java, to_dlock);
@@ -973,9 +993,7 @@ TEST(expirable_semaphore_both_ways) {
   ASSERT_LT(waited, 20000);
 
   /* A Java waiter woken by dlock's release. */
-  int tag = peer_send(p, "W", "psem_try jv-psem 30000 60000");
-  lu_sleep_ms(300);
-  ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+  int tag = peer_waiting(p, "W", "psem_try jv-psem 30000 60000");
   double released = now_ms();
   ASSERT_DLOCK_OK(dlock_psem_release(sem, b.id));
   double to_java = peer_wait(p, tag, rest, sizeof(rest)) - released;
@@ -987,9 +1005,8 @@ TEST(expirable_semaphore_both_ways) {
   job_start(&j, psem_acquire_job, sem, 60000, 30000);
   lu_sleep_ms(300);
   ASSERT_EQ(atomic_load(&j.done), 0);
-  peer_wait(p, peer_send(p, "W", "psem_release jv-psem %s", jid), rest,
-            sizeof(rest));
-  double to_dlock = job_join(&j) - sent_at(rest);
+  double sent = peer_sent(p, "W", "psem_release jv-psem %s", jid);
+  double to_dlock = job_join(&j) - sent;
   d = j.permit;
   printf("expirable semaphore: Redisson woken %.2f ms after dlock's "
          "release, dlock %.2f ms after Redisson's\n",
@@ -1048,9 +1065,7 @@ TEST(latch_counted_down_by_both) {
     double last;
     if (last_java) {
       ASSERT_DLOCK_OK(dlock_latch_count_down(l, NULL));
-      peer_wait(p, peer_send(p, "J", "latch_down %s", name), rest,
-                sizeof(rest));
-      last = sent_at(rest);
+      last = peer_sent(p, "J", "latch_down %s", name);
     } else {
       PEER_DO(p, "down", "J", "latch_down %s", name);
       last = now_ms();
@@ -1093,14 +1108,10 @@ static void deployed_lock_both_ways(peer_t *p, dlock_client_t *c,
   waiter_start(&w, l, DLOCK_WATCHDOG);
   lu_sleep_ms(300);
   ASSERT_EQ(atomic_load(&w.done), 0);
-  char rest[256];
-  peer_wait(p, peer_send(p, "J", "unlock %s %s", kind, name), rest,
-            sizeof(rest));
-  double to_dlock = waiter_got(&w, 30000) - sent_at(rest);
+  double sent = peer_sent(p, "J", "unlock %s %s", kind, name);
+  double to_dlock = waiter_got(&w, 30000) - sent;
   PEER_DO(p, "false", "J", "trylock %s %s 0", kind, name);
-  int tag = peer_send(p, "J", "lock %s %s", kind, name);
-  lu_sleep_ms(300);
-  ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+  int tag = peer_waiting(p, "J", "lock %s %s", kind, name);
   double released = now_ms();
   waiter_finish(&w);
   double to_java = peer_wait(p, tag, NULL, 0) - released;
@@ -1120,12 +1131,9 @@ static void deployed_semaphore_both_ways(peer_t *p, dlock_client_t *c,
                                          const char *name, const char *where) {
   dlock_sem_t *sem = NULL;
   ASSERT_DLOCK_OK(dlock_sem_get(c, name, &sem));
-  char rest[256];
   PEER_DO(p, "set true", "J", "sem_set %s 1", name);
   ASSERT_DLOCK_OK(dlock_sem_acquire(sem, 1, 0));
-  int tag = peer_send(p, "J", "sem_acquire %s 1", name);
-  lu_sleep_ms(300);
-  ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+  int tag = peer_waiting(p, "J", "sem_acquire %s 1", name);
   double released = now_ms();
   ASSERT_DLOCK_OK(dlock_sem_release(sem, 1));
   double to_java = peer_wait(p, tag, NULL, 0) - released;
@@ -1134,8 +1142,8 @@ static void deployed_semaphore_both_ways(peer_t *p, dlock_client_t *c,
   job_start(&j, sem_acquire_job, sem, 1, 30000);
   lu_sleep_ms(300);
   ASSERT_EQ(atomic_load(&j.done), 0);
-  peer_wait(p, peer_send(p, "J", "sem_release %s 1", name), rest, sizeof(rest));
-  double to_dlock = job_join(&j) - sent_at(rest);
+  double sent = peer_sent(p, "J", "sem_release %s 1", name);
+  double to_dlock = job_join(&j) - sent;
   ASSERT_DLOCK_OK(dlock_sem_release(sem, 1));
   printf("%s, semaphore %s: Redisson woken by dlock's release after %.2f "
          "ms, dlock by Redisson's after %.2f ms\n",
@@ -1389,9 +1397,7 @@ TEST(sentinel_failover_keeps_both_sides_holds) {
   double to_dlock = waiter_got(&w, 30000) - sent_at(rest);
   waiter_finish(&w);
 
-  int tag = peer_send(p, "K", "lock lock jv-fo-c");
-  lu_sleep_ms(300);
-  ASSERT_EQ(peer_poll(p, tag, rest, sizeof(rest), 0), 0);
+  int tag = peer_waiting(p, "K", "lock lock jv-fo-c");
   double released = now_ms();
   ASSERT_DLOCK_OK(dlock_unlock(mine));
   double to_java = peer_wait(p, tag, NULL, 0) - released;
