@@ -43,7 +43,8 @@ repo=()
 [ -n "${MAVEN_REPO:-}" ] && repo=("-Dmaven.repo.local=$MAVEN_REPO")
 # Built again only when the project changed since the last build.
 stamp=$dest/.built-from
-want=$(cat "$here/pom.xml" $(find "$here/src" -name '*.java' | sort) | sha256sum | cut -d' ' -f1)
+want=$( (cat "$here/pom.xml" && find "$here/src" -name '*.java' -print0 | sort -z |
+  xargs -0 cat) | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] || [ ! -s "$dest/classpath" ]; then
   rm -f "$stamp"
   build=(mvn -B -q -f "$here/pom.xml" "${repo[@]}" "-Dpeer.build.dir=$dest/target"
