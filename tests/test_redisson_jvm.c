@@ -1163,6 +1163,15 @@ TEST(sentinel_both_ways) {
   snprintf(url, sizeof(url), "sentinel://%s", strstr(sg_url(g), "://") + 3);
   peer_t *p = peer_ready(url, 0);
   dlock_client_t *c = client_url(sg_url(g), 30000);
+  /* checkLockSyncedSlaves: Redisson waits for the replicas after a lock
+   * write, as dlock does (WAIT on the master). */
+  rp_server_t *master = sg_node(g, sg_master_index(g));
+  int64_t waits = lu_cmd_calls(master, "wait");
+  PEER_DO(p, "locked", "J", "lock lock jv-sent-sync");
+  PEER_DO(p, "unlocked", "J", "unlock lock jv-sent-sync");
+  printf("Redisson's lock and unlock sent WAIT %" PRId64 " times\n",
+         lu_cmd_calls(master, "wait") - waits);
+  ASSERT_GE(lu_cmd_calls(master, "wait") - waits, 2);
   deployed_lock_both_ways(p, c, "lock", "jv-sent", "Sentinel");
   deployed_lock_both_ways(p, c, "fair", "jv-sent-fair", "Sentinel");
   deployed_semaphore_both_ways(p, c, "jv-sent-sem", "Sentinel");
