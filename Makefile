@@ -9,6 +9,9 @@
 #   make fuzz       fuzz each target for FUZZ_SECONDS (default 20) with clang
 #   make install    install into $(PREFIX) (default /usr/local); DESTDIR works
 #   make demo       build and run the stock demo (scripts/demo.sh)
+#   make demo-interop  the same sale with buyers in C (dlock) and in Java
+#                   (Redisson, from Maven Central) at once on one lock
+#                   (scripts/demo-interop.sh)
 #   make bench      build and run the benchmarks (bench/run.sh)
 #   make bench-quick  every benchmark workload briefly, as a smoke test of
 #                   the benchmark and its peers; like make bench it needs
@@ -46,7 +49,7 @@ FORMAT_FILES = $(wildcard include/*.h src/*.c src/*.h src/*/*.c src/*/*.h \
 	tests/*.c tests/*.h tests/harness/*.c tests/harness/*.h \
 	examples/*.c examples/*.h bench/*.c bench/*.h)
 
-.PHONY: all build test test-build test-asan test-tsan test-valgrind fuzz install demo bench bench-quick chaos soak deps format clean help
+.PHONY: all build test test-build test-asan test-tsan test-valgrind fuzz install demo demo-interop bench bench-quick chaos soak deps format clean help
 
 all: build
 
@@ -109,6 +112,11 @@ demo:
 	$(MAKE) --no-print-directory build
 	@test -x scripts/demo.sh || { echo "make demo: scripts/demo.sh is missing" >&2; exit 1; }
 	BUILD_DIR=$(abspath $(BUILD)) scripts/demo.sh
+
+demo-interop:
+	@scripts/install-deps.sh
+	$(MAKE) --no-print-directory build
+	BUILD_DIR=$(abspath $(BUILD)) scripts/demo-interop.sh
 
 bench:
 	@scripts/install-deps.sh

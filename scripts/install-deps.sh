@@ -8,7 +8,8 @@
 # adapters (include/dlock/adapters/; the library itself needs neither),
 # nodejs and npm, for the interoperability tests' Redisson-compatible peer
 # (node-redisson, which the tests' own set-up installs with npm:
-# tests/node/setup.sh).
+# tests/node/setup.sh), and a JDK with Maven for the tests beside Redisson
+# itself (which tests/java/setup.sh fetches from Maven Central).
 #
 # Prints nothing and exits 0 when everything is there, so "make test" can
 # run it every time. Installs only what is missing, with apt-get, as root or
@@ -68,6 +69,7 @@ check() {
   installed libuv1-dev || missing+=(libuv1-dev)
   installed libevent-dev || missing+=(libevent-dev)
   { have node && have npm; } || missing+=(nodejs npm)
+  { have java && have javac && have mvn; } || missing+=(default-jdk-headless maven)
 }
 
 give_up() {
