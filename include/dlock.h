@@ -848,7 +848,8 @@ DLOCK_EXPORT void dlock_reply_free(dlock_reply_t *r);
  * <dlock/adapters/libevent.h>. The README has a plain epoll loop.
  *
  * An async client serves one server (redis://, rediss:// or unix://) and
- * the single-lock kinds (reentrant, fair, read, write, spin); the blocking
+ * the single-lock kinds (reentrant, fair, read, write, spin), semaphores
+ * and latches; the blocking
  * verbs on it fail with DLOCK_EINVAL rather than block the loop, as do the
  * async verbs on a blocking client. Locks are owned by explicit owners
  * (dlock_owner_new()), since one loop thread serves many.
@@ -1116,6 +1117,29 @@ DLOCK_EXPORT int dlock_latch_count(dlock_latch_t *l, int64_t *out);
  * DLOCK_WAIT_FOREVER): 0, or DLOCK_ETIMEDOUT. Sleeps until the latch's
  * zero message. */
 DLOCK_EXPORT int dlock_latch_await(dlock_latch_t *l, int64_t wait_ms);
+
+/* ---- semaphores and latches on an event loop ---- */
+
+/* The end of a semaphore's or a latch's operation on an async client (see
+ * "Event loops"): 'status' 0 or a DLOCK_E* code; 'value' is the count
+ * left after a latch's count-down, else 0. Each verb returns 0 when the
+ * operation started (its callback runs once, from the loop), or an error
+ * with the callback never called. */
+typedef void (*dlock_sem_cb)(dlock_sem_t *s, int status, void *data);
+typedef void (*dlock_latch_cb)(dlock_latch_t *l, int status, int64_t value,
+                               void *data);
+
+/* dlock_sem_acquire() and dlock_sem_release(). */
+DLOCK_EXPORT int dlock_sem_acquire_async(dlock_sem_t *s, int64_t permits,
+                                         int64_t wait_ms, dlock_sem_cb cb,
+                                         void *data);
+DLOCK_EXPORT int dlock_sem_release_async(dlock_sem_t *s, int64_t permits,
+                                         dlock_sem_cb cb, void *data);
+/* dlock_latch_await() and dlock_latch_count_down(). */
+DLOCK_EXPORT int dlock_latch_await_async(dlock_latch_t *l, int64_t wait_ms,
+                                         dlock_latch_cb cb, void *data);
+DLOCK_EXPORT int dlock_latch_count_down_async(dlock_latch_t *l,
+                                              dlock_latch_cb cb, void *data);
 
 /* ---- inspection ---- */
 

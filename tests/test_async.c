@@ -548,3 +548,110 @@ TEST(async_example_sells_exactly_90_mooncakes) {
   rp_free(s);
 }
 #endif
+
+/* ---- semaphores and latches --------------------------------------------- */
+
+typedef struct counter_done {
+  int calls, status;
+  int64_t value;
+} counter_done;
+
+static void sem_done(dlock_sem_t *s, int status, void *data) {
+  counter_done *d = data;
+  (void)s;
+  d->calls++;
+  d->status = status;
+}
+
+static void latch_done(dlock_latch_t *l, int status, int64_t value,
+                       void *data) {
+  counter_done *d = data;
+  (void)l;
+  d->calls++;
+  d->status = status;
+  d->value = value;
+}
+
+TEST(async_semaphore_waits_for_a_release_and_gives_back) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *bc = lu_client(s);
+  dlock_sem_t *as = NULL, *bs = NULL;
+  ASSERT_DLOCK_OK(dlock_sem_get(ac, "async-sem", &as));
+  ASSERT_DLOCK_OK(dlock_sem_get(bc, "async-sem", &bs));
+  ASSERT_EQ(dlock_sem_try_set_permits(bs, 1), 1);
+  ASSERT_DLOCK_OK(dlock_sem_acquire(bs, 1, 0));
+  counter_done a = {0}, r = {0}, cancel = {0};
+  ASSERT_DLOCK_OK(
+      dlock_sem_acquire_async(as, 1, DLOCK_WAIT_FOREVER, sem_done, &a));
+  /* Not held: refused at once, the callback never called. */
+  ASSERT_DLOCK_ERR(dlock_sem_release_async(as, 1, sem_done, &r),
+                   DLOCK_ENOTHELD);
+  char ch[160];
+  snprintf(ch, sizeof(ch), "redisson_sc:{async-sem}");
+  int64_t end = lu_now_ms() + 20000;
+  while (numsub(s, ch) < 1) {
+    ASSERT_LT(lu_now_ms(), end);
+    tl_turn(&t, 20);
+  }
+  ASSERT_EQ(a.calls, 0);
+  ASSERT_DLOCK_OK(dlock_sem_release(bs, 1));
+  tl_run_until(&t, &a.calls, 30000);
+  ASSERT_DLOCK_OK(a.status);
+  ASSERT_EQ(dlock_sem_held(as), 1);
+  ASSERT_DLOCK_OK(dlock_sem_release_async(as, 1, sem_done, &r));
+  tl_run_until(&t, &r.calls, 10000);
+  ASSERT_DLOCK_OK(r.status);
+  int64_t avail = -1;
+  ASSERT_DLOCK_OK(dlock_sem_available(bs, &avail));
+  ASSERT_EQ(avail, 1);
+  /* A waiter that the close cancels. */
+  ASSERT_DLOCK_OK(dlock_sem_acquire(bs, 1, 0));
+  ASSERT_DLOCK_OK(dlock_sem_acquire_async(as, 1, 60000, sem_done, &cancel));
+  tl_run_for(&t, 100);
+  dlock_sem_free(as);
+  dlock_client_close(ac);
+  ASSERT_EQ(cancel.calls, 1);
+  ASSERT_EQ(cancel.status, DLOCK_ECANCELED);
+  ASSERT_DLOCK_OK(dlock_sem_release(bs, 1));
+  ASSERT_DLOCK_OK(dlock_sem_available(bs, &avail));
+  ASSERT_EQ(avail, 1);
+  dlock_sem_free(bs);
+  dlock_client_close(bc);
+  tl_close(&t);
+  rp_free(s);
+}
+
+TEST(async_latch_await_and_count_down) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *bc = lu_client(s);
+  dlock_latch_t *al = NULL, *bl = NULL;
+  ASSERT_DLOCK_OK(dlock_latch_get(ac, "async-latch", &al));
+  ASSERT_DLOCK_OK(dlock_latch_get(bc, "async-latch", &bl));
+  ASSERT_EQ(dlock_latch_try_set_count(bl, 2), 1);
+  counter_done w = {0}, d1 = {0}, d2 = {0};
+  ASSERT_DLOCK_OK(dlock_latch_await_async(al, 30000, latch_done, &w));
+  ASSERT_DLOCK_OK(dlock_latch_count_down_async(al, latch_done, &d1));
+  tl_run_until(&t, &d1.calls, 10000);
+  ASSERT_DLOCK_OK(d1.status);
+  ASSERT_EQ(d1.value, 1);
+  tl_run_for(&t, 100);
+  ASSERT_EQ(w.calls, 0);
+  /* The other client's count-down to zero wakes the loop's waiter. */
+  ASSERT_DLOCK_OK(dlock_latch_count_down(bl, NULL));
+  tl_run_until(&t, &w.calls, 30000);
+  ASSERT_DLOCK_OK(w.status);
+  /* At zero: a count-down is refused, and says so in its callback. */
+  ASSERT_DLOCK_OK(dlock_latch_count_down_async(al, latch_done, &d2));
+  tl_run_until(&t, &d2.calls, 10000);
+  ASSERT_EQ(d2.status, DLOCK_EINVAL);
+  dlock_latch_free(al);
+  dlock_latch_free(bl);
+  dlock_client_close(ac);
+  dlock_client_close(bc);
+  tl_close(&t);
+  rp_free(s);
+}

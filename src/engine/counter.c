@@ -21,7 +21,8 @@
 
 void *dlock__counter_open(dlock_client_t *c, const char *name, size_t len,
                           int type, int *rc) {
-  *rc = dlock__check_object(c);
+  /* Making a handle sends nothing: an async client's are made the same. */
+  *rc = dlock__check_canceled(c);
   if (*rc == 0)
     *rc = dlock__check_name(name, len);
   if (*rc != 0)

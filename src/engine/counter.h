@@ -109,4 +109,15 @@ int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
                     dlock__attempt_fn attempt, dlock__retry_fn may_retry,
                     void *arg, const char *what);
 
+/* Adds 'n' (negative: takes away) to the permits the client holds of
+ * semaphore 's'. 0, or DLOCK_ENOMEM. */
+int dlock__sem_note_held(dlock_sem_t *s, int64_t n);
+
+/* A plain semaphore's permits have no owner: an attempt that got no answer
+ * may have taken them, and another would take as many again, never to be
+ * released. Only the failures that took nothing are tried again: too few
+ * replicas (the permits were given back) and Redis refusing the script
+ * (READONLY, LOADING, MASTERDOWN: it did not run). ('arg' is unused.) */
+int dlock__sem_may_retry(void *arg, int rc);
+
 #endif

@@ -27,9 +27,7 @@ int dlock_sem_add_permits(dlock_sem_t *s, int64_t delta, int64_t *free_after) {
   return dlock__counter_add(&s->o, delta, free_after);
 }
 
-/* Adds 'n' (negative: takes away) to the permits the client holds. 0, or
- * DLOCK_ENOMEM. */
-static int note_held(dlock_sem_t *s, int64_t n) {
+int dlock__sem_note_held(dlock_sem_t *s, int64_t n) {
   dlock_client_t *c = s->o.c;
   pthread_mutex_lock(&c->mu);
   dlock__hold *h =
@@ -52,7 +50,7 @@ static int note_held(dlock_sem_t *s, int64_t n) {
 }
 
 int64_t dlock_sem_held(dlock_sem_t *s) {
-  if (s == NULL || dlock__check_object(s->o.c) != 0)
+  if (s == NULL || dlock__check_canceled(s->o.c) != 0)
     return 0;
   pthread_mutex_lock(&s->o.c->mu);
   dlock__hold *h = dlock__holds_find(&s->o.c->holds, s->o.n.name, s->o.n.len, 0,
@@ -106,12 +104,7 @@ static int sem_attempt(void *arg, int64_t *sleep_ms, int *pass) {
   return 1;
 }
 
-/* A plain semaphore's permits have no owner: an attempt that got no answer
- * may have taken them, and another would take as many again, never to be
- * released. Only the failures that took nothing are tried again: too few
- * replicas (the permits were given back) and Redis refusing the script
- * (READONLY, LOADING, MASTERDOWN: it did not run). */
-static int sem_may_retry(void *arg, int rc) {
+int dlock__sem_may_retry(void *arg, int rc) {
   (void)arg;
   return rc == DLOCK_ENOSYNC || strncmp(dlock_last_error(), "redis: ", 7) == 0;
 }
@@ -133,11 +126,11 @@ int dlock_sem_acquire(dlock_sem_t *s, int64_t permits, int64_t wait_ms) {
            (long long)permits);
   rc = dlock__wait_for(s->o.c, s->o.n.channel, s->o.n.channel_len,
                        dlock__wake_count, permits, wait_ms, sem_attempt,
-                       sem_may_retry, &t, what);
+                       dlock__sem_may_retry, &t, what);
   /* Handed over by a release of this client: counted already. */
   if (rc == DLOCK__HANDED)
     return 0;
-  if (rc == 0 && note_held(s, permits) != 0) {
+  if (rc == 0 && dlock__sem_note_held(s, permits) != 0) {
     /* Not counted, they could never be released: given back now. */
     give_back(s, permits);
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory counting the permits held");
@@ -204,7 +197,7 @@ int dlock_sem_release(dlock_sem_t *s, int64_t permits) {
    * nothing: the permits are the client's still. Without an answer the
    * release may have run, and sending it again could give back twice. */
   if (rc != 0 && !dlock__outcome_unknown(rc))
-    note_held(s, permits);
+    dlock__sem_note_held(s, permits);
   /* The waiter reserved at the end of a run: the release message wakes it
    * with the others, after its hold-back; if there was none, it tries. */
   if (next != NULL)
@@ -234,7 +227,7 @@ int dlock_sem_drain(dlock_sem_t *s, int64_t *out) {
   int64_t n;
   rc = dlock__counter_eval(s->o.c, &a, &n);
   if (rc == 0 && n > 0)
-    rc = note_held(s, n);
+    rc = dlock__sem_note_held(s, n);
   if (rc == 0 && out != NULL)
     *out = n;
   return rc;
