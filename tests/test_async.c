@@ -655,3 +655,66 @@ TEST(async_latch_await_and_count_down) {
   tl_close(&t);
   rp_free(s);
 }
+
+/* ---- faults ------------------------------------------------------------- */
+
+TEST(async_paused_server_fails_the_attempt_and_the_loop_goes_on) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *c = async_client(s, &t);
+  dlock_t *l = lu_get(c, "async-paused");
+  tl_done a = {0}, b = {0};
+  ASSERT_EQ(rp_pause(s), 0);
+  ASSERT_DLOCK_OK(dlock_trylock_async(l, 1, 300, 5000, tl_done_cb, &a));
+  /* The loop is never blocked: a timer of its own keeps firing. */
+  int64_t start = lu_now_ms();
+  tl_run_until(&t, &a.calls, 30000);
+  ASSERT_EQ(a.calls, 1);
+  ASSERT_NE(a.status, 0);
+  printf("paused server: %s after %lld ms\n", dlock_err_name(a.status),
+         (long long)(lu_now_ms() - start));
+  ASSERT_EQ(rp_resume(s), 0);
+  ASSERT_DLOCK_OK(dlock_trylock_async(l, 1, 10000, 5000, tl_done_cb, &b));
+  tl_run_until(&t, &b.calls, 30000);
+  ASSERT_DLOCK_OK(b.status);
+  /* Whatever the attempt without an answer took was given back: the lock
+   * is held by the second acquisition only, once. */
+  char field[256];
+  lu_field(field, sizeof(field), c, 1);
+  ASSERT_EQ(lu_hget_num(s, "async-paused", field), 1);
+  dlock_free(l);
+  dlock_client_close(c);
+  tl_close(&t);
+  rp_free(s);
+}
+
+TEST(async_waiter_rides_a_server_killed_and_restarted) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *bc = lu_client(s);
+  dlock_t *al = lu_get(ac, "async-killed"), *bl = lu_get(bc, "async-killed");
+  ASSERT_DLOCK_OK(dlock_trylock(bl, 0, 60000));
+  tl_done w = {0};
+  ASSERT_DLOCK_OK(dlock_trylock_async(al, 3, 30000, 5000, tl_done_cb, &w));
+  tl_run_for(&t, 300);
+  ASSERT_EQ(w.calls, 0);
+  /* The holder's key goes with the server (no persistence): once it is
+   * back, the waiter, told by its pub/sub connection's loss, gets in. */
+  ASSERT_EQ(rp_kill(s), 0);
+  tl_run_for(&t, 300);
+  ASSERT_EQ(rp_restart(s), 0);
+  tl_run_until(&t, &w.calls, 40000);
+  ASSERT_DLOCK_OK(w.status);
+  ASSERT_EQ(lu_exists(s, "async-killed"), 1);
+  tl_done u = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(al, 3, tl_done_cb, &u));
+  tl_run_until(&t, &u.calls, 10000);
+  ASSERT_DLOCK_OK(u.status);
+  dlock_free(al);
+  dlock_free(bl);
+  dlock_client_close(ac);
+  dlock_client_close(bc);
+  tl_close(&t);
+  rp_free(s);
+}
