@@ -720,3 +720,57 @@ TEST(async_waiter_rides_a_server_killed_and_restarted) {
   tl_close(&t);
   rp_free(s);
 }
+
+/* ---- MultiLock ---------------------------------------------------------- */
+
+TEST(async_multilock_waits_holding_nothing_then_takes_all) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *bc = lu_client(s);
+  dlock_t *parts[2] = {lu_get(ac, "async-multi-a"),
+                       lu_get(ac, "async-multi-b")};
+  dlock_t *multi = NULL, *bb = lu_get(bc, "async-multi-b");
+  ASSERT_DLOCK_OK(dlock_get_multi(parts, 2, &multi));
+  ASSERT_DLOCK_OK(dlock_trylock(bb, 0, 60000));
+  tl_done d = {0};
+  ASSERT_DLOCK_OK(dlock_trylock_async(multi, 9, 30000, 10000, tl_done_cb, &d));
+  tl_run_for(&t, 300);
+  ASSERT_EQ(d.calls, 0);
+  /* Waiting for the busy part, it holds none of the others. */
+  ASSERT_EQ(lu_exists(s, "async-multi-a"), 0);
+  ASSERT_DLOCK_OK(dlock_unlock(bb));
+  tl_run_until(&t, &d.calls, 30000);
+  ASSERT_DLOCK_OK(d.status);
+  char field[256];
+  lu_field(field, sizeof(field), ac, 9);
+  ASSERT_EQ(lu_hget_num(s, "async-multi-a", field), 1);
+  ASSERT_EQ(lu_hget_num(s, "async-multi-b", field), 1);
+  ASSERT_GT(dlock_token_as(multi, 9), 0);
+  tl_done u = {0}, again = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(multi, 9, tl_done_cb, &u));
+  tl_run_until(&t, &u.calls, 10000);
+  ASSERT_DLOCK_OK(u.status);
+  ASSERT_EQ(lu_exists(s, "async-multi-a"), 0);
+  ASSERT_EQ(lu_exists(s, "async-multi-b"), 0);
+  ASSERT_DLOCK_OK(dlock_unlock_async(multi, 9, tl_done_cb, &again));
+  tl_run_until(&t, &again.calls, 10000);
+  ASSERT_EQ(again.status, DLOCK_ENOTHELD);
+  /* A part on a blocking client, and a RedLock: no async verbs. */
+  dlock_t *mixed[2] = {parts[0], bb}, *mx = NULL, *red = NULL;
+  ASSERT_DLOCK_OK(dlock_get_multi(mixed, 2, &mx));
+  ASSERT_DLOCK_ERR(dlock_lock_async(mx, 1, 1000, tl_done_cb, &d), DLOCK_EINVAL);
+  ASSERT_DLOCK_OK(dlock_get_red(parts, 2, &red));
+  ASSERT_DLOCK_ERR(dlock_lock_async(red, 1, 1000, tl_done_cb, &d),
+                   DLOCK_EINVAL);
+  dlock_free(mx);
+  dlock_free(red);
+  dlock_free(multi);
+  dlock_free(parts[0]);
+  dlock_free(parts[1]);
+  dlock_free(bb);
+  dlock_client_close(ac);
+  dlock_client_close(bc);
+  tl_close(&t);
+  rp_free(s);
+}

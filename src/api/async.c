@@ -7,23 +7,29 @@
 
 #include "error.h"
 
-/* The checks every async verb on a lock makes. */
+/* The checks every async verb on a lock makes. A MultiLock's parts must
+ * all be on async clients. */
 static int check_lock(dlock_t *l, dlock_done_cb cb) {
   if (l == NULL || cb == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock handle and callback must be given");
-  if (l->c == NULL)
-    return dlock__fail(DLOCK_EINVAL,
-                       "MultiLock and RedLock have no async verbs yet: "
-                       "lock their parts, or use a blocking client");
-  if (l->c->loop == NULL)
-    return dlock__fail(DLOCK_EINVAL, "the lock's client was not opened with "
-                                     "dlock_client_open_async()");
-  if (l->kind->acquire_call == NULL || l->kind->release_call == NULL)
+  if (l->c == NULL && l->kind->id != DLOCK_MULTI)
+    return dlock__fail(DLOCK_EINVAL, "a RedLock has no async verbs yet: use "
+                                     "blocking clients for it");
+  for (size_t i = 0; i < (l->c != NULL ? 1 : l->nsubs); i++) {
+    dlock_client_t *c = l->c != NULL ? l->c : l->subs[i]->c;
+    if (c->loop == NULL)
+      return dlock__fail(DLOCK_EINVAL, "the lock's client was not opened "
+                                       "with dlock_client_open_async()");
+    int rc = dlock__check_canceled(c);
+    if (rc == 0 && c->loop->closing)
+      rc = dlock__fail(DLOCK_ECANCELED, "the client is closing");
+    if (rc != 0)
+      return rc;
+  }
+  if (l->c != NULL &&
+      (l->kind->acquire_call == NULL || l->kind->release_call == NULL))
     return dlock__fail(DLOCK_EINVAL, "this kind of lock has no async verbs");
-  int rc = dlock__check_canceled(l->c);
-  if (rc == 0 && l->c->loop->closing)
-    rc = dlock__fail(DLOCK_ECANCELED, "the client is closing");
-  return rc;
+  return 0;
 }
 
 int dlock_trylock_async(dlock_t *l, uint64_t owner, int64_t wait_ms,
@@ -33,6 +39,8 @@ int dlock_trylock_async(dlock_t *l, uint64_t owner, int64_t wait_ms,
     rc = dlock__check_times(wait_ms, lease_ms);
   if (rc != 0)
     return rc;
+  if (l->c == NULL)
+    return dlock__async_multi_acquire(l, owner, wait_ms, lease_ms, cb, data);
   return dlock__async_acquire(l->c->loop, l, owner, wait_ms, lease_ms, cb,
                               data);
 }
@@ -47,5 +55,7 @@ int dlock_unlock_async(dlock_t *l, uint64_t owner, dlock_done_cb cb,
   int rc = check_lock(l, cb);
   if (rc != 0)
     return rc;
+  if (l->c == NULL)
+    return dlock__async_multi_release(l, owner, cb, data);
   return dlock__async_release(l->c->loop, l, owner, cb, data);
 }

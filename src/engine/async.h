@@ -14,4 +14,10 @@ int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
 int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
                          dlock_done_cb cb, void *data);
 
+/* A MultiLock's (async_multi.c): its parts' clients all async. */
+int dlock__async_multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                               int64_t lease_ms, dlock_done_cb cb, void *data);
+int dlock__async_multi_release(dlock_t *l, uint64_t owner, dlock_done_cb cb,
+                               void *data);
+
 #endif

@@ -1,0 +1,279 @@
+/*
+ * A MultiLock's verbs for async clients: its parts' acquisitions are run
+ * by their clients' loops all at once, and a rule over their outcomes
+ * decides, as the blocking MultiLock does (multi.c): every part taken is
+ * success; when one is taken by someone else, every part held is let go,
+ * that one alone is waited for (holding nothing, so that two owners with
+ * overlapping sets in any order cannot deadlock), and the round starts
+ * again holding it. The coordinator is driven by its parts' callbacks, so
+ * it runs from their loops, and reports from them.
+ */
+#include "async.h"
+
+#include "alloc.h"
+#include "composite.h"
+#include "error.h"
+#include "monotime.h"
+
+#include <stdio.h>
+#include <string.h>
+
+enum { ATTEMPT, RELEASE_THEN_WAIT, RELEASE_THEN_FAIL, WAIT_ONE, UNLOCK };
+
+typedef struct multi_op multi_op;
+
+typedef struct part_ref {
+  multi_op *mo;
+  size_t i;
+} part_ref;
+
+struct multi_op {
+  dlock_t *l;
+  uint64_t owner;
+  int64_t wait_ms, lease_ms, deadline_us;
+  dlock_done_cb cb;
+  void *data;
+  int phase, fresh;
+  size_t pending; /* parts' callbacks still to come */
+  size_t busy;    /* the part waited for alone */
+  int err;        /* what ends a failed acquisition, with 'detail' */
+  char detail[256];
+  unsigned char *held;
+  int *state; /* each part's outcome in this round */
+  part_ref *refs;
+};
+
+static void finish(multi_op *mo, int status) {
+  if (status != 0 && mo->detail[0] != '\0')
+    dlock__fail_text(status, mo->detail);
+  dlock_done_cb cb = mo->cb;
+  dlock_t *l = mo->l;
+  uint64_t owner = mo->owner;
+  void *data = mo->data;
+  dlock__free(mo->held);
+  dlock__free(mo->state);
+  dlock__free(mo->refs);
+  dlock__free(mo);
+  cb(l, owner, status, data);
+}
+
+/* Remembers the first failure of a round, with its detail. */
+static void note_failure(multi_op *mo, size_t i, int status) {
+  mo->state[i] = status;
+  if (mo->err == 0) {
+    mo->err = status;
+    mo->busy = i;
+    snprintf(mo->detail, sizeof(mo->detail), "%s", dlock_last_error());
+  }
+}
+
+static void part_done(dlock_t *part, uint64_t owner, int status, void *data);
+
+static dlock__loop *loop_of_part(const multi_op *mo, size_t i) {
+  return mo->l->subs[i]->c->loop;
+}
+
+/* Starts a round: every part not held yet, at once, without waiting.
+ * Returns how many are in flight. */
+static size_t start_round(multi_op *mo) {
+  mo->phase = ATTEMPT;
+  mo->err = 0;
+  mo->detail[0] = '\0';
+  for (size_t i = 0; i < mo->l->nsubs; i++) {
+    mo->state[i] = 0;
+    if (mo->held[i])
+      continue;
+    int rc =
+        dlock__async_acquire(loop_of_part(mo, i), mo->l->subs[i], mo->owner, 0,
+                             mo->lease_ms, part_done, &mo->refs[i]);
+    if (rc != 0)
+      note_failure(mo, i, rc);
+    else
+      mo->pending++;
+  }
+  return mo->pending;
+}
+
+/* Lets go of every part held; what follows depends on the phase. */
+static void release_held(multi_op *mo, int phase);
+
+static void after_release(multi_op *mo) {
+  if (mo->phase == RELEASE_THEN_FAIL) {
+    finish(mo, mo->err);
+    return;
+  }
+  /* Waits for the busy part alone, within what is left of the wait. */
+  mo->phase = WAIT_ONE;
+  int64_t left = mo->deadline_us == INT64_MAX
+                     ? DLOCK_WAIT_FOREVER
+                     : (mo->deadline_us - dlock__now_us()) / 1000;
+  if (left < 0)
+    left = 0;
+  int rc = dlock__async_acquire(loop_of_part(mo, mo->busy),
+                                mo->l->subs[mo->busy], mo->owner, left,
+                                mo->lease_ms, part_done, &mo->refs[mo->busy]);
+  if (rc != 0) {
+    snprintf(mo->detail, sizeof(mo->detail), "%s", dlock_last_error());
+    finish(mo, rc);
+    return;
+  }
+  mo->pending = 1;
+}
+
+static void end_round(multi_op *mo) {
+  if (mo->err == 0) {
+    finish(mo, dlock__record_composite(mo->l, mo->owner, mo->fresh));
+    return;
+  }
+  int wait_more = mo->err == DLOCK_ETIMEDOUT && mo->wait_ms != 0 &&
+                  dlock__now_us() < mo->deadline_us;
+  release_held(mo, wait_more ? RELEASE_THEN_WAIT : RELEASE_THEN_FAIL);
+}
+
+static void release_held(multi_op *mo, int phase) {
+  mo->phase = phase;
+  for (size_t i = 0; i < mo->l->nsubs; i++) {
+    if (!mo->held[i])
+      continue;
+    mo->held[i] = 0;
+    if (dlock__async_release(loop_of_part(mo, i), mo->l->subs[i], mo->owner,
+                             part_done, &mo->refs[i]) == 0)
+      mo->pending++;
+  }
+  if (mo->pending == 0)
+    after_release(mo);
+}
+
+/* The end of the whole MultiLock's unlock: as multi_release says it. */
+static void end_unlock(multi_op *mo) {
+  size_t n = mo->l->nsubs, notheld = 0, lost = 0;
+  int other = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (mo->state[i] == DLOCK_ELOST)
+      lost++;
+    else if (mo->state[i] == DLOCK_ENOTHELD)
+      notheld++;
+    else if (mo->state[i] != 0 && other == 0)
+      other = mo->state[i];
+  }
+  if (notheld < n)
+    dlock__drop_composite(mo->l, mo->owner, 0);
+  mo->detail[0] = '\0';
+  int rc = other != 0 ? dlock__fail(other, "a part's unlock failed")
+           : lost > 0 ? dlock__fail(DLOCK_ELOST,
+                                    "%zu of the %zu locks were lost while held",
+                                    lost, n)
+           : notheld == n
+               ? dlock__fail(DLOCK_ENOTHELD, "none of the %zu locks is held", n)
+               : 0;
+  finish(mo, rc);
+}
+
+static void part_done(dlock_t *part, uint64_t owner, int status, void *data) {
+  part_ref *ref = data;
+  multi_op *mo = ref->mo;
+  (void)part;
+  (void)owner;
+  mo->pending--;
+  switch (mo->phase) {
+  case ATTEMPT:
+    if (status == 0)
+      mo->held[ref->i] = 1;
+    else
+      note_failure(mo, ref->i, status);
+    if (mo->pending == 0)
+      end_round(mo);
+    return;
+  case WAIT_ONE:
+    if (status != 0) {
+      snprintf(mo->detail, sizeof(mo->detail), "%s", dlock_last_error());
+      finish(mo, status);
+      return;
+    }
+    mo->held[ref->i] = 1;
+    if (start_round(mo) == 0)
+      end_round(mo);
+    return;
+  case UNLOCK:
+    mo->state[ref->i] = status;
+    if (mo->pending == 0)
+      end_unlock(mo);
+    return;
+  default: /* a release before waiting or failing */
+    if (mo->pending == 0)
+      after_release(mo);
+    return;
+  }
+}
+
+static multi_op *new_op(dlock_t *l, uint64_t owner, dlock_done_cb cb,
+                        void *data) {
+  multi_op *mo = dlock__calloc(1, sizeof(*mo));
+  if (mo == NULL)
+    return NULL;
+  mo->held = dlock__calloc(l->nsubs, 1);
+  mo->state = dlock__calloc(l->nsubs, sizeof(*mo->state));
+  mo->refs = dlock__calloc(l->nsubs, sizeof(*mo->refs));
+  if (mo->held == NULL || mo->state == NULL || mo->refs == NULL) {
+    dlock__free(mo->held);
+    dlock__free(mo->state);
+    dlock__free(mo->refs);
+    dlock__free(mo);
+    return NULL;
+  }
+  for (size_t i = 0; i < l->nsubs; i++)
+    mo->refs[i] = (part_ref){mo, i};
+  mo->l = l;
+  mo->owner = owner;
+  mo->cb = cb;
+  mo->data = data;
+  return mo;
+}
+
+int dlock__async_multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                               int64_t lease_ms, dlock_done_cb cb, void *data) {
+  multi_op *mo = new_op(l, owner, cb, data);
+  if (mo == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory starting a MultiLock");
+  mo->wait_ms = wait_ms;
+  mo->lease_ms = lease_ms;
+  mo->deadline_us =
+      wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
+  mo->fresh = !dlock__holds_any_part(l, owner);
+  if (start_round(mo) == 0) {
+    /* Nothing started (no part could be asked): said at once, the
+     * callback never called. */
+    int rc = mo->err;
+    dlock__free(mo->held);
+    dlock__free(mo->state);
+    dlock__free(mo->refs);
+    dlock__free(mo);
+    return dlock__fail(rc, "%s", dlock_last_error());
+  }
+  return 0;
+}
+
+int dlock__async_multi_release(dlock_t *l, uint64_t owner, dlock_done_cb cb,
+                               void *data) {
+  multi_op *mo = new_op(l, owner, cb, data);
+  if (mo == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory starting a MultiLock");
+  mo->phase = UNLOCK;
+  for (size_t i = 0; i < l->nsubs; i++) {
+    int rc = dlock__async_release(loop_of_part(mo, i), l->subs[i], owner,
+                                  part_done, &mo->refs[i]);
+    if (rc != 0)
+      mo->state[i] = rc;
+    else
+      mo->pending++;
+  }
+  if (mo->pending == 0) {
+    int rc = mo->state[0];
+    dlock__free(mo->held);
+    dlock__free(mo->state);
+    dlock__free(mo->refs);
+    dlock__free(mo);
+    return dlock__fail(rc, "%s", dlock_last_error());
+  }
+  return 0;
+}
