@@ -848,8 +848,9 @@ DLOCK_EXPORT void dlock_reply_free(dlock_reply_t *r);
  * <dlock/adapters/libevent.h>. The README has a plain epoll loop.
  *
  * An async client serves one server (redis://, rediss:// or unix://) and
- * the single-lock kinds (reentrant, fair, read, write, spin), semaphores
- * and latches; the blocking
+ * the single-lock kinds (reentrant, fair, read, write, spin), MultiLocks and
+ * RedLocks whose parts are all on async clients (driven by one thread),
+ * semaphores and latches; the blocking
  * verbs on it fail with DLOCK_EINVAL rather than block the loop, as do the
  * async verbs on a blocking client. Locks are owned by explicit owners
  * (dlock_owner_new()), since one loop thread serves many.

@@ -756,15 +756,11 @@ TEST(async_multilock_waits_holding_nothing_then_takes_all) {
   ASSERT_DLOCK_OK(dlock_unlock_async(multi, 9, tl_done_cb, &again));
   tl_run_until(&t, &again.calls, 10000);
   ASSERT_EQ(again.status, DLOCK_ENOTHELD);
-  /* A part on a blocking client, and a RedLock: no async verbs. */
-  dlock_t *mixed[2] = {parts[0], bb}, *mx = NULL, *red = NULL;
+  /* A part on a blocking client: no async verbs for the whole. */
+  dlock_t *mixed[2] = {parts[0], bb}, *mx = NULL;
   ASSERT_DLOCK_OK(dlock_get_multi(mixed, 2, &mx));
   ASSERT_DLOCK_ERR(dlock_lock_async(mx, 1, 1000, tl_done_cb, &d), DLOCK_EINVAL);
-  ASSERT_DLOCK_OK(dlock_get_red(parts, 2, &red));
-  ASSERT_DLOCK_ERR(dlock_lock_async(red, 1, 1000, tl_done_cb, &d),
-                   DLOCK_EINVAL);
   dlock_free(mx);
-  dlock_free(red);
   dlock_free(multi);
   dlock_free(parts[0]);
   dlock_free(parts[1]);
@@ -773,4 +769,69 @@ TEST(async_multilock_waits_holding_nothing_then_takes_all) {
   dlock_client_close(bc);
   tl_close(&t);
   rp_free(s);
+}
+
+/* ---- RedLock ------------------------------------------------------------ */
+
+enum { RED_N = 3 };
+
+/* Turns every loop in turn until '*flag' is set. */
+static void turn_all_until(tl_loop *ls, size_t n, const int *flag,
+                           int64_t limit_ms) {
+  int64_t end = lu_now_ms() + limit_ms;
+  while (!*flag) {
+    ASSERT_LT(lu_now_ms(), end);
+    for (size_t i = 0; i < n; i++)
+      tl_turn(&ls[i], 2);
+  }
+}
+
+TEST(async_redlock_needs_a_majority_of_servers) {
+  rp_server_t *srv[RED_N];
+  tl_loop ls[RED_N];
+  dlock_client_t *ac[RED_N], *bc[RED_N];
+  dlock_t *ap[RED_N], *bp[RED_N], *ared = NULL;
+  for (int i = 0; i < RED_N; i++) {
+    srv[i] = lu_server(0);
+    ac[i] = async_client(srv[i], &ls[i]);
+    bc[i] = lu_client(srv[i]);
+    ap[i] = lu_get(ac[i], "async-red");
+    bp[i] = lu_get(bc[i], "async-red");
+  }
+  ASSERT_DLOCK_OK(dlock_get_red(ap, RED_N, &ared));
+  tl_done d = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(ared, 1, 10000, tl_done_cb, &d));
+  turn_all_until(ls, RED_N, &d.calls, 30000);
+  ASSERT_DLOCK_OK(d.status);
+  ASSERT_GT(dlock_token_as(ared, 1), 0);
+  for (int i = 0; i < RED_N; i++)
+    ASSERT_EQ(lu_exists(srv[i], "async-red"), 1);
+  /* One server lost: the unlock still reaches a majority. */
+  ASSERT_EQ(rp_kill(srv[2]), 0);
+  tl_done u = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(ared, 1, tl_done_cb, &u));
+  turn_all_until(ls, RED_N, &u.calls, 30000);
+  ASSERT_DLOCK_OK(u.status);
+  ASSERT_EQ(lu_exists(srv[0], "async-red"), 0);
+  ASSERT_EQ(lu_exists(srv[1], "async-red"), 0);
+  /* Held on a node by someone else, and one node down: no majority. */
+  ASSERT_DLOCK_OK(dlock_trylock(bp[0], 0, 60000));
+  tl_done t2 = {0};
+  ASSERT_DLOCK_OK(dlock_trylock_async(ared, 2, 300, 10000, tl_done_cb, &t2));
+  turn_all_until(ls, RED_N, &t2.calls, 60000);
+  ASSERT_NE(t2.status, 0);
+  printf("redlock without a majority: %s\n", dlock_err_name(t2.status));
+  /* What it got on the free node was given back. */
+  ASSERT_EQ(lu_exists(srv[1], "async-red"), 0);
+  ASSERT_DLOCK_ERR(dlock_unlock_async(ared, 2, tl_done_cb, &u), DLOCK_ENOTHELD);
+  ASSERT_DLOCK_OK(dlock_unlock(bp[0]));
+  dlock_free(ared);
+  for (int i = 0; i < RED_N; i++) {
+    dlock_free(ap[i]);
+    dlock_free(bp[i]);
+    dlock_client_close(ac[i]);
+    dlock_client_close(bc[i]);
+    tl_close(&ls[i]);
+    rp_free(srv[i]);
+  }
 }

@@ -7,14 +7,11 @@
 
 #include "error.h"
 
-/* The checks every async verb on a lock makes. A MultiLock's parts must
- * all be on async clients. */
+/* The checks every async verb on a lock makes. A MultiLock's or a
+ * RedLock's parts must all be on async clients. */
 static int check_lock(dlock_t *l, dlock_done_cb cb) {
   if (l == NULL || cb == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock handle and callback must be given");
-  if (l->c == NULL && l->kind->id != DLOCK_MULTI)
-    return dlock__fail(DLOCK_EINVAL, "a RedLock has no async verbs yet: use "
-                                     "blocking clients for it");
   for (size_t i = 0; i < (l->c != NULL ? 1 : l->nsubs); i++) {
     dlock_client_t *c = l->c != NULL ? l->c : l->subs[i]->c;
     if (c->loop == NULL)
@@ -39,6 +36,8 @@ int dlock_trylock_async(dlock_t *l, uint64_t owner, int64_t wait_ms,
     rc = dlock__check_times(wait_ms, lease_ms);
   if (rc != 0)
     return rc;
+  if (l->c == NULL && l->kind->id == DLOCK_RED)
+    return dlock__async_red_acquire(l, owner, wait_ms, lease_ms, cb, data);
   if (l->c == NULL)
     return dlock__async_multi_acquire(l, owner, wait_ms, lease_ms, cb, data);
   return dlock__async_acquire(l->c->loop, l, owner, wait_ms, lease_ms, cb,
@@ -55,6 +54,8 @@ int dlock_unlock_async(dlock_t *l, uint64_t owner, dlock_done_cb cb,
   int rc = check_lock(l, cb);
   if (rc != 0)
     return rc;
+  if (l->c == NULL && l->kind->id == DLOCK_RED)
+    return dlock__async_red_release(l, owner, cb, data);
   if (l->c == NULL)
     return dlock__async_multi_release(l, owner, cb, data);
   return dlock__async_release(l->c->loop, l, owner, cb, data);

@@ -9,6 +9,7 @@
  */
 #include "async.h"
 #include "loop_acq.h"
+#include "proto/format.h"
 
 #include "alloc.h"
 #include "error.h"
@@ -158,6 +159,18 @@ static void leave_detached(dlock__loop *lp, dlock_t *l, uint64_t owner) {
     dlock__free(d);
     return;
   }
+  send_detached(lp, d);
+}
+
+void dlock__async_raise_token(dlock__loop *lp, dlock_t *part, uint64_t token) {
+  detached *d = dlock__calloc(1, sizeof(*d));
+  if (d == NULL)
+    return;
+  dlock__call_init(&d->call);
+  size_t n = dlock__fmt_u64(d->call.num[0], token);
+  const char *argv[] = {part->token_key, d->call.num[0]};
+  const size_t lens[] = {part->token_key_len, n};
+  dlock__call_set(&d->call, &dlock__script_raise_token, 1, argv, lens, 2);
   send_detached(lp, d);
 }
 

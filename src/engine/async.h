@@ -14,10 +14,22 @@ int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
 int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
                          dlock_done_cb cb, void *data);
 
+/* Makes RedLock part 'part' issue tokens above 'token' from now on (its
+ * script sent, its answer not waited for: it goes before anything sent
+ * after it on the same connection). */
+void dlock__async_raise_token(dlock__loop *lp, dlock_t *part, uint64_t token);
+
 /* A MultiLock's (async_multi.c): its parts' clients all async. */
 int dlock__async_multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                                int64_t lease_ms, dlock_done_cb cb, void *data);
 int dlock__async_multi_release(dlock_t *l, uint64_t owner, dlock_done_cb cb,
                                void *data);
+/* A RedLock's: its parts, one per server, asked at once; a majority
+ * granting it within the lease (less the time spent asking and the clock
+ * drift) holds it. */
+int dlock__async_red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                             int64_t lease_ms, dlock_done_cb cb, void *data);
+int dlock__async_red_release(dlock_t *l, uint64_t owner, dlock_done_cb cb,
+                             void *data);
 
 #endif

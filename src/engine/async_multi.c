@@ -14,11 +14,21 @@
 #include "composite.h"
 #include "error.h"
 #include "monotime.h"
+#include "sleep.h"
 
 #include <stdio.h>
 #include <string.h>
 
-enum { ATTEMPT, RELEASE_THEN_WAIT, RELEASE_THEN_FAIL, WAIT_ONE, UNLOCK };
+enum {
+  ATTEMPT,
+  RELEASE_THEN_WAIT,
+  RELEASE_THEN_FAIL,
+  WAIT_ONE,
+  UNLOCK,
+  RED_ATTEMPT,
+  RED_RELEASE,
+  RED_UNLOCK
+};
 
 typedef struct multi_op multi_op;
 
@@ -41,6 +51,14 @@ struct multi_op {
   unsigned char *held;
   int *state; /* each part's outcome in this round */
   part_ref *refs;
+  /* A RedLock's: when its round started, how many rounds, and the pause
+   * between two rounds (a timer of its first part's loop). */
+  int64_t start_us;
+  int rounds;
+  struct red_pause {
+    dlock__aop op;
+    multi_op *mo;
+  } pause;
 };
 
 static void finish(multi_op *mo, int status) {
@@ -169,6 +187,158 @@ static void end_unlock(multi_op *mo) {
   finish(mo, rc);
 }
 
+/* ---- RedLock ------------------------------------------------------------ */
+
+static void red_end_round(multi_op *mo);
+static void red_retry(multi_op *mo);
+static void red_end_unlock(multi_op *mo);
+
+/* Asks every node at once, without waiting. Returns how many are in
+ * flight. */
+static size_t red_round(multi_op *mo) {
+  mo->phase = RED_ATTEMPT;
+  mo->err = 0;
+  mo->detail[0] = '\0';
+  mo->start_us = dlock__now_us();
+  mo->rounds++;
+  for (size_t i = 0; i < mo->l->nsubs; i++) {
+    int rc =
+        dlock__async_acquire(loop_of_part(mo, i), mo->l->subs[i], mo->owner, 0,
+                             mo->lease_ms, part_done, &mo->refs[i]);
+    mo->state[i] = rc;
+    if (rc == 0)
+      mo->pending++;
+  }
+  return mo->pending;
+}
+
+static size_t red_quorum(const multi_op *mo) { return mo->l->nsubs / 2 + 1; }
+
+/* Makes the granting nodes issue the same tokens from now on when theirs
+ * differ (see dlock_get_red). */
+static void red_align_tokens(multi_op *mo) {
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (size_t i = 0; i < mo->l->nsubs; i++) {
+    if (mo->state[i] != 0)
+      continue;
+    uint64_t t = dlock_token_as(mo->l->subs[i], mo->owner);
+    lo = t < lo ? t : lo;
+    hi = t > hi ? t : hi;
+  }
+  for (size_t i = 0; hi > lo && i < mo->l->nsubs; i++)
+    if (mo->state[i] == 0)
+      dlock__async_raise_token(loop_of_part(mo, i), mo->l->subs[i], hi);
+}
+
+static void red_end_round(multi_op *mo) {
+  size_t n = mo->l->nsubs, granted = 0, answered = 0;
+  for (size_t i = 0; i < n; i++) {
+    granted += mo->state[i] == 0;
+    answered += mo->state[i] == 0 || mo->state[i] == DLOCK_ETIMEDOUT;
+  }
+  int64_t lease = mo->lease_ms == DLOCK_WATCHDOG
+                      ? mo->l->subs[0]->c->opt.watchdog_timeout_ms
+                      : mo->lease_ms;
+  int64_t elapsed_ms = (dlock__now_us() - mo->start_us) / 1000;
+  int64_t validity = lease - elapsed_ms - (lease / 100 + 2);
+  if (granted >= red_quorum(mo) && validity > 0) {
+    red_align_tokens(mo);
+    mo->detail[0] = '\0';
+    finish(mo, dlock__record_composite(mo->l, mo->owner, mo->fresh));
+    return;
+  }
+  /* Not held: what was granted is given back on every node. */
+  if (answered < red_quorum(mo)) {
+    mo->err = DLOCK_ENOQUORUM;
+    snprintf(mo->detail, sizeof(mo->detail),
+             "RedLock: only %zu of %zu nodes answered; %zu needed", answered, n,
+             red_quorum(mo));
+  } else {
+    mo->err = DLOCK_ETIMEDOUT;
+    snprintf(mo->detail, sizeof(mo->detail),
+             "RedLock: %zu of %zu nodes granted it (validity %lld ms); %zu "
+             "needed",
+             granted, n, (long long)validity, red_quorum(mo));
+  }
+  mo->phase = RED_RELEASE;
+  for (size_t i = 0; i < n; i++)
+    if (mo->state[i] == 0 &&
+        dlock__async_release(loop_of_part(mo, i), mo->l->subs[i], mo->owner,
+                             part_done, &mo->refs[i]) == 0)
+      mo->pending++;
+  if (mo->pending == 0)
+    red_retry(mo);
+}
+
+static void red_pause_over(dlock__aop *op) {
+  multi_op *mo = ((struct red_pause *)op)->mo;
+  if (op->at_us != INT64_MAX)
+    return;
+  dlock__loop_remove(op);
+  if (red_round(mo) == 0)
+    finish(mo, mo->state[0]);
+}
+
+static void red_pause_cancel(dlock__aop *op) {
+  multi_op *mo = ((struct red_pause *)op)->mo;
+  dlock__loop_remove(op);
+  mo->detail[0] = '\0';
+  finish(mo, dlock__fail(DLOCK_ECANCELED, "the client was closed"));
+}
+
+/* After a round that did not hold it: another after a random pause,
+ * within the wait (never longer than a holder's lease would be), or the
+ * round's failure. */
+static void red_retry(multi_op *mo) {
+  if (mo->err == DLOCK_ENOQUORUM || mo->wait_ms == 0 ||
+      dlock__now_us() >= mo->deadline_us) {
+    finish(mo, mo->err);
+    return;
+  }
+  dlock__loop *lp = loop_of_part(mo, 0);
+  if (lp->closing) {
+    finish(mo, dlock__fail(DLOCK_ECANCELED, "the client is closing"));
+    return;
+  }
+  int64_t delay_us = (5 + (int64_t)(dlock__jitter() % 45) + mo->rounds) * 1000;
+  int64_t at = dlock__now_us() + delay_us;
+  memset(&mo->pause.op, 0, sizeof(mo->pause.op));
+  mo->pause.mo = mo;
+  mo->pause.op.run = red_pause_over;
+  mo->pause.op.cancel = red_pause_cancel;
+  dlock__loop_add(lp, &mo->pause.op);
+  mo->pause.op.at_us = at < mo->deadline_us ? at : mo->deadline_us;
+  /* From another loop's callback, this loop is told of its new timer. */
+  dlock__loop_poke(lp);
+}
+
+/* The end of a RedLock's unlock: as the blocking one says it. */
+static void red_end_unlock(multi_op *mo) {
+  size_t n = mo->l->nsubs, ok = 0, lost = 0, failed = 0;
+  for (size_t i = 0; i < n; i++) {
+    ok += mo->state[i] == 0;
+    lost += mo->state[i] == DLOCK_ELOST;
+    failed += mo->state[i] != 0 && mo->state[i] != DLOCK_ELOST &&
+              mo->state[i] != DLOCK_ENOTHELD;
+  }
+  dlock__drop_composite(mo->l, mo->owner, 0);
+  mo->detail[0] = '\0';
+  int rc = 0;
+  if (ok >= red_quorum(mo))
+    rc = 0;
+  else if (ok == 0 && lost == 0 && failed == 0)
+    rc = dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
+  else if (ok + failed < red_quorum(mo) && lost > 0)
+    rc =
+        dlock__fail(DLOCK_ELOST,
+                    "RedLock lost: only %zu of %zu nodes still held it", ok, n);
+  else
+    rc = dlock__fail(DLOCK_ENOQUORUM,
+                     "RedLock released on %zu of %zu nodes; %zu unreachable",
+                     ok, n, failed);
+  finish(mo, rc);
+}
+
 static void part_done(dlock_t *part, uint64_t owner, int status, void *data) {
   part_ref *ref = data;
   multi_op *mo = ref->mo;
@@ -198,6 +368,22 @@ static void part_done(dlock_t *part, uint64_t owner, int status, void *data) {
     mo->state[ref->i] = status;
     if (mo->pending == 0)
       end_unlock(mo);
+    return;
+  case RED_ATTEMPT:
+    mo->state[ref->i] = status;
+    if (status != 0 && mo->err == 0)
+      snprintf(mo->detail, sizeof(mo->detail), "%s", dlock_last_error());
+    if (mo->pending == 0)
+      red_end_round(mo);
+    return;
+  case RED_RELEASE:
+    if (mo->pending == 0)
+      red_retry(mo);
+    return;
+  case RED_UNLOCK:
+    mo->state[ref->i] = status;
+    if (mo->pending == 0)
+      red_end_unlock(mo);
     return;
   default: /* a release before waiting or failing */
     if (mo->pending == 0)
@@ -265,6 +451,61 @@ int dlock__async_multi_release(dlock_t *l, uint64_t owner, dlock_done_cb cb,
     if (rc != 0)
       mo->state[i] = rc;
     else
+      mo->pending++;
+  }
+  if (mo->pending == 0) {
+    int rc = mo->state[0];
+    dlock__free(mo->held);
+    dlock__free(mo->state);
+    dlock__free(mo->refs);
+    dlock__free(mo);
+    return dlock__fail(rc, "%s", dlock_last_error());
+  }
+  return 0;
+}
+
+int dlock__async_red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                             int64_t lease_ms, dlock_done_cb cb, void *data) {
+  multi_op *mo = new_op(l, owner, cb, data);
+  if (mo == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory starting a RedLock");
+  mo->wait_ms = wait_ms;
+  mo->lease_ms = lease_ms;
+  mo->deadline_us =
+      wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
+  mo->fresh = !dlock__holds_any_part(l, owner);
+  if (red_round(mo) == 0) {
+    int rc = mo->state[0];
+    dlock__free(mo->held);
+    dlock__free(mo->state);
+    dlock__free(mo->refs);
+    dlock__free(mo);
+    return dlock__fail(rc, "%s", dlock_last_error());
+  }
+  return 0;
+}
+
+int dlock__async_red_release(dlock_t *l, uint64_t owner, dlock_done_cb cb,
+                             void *data) {
+  /* Nothing to ask the nodes when no part was ever taken here: said at
+   * once, as the blocking RedLock says it, quick and exact while nodes are
+   * down. */
+  size_t known = 0;
+  for (size_t i = 0; i < l->nsubs; i++)
+    known += dlock__has_hold(l->subs[i], owner);
+  if (known == 0) {
+    dlock__drop_composite(l, owner, 1);
+    return dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
+  }
+  multi_op *mo = new_op(l, owner, cb, data);
+  if (mo == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory starting a RedLock");
+  mo->phase = RED_UNLOCK;
+  for (size_t i = 0; i < l->nsubs; i++) {
+    int rc = dlock__async_release(loop_of_part(mo, i), l->subs[i], owner,
+                                  part_done, &mo->refs[i]);
+    mo->state[i] = rc;
+    if (rc == 0)
       mo->pending++;
   }
   if (mo->pending == 0) {
