@@ -835,3 +835,63 @@ TEST(async_redlock_needs_a_majority_of_servers) {
     rp_free(srv[i]);
   }
 }
+
+/* ---- replica sync ------------------------------------------------------- */
+
+static int replica_up(rp_server_t *replica) {
+  redisReply *r = rp_cmd(replica, "INFO replication");
+  int up = r != NULL && r->type == REDIS_REPLY_STRING &&
+           strstr(r->str, "master_link_status:up") != NULL;
+  freeReplyObject(r);
+  return up;
+}
+
+/* An acquisition through the loop waits for the master's replica (WAIT in
+ * the same pipeline), and one the replica did not acknowledge is given
+ * back and reported DLOCK_ENOSYNC, not held. */
+TEST(async_acquisition_waits_for_the_replica) {
+  rp_server_t *m = lu_server(0), *r = lu_server(0);
+  freeReplyObject(rp_cmd(r, "REPLICAOF 127.0.0.1 %d", rp_port(m)));
+  int64_t end = lu_now_ms() + 20000;
+  while (!replica_up(r)) {
+    ASSERT_LT(lu_now_ms(), end);
+    lu_sleep_ms(20);
+  }
+  for (;;) {
+    redisReply *w = rp_cmd(m, "WAIT 1 100");
+    int ok = w != NULL && w->integer == 1;
+    freeReplyObject(w);
+    if (ok)
+      break;
+    ASSERT_LT(lu_now_ms(), end);
+  }
+  dlock_options_t o;
+  lu_options(&o, m);
+  o.replica_sync_timeout_ms = 500;
+  dlock_client_t *c = tl_client_opts(&o);
+  tl_loop t;
+  tl_init(&t, c);
+  dlock_t *l = lu_get(c, "async-rs");
+  tl_done a = {0}, u = {0}, b = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(l, 1, 10000, tl_done_cb, &a));
+  tl_run_until(&t, &a.calls, 30000);
+  ASSERT_DLOCK_OK(a.status);
+  /* On the replica by the time the callback ran. */
+  ASSERT_EQ(lu_exists(r, "async-rs"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, 1, tl_done_cb, &u));
+  tl_run_until(&t, &u.calls, 30000);
+  ASSERT_DLOCK_OK(u.status);
+  /* The replica stopped: not acknowledged, given back, not held. */
+  ASSERT_EQ(rp_pause(r), 0);
+  ASSERT_DLOCK_OK(dlock_trylock_async(l, 2, 0, 10000, tl_done_cb, &b));
+  tl_run_until(&t, &b.calls, 30000);
+  ASSERT_EQ(b.status, DLOCK_ENOSYNC);
+  tl_run_for(&t, 200);
+  ASSERT_EQ(lu_exists(m, "async-rs"), 0);
+  ASSERT_EQ(rp_resume(r), 0);
+  dlock_free(l);
+  dlock_client_close(c);
+  tl_close(&t);
+  rp_free(r);
+  rp_free(m);
+}

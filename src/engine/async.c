@@ -10,6 +10,7 @@
 #include "async.h"
 #include "loop_acq.h"
 #include "proto/format.h"
+#include "reply.h"
 
 #include "alloc.h"
 #include "error.h"
@@ -30,6 +31,7 @@ typedef struct lock_op {
   dlock__call call; /* the attempt or release in flight */
   int has_call;
   int64_t sent_us;
+  int64_t believed; /* the holds the owner had when the attempt went out */
   /* Releasing. */
   int finished, status;
   char detail[256];
@@ -93,7 +95,7 @@ typedef struct detached {
 static void detached_run(dlock__aop *op) {
   detached *d = (detached *)op;
   redisReply *reply = NULL;
-  int rc = dlock__loop_eval_answer(op, &d->call.eval, &reply);
+  int rc = dlock__loop_eval_answer(op, &d->call.eval, &reply, NULL);
   if (rc == DLOCK__ACQ_INFLIGHT)
     return;
   if (reply != NULL)
@@ -117,7 +119,7 @@ static void send_detached(dlock__loop *lp, detached *d) {
   d->op.run = detached_run;
   d->op.cancel = detached_cancel;
   dlock__loop_add(lp, &d->op);
-  if (dlock__loop_eval(&d->op, &d->call.eval) != 0)
+  if (dlock__loop_eval_plain(&d->op, &d->call.eval) != 0)
     detached_cancel(&d->op);
 }
 
@@ -198,6 +200,7 @@ static int a_attempt(dlock__acq *m, int queue) {
   o->has_call = 1;
   int rc = l->kind->acquire_call(l, &ask, &o->call);
   o->sent_us = dlock__now_us();
+  o->believed = ask.believed;
   if (rc == 0)
     rc = dlock__loop_eval(&o->a.op, &o->call.eval);
   if (rc != 0) {
@@ -211,12 +214,21 @@ static int a_attempt(dlock__acq *m, int queue) {
 static int attempt_answer(dlock__lacq *a) {
   lock_op *o = (lock_op *)a;
   redisReply *reply;
-  int rc = dlock__loop_eval_answer(&o->a.op, &o->call.eval, &reply);
+  dlock__synced sy;
+  int rc = dlock__loop_eval_answer(&o->a.op, &o->call.eval, &reply, &sy);
   if (rc == DLOCK__ACQ_INFLIGHT)
     return rc;
   drop_call(o);
   if (rc != 0)
     return rc;
+  dlock__acquired got;
+  if (!sy.ok && dlock__decode_acquire(reply, &got) == 0 && got.held) {
+    /* Granted on the master only: given back (the owner's holds set back
+     * to what it had), and not reported held. */
+    freeReplyObject(reply);
+    undo_detached(loop_of(o), o->l, o->owner, o->believed);
+    return dlock__sync_fail(o->l->c, &sy, "lock", o->l->name, o->l->len);
+  }
   rc = dlock__finish_acquire(o->l, o->owner, o->lease_ms, reply, o->sent_us,
                              &o->a.m.busy);
   if (rc == 0 && o->lease_ms == DLOCK_WATCHDOG)
@@ -286,7 +298,7 @@ static void lock_give_back(dlock__lacq *a, int granted, int answered,
   lock_op *o = (lock_op *)a;
   if (answered && o->has_call) {
     redisReply *reply;
-    if (dlock__loop_eval_answer(&a->op, &o->call.eval, &reply) == 0)
+    if (dlock__loop_eval_answer(&a->op, &o->call.eval, &reply, NULL) == 0)
       granted = dlock__finish_acquire(o->l, o->owner, o->lease_ms, reply,
                                       o->sent_us, &a->m.busy) == 0;
   }
@@ -350,7 +362,7 @@ static void release_run(dlock__aop *op) {
   if (o->sends == 0 || (op->reply == NULL && op->err == 0)) {
     /* The retry's pause is over: the same call, the same latch. */
     o->sends++;
-    int rc = dlock__loop_eval(op, &o->call.eval);
+    int rc = dlock__loop_eval_plain(op, &o->call.eval);
     if (rc != 0) {
       dlock__release_failed(l, o->owner);
       dlock__release_end(&o->r);
@@ -359,7 +371,7 @@ static void release_run(dlock__aop *op) {
     return;
   }
   redisReply *reply;
-  int rc = dlock__loop_eval_answer(op, &o->call.eval, &reply);
+  int rc = dlock__loop_eval_answer(op, &o->call.eval, &reply, NULL);
   if (rc == DLOCK__ACQ_INFLIGHT)
     return;
   if (rc == DLOCK_EIO && !o->r.lost && o->sends <= l->c->opt.unlock_retries) {
@@ -389,7 +401,7 @@ static void release_cancel(dlock__aop *op) {
      * answer. */
     redisReply *reply;
     if (!op->in_flight && o->sends > 0 &&
-        dlock__loop_eval_answer(op, &o->call.eval, &reply) == 0)
+        dlock__loop_eval_answer(op, &o->call.eval, &reply, NULL) == 0)
       (void)dlock__finish_release(o->l, o->owner, reply, &o->r);
     else
       dlock__release_failed(o->l, o->owner);
@@ -463,9 +475,17 @@ static void renew_free(renew_op *r) {
 static void renew_run(dlock__aop *op) {
   renew_op *r = (renew_op *)op;
   redisReply *reply;
-  int rc = dlock__loop_eval_answer(op, &r->call, &reply);
+  dlock__synced sy;
+  int rc = dlock__loop_eval_answer(op, &r->call, &reply, &sy);
   if (rc == DLOCK__ACQ_INFLIGHT)
     return;
+  /* A renewal the replicas did not acknowledge confirms nothing: the hold
+   * is lost only when its lease runs out unconfirmed. */
+  if (rc == 0 && !sy.ok) {
+    freeReplyObject(reply);
+    reply = NULL;
+    rc = DLOCK_ENOSYNC;
+  }
   int renewed = rc == 0 && reply->type == REDIS_REPLY_ARRAY &&
                 reply->elements == 1 &&
                 reply->element[0]->type == REDIS_REPLY_INTEGER &&

@@ -29,11 +29,12 @@ static int check(dlock__counter *o, int has_cb) {
   return rc;
 }
 
-/* Sends 'a' for 'op': its script call, or (argc > 0 and no script) its
- * plain command. */
-static int send_call(dlock__aop *op, const dlock__counter_call *a) {
+/* Sends 'a' for 'op': its script call ('synced': with replica sync), or
+ * (argc > 0 and no script) its plain command. */
+static int send_call(dlock__aop *op, const dlock__counter_call *a, int synced) {
   if (a->call.script != NULL)
-    return dlock__loop_eval(op, &a->call);
+    return synced ? dlock__loop_eval(op, &a->call)
+                  : dlock__loop_eval_plain(op, &a->call);
   char *cmd;
   int len = dlock__format_argv(&cmd, a->argc, a->argv, a->lens);
   if (len < 0)
@@ -45,9 +46,13 @@ static int send_call(dlock__aop *op, const dlock__counter_call *a) {
 
 /* The answer to 'a': the reply (the caller's) or an error. */
 static int take_answer(dlock__aop *op, const dlock__counter_call *a,
-                       redisReply **reply) {
+                       redisReply **reply, dlock__synced *sy) {
+  if (sy != NULL) {
+    memset(sy, 0, sizeof(*sy));
+    sy->ok = 1;
+  }
   if (a->call.script != NULL)
-    return dlock__loop_eval_answer(op, &a->call, reply);
+    return dlock__loop_eval_answer(op, &a->call, reply, sy);
   *reply = NULL;
   if (op->err != 0)
     return dlock__fail(op->err, "%s", op->detail);
@@ -76,6 +81,8 @@ typedef struct counter_acq {
   void *data;
 } counter_acq;
 
+static void give_back_detached(counter_acq *t);
+
 static int c_attempt(dlock__acq *m, int queue) {
   counter_acq *t = m->arg;
   (void)queue;
@@ -84,14 +91,15 @@ static int c_attempt(dlock__acq *m, int queue) {
     dlock__counter_get_call(&t->o->n, &t->call);
   else
     dlock__sem_acquire_call(&t->o->n, t->permits, &t->call);
-  int rc = send_call(&t->a.op, &t->call);
+  int rc = send_call(&t->a.op, &t->call, 1);
   return rc != 0 ? rc : DLOCK__ACQ_INFLIGHT;
 }
 
 static int c_answer(dlock__lacq *a) {
   counter_acq *t = (counter_acq *)a;
   redisReply *reply;
-  int rc = take_answer(&a->op, &t->call, &reply);
+  dlock__synced sy;
+  int rc = take_answer(&a->op, &t->call, &reply, &sy);
   if (rc != 0)
     return rc;
   /* Only a release or a new count frees permits, and only the zero
@@ -105,6 +113,12 @@ static int c_answer(dlock__lacq *a) {
   }
   rc = dlock__sem_acquire_outcome(reply, &a->m.pass);
   freeReplyObject(reply);
+  if (rc == 0 && !sy.ok) {
+    /* Taken on the master only: given back, and not reported taken. */
+    give_back_detached(t);
+    return dlock__sync_fail(t->o->c, &sy, "semaphore", t->o->n.name,
+                            t->o->n.len);
+  }
   if (rc == 0 && dlock__sem_note_held(t->handle, t->permits) != 0)
     return dlock__fail(DLOCK_ENOMEM, "out of memory counting the permits held");
   return rc;
@@ -251,7 +265,7 @@ static void call_run(dlock__aop *op) {
   if (op->in_flight)
     return;
   redisReply *reply;
-  int rc = take_answer(op, &t->call, &reply);
+  int rc = take_answer(op, &t->call, &reply, NULL);
   if (rc == DLOCK__ACQ_INFLIGHT)
     return;
   int64_t n = 0;
@@ -281,7 +295,7 @@ static int start_call(counter_call_op *t) {
   t->op.run = call_run;
   t->op.cancel = call_cancel;
   dlock__loop_add(t->o->c->loop, &t->op);
-  int rc = send_call(&t->op, &t->call);
+  int rc = send_call(&t->op, &t->call, 0);
   if (rc != 0) {
     dlock__loop_remove(&t->op);
     dlock__free(t);
@@ -289,6 +303,26 @@ static int start_call(counter_call_op *t) {
   }
   dlock__loop_poke(t->o->c->loop);
   return 0;
+}
+
+static void ignored(dlock_sem_t *s, int status, void *data) {
+  (void)s;
+  (void)status;
+  (void)data;
+}
+
+/* Gives back permits an attempt got but cannot keep (too few replicas
+ * acknowledged them), not waiting for the answer. */
+static void give_back_detached(counter_acq *t) {
+  counter_call_op *g = dlock__calloc(1, sizeof(*g));
+  if (g == NULL)
+    return;
+  g->o = t->o;
+  g->handle = t->handle;
+  g->permits = 0; /* never counted as held: nothing to count back */
+  g->sem_cb = ignored;
+  dlock__sem_release_call(&t->o->n, t->permits, &g->call);
+  (void)start_call(g);
 }
 
 int dlock_sem_release_async(dlock_sem_t *s, int64_t permits, dlock_sem_cb cb,

@@ -66,6 +66,8 @@ static void unqueue(dlock__aop *op) {
   op->rnext = NULL;
 }
 
+static void drop_answers(dlock__aop *op);
+
 void dlock__loop_remove(dlock__aop *op) {
   dlock__loop *lp = op->lp;
   unqueue(op);
@@ -76,9 +78,10 @@ void dlock__loop_remove(dlock__aop *op) {
   if (op->next != NULL)
     op->next->prev = op->prev;
   lp->nops--;
-  if (op->reply != NULL)
-    freeReplyObject(op->reply);
-  op->reply = NULL;
+  drop_answers(op);
+  if (op->kept != NULL)
+    freeReplyObject(op->kept);
+  op->kept = NULL;
 }
 
 void dlock__loop_ready(dlock__aop *op) {
@@ -96,44 +99,133 @@ void dlock__loop_ready(dlock__aop *op) {
 
 /* ---- requests ----------------------------------------------------------- */
 
+static void drop_answers(dlock__aop *op) {
+  if (op->reply != NULL)
+    freeReplyObject(op->reply);
+  for (int i = 0; i < 2; i++) {
+    if (op->tail[i] != NULL)
+      freeReplyObject(op->tail[i]);
+    op->tail[i] = NULL;
+  }
+  op->reply = NULL;
+  op->nanswered = 0;
+  op->err = 0;
+}
+
 /* A request's completion, inside the connection's service with its mutex
- * held: the answer is kept for the operation's step. */
+ * held: the answer is kept for the operation's step. A connection answers
+ * in order, so the k-th completion is the k-th request's. */
 static void on_answer(dlock__request *r, redisReply *reply, int err,
                       const char *detail) {
   dlock__aop *op = r->arg;
+  int k = op->nanswered++;
+  if (k == 0)
+    op->reply = reply;
+  else if (k <= 2)
+    op->tail[k - 1] = reply;
+  else if (reply != NULL)
+    freeReplyObject(reply);
+  if (err != 0 && op->err == 0) {
+    op->err = err;
+    snprintf(op->detail, sizeof(op->detail), "%s",
+             detail != NULL ? detail : "");
+  }
+  if (--op->in_flight == 0)
+    dlock__loop_ready(op);
+}
+
+/* Sends 'n' formatted commands (1..3) for 'op' in this order. 0, or an
+ * error with nothing sent; when a later one cannot be sent, those sent
+ * are answered and the answer carries the error. */
+static int send_all(dlock__aop *op, int n, char *const *cmds,
+                    const size_t *lens) {
+  dlock__conn *conn = op->lp->c->route.conn;
+  drop_answers(op);
   op->in_flight = 0;
-  op->reply = reply;
-  op->err = err;
-  snprintf(op->detail, sizeof(op->detail), "%s", detail != NULL ? detail : "");
-  dlock__loop_ready(op);
+  for (int i = 0; i < n; i++) {
+    op->in_flight++;
+    int rc = dlock__conn_submit(conn, cmds[i], lens[i], 0, on_answer, op);
+    if (rc == 0)
+      continue;
+    op->in_flight--;
+    if (i == 0)
+      return rc;
+    op->err = rc;
+    snprintf(op->detail, sizeof(op->detail), "%s", dlock_last_error());
+    break;
+  }
+  return 0;
 }
 
 int dlock__loop_send(dlock__aop *op, const char *cmd, size_t len) {
-  dlock_client_t *c = op->lp->c;
-  if (op->reply != NULL)
-    freeReplyObject(op->reply);
-  op->reply = NULL;
-  op->err = 0;
-  op->in_flight = 1;
-  int rc = dlock__conn_submit(c->route.conn, cmd, len, 0, on_answer, op);
-  if (rc != 0)
-    op->in_flight = 0;
-  return rc;
+  char *cmds[1] = {(char *)cmd};
+  op->wanted = 0;
+  op->wait_at = op->info_at = -1;
+  return send_all(op, 1, cmds, &len);
 }
 
-static int send_eval(dlock__aop *op, const dlock__eval *call, int with_body) {
-  char *cmd;
-  size_t len;
-  int rc = dlock__eval_format(call, with_body, &cmd, &len);
+/* "WAIT n timeout", formatted: its length, or -1. */
+static int format_wait(int n, int64_t timeout_ms, char **cmd) {
+  char nrep[DLOCK__DEC_MAX], tmo[DLOCK__DEC_MAX];
+  dlock__fmt_i64(nrep, n);
+  dlock__fmt_i64(tmo, timeout_ms);
+  const char *argv[] = {"WAIT", nrep, tmo};
+  return dlock__format_argv(cmd, 3, argv, NULL);
+}
+
+/* The replicas a synced write of 'call' waits for: as many as asked, or
+ * as counted (-1: not known yet, an INFO is to ride after it). */
+static int replicas_wanted(dlock_client_t *c, const dlock__eval *call) {
+  if (!c->sync.on)
+    return 0;
+  if (c->sync.fixed > 0)
+    return c->sync.fixed;
+  int n = -1;
+  if (dlock__route_replicas_known(&c->route, 1, call, &n) != 0)
+    n = -1;
+  return n;
+}
+
+static int send_eval(dlock__aop *op, const dlock__eval *call, int with_body,
+                     int synced) {
+  dlock_client_t *c = op->lp->c;
+  char *cmds[3];
+  size_t lens[3];
+  int n = 0, rc = dlock__eval_format(call, with_body, &cmds[0], &lens[0]);
   if (rc != 0)
     return rc;
-  rc = dlock__loop_send(op, cmd, len);
-  dlock__format_free(cmd);
+  n = 1;
+  op->wanted = synced ? replicas_wanted(c, call) : 0;
+  op->wait_at = op->info_at = -1;
+  const char *info[] = {"INFO", "replication"};
+  int len;
+  if (op->wanted > 0 &&
+      (len = format_wait(op->wanted, c->sync.timeout_ms, &cmds[n])) >= 0) {
+    lens[n] = (size_t)len;
+    op->wait_at = n++ - 1;
+  }
+  /* Counted for the first time, or again once a second. */
+  if (synced && c->sync.on && c->sync.fixed == 0 &&
+      (op->wanted < 0 || dlock__route_refresh(&c->route, 0) == 1) &&
+      (len = dlock__format_argv(&cmds[n], 2, info, NULL)) >= 0) {
+    lens[n] = (size_t)len;
+    op->info_at = n++ - 1;
+  }
+  if (op->wanted < 0 && op->info_at < 0)
+    op->wanted = 0; /* out of memory for the INFO: not synced */
+  rc = send_all(op, n, cmds, lens);
+  dlock__format_free(cmds[0]);
+  for (int i = 1; i < n; i++)
+    dlock__format_free(cmds[i]);
   return rc;
 }
 
 int dlock__loop_eval(dlock__aop *op, const dlock__eval *call) {
-  return send_eval(op, call, 0);
+  return send_eval(op, call, 0, 1);
+}
+
+int dlock__loop_eval_plain(dlock__aop *op, const dlock__eval *call) {
+  return send_eval(op, call, 0, 0);
 }
 
 static int is_noscript(const redisReply *r) {
@@ -141,25 +233,88 @@ static int is_noscript(const redisReply *r) {
          memcmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
+/* What the WAIT reply 'w' says of a write that waited for 'wanted'. */
+static void apply_wait(dlock__aop *op, const redisReply *w, dlock__synced *sy) {
+  dlock_client_t *c = op->lp->c;
+  if (op->wanted <= 0)
+    return;
+  sy->wanted = op->wanted;
+  sy->acked = w != NULL && w->type == REDIS_REPLY_INTEGER ? (int)w->integer : 0;
+  sy->ok = sy->acked >= sy->wanted;
+  /* A replica gone: counted again before the next write. */
+  if (!sy->ok && c->sync.fixed == 0)
+    dlock__route_forget_replicas(&c->route);
+}
+
 int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
-                            redisReply **reply) {
+                            redisReply **reply, dlock__synced *sy) {
+  dlock__synced ignored;
+  if (sy == NULL)
+    sy = &ignored;
+  memset(sy, 0, sizeof(*sy));
+  sy->ok = 1;
   *reply = NULL;
-  if (op->err != 0)
-    return dlock__fail(op->err, "%s", op->detail);
+  if (op->err != 0) {
+    int err = op->err;
+    if (op->kept != NULL)
+      freeReplyObject(op->kept);
+    op->kept = NULL;
+    drop_answers(op);
+    /* Perhaps another master after a reconnect: counted again. */
+    if (op->lp->c->sync.fixed == 0)
+      dlock__route_forget_replicas(&op->lp->c->route);
+    return dlock__fail(err, "%s", op->detail);
+  }
   redisReply *r = op->reply;
   op->reply = NULL;
+  if (op->kept != NULL) {
+    /* The WAIT sent once the replicas were counted. */
+    apply_wait(op, r, sy);
+    freeReplyObject(r);
+    *reply = op->kept;
+    op->kept = NULL;
+    return 0;
+  }
   if (is_noscript(r)) {
     /* Not loaded (a restart, SCRIPT FLUSH): sent again with its body,
-     * which loads it for the next EVALSHA. */
+     * which loads it for the next EVALSHA, with the same tail. */
     freeReplyObject(r);
-    int rc = send_eval(op, call, 1);
+    int rc = send_eval(op, call, 1, op->wait_at >= 0 || op->info_at >= 0);
     return rc != 0 ? rc : DLOCK__ACQ_INFLIGHT;
   }
   if (r != NULL && r->type == REDIS_REPLY_ERROR) {
     int rc = dlock__fail_reply_in(r->str, r->len, call->script->name);
     freeReplyObject(r);
+    drop_answers(op);
     return rc;
   }
+  int counted = -1;
+  if (op->info_at >= 0)
+    counted = dlock__route_take_info(&op->lp->c->route, op->tail[op->info_at]);
+  if (op->wanted < 0 && counted > 0) {
+    /* Counted only now: the WAIT goes after the write, on the same
+     * connection. */
+    char *cmd;
+    int len = format_wait(counted, op->lp->c->sync.timeout_ms, &cmd);
+    drop_answers(op);
+    if (len < 0) {
+      freeReplyObject(r);
+      return dlock__fail(DLOCK_ENOMEM, "out of memory formatting WAIT");
+    }
+    op->kept = r;
+    int rc = dlock__loop_send(op, cmd, (size_t)len);
+    dlock__format_free(cmd);
+    op->wanted = counted;
+    if (rc != 0) {
+      op->kept = NULL;
+      freeReplyObject(r);
+      return rc;
+    }
+    return DLOCK__ACQ_INFLIGHT;
+  }
+  if (op->wait_at >= 0)
+    apply_wait(op, op->tail[op->wait_at], sy);
+  drop_answers(op);
   *reply = r;
   return 0;
 }

@@ -19,6 +19,7 @@
 
 #include "engine.h"
 #include "loopsub.h"
+#include "replica.h"
 
 #include <hiredis/hiredis.h>
 
@@ -35,12 +36,23 @@ struct dlock__aop {
   void (*run)(dlock__aop *op);
   void (*cancel)(dlock__aop *op);
   int64_t at_us; /* ready at this time too (INT64_MAX: no timer) */
-  /* The answer to its request in flight ('in_flight' while none yet):
-   * 'reply' (owned) or 'err' with 'detail'. */
+  /* The answers to its requests in flight ('in_flight' counts those
+   * without one yet): the first's 'reply' and the others' 'tail' (owned),
+   * or the first failure's 'err' with 'detail'. */
   int in_flight;
+  int nanswered;
   redisReply *reply;
+  redisReply *tail[2];
   int err;
   char detail[256];
+  /* Replica sync of a script call in flight (dlock__loop_eval): the
+   * replicas waited for (-1: counted by an INFO riding after the call,
+   * the WAIT sent once it is read), where the WAIT's and the INFO's
+   * replies are in 'tail' (-1: not sent), and the script's reply kept
+   * while a WAIT sent after it is awaited. */
+  int wanted;
+  int wait_at, info_at;
+  redisReply *kept;
 };
 
 struct dlock__loop {
@@ -92,18 +104,25 @@ void dlock__loop_ready(dlock__aop *op);
 /* Sends one formatted command for 'op', whose answer makes it ready. 0,
  * or an error with nothing sent. */
 int dlock__loop_send(dlock__aop *op, const char *cmd, size_t len);
-/* The same for a script call: EVALSHA; the step that takes the answer
- * calls dlock__loop_eval_answer, which sends it again with its body on
- * NOSCRIPT. */
+/* The same for a script call that writes what must reach the replicas
+ * (an acquisition, a renewal): EVALSHA, and in the same pipeline the WAIT
+ * of replica sync (see dlock_options_t.replica_sync) and, once a second,
+ * the INFO replication that counts the replicas. The step that takes the
+ * answer calls dlock__loop_eval_answer, which sends the call again with
+ * its body on NOSCRIPT. */
 int dlock__loop_eval(dlock__aop *op, const dlock__eval *call);
+/* The same without replica sync (a release, a give-back). */
+int dlock__loop_eval_plain(dlock__aop *op, const dlock__eval *call);
 /*
- * The answer to 'op's script call 'call': 0 with '*reply' (the caller's),
- * DLOCK__ACQ_INFLIGHT when it was sent again with its body (NOSCRIPT: the
- * step runs again with that answer), or an error (an error reply as
+ * The answer to 'op's script call 'call': 0 with '*reply' (the caller's)
+ * and, when 'sy' is not NULL, whether the replicas acknowledged it;
+ * DLOCK__ACQ_INFLIGHT when something was sent again (the call with its
+ * body on NOSCRIPT, or the WAIT once the replicas were counted: the step
+ * runs again with that answer); or an error (an error reply as
  * dlock__eval_run says it, with the detail set).
  */
 int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
-                            redisReply **reply);
+                            redisReply **reply, dlock__synced *sy);
 
 /* Tells the application what to watch after a verb started an
  * operation outside dlock__loop_action. */
