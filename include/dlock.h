@@ -847,7 +847,8 @@ DLOCK_EXPORT void dlock_reply_free(dlock_reply_t *r);
  * Ready-made adapters: <dlock/adapters/libuv.h> and
  * <dlock/adapters/libevent.h>. The README has a plain epoll loop.
  *
- * An async client serves one server (redis://, rediss:// or unix://) and
+ * An async client serves one server (redis://, rediss://, unix://) or a
+ * Sentinel-managed master (redis-sentinel://), and
  * the single-lock kinds (reentrant, fair, read, write, spin), MultiLocks and
  * RedLocks whose parts are all on async clients (driven by one thread),
  * semaphores and latches; the blocking

@@ -97,10 +97,10 @@ TEST(async_and_blocking_verbs_refuse_the_other_client) {
   ASSERT_DLOCK_ERR(dlock_loop_action(bc, DLOCK_SOCKET_TIMEOUT, 0),
                    DLOCK_EINVAL);
   ASSERT_EQ(d.calls, 0);
-  /* No Sentinel or Cluster URL for an async client yet: said plainly. */
+  /* No Cluster URL for an async client yet: said plainly. */
   dlock_options_t o;
   dlock_options_init(&o);
-  o.url = "redis-sentinel://127.0.0.1:1/mymaster";
+  o.url = "redis-cluster://127.0.0.1:1";
   dlock_client_t *x = NULL;
   ASSERT_DLOCK_ERR(dlock_client_open_async(&o, &x), DLOCK_EINVAL);
   ASSERT_NULL(x);
@@ -894,4 +894,63 @@ TEST(async_acquisition_waits_for_the_replica) {
   tl_close(&t);
   rp_free(r);
   rp_free(m);
+}
+
+/* ---- Sentinel ----------------------------------------------------------- */
+
+#include "harness/sentinel_group.h"
+
+static int sentinel_node_has(sg_group_t *g, int i, const char *key) {
+  redisReply *r = rp_cmd(sg_node(g, i), "EXISTS %s", key);
+  int yes = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+  freeReplyObject(r);
+  return yes;
+}
+
+/* Through Sentinel: the loop finds the master, writes reach its replicas
+ * (replica sync) before the callback, and after SENTINEL FAILOVER the
+ * loop follows the new master (its watcher stepped by the loop): a waiter
+ * started before the failover gets the lock from the new master once the
+ * holder lets go. */
+TEST(async_sentinel_follows_a_failover) {
+  sg_group_t *g = NULL;
+  ASSERT_EQ(sg_start(NULL, &g), 0);
+  dlock_options_t o;
+  dlock_options_init(&o);
+  o.url = sg_url(g);
+  o.connect_timeout_ms = 1000;
+  o.command_timeout_ms = 2000;
+  o.watchdog_timeout_ms = 10000;
+  dlock_client_t *c = tl_client_opts(&o);
+  tl_loop t;
+  tl_init(&t, c);
+  dlock_t *l = lu_get(c, "async-sent");
+  tl_done a = {0}, w = {0}, u = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(l, 1, DLOCK_WATCHDOG, tl_done_cb, &a));
+  tl_run_until(&t, &a.calls, 30000);
+  ASSERT_DLOCK_OK(a.status);
+  for (int i = 0; i < sg_nnodes(g); i++)
+    ASSERT_EQ(sentinel_node_has(g, i, "async-sent"), 1);
+  ASSERT_DLOCK_OK(dlock_lock_async(l, 2, 10000, tl_done_cb, &w));
+  tl_run_for(&t, 200);
+  ASSERT_EQ(w.calls, 0);
+  /* The failover, with the loop turning meanwhile. */
+  int old = sg_master_index(g);
+  ASSERT_EQ(sg_failover(g, 30000) >= 0, 1);
+  int m = sg_master_index(g);
+  printf("async: master moved from node %d to node %d\n", old, m);
+  ASSERT_NE(m, old);
+  tl_run_for(&t, 2000);
+  ASSERT_EQ(w.calls, 0);
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, 1, tl_done_cb, &u));
+  tl_run_until(&t, &u.calls, 30000);
+  printf("unlock after the failover: %s\n", dlock_err_name(u.status));
+  ASSERT_DLOCK_OK(u.status);
+  tl_run_until(&t, &w.calls, 30000);
+  ASSERT_DLOCK_OK(w.status);
+  ASSERT_EQ(sentinel_node_has(g, m, "async-sent"), 1);
+  dlock_free(l);
+  dlock_client_close(c);
+  tl_close(&t);
+  sg_free(g);
 }

@@ -450,10 +450,10 @@ static int open_client(const dlock_options_t *o, dlock_client_t **out,
   dlock__route_init(&c->route, o->command_timeout_ms, o->on_warning,
                     o->on_warning_data);
   const char *url = o->url ? o->url : DEFAULT_URL;
-  if (async && (dlock__url_is_sentinel(url) || dlock__url_is_cluster(url)))
+  if (async && dlock__url_is_cluster(url))
     rc = dlock__fail(DLOCK_EINVAL,
-                     "an async client serves one server (redis://, rediss:// "
-                     "or unix://), not \"%.100s\"",
+                     "an async client serves one server or a Sentinel-managed "
+                     "master, not a cluster (\"%.100s\")",
                      url);
   if (rc == 0 && (c->url = dlock__strdup(url)) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
@@ -492,7 +492,8 @@ static int open_client(const dlock_options_t *o, dlock_client_t **out,
     rc = dlock__settler_new(c, dlock__undo, &c->settle);
   if (async) {
     if (rc == 0)
-      rc = dlock__loop_new(c, &c->loop);
+      rc = dlock__loop_new(c, route->sentinel != NULL ? &c->locator : NULL,
+                           &c->loop);
     if (rc != 0) {
       destroy(c);
       return rc;

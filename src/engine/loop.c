@@ -15,15 +15,19 @@
 #include <stdio.h>
 #include <string.h>
 
-int dlock__loop_new(dlock_client_t *c, dlock__loop **out) {
+int dlock__loop_new(dlock_client_t *c, const dlock__locator *locator,
+                    dlock__loop **out) {
   dlock__loop *lp = dlock__calloc(1, sizeof(*lp));
   if (lp == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   lp->c = c;
-  lp->fd[0] = lp->fd[1] = -1;
+  lp->fd[0] = lp->fd[1] = lp->fd[2] = -1;
+  /* The watcher's first step is due at once (it asks for nothing where
+   * there is nothing to watch). */
+  lp->watch = (dlock__watch_io){-1, 0, 0};
   lp->timer_at = INT64_MAX;
   lp->renew_at = INT64_MAX;
-  int rc = dlock__lsub_new(&c->ep, c->tls, c->opt.connect_timeout_ms,
+  int rc = dlock__lsub_new(&c->ep, c->tls, locator, c->opt.connect_timeout_ms,
                            c->opt.command_timeout_ms, &lp->sub);
   if (rc != 0) {
     dlock__free(lp);
@@ -372,6 +376,12 @@ static void update_watch(dlock__loop *lp) {
   set_watch(lp, 1, fd, poll_to_what(events), socket);
   if (until < at)
     at = until;
+  /* The watcher may open another connection at any step: its descriptor
+   * is registered again after each. */
+  set_watch(lp, 2, lp->watch.fd, poll_to_what(lp->watch.events),
+            lp->watch_steps);
+  if (lp->watch.until_us < at)
+    at = lp->watch.until_us;
   if (at == lp->timer_at)
     return;
   lp->timer_at = at;
@@ -421,7 +431,6 @@ static void run_ready(dlock__loop *lp) {
 }
 
 void dlock__loop_action(dlock__loop *lp, int fd, int events) {
-  (void)events;
   /* The application's timer ran out and is gone: it is told the next
    * one whatever it is, also when its clock ran a little ahead of ours. */
   if (fd == DLOCK_SOCKET_TIMEOUT)
@@ -433,6 +442,14 @@ void dlock__loop_action(dlock__loop *lp, int fd, int events) {
   lp->dispatching = 1;
   /* Both connections are serviced whatever the descriptor: servicing
    * one that has nothing to do costs a look at its state only. */
+  if ((fd >= 0 && fd == lp->fd[2]) || dlock__now_us() >= lp->watch.until_us) {
+    short revents = fd >= 0 && fd == lp->fd[2]
+                        ? (short)(((events & DLOCK_POLL_IN) ? POLLIN : 0) |
+                                  ((events & DLOCK_POLL_OUT) ? POLLOUT : 0))
+                        : 0;
+    dlock__route_watch_step(&lp->c->route, revents, &lp->watch);
+    lp->watch_steps++;
+  }
   dlock__conn_service(lp->c->route.conn);
   dlock__lsub_service(lp->sub);
   ready_timers(lp);
@@ -458,6 +475,7 @@ void dlock__loop_cancel_all(dlock__loop *lp) {
   if (lp->attached) {
     set_watch(lp, 0, -1, 0, lp->socket[0]);
     set_watch(lp, 1, -1, 0, lp->socket[1]);
+    set_watch(lp, 2, -1, 0, lp->socket[2]);
     if (lp->timer_at != INT64_MAX)
       lp->on_timer(lp->c, -1, lp->data);
     lp->timer_at = INT64_MAX;
@@ -480,6 +498,7 @@ void dlock__loop_free(dlock__loop *lp) {
   /* Last: whatever the loop keeps for the client can go. */
   if (lp->attached)
     lp->on_socket(lp->c, -1, DLOCK_POLL_REMOVE, lp->data);
+  dlock__route_watch_end(&lp->c->route);
   dlock__lsub_free(lp->sub);
   dlock__free(lp);
 }

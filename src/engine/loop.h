@@ -64,9 +64,13 @@ struct dlock__loop {
   int attached;
   /* What the application watches now: the command connection's
    * descriptor and the pub/sub one's, and the timer it was given. */
-  int fd[2];
-  int what[2];
-  unsigned socket[2];
+  /* The command connection's, the pub/sub one's and the Sentinel
+   * watcher's. */
+  int fd[3];
+  int what[3];
+  unsigned socket[3];
+  dlock__watch_io watch; /* what the watcher waits for */
+  unsigned watch_steps;
   int64_t timer_at;
   dlock__aop *ops; /* in progress, newest first */
   size_t nops;
@@ -78,8 +82,10 @@ struct dlock__loop {
   int renewing;        /* renewals of the round in flight */
 };
 
-/* Makes the loop of async client 'c'. */
-int dlock__loop_new(dlock_client_t *c, dlock__loop **out);
+/* Makes the loop of async client 'c', whose pub/sub connection finds its
+ * server through 'locator' (Sentinel; else NULL: the client's endpoint). */
+int dlock__loop_new(dlock_client_t *c, const dlock__locator *locator,
+                    dlock__loop **out);
 
 /* Ends every operation with DLOCK_ECANCELED, giving back what was got and
  * not reported (this may wait for answers in flight, a command timeout at

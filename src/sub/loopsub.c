@@ -35,6 +35,8 @@ typedef struct dlock__lchan {
 struct dlock__lsub {
   const dlock__endpoint *ep;
   const dlock__tls *tls;
+  const dlock__locator *locator;
+  unsigned gen; /* the locator's generation the connection was made in */
   int64_t connect_ms, command_ms;
   dlock__stream *ctx;
   int64_t retry_at_us, backoff_us;
@@ -45,13 +47,14 @@ struct dlock__lsub {
 };
 
 int dlock__lsub_new(const dlock__endpoint *ep, const dlock__tls *tls,
-                    int64_t connect_timeout_ms, int64_t command_timeout_ms,
-                    dlock__lsub **out) {
+                    const dlock__locator *locator, int64_t connect_timeout_ms,
+                    int64_t command_timeout_ms, dlock__lsub **out) {
   dlock__lsub *s = dlock__calloc(1, sizeof(*s));
   if (s == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory for pub/sub");
   s->ep = ep;
   s->tls = tls;
+  s->locator = locator;
   s->connect_ms = connect_timeout_ms;
   s->command_ms = command_timeout_ms;
   *out = s;
@@ -165,16 +168,32 @@ static int wanted(const dlock__lsub *s) {
   return 0;
 }
 
+static void on_ready(dlock__lsub *s);
+
 static void connect_if_due(dlock__lsub *s) {
+  /* The master moved (Sentinel): its messages come from the next one. */
+  if (s->ctx != NULL && s->locator != NULL &&
+      s->gen != s->locator->gen(s->locator->ctx))
+    disconnect(s);
   if (s->ctx != NULL || !wanted(s) || dlock__now_us() < s->retry_at_us)
     return;
-  if (dlock__stream_start_at(s->ep, s->tls, NULL, s->connect_ms, s->command_ms,
-                             &s->ctx) != 0) {
+  int rc;
+  if (s->locator != NULL)
+    rc = s->locator->open(s->locator->ctx,
+                          dlock__deadline_ms(s->connect_ms + s->command_ms),
+                          NULL, &s->ctx, &s->gen);
+  else
+    rc = dlock__stream_start_at(s->ep, s->tls, NULL, s->connect_ms,
+                                s->command_ms, &s->ctx);
+  if (rc != 0) {
     s->ctx = NULL;
     disconnect(s);
     return;
   }
   s->sockets++;
+  /* A located stream comes past its handshake. */
+  if (dlock__stream_ready(s->ctx))
+    on_ready(s);
 }
 
 /* The handshake is done: every channel that is wanted is subscribed. */

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "link/locator.h"
 #include "net/net.h"
 #include "pubsub.h"
 #include "url.h"
@@ -47,10 +48,14 @@ typedef struct dlock__lwaiter {
 } dlock__lwaiter;
 
 /* A connection to 'ep' ('tls' for rediss://, else NULL; both must outlive
- * it). Nothing is connected until the first join. */
+ * it), or, with 'locator' (else NULL; not copied), to the master it finds
+ * (Sentinel), followed to the next one when its generation moves on.
+ * Nothing is connected until the first join. A locator's lookup is made
+ * inside the service, and waits for the Sentinels (within the connect and
+ * command timeouts). */
 int dlock__lsub_new(const dlock__endpoint *ep, const dlock__tls *tls,
-                    int64_t connect_timeout_ms, int64_t command_timeout_ms,
-                    dlock__lsub **out);
+                    const dlock__locator *locator, int64_t connect_timeout_ms,
+                    int64_t command_timeout_ms, dlock__lsub **out);
 
 /* Closes it; every waiter must have left. NULL is ignored. */
 void dlock__lsub_free(dlock__lsub *s);

@@ -380,3 +380,19 @@ void dlock__route_describe(dlock__route *r, const dlock__endpoint *ep,
   else
     dlock__endpoint_describe(ep, buf, n);
 }
+
+/* ---- the master's moves ------------------------------------------------- */
+
+void dlock__route_watch_step(dlock__route *r, short revents,
+                             dlock__watch_io *next) {
+  if (r->sentinel == NULL) {
+    *next = (dlock__watch_io){-1, 0, INT64_MAX};
+    return;
+  }
+  dlock__sentinel_watch_step(r->sentinel, revents, next);
+}
+
+void dlock__route_watch_end(dlock__route *r) {
+  if (r->sentinel != NULL)
+    dlock__sentinel_watch_end(r->sentinel);
+}

@@ -221,4 +221,16 @@ int dlock__route_forget(dlock__route *r);
 void dlock__route_describe(dlock__route *r, const dlock__endpoint *ep,
                            char *buf, size_t n);
 
+/*
+ * The watcher of the master's moves (Sentinel's +switch-master), for an
+ * event loop to step as a thread would (engine/watcher.c): one step with
+ * what came on the descriptor it last asked for ('revents', 0 when its
+ * time came), filling what it waits for next. A deployment with nothing
+ * to watch asks for nothing (fd -1, no time); dlock__route_watch_end
+ * closes what the steps opened.
+ */
+void dlock__route_watch_step(dlock__route *r, short revents,
+                             dlock__watch_io *next);
+void dlock__route_watch_end(dlock__route *r);
+
 #endif
