@@ -436,7 +436,7 @@ class Bench:
         cp = open(os.path.join(REDISSON_DIR, "target", "classpath.txt")).read().strip()
         cp = os.path.join(REDISSON_DIR, "target", "classes") + os.pathsep + cp
         return ["java", "-cp", cp, "RedissonBench", "--port", str(self.main.port),
-                "--warmup", "0.5" if self.quick else "3"]
+                "--warmup", "1" if self.quick else "3"]
 
     # ---- the raw limit ----------------------------------------------------
 
