@@ -48,6 +48,27 @@ static void shards_reply(char *buf, size_t n, int first_slots, int x_port,
            first_slots ? "*2\r\n:0\r\n:5460\r\n" : "*0\r\n", nx, nb, na);
 }
 
+/* A CLUSTER SLOTS reply: slots 0-5460 served by 'first', the rest by 'a'. */
+static void slots_reply(char *buf, size_t n, int first, int a) {
+  snprintf(buf, n,
+           "*2\r\n"
+           "*3\r\n:0\r\n:5460\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n"
+           "*3\r\n:5461\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
+           first, a);
+}
+
+/* A cluster whose only seed is the node on 'port', its map read once. */
+static dlock__cluster *open_cluster(int port) {
+  char url[128];
+  snprintf(url, sizeof(url), "redis-cluster://127.0.0.1:%d", port);
+  dlock__cluster_url u;
+  ASSERT_DLOCK_OK(dlock__url_parse_cluster(url, &u));
+  dlock__cluster *cl = NULL;
+  ASSERT_DLOCK_OK(dlock__cluster_new(&u, NULL, 5000, 5000, &cl));
+  ASSERT_DLOCK_OK(dlock__cluster_refresh(cl, 0));
+  return cl;
+}
+
 static int owner_port(dlock__cluster *cl, int slot) {
   int rc = 0;
   int idx = dlock__cluster_owner(cl, slot, &rc);
@@ -74,13 +95,7 @@ TEST(cluster_map_after_failover_with_slotless_shard) {
                pa);
   fs_set(a, "CLUSTER SHARDS", &(fs_action_t){.reply = shards});
 
-  char url[128];
-  snprintf(url, sizeof(url), "redis-cluster://127.0.0.1:%d", pa);
-  dlock__cluster_url u;
-  ASSERT_DLOCK_OK(dlock__url_parse_cluster(url, &u));
-  dlock__cluster *cl = NULL;
-  ASSERT_DLOCK_OK(dlock__cluster_new(&u, NULL, 5000, 5000, &cl));
-  ASSERT_DLOCK_OK(dlock__cluster_refresh(cl, 0));
+  dlock__cluster *cl = open_cluster(pa);
   ASSERT_EQ(owner_port(cl, 0), px);
   ASSERT_EQ(owner_port(cl, 5460), px);
   ASSERT_EQ(owner_port(cl, 5461), pa);
@@ -91,11 +106,7 @@ TEST(cluster_map_after_failover_with_slotless_shard) {
   shards_reply(shards, sizeof(shards), 0, px, "master", "fail", pb, "master",
                pa);
   char slots[512];
-  snprintf(slots, sizeof(slots),
-           "*2\r\n"
-           "*3\r\n:0\r\n:5460\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n"
-           "*3\r\n:5461\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
-           pb, pa);
+  slots_reply(slots, sizeof(slots), pb, pa);
   fs_set(a, "CLUSTER SHARDS", &(fs_action_t){.reply = shards});
   fs_set(a, "CLUSTER SLOTS", &(fs_action_t){.reply = slots});
   ASSERT_DLOCK_OK(dlock__cluster_refresh(cl, 0));
@@ -124,21 +135,11 @@ TEST(cluster_map_keeps_a_failed_master_until_replaced) {
   shards_reply(shards, sizeof(shards), 1, px, "master", "fail", pb, "replica",
                pa);
   char slots[512];
-  snprintf(slots, sizeof(slots),
-           "*2\r\n"
-           "*3\r\n:0\r\n:5460\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n"
-           "*3\r\n:5461\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
-           px, pa);
+  slots_reply(slots, sizeof(slots), px, pa);
   fs_set(a, "CLUSTER SHARDS", &(fs_action_t){.reply = shards});
   fs_set(a, "CLUSTER SLOTS", &(fs_action_t){.reply = slots});
 
-  char url[128];
-  snprintf(url, sizeof(url), "redis-cluster://127.0.0.1:%d", pa);
-  dlock__cluster_url u;
-  ASSERT_DLOCK_OK(dlock__url_parse_cluster(url, &u));
-  dlock__cluster *cl = NULL;
-  ASSERT_DLOCK_OK(dlock__cluster_new(&u, NULL, 5000, 5000, &cl));
-  ASSERT_DLOCK_OK(dlock__cluster_refresh(cl, 0));
+  dlock__cluster *cl = open_cluster(pa);
   ASSERT_EQ(owner_port(cl, 0), px);
   ASSERT_EQ(owner_port(cl, 16383), pa);
 

@@ -215,23 +215,31 @@ public final class RedissonBench {
     return 0;
   }
 
-  static void loopWorker(RedissonClient r, int i, int k, Result res, long end)
-      throws InterruptedException {
-    String n = distinct ? name + ":" + k + ":" + i : name;
-    RLock lock = lockOf(r, n);
-    long count = 0;
+  // What a worker of the loop and semaphore workloads does: take, work
+  // (the number returned is the holders seen, 0 when not counted), give
+  // back.
+  interface Hold {
+    boolean take() throws InterruptedException;
+
+    long work();
+
+    void give();
+  }
+
+  // Takes and gives back 'h' until 'end', recording each acquisition.
+  static void loop(Hold h, int i, Result res, long end) throws InterruptedException {
+    long count = 0, total = 0, most = 0;
     List<Long> pair = new ArrayList<>(), wait = new ArrayList<>();
-    long total = 0;
     for (long t = System.nanoTime(); t < end; ) {
-      if (!lock.tryLock(30, TimeUnit.SECONDS)) {
+      if (!h.take()) {
         synchronized (res) {
           res.errors++;
         }
         break;
       }
       long got = System.nanoTime();
-      if (work) critical(r);
-      lock.unlock();
+      most = Math.max(most, h.work());
+      h.give();
       long done = System.nanoTime();
       wait.add(got - t);
       pair.add(done - t);
@@ -242,9 +250,33 @@ public final class RedissonBench {
     synchronized (res) {
       res.acq[i] = count;
       res.total += total;
+      res.maxHolders = Math.max(res.maxHolders, most);
       res.pair.addAll(pair);
       res.wait.addAll(wait);
     }
+  }
+
+  static void loopWorker(RedissonClient r, int i, int k, Result res, long end)
+      throws InterruptedException {
+    RLock lock = lockOf(r, distinct ? name + ":" + k + ":" + i : name);
+    loop(
+        new Hold() {
+          public boolean take() throws InterruptedException {
+            return lock.tryLock(30, TimeUnit.SECONDS);
+          }
+
+          public long work() {
+            if (work) critical(r);
+            return 0;
+          }
+
+          public void give() {
+            lock.unlock();
+          }
+        },
+        i,
+        res,
+        end);
   }
 
   static void herdWorker(RedissonClient r, int i, Result res, CountDownLatch lined)
@@ -278,35 +310,26 @@ public final class RedissonBench {
       throws InterruptedException {
     RSemaphore sem = r.getSemaphore(name);
     org.redisson.api.RAtomicLong holders = r.getAtomicLong(HOLDERS);
-    long count = 0, total = 0, most = 0;
-    List<Long> pair = new ArrayList<>(), wait = new ArrayList<>();
-    for (long t = System.nanoTime(); t < end; ) {
-      if (!sem.tryAcquire(30, TimeUnit.SECONDS)) {
-        synchronized (res) {
-          res.errors++;
-        }
-        break;
-      }
-      long got = System.nanoTime();
-      if (work) {
-        most = Math.max(most, holders.incrementAndGet());
-        holders.decrementAndGet();
-      }
-      sem.release();
-      long done = System.nanoTime();
-      wait.add(got - t);
-      pair.add(done - t);
-      total++;
-      if (done <= end) count++;
-      t = done;
-    }
-    synchronized (res) {
-      res.acq[i] = count;
-      res.total += total;
-      res.maxHolders = Math.max(res.maxHolders, most);
-      res.pair.addAll(pair);
-      res.wait.addAll(wait);
-    }
+    loop(
+        new Hold() {
+          public boolean take() throws InterruptedException {
+            return sem.tryAcquire(30, TimeUnit.SECONDS);
+          }
+
+          public long work() {
+            if (!work) return 0;
+            long n = holders.incrementAndGet();
+            holders.decrementAndGet();
+            return n;
+          }
+
+          public void give() {
+            sem.release();
+          }
+        },
+        i,
+        res,
+        end);
   }
 
   static void writeLongs(Path p, List<Long> xs) throws IOException {
