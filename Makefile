@@ -15,8 +15,10 @@
 #   make bench      build and run the benchmarks (bench/run.sh)
 #   make bench-quick  every benchmark workload briefly, as a smoke test of
 #                   the benchmark and its peers; like make bench it needs
-#                   nodejs, npm (and the npm registry), gnuplot and
-#                   python3-redis, which bench/setup.sh installs
+#                   nodejs, npm (and the npm registry), gnuplot,
+#                   python3-redis, Java 17 and Maven (and Maven Central), and
+#                   go (and the Go module proxy), which bench/setup.sh
+#                   installs or checks
 #   make chaos      the long fault-injection run, several minutes (not in CI)
 #   make soak       SOAK_SECONDS (600) of mixed load and faults on every lock
 #                   kind, watching memory and descriptors (not in CI)

@@ -51,6 +51,15 @@ SEM_PEER_BASES = ("redis-semaphore",)
 SEM_PEERS_ALL = [p + s for p in SEM_PEER_BASES for s in ("", "-tuned")]
 SEM_DLOCKS = ["dlock-sem", "dlock-psem"]
 SEM_WORKLOADS = ("sem-solo", "sem-threads", "sem-contended")
+# Redisson (Java, bench/peers/redisson, built by bench/setup.sh with Maven)
+# and go-redsync (Go, bench/peers/redsync): each with its defaults, never
+# tuned. Redisson runs its reentrant lock (RLock), its fair lock
+# (RFairLock) and its semaphore (RSemaphore); redsync has a mutex only.
+REDISSON_DIR = os.path.join(PEERS, "redisson")
+REDSYNC_BIN = os.path.join(PEERS, "redsync", "redsync-bench")
+JAVA_LOCKS = ["redisson", "redisson-fair"]
+GO_LOCKS = ["redsync"]
+SEM_JAVA = ["redisson-sem"]
 # Retry delays tried when tuning a peer, longest first (ms).
 SWEEP_MS = [100, 50, 20, 10, 5, 2, 1]
 # Tuning stops short of this: the Redis server busy more than half the time
@@ -81,6 +90,10 @@ LABELS = {
     "dlock-psem": "dlock expirable-permit semaphore",
     "redis-semaphore": "redis-semaphore 5.8.0 Semaphore",
     "redis-semaphore-tuned": "redis-semaphore 5.8.0 Semaphore tuned",
+    "redisson": "Redisson 4.7.0 RLock",
+    "redisson-fair": "Redisson 4.7.0 RFairLock",
+    "redisson-sem": "Redisson 4.7.0 RSemaphore",
+    "redsync": "go-redsync 4.18.1 Mutex",
     "dlock-sync": "dlock, 1 replica, replica sync on",
     "dlock-nosync": "dlock, 1 replica, replica sync off",
     "raw-tls": "raw limit over TLS (redis-benchmark --tls)",
@@ -366,6 +379,8 @@ class Bench:
         if contender in SEM_DLOCKS:
             kind = "psem" if contender == "dlock-psem" else "sem"
             return [self.bin["bench_sem"], "--url", self.main.url, "--kind", kind] + common
+        if contender in SEM_JAVA:
+            return self.redisson_argv() + ["--mode", "sem"] + common
         base = contender.replace("-tuned", "")
         argv = ["node", os.path.join(PEERS, "semaphore_bench.js"), "--port", str(self.main.port)] + common
         return argv + (["--retry-delay", str(self.tuned[base])] if contender.endswith("-tuned") else [])
@@ -402,6 +417,10 @@ class Bench:
             # One process per --procs, each one thread running a loop with
             # its workers as operations in flight.
             return [self.bin["bench_async"], "--url", self.main.url] + common
+        if contender in JAVA_LOCKS or contender in GO_LOCKS:
+            argv = self.redisson_argv() if contender in JAVA_LOCKS else [REDSYNC_BIN, "--port", str(self.main.port)]
+            argv += common + (["--mode", mode] if mode == "handoff" else [])
+            return argv + (["--fair"] if contender == "redisson-fair" else [])
         if contender in DLOCKS:
             prog = self.bin["bench_handoff" if mode == "handoff" else "bench_lock"]
             return [prog, "--url", self.main.url] + common + (["--fair"] if contender == "dlock-fair" else [])
@@ -414,6 +433,15 @@ class Bench:
         argv = [PYTHON, os.path.join(PEERS, "redispy_bench.py"), "--port", str(self.main.port)] + common
         argv += ["--mode", mode] if mode == "handoff" else []
         return argv + (["--sleep", str(self.tuned[base] / 1000)] if tuned else [])
+
+    def redisson_argv(self):
+        """java running RedissonBench against the main server, after a
+        warm-up of its own in each JVM (the JIT compiles the workload's
+        calls before anything is counted)."""
+        cp = open(os.path.join(REDISSON_DIR, "target", "classpath.txt")).read().strip()
+        cp = os.path.join(REDISSON_DIR, "target", "classes") + os.pathsep + cp
+        return ["java", "-cp", cp, "RedissonBench", "--port", str(self.main.port),
+                "--warmup", "1" if self.quick else "3"]
 
     # ---- the raw limit ----------------------------------------------------
 
@@ -506,15 +534,16 @@ class Bench:
         return [
             {"name": "solo", "mode": "loop", "procs": 1, "threads": 1,
              "raw": [(1, 1, "raw"), (1, 16, "raw-pipelined")],
-             "contenders": ["dlock", "dlock-async", "dlock-interleaved", "raw-pairs"] + PEERS_ALL},
+             "contenders": ["dlock", "dlock-async", "dlock-interleaved", "raw-pairs"] + PEERS_ALL + ["redisson"] + GO_LOCKS},
             {"name": "spread", "mode": "loop", "procs": 1, "threads": 16, "distinct": True,
              "raw": [(16, 1, "raw"), (16, 16, "raw-pipelined")],
-             "contenders": ["dlock", "dlock-async", "raw-pairs", "raw-loop"] + PEERS_ALL},
+             "contenders": ["dlock", "dlock-async", "raw-pairs", "raw-loop"] + PEERS_ALL + ["redisson"] + GO_LOCKS},
             {"name": "contended", "mode": "loop", "procs": 4, "threads": 4, "work": True,
-             "raw": [], "contenders": DLOCKS + ["dlock-async"] + PEERS_ALL},
-            {"name": "handoff", "mode": "handoff", "raw": [], "contenders": DLOCKS + PEERS_ALL},
+             "raw": [], "contenders": DLOCKS + ["dlock-async"] + PEERS_ALL + JAVA_LOCKS + GO_LOCKS},
+            {"name": "handoff", "mode": "handoff", "raw": [],
+             "contenders": DLOCKS + PEERS_ALL + JAVA_LOCKS + GO_LOCKS},
             {"name": "herd", "mode": "herd", "procs": herd_procs, "threads": herd_threads,
-             "timeout": 30 if q else 120, "raw": [], "contenders": DLOCKS + PEERS_ALL,
+             "timeout": 30 if q else 120, "raw": [], "contenders": DLOCKS + PEERS_ALL + JAVA_LOCKS + GO_LOCKS,
              # A round takes a minute (the slowest pollers): three are enough.
              "rounds": min(self.rounds, 3)},
             # Semaphores: one permit per acquisition. The first two never
@@ -522,11 +551,11 @@ class Bench:
             # 4 permits, each hold counting the holders (INCR on entry,
             # DECR on exit), which must never exceed 4.
             {"name": "sem-solo", "mode": "sem", "procs": 1, "threads": 1, "permits": 4,
-             "raw": [], "contenders": SEM_DLOCKS + SEM_PEERS_ALL},
+             "raw": [], "contenders": SEM_DLOCKS + SEM_PEERS_ALL + SEM_JAVA},
             {"name": "sem-threads", "mode": "sem", "procs": 1, "threads": 16, "permits": 16,
-             "raw": [], "contenders": SEM_DLOCKS + SEM_PEERS_ALL},
+             "raw": [], "contenders": SEM_DLOCKS + SEM_PEERS_ALL + SEM_JAVA},
             {"name": "sem-contended", "mode": "sem", "procs": 4, "threads": 4, "permits": 4, "work": True,
-             "raw": [], "contenders": SEM_DLOCKS + SEM_PEERS_ALL},
+             "raw": [], "contenders": SEM_DLOCKS + SEM_PEERS_ALL + SEM_JAVA},
         ]
 
     def timeout_for(self, w):
@@ -602,7 +631,20 @@ class Bench:
             progress.step(f"watchdog, round {r + 1}/{self.rounds}: {locks} locks")
             runs.append(self.run([self.bin["bench_watchdog"], "--url", self.main.url, "--locks",
                                   str(locks), "--rounds", str(rounds)], 600, "watchdog"))
-        self.results["watchdog"] = {"dlock": {"rounds": runs, "median": median_round(runs, "round_p50")}}
+        # Redisson renews on its own timer, with its default watchdog
+        # timeout (30 s: a round every 10 s); a few of its rounds are watched.
+        # It holds 2 000 locks: its renewals send about a thousand commands
+        # per lock and round at that count (more per lock with more locks),
+        # and at 10 000 the server cannot keep up and locks expire.
+        jlocks = 2000
+        jruns = []
+        for r in range(self.rounds):
+            progress.step(f"watchdog, round {r + 1}/{self.rounds}: Redisson, {jlocks} locks")
+            jruns.append(self.run(self.redisson_argv() + ["--mode", "watchdog", "--locks", str(jlocks),
+                                                          "--rounds", "1" if self.quick else "3"],
+                                  600, "watchdog/redisson"))
+        self.results["watchdog"] = {"dlock": {"rounds": runs, "median": median_round(runs, "round_p50")},
+                                    "redisson": {"rounds": jruns, "median": median_round(jruns, "round_p50")}}
 
     def redlock(self, progress):
         extra = [self.server(f"node{i}") for i in range(1, 5)]
@@ -994,7 +1036,7 @@ class Bench:
         ws = [w for w in self.workloads() if only is None or w["name"] in only]
         steps = sum(w.get("rounds", self.rounds) * (len(w["contenders"]) + len(w["raw"])) for w in ws)
         steps += self.rounds * sum(only is None or n in only
-                                   for n in ("watchdog", "redlock", "failover", "cluster-failover"))
+                                   for n in ("watchdog", "watchdog", "redlock", "failover", "cluster-failover"))
         steps += len(CLUSTER_CONTENDERS) * self.rounds * (only is None or "cluster" in only)
         steps += 2 * self.rounds * (only is None or "replsync" in only)
         steps += 2 * self.rounds * (only is None or "tls" in only)
@@ -1131,8 +1173,8 @@ def print_row(row):
 def table_rows(workload, res, results):
     """The table rows of one workload: the median round of each contender."""
     rows = []
-    order = [c for c in ["raw", "raw-pipelined", "raw-pairs", "raw-loop", "dlock-interleaved"] + DLOCKS + ["dlock-async"] + PEERS_ALL + SEM_DLOCKS
-             + SEM_PEERS_ALL + ["dlock-sync", "dlock-nosync", "raw-tls", "dlock-tls"] + CLUSTER_CONTENDERS
+    order = [c for c in ["raw", "raw-pipelined", "raw-pairs", "raw-loop", "dlock-interleaved"] + DLOCKS + ["dlock-async"] + PEERS_ALL
+             + JAVA_LOCKS + GO_LOCKS + SEM_DLOCKS + SEM_PEERS_ALL + SEM_JAVA + ["dlock-sync", "dlock-nosync", "raw-tls", "dlock-tls"] + CLUSTER_CONTENDERS
              if c in res]
     for c in order:
         m = res[c]["median"]
@@ -1207,6 +1249,13 @@ def table_rows(workload, res, results):
             rows.append([workload, label, f"{fmt(m['acq'])} in {m['seconds']:.2f} s", us(m["wait_p50"]),
                          us(m["wait_p99"]), fmt(per(m.get("cmds"), m.get("acq")), 1), "-", cpu,
                          f"{fmt(m['rate'])} served/s; counter {m.get('counter')}; wait shown"])
+        elif workload == "watchdog" and c == "redisson":
+            rows.append([workload, label, f"{fmt(m['locks'])} locks", f"{m['round_p50']:.1f} ms",
+                         f"{m['round_max']:.1f} ms", fmt(m["cmds"]), "-", cpu,
+                         f"per renewal round, over {fmt(m['rounds'])} round(s) of its own timer (watchdog "
+                         f"timeout 30 s, its default); the round's length is the spread of the locks' TTLs read at one "
+                         f"instant (smallest / largest of {fmt(m['rounds'])} readings); "
+                         f"{fmt(m['cmds_all'])} commands with the scripts' own"])
         elif workload == "watchdog":
             rows.append([workload, label, f"{fmt(m['locks'])} locks", f"{m['round_p50']:.1f} ms",
                          f"{m['round_max']:.1f} ms", fmt(m["cmds"]), "-", cpu,
@@ -1350,6 +1399,32 @@ def evaluate_targets(results):
     ratio_target("contended >= 1.0 x best peer", "contended", "dlock", PEERS_ALL, 1.0, "acquisitions/s")
     ratio_target("contended, fair lock >= 1.0 x best peer", "contended", "dlock-fair", PEERS_ALL, 1.0,
                  "acquisitions/s")
+    # Against Redisson, the system dlock reimplements, with its defaults in
+    # the same run: throughput, latency and commands per acquisition.
+    for wl, a, b, unit in (("solo", "dlock", "redisson", "pairs/s"), ("spread", "dlock", "redisson", "pairs/s"),
+                           ("contended", "dlock", "redisson", "acquisitions/s"),
+                           ("contended", "dlock-fair", "redisson-fair", "acquisitions/s"),
+                           ("sem-contended", "dlock-sem", "redisson-sem", "acquisitions/s")):
+        ratio_target(f"{wl}, {LABELS[a]} >= 1.0 x {LABELS[b]}", wl, a, [b], 1.0, unit)
+    for wl, a, b, key in (("solo", "dlock", "redisson", "pair_p50"), ("spread", "dlock", "redisson", "pair_p50"),
+                          ("contended", "dlock", "redisson", "wait_p50"),
+                          ("contended", "dlock-fair", "redisson-fair", "wait_p50"),
+                          ("handoff", "dlock", "redisson", "p50"),
+                          ("handoff", "dlock-fair", "redisson-fair", "p50"),
+                          ("herd", "dlock", "redisson", "seconds"),
+                          ("herd", "dlock-fair", "redisson-fair", "seconds"),
+                          ("sem-contended", "dlock-sem", "redisson-sem", "wait_p50")):
+        x, y = m(wl, a).get(key), m(wl, b).get(key)
+        target(f"{wl}, {LABELS[a]}: {key} <= {LABELS[b]}'s", per(x, y), 1.0, False,
+               f"{fmt(per(x, y), 2)} = {fmt(x)} / {fmt(y)} ({'s' if key == 'seconds' else 'us'}, median rounds)")
+    for wl, a, b in (("solo", "dlock", "redisson"), ("spread", "dlock", "redisson"),
+                     ("contended", "dlock", "redisson"), ("contended", "dlock-fair", "redisson-fair"),
+                     ("sem-contended", "dlock-sem", "redisson-sem")):
+        x, y = per(m(wl, a).get("cmds"), m(wl, a).get("acq")), per(m(wl, b).get("cmds"), m(wl, b).get("acq"))
+        target(f"{wl}, {LABELS[a]}: commands per acquisition <= {LABELS[b]}'s", per(x, y), 1.0, False,
+               f"{fmt(x, 2)} / {fmt(y, 2)} sent per acquisition")
+    x = m("herd", "dlock-fair").get("seconds")
+    target("herd, fair lock: every waiter served in <= 0.5 s", x, 0.5, False, f"{fmt(x, 2)} s")
     # CPU per lock+unlock pair, the server's and the clients', against the
     # cheapest node-redlock-like peer in the same workload.
     for wl in ("solo", "spread"):
@@ -1386,6 +1461,10 @@ def evaluate_targets(results):
            f"{fmt(wd.get('round_p50'), 1)} ms (p50; max {fmt(wd.get('round_max'), 1)} ms)")
     target(f"renewal of {locks} locks <= 100 commands per round", wd.get("cmds"), 100.0, False,
            f"{fmt(wd.get('cmds'))} sent per round")
+    jwd = m("watchdog", "redisson")
+    x, y = per(wd.get("cmds"), wd.get("locks")), per(jwd.get("cmds"), jwd.get("locks"))
+    target("renewal: commands per lock and round <= Redisson's", per(x, y), 1.0, False,
+           f"{fmt(x, 4)} ({locks} locks) / {fmt(y, 4)} ({fmt(jwd.get('locks'))} locks) sent per lock and round")
     rl = m("redlock", "dlock")
     v, rs = per_round("redlock", "dlock", "red_p50", "single_p50")
     floor, _ = per_round("redlock", "dlock", "bare_p50", "bare1_p50")
@@ -1466,7 +1545,14 @@ def machine_info():
             "redlock4": lockfile["node_modules/redlock4"]["version"],
             "redlock5": lockfile["node_modules/redlock5"]["version"],
             "sesame": lockfile["node_modules/@sesamecare-oss/redlock"]["version"],
-            "redis_semaphore": lockfile["node_modules/redis-semaphore"]["version"]}
+            "redis_semaphore": lockfile["node_modules/redis-semaphore"]["version"],
+            "java": (subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+                     .splitlines() or ["?"])[0],
+            "redisson": re.search(r"<redisson.version>([^<]+)<", open(os.path.join(REDISSON_DIR, "pom.xml"))
+                                  .read()).group(1),
+            "redsync": re.search(r"go-redsync/redsync/v4 (\S+)", open(os.path.join(PEERS, "redsync", "go.mod"))
+                                 .read()).group(1),
+            "go": subprocess.run(["go", "version"], capture_output=True, text=True).stdout.strip()}
 
 
 def git_describe():
@@ -1482,7 +1568,9 @@ def report_markdown(doc, plots):
     w("# dlock benchmark report\n\n")
     w(f"dlock {doc['dlock']}, {doc['date']}. Machine: {mc['nproc']} x {mc['cpu']}, Linux {mc['kernel']}, "
       f"redis-server {mc['redis']} (TCP loopback, persistence off), node {mc['node']} "
-      f"(ioredis {mc['ioredis']}), Python {mc['python']} (redis-py {mc['redis_py']}). "
+      f"(ioredis {mc['ioredis']}), Python {mc['python']} (redis-py {mc['redis_py']}), "
+      f"{mc.get('java', '?')} (Redisson {mc.get('redisson', '?')}), "
+      f"{mc.get('go', '?')} (go-redsync {mc.get('redsync', '?')}). "
       f"Load average before / after: {' '.join(doc['load_before'])} / {' '.join(doc['load_after'])}.\n\n")
     cfg = doc["config"]
     w(f"Median of {cfg['rounds']} round(s) of {cfg['seconds']:g} s per contender and workload"
@@ -1615,8 +1703,9 @@ def make_plots(doc, outdir):
     # One colour per contender: a colour used twice would make the legend
     # ambiguous.
     pal = ["#1b9e77", "#66a61e", "#d95f02", "#e6ab02", "#7570b3", "#a6761d", "#e7298a", "#666666",
-           "#1f78b4", "#b2df8a", "#e31a1c", "#000000", "#6a3d9a", "#fb9a99", "#17becf"]
-    names = ["raw", "dlock", "dlock-fair"] + PEERS_ALL
+           "#1f78b4", "#b2df8a", "#e31a1c", "#000000", "#6a3d9a", "#fb9a99", "#17becf",
+           "#bcbd22", "#8c564b", "#9edae5"]
+    names = ["raw", "dlock", "dlock-fair"] + PEERS_ALL + JAVA_LOCKS + GO_LOCKS
     colour = {c: pal[i % len(pal)] for i, c in enumerate(names)}
     tmp = tempfile.mkdtemp(prefix="dlock-plot.")
     files = []
@@ -1660,12 +1749,14 @@ def make_plots(doc, outdir):
             + "".join(f", '' using {i + 2} lc rgb '{colour[c]}' title columnheader({i + 2})"
                       for i, c in enumerate(names) if i > 0) + "\nunset logscale y\nunset yrange\n")
     cdfs = {
-        "latency-solo": cdf_plot("solo", "pair", "solo: lock+unlock latency", ["dlock"] + PEERS_ALL),
+        "latency-solo": cdf_plot("solo", "pair", "solo: lock+unlock latency",
+                                 ["dlock"] + PEERS_ALL + ["redisson"] + GO_LOCKS),
         "latency-contended": cdf_plot("contended", "wait", "contended: wait for the lock",
-                                      DLOCKS + PEERS_ALL),
+                                      DLOCKS + PEERS_ALL + JAVA_LOCKS + GO_LOCKS),
         "latency-handoff": cdf_plot("handoff", "handoff", "hand-off: from unlock to acquisition by the waiter",
-                                    DLOCKS + PEERS_ALL, "top left"),
-        "latency-herd": cdf_plot("herd", "wait", "herd: wait of each waiter", DLOCKS + PEERS_ALL),
+                                    DLOCKS + PEERS_ALL + JAVA_LOCKS + GO_LOCKS, "top left"),
+        "latency-herd": cdf_plot("herd", "wait", "herd: wait of each waiter",
+                                 DLOCKS + PEERS_ALL + JAVA_LOCKS + GO_LOCKS),
     }
     scripts = {}
     if any(res.get(wl) for wl, _ in wls):

@@ -5,6 +5,10 @@
 #   * node-redlock v4 and v5 beta, @sesamecare-oss/redlock and redis-semaphore
 #     with ioredis, pinned in
 #     bench/peers/package.json and package-lock.json (npm ci);
+#   * Redisson, pinned in bench/peers/redisson/pom.xml, built with Maven
+#     (Java 17 and Maven from Debian when missing) into its target/;
+#   * go-redsync and go-redis, pinned in bench/peers/redsync/go.mod and
+#     go.sum, built with go from the Go module proxy;
 # and checks for node, npm, redis-server, redis-cli and redis-benchmark.
 # Debian packages are installed with apt-get as root, or through sudo.
 # Exits non-zero, saying what is missing, when something cannot be had:
@@ -45,6 +49,9 @@ command -v redis-benchmark >/dev/null || missing+=(redis-tools)
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   missing+=(nodejs npm)
 fi
+command -v java >/dev/null || missing+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || missing+=(maven)
+command -v go >/dev/null || missing+=(golang-go)
 if [ ${#missing[@]} -gt 0 ]; then apt_install "${missing[@]}"; fi
 /usr/bin/python3 -c 'import redis.lock' 2>/dev/null ||
   fail "python3-redis is installed but /usr/bin/python3 cannot import redis.lock"
@@ -65,3 +72,29 @@ if [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ] ||
 fi
 node -e 'for (const m of ["redlock4", "redlock5", "@sesamecare-oss/redlock", "redis-semaphore", "ioredis"]) require(process.argv[1] + "/node_modules/" + m)' "$peers" ||
   fail "node cannot load redlock/redis-semaphore/ioredis from bench/peers/node_modules"
+
+# Redisson: built again only when its pom or source changed since the last
+# build. The class path it runs with is written to target/classpath.txt.
+jpeer=$peers/redisson
+jstamp=$jpeer/target/.built-from
+jwant=$(cat "$jpeer/pom.xml" "$jpeer"/src/main/java/*.java | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$jstamp" 2>/dev/null || true)" != "$jwant" ] || [ ! -s "$jpeer/target/classpath.txt" ]; then
+  echo "bench setup: mvn package in bench/peers/redisson (Redisson)" >&2
+  if ! (cd "$jpeer" && mvn -q -B package >&2); then
+    fail "mvn package in bench/peers/redisson failed (is Maven Central reachable?); Redisson cannot run"
+  fi
+  echo "$jwant" >"$jstamp"
+fi
+
+# go-redsync: the module's pinned versions (go.sum checks them), built
+# again when the source or the pins changed.
+gpeer=$peers/redsync
+gstamp=$gpeer/.built-from
+gwant=$(cat "$gpeer/go.mod" "$gpeer/go.sum" "$gpeer/main.go" | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$gstamp" 2>/dev/null || true)" != "$gwant" ] || [ ! -x "$gpeer/redsync-bench" ]; then
+  echo "bench setup: go build in bench/peers/redsync (go-redsync)" >&2
+  if ! (cd "$gpeer" && go build -o redsync-bench . >&2); then
+    fail "go build in bench/peers/redsync failed (is the Go module proxy reachable?); redsync cannot run"
+  fi
+  echo "$gwant" >"$gstamp"
+fi

@@ -821,3 +821,61 @@ TEST(basic_dlock_holder_excludes_redisson) {
   dlock_client_close(c);
   rp_free(s);
 }
+
+/* The "evicted_scripts" count of INFO stats, or -1 where the server keeps
+ * every script it was sent (before Redis 7.4 and Valkey 8.1). */
+static long long evicted_scripts(rp_server_t *s) {
+  redisReply *r = rp_cmd(s, "INFO stats");
+  ASSERT_NOT_NULL(r);
+  long long n = -1;
+  const char *p = r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS
+                      ? strstr(r->str, "evicted_scripts:")
+                      : NULL;
+  if (p != NULL)
+    n = atoll(p + strlen("evicted_scripts:"));
+  freeReplyObject(r);
+  return n;
+}
+
+/*
+ * Newer servers (Redis 7.4 on, Valkey 8.1 on) keep at most 500 of the
+ * scripts that EVAL loaded and forget the least recently used: another
+ * application's scripts can push the library's out while a lock is held.
+ * The calls that find theirs gone are sent again with the body, so the
+ * lock is released, taken again and renewed as before. Where the server
+ * counts evictions, they must have happened.
+ */
+TEST(basic_scripts_evicted_by_others_are_sent_again) {
+  rp_server_t *s = lu_server(0);
+  dlock_client_t *c = lu_client(s);
+  dlock_t *l = lu_get(c, "basic:evicted");
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  long long before = evicted_scripts(s);
+  ASSERT_DLOCK_OK(dlock_lock(l, DLOCK_WATCHDOG));
+  for (int i = 0; i < 600; i++) {
+    char body[64];
+    snprintf(body, sizeof(body), "return %d", i);
+    redisReply *r = rp_cmd(s, "EVAL %s 0", body);
+    ASSERT_NOT_NULL(r);
+    ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
+    freeReplyObject(r);
+  }
+  long long after = evicted_scripts(s);
+  if (before >= 0)
+    ASSERT_GT(after, before);
+  /* The watchdog's renewals find their script gone too. */
+  lu_sleep_ms(1300);
+  ASSERT_EQ(dlock_is_held(l), 1);
+  ASSERT_GT(lu_pttl(s, "basic:evicted"), 0);
+  ASSERT_DLOCK_OK(dlock_trylock(l, 0, DLOCK_WATCHDOG));
+  ASSERT_EQ(dlock_hold_count(l), 2);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  ASSERT_EQ(lu_exists(s, "basic:evicted"), 0);
+  ASSERT_DLOCK_OK(dlock_lock(l, 5000));
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}

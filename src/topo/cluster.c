@@ -309,24 +309,83 @@ static int parse_slots(dlock__cluster *cl, const redisReply *r, short *map,
   return 0;
 }
 
+static const char shards_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n";
+static const char slots_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+
+/* Sends the map command 'what' to node 'idx'; its reply in '*r'. */
+static int ask_map(dlock__cluster *cl, int idx, const char *what,
+                   int64_t deadline_us, redisReply **r) {
+  char *cmd = (char *)what;
+  size_t len = strlen(what);
+  *r = NULL;
+  return dlock__conn_call(cl->nodes[idx]->conn, 1, &cmd, &len, r, deadline_us);
+}
+
+/* Fills the slots of 'map' that have no owner from node 'idx''s CLUSTER
+ * SLOTS. Redis 7.2 to 7.4 list a shard's slots as those of the first node
+ * in it: after a failover that is often the dead master, which has none
+ * left, so the shard of the promoted replica comes with no slots at all.
+ * CLUSTER SLOTS names each range's master from the slot table itself and
+ * is right there. Asked only when CLUSTER SHARDS left a hole (a shard so
+ * misreported, a master down and not yet replaced, slots nobody serves),
+ * which a healthy cluster never has. */
+static int fill_holes(dlock__cluster *cl, int idx, short *map,
+                      int64_t deadline_us) {
+  int holes = 0;
+  for (int s = 0; s < DLOCK__SLOTS && !holes; s++)
+    holes = map[s] < 0;
+  if (!holes)
+    return 0;
+  redisReply *r = NULL;
+  int rc = ask_map(cl, idx, slots_cmd, deadline_us, &r);
+  if (rc != 0)
+    return rc;
+  if (r->type != REDIS_REPLY_ARRAY) {
+    freeReplyObject(r);
+    return 0; /* what CLUSTER SHARDS said stands */
+  }
+  short *from_slots = dlock__malloc(DLOCK__SLOTS * sizeof(*from_slots));
+  if (from_slots == NULL) {
+    freeReplyObject(r);
+    return dlock__fail(DLOCK_ENOMEM, "out of memory reading a cluster map");
+  }
+  for (int s = 0; s < DLOCK__SLOTS; s++)
+    from_slots[s] = -1;
+  int ranges = 0;
+  rc = parse_slots(cl, r, from_slots, idx, &ranges);
+  freeReplyObject(r);
+  for (int s = 0; s < DLOCK__SLOTS && rc == 0; s++)
+    if (map[s] < 0)
+      map[s] = from_slots[s];
+  dlock__free(from_slots);
+  return rc;
+}
+
+/* The number of distinct nodes that own a slot in 'map'. */
+static int count_owners(const dlock__cluster *cl, const short *map) {
+  int n = atomic_load(&cl->nnodes), count = 0;
+  unsigned char *seen = dlock__calloc((size_t)n + 1, 1);
+  if (seen == NULL)
+    return 1; /* only a count for status output */
+  for (int s = 0; s < DLOCK__SLOTS; s++)
+    if (map[s] >= 0 && map[s] < n && !seen[map[s]]) {
+      seen[map[s]] = 1;
+      count++;
+    }
+  dlock__free(seen);
+  return count;
+}
+
 /* Asks node 'idx' for the map and applies it. */
 static int refresh_from(dlock__cluster *cl, int idx, int64_t deadline_us) {
-  static const char shards[] = "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n";
-  static const char slots[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
-  dlock__conn *conn = cl->nodes[idx]->conn;
-  char *cmd = (char *)shards;
-  size_t len = sizeof(shards) - 1;
   redisReply *r = NULL;
-  int rc = dlock__conn_call(conn, 1, &cmd, &len, &r, deadline_us);
+  int rc = ask_map(cl, idx, shards_cmd, deadline_us, &r);
   int use_slots = 0;
   if (rc == 0 && r->type == REDIS_REPLY_ERROR) {
     /* Before Redis 7 there is no CLUSTER SHARDS. */
     freeReplyObject(r);
-    r = NULL;
-    cmd = (char *)slots;
-    len = sizeof(slots) - 1;
     use_slots = 1;
-    rc = dlock__conn_call(conn, 1, &cmd, &len, &r, deadline_us);
+    rc = ask_map(cl, idx, slots_cmd, deadline_us, &r);
   }
   if (rc != 0)
     return rc;
@@ -354,6 +413,11 @@ static int refresh_from(dlock__cluster *cl, int idx, int64_t deadline_us) {
   rc = use_slots ? parse_slots(cl, r, map, idx, &masters)
                  : parse_shards(cl, r, map, idx, &masters);
   freeReplyObject(r);
+  if (rc == 0 && !use_slots) {
+    rc = fill_holes(cl, idx, map, deadline_us);
+    if (rc == 0)
+      masters = count_owners(cl, map);
+  }
   if (rc == 0)
     atomic_store(&cl->answered, 1);
   if (rc == 0 && masters == 0)
