@@ -49,6 +49,10 @@ static void chan_leave(dlock__acq *m) {
    * would otherwise sleep until the holder's TTL. */
   if (a->wake_ev == 1)
     dlock__lsub_pass(a->op.lp->sub, &a->lw);
+  /* A hand-over that came after the wait ended is the machine's late
+   * grant (see finish in machine.c). */
+  if (a->wake_ev == 2)
+    m->w.value = a->lw.value;
   dlock__lsub_leave(a->op.lp->sub, &a->lw);
   a->wake_ev = 0;
 }
@@ -88,7 +92,7 @@ static int take_wake(dlock__lacq *a) {
   int ev = a->wake_ev;
   a->wake_ev = 0;
   a->lw.awake = 0;
-  a->m.w.value = ev == 2 ? a->lw.value : 0;
+  a->m.w.taken = ev == 2 ? a->lw.value : 0;
   return ev;
 }
 

@@ -212,9 +212,16 @@ static int plan(dlock__acq *m) {
  * taken up by an attempt or given back already, in this wait or an
  * earlier one of the same owner.
  */
-static uint64_t fresh_grant(const dlock__acq *m) {
-  return m->w.value > m->busy.counter ? m->w.value : 0;
+static uint64_t fresh(const dlock__acq *m, uint64_t token) {
+  return token > m->busy.counter ? token : 0;
 }
+
+/* The hand-over the wait just took ('w.taken'), and one that came since
+ * the waiter stopped waiting, not taken ('w.value', read once it left). */
+static uint64_t taken_grant(const dlock__acq *m) {
+  return fresh(m, m->w.taken);
+}
+static uint64_t late_grant(const dlock__acq *m) { return fresh(m, m->w.value); }
 
 /* What follows the take-up of a hand-over that answered 'rc' (1: taken
  * after all, wait again). */
@@ -228,7 +235,7 @@ static int taken_up(dlock__acq *m, int rc) {
 static int woke(dlock__acq *m) {
   int ev = m->pending;
   /* A stale hand-over only says that something changed: try again. */
-  if (ev == 2 && fresh_grant(m) == 0)
+  if (ev == 2 && taken_grant(m) == 0)
     ev = 1;
   if (ev < 0)
     return to_finish(m, ev);
@@ -236,7 +243,7 @@ static int woke(dlock__acq *m) {
     /* A release handed it over: it is held already. */
     if (m->ops->take_handed == NULL)
       return to_finish(m, DLOCK__ACQ_HANDED);
-    int rc = m->ops->take_handed(m, m->w.value);
+    int rc = m->ops->take_handed(m, m->w.taken);
     if (rc == DLOCK__ACQ_INFLIGHT)
       return in_flight(m, DLOCK__ACQ_WAIT);
     return taken_up(m, rc);
@@ -280,7 +287,7 @@ static int finish(dlock__acq *m) {
   if (m->joined) {
     chan_leave(m);
     m->joined = 0;
-    uint64_t grant = fresh_grant(m);
+    uint64_t grant = late_grant(m);
     if (grant != 0 && m->ops->late_grant != NULL)
       rc = m->ops->late_grant(m, grant, rc);
     else if (grant != 0)

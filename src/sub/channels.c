@@ -142,6 +142,7 @@ void dlock__sub_enqueue_locked(dlock__sub *s, dlock__waiter *w) {
   w->permit = 0;
   w->reading = 0;
   w->value = 0;
+  w->taken = 0;
   w->pinned = 0;
   w->pin_holds = 0;
   w->parked = 0;

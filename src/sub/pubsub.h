@@ -49,8 +49,14 @@ typedef struct dlock__waiter {
   int permit;  /* woken and not yet taken */
   int reading; /* reading the connection itself, in ppoll (see subread.c) */
   /* What the wake-up carried: a value a message's decoder gave
-   * (DLOCK__WAKE_FIRST) or dlock__pubsub_unpin; 0 when none. */
+   * (DLOCK__WAKE_FIRST) or dlock__pubsub_unpin; 0 when none. It is
+   * pub/sub's until the waiter takes the wake-up: dlock__pubsub_wait then
+   * moves it to 'taken' and clears it, since a later wake-up (another
+   * waiter's leave hands its own on) may write here meanwhile. */
   uint64_t value;
+  /* The value the last wake-up taken carried (dlock__pubsub_wait returned
+   * 2): the waiter's own. */
+  uint64_t taken;
   /* Set by the joiner before it joins, and never read by pub/sub: what a
    * releasing thread's 'eligible' (dlock__pubsub_pin_first) needs to know
    * of the waiter; NULL for one that no release chooses. */
@@ -155,8 +161,8 @@ int dlock__pubsub_join_active(dlock__pubsub *ps, const char *channel,
  * needs more permits than are free), so that one that needs fewer tries. */
 void dlock__pubsub_pass(dlock__pubsub *ps, dlock__waiter *w);
 
-/* Sleeps until a wake-up (returns 1, or 2 when it carried a value: see
- * dlock__waiter.value), 'until_us' (0), or cancellation. A pinned waiter
+/* Sleeps until a wake-up (returns 1, or 2 when it carried a value, then
+ * in dlock__waiter.taken), 'until_us' (0), or cancellation. A pinned waiter
  * stays until it is unpinned, whatever 'until_us'. */
 int dlock__pubsub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us);
 

@@ -131,8 +131,13 @@ int dlock__sub_wait(dlock__pubsub *ps, dlock__waiter *w, int64_t until_us) {
   if (ps->canceled)
     rc = dlock__fail(DLOCK_ECANCELED, "client is shutting down");
   else if (w->permit) {
+    /* The value goes with the wake-up, taken under the mutex: a wake-up
+     * that another waiter's leave hands on to this one, now that it is no
+     * longer awake, writes 'value' again. */
     w->permit = 0;
-    rc = w->value != 0 ? 2 : 1;
+    w->taken = w->value;
+    w->value = 0;
+    rc = w->taken != 0 ? 2 : 1;
   }
   pthread_mutex_unlock(&ps->mu);
   return rc;
