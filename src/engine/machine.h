@@ -108,6 +108,7 @@ struct dlock__acq {
   int woken;   /* the wait ended with a wake-up: pause, then attempt */
   int tried;   /* an attempt was made (a queue place may be held) */
   int pending; /* the wait's outcome, for dlock__acq_step */
+  int waited;  /* it waited for another holder at least once */
   dlock__backoff spin;
   dlock__riding ride; /* riding an outage */
 };
