@@ -28,7 +28,7 @@ static int record_hold(dlock_t *l, uint64_t owner, const dlock__acquired *a,
     if (h->count == 0 || a->count == 1)
       h->token = a->token;
     h->abandoned = 0;
-    dlock__obs_recorded(c, h, a->count, sent_us);
+    dlock__obs_recorded(c, h, a->count);
     h->count = (int)a->count;
     h->watchdog = lease_ms == DLOCK_WATCHDOG;
     h->lease_ms = h->watchdog ? c->opt.watchdog_timeout_ms : lease_ms;

@@ -88,12 +88,11 @@ int dlock__obs_acquired(dlock_t *l, uint64_t owner, int64_t wait_ms,
   return rc;
 }
 
-void dlock__obs_recorded(dlock_client_t *c, dlock__hold *h, int64_t count,
-                         int64_t sent_us) {
+void dlock__obs_recorded(dlock_client_t *c, dlock__hold *h, int64_t count) {
   if (c->stats == NULL)
     return;
   if (h->count == 0 || count == 1)
-    h->held_us = sent_us;
+    h->held_us = dlock__now_us();
   if (count > 1)
     dlock__stat(c->stats, DLOCK__ST_REENTRANT);
 }

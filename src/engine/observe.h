@@ -22,10 +22,11 @@ int dlock__obs_acquired(dlock_t *l, uint64_t owner, int64_t wait_ms,
                         int64_t start_us, int waited, int rc);
 
 /* A hold is recorded from an acquisition whose reply said 'count' (the
- * hold table's mutex held): marks when a first hold began, and counts a
- * reentrant one. */
-void dlock__obs_recorded(dlock_client_t *c, dlock__hold *h, int64_t count,
-                         int64_t sent_us);
+ * hold table's mutex held): marks when a first hold began, now (not when
+ * the attempt was sent: a hand-over is recorded with the time of the
+ * waiter's last attempt, which would count its wait as held), and counts
+ * a reentrant one. */
+void dlock__obs_recorded(dlock_client_t *c, dlock__hold *h, int64_t count);
 
 /* The owner's last hold 'h' is leaving the hold table after a release
  * (mutex held): counts it, with how long it was held. */
