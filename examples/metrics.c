@@ -41,8 +41,9 @@ static void sleep_ms(long ms) {
  * keyed by name and owner. */
 static void log_event(void *data, const dlock_event_t *e) {
   (void)data;
-  fprintf(stderr, "dlock event=%s lock=%.*s owner=%llu token=%llu "
-                  "wait_us=%lld hold_us=%lld err=%s\n",
+  fprintf(stderr,
+          "dlock event=%s lock=%.*s owner=%llu token=%llu "
+          "wait_us=%lld hold_us=%lld err=%s\n",
           dlock_event_kind_name(e->kind), (int)e->name_len,
           e->name != NULL ? e->name : "", (unsigned long long)e->owner,
           (unsigned long long)e->token, (long long)e->wait_us,
@@ -81,8 +82,8 @@ static char *render(size_t *len) {
   size_t need = dlock_stats_format(&s, "service=\"metrics-example\"", NULL, 0);
   char *text = malloc(need + 1);
   if (text != NULL)
-    *len = dlock_stats_format(&s, "service=\"metrics-example\"", text,
-                              need + 1);
+    *len =
+        dlock_stats_format(&s, "service=\"metrics-example\"", text, need + 1);
   return text;
 }
 

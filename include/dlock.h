@@ -1188,20 +1188,20 @@ typedef struct dlock_stats {
   uint64_t timed_out; /* a wait ran out with the lock still taken */
   uint64_t failed;    /* ended with another error */
   uint64_t failed_by_code[DLOCK_STATS_CODES];
-  uint64_t waits;     /* acquisitions that had to wait */
-  uint64_t released;  /* an owner's last hold given back */
-  uint64_t unlocks;   /* dlock_unlock calls that succeeded */
+  uint64_t waits;          /* acquisitions that had to wait */
+  uint64_t released;       /* an owner's last hold given back */
+  uint64_t unlocks;        /* dlock_unlock calls that succeeded */
   uint64_t unlock_retries; /* unlocks sent again after a lost reply */
-  uint64_t handovers; /* releases that handed a lock to a waiter */
-  uint64_t lost;      /* holds found lost */
+  uint64_t handovers;      /* releases that handed a lock to a waiter */
+  uint64_t lost;           /* holds found lost */
   /* Background work. */
   uint64_t watchdog_rounds;
-  uint64_t renewed; /* holds renewed by those rounds */
+  uint64_t renewed;         /* holds renewed by those rounds */
   uint64_t sync_waits;      /* writes followed by a replica-sync WAIT */
   uint64_t sync_shortfalls; /* ... that too few replicas acknowledged */
   /* Connections and topology. */
-  uint64_t reconnects; /* connections made again after a failure */
-  uint64_t failovers;  /* new masters followed (Sentinel) */
+  uint64_t reconnects;     /* connections made again after a failure */
+  uint64_t failovers;      /* new masters followed (Sentinel) */
   uint64_t redirections;   /* cluster MOVED and ASK replies followed */
   uint64_t script_reloads; /* NOSCRIPT answered by loading the script */
   uint64_t commands;       /* commands queued on the data connections */

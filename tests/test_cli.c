@@ -2157,8 +2157,8 @@ TEST(cli_run_verbose_reports_wait_hold_and_token) {
   cli_proc_t p;
 
   start_test(&t);
-  ASSERT_EQ(run_cli(&t, &p, "run", "--verbose", "verbose-job", "--", "sh",
-                    "-c", "echo \"$DLOCK_TOKEN\"; sleep 0.2", NULL),
+  ASSERT_EQ(run_cli(&t, &p, "run", "--verbose", "verbose-job", "--", "sh", "-c",
+                    "echo \"$DLOCK_TOKEN\"; sleep 0.2", NULL),
             0);
   char *out = slurp(p.out), *err = slurp(p.err);
   unsigned long long token = 0, said = 0;
@@ -2200,8 +2200,7 @@ TEST(cli_status_watch_refreshes) {
             "--json", "watched", NULL);
   char *out = NULL;
   int64_t until = test_now_ms() + 30000;
-  while ((out == NULL || strchr(out, '\n') == NULL) &&
-         test_now_ms() < until) {
+  while ((out == NULL || strchr(out, '\n') == NULL) && test_now_ms() < until) {
     free(out);
     test_sleep_ms(20);
     out = slurp(p.out);

@@ -282,10 +282,9 @@ TEST(stats_count_waits_and_wakeups) {
   /* The waiter is subscribed and asleep once the channel has a listener. */
   int64_t until = lu_now_ms() + 20000;
   for (;;) {
-    redisReply *r =
-        rp_cmd(s, "PUBSUB NUMSUB redisson_lock__channel:{st:wake}");
-    int subs = r != NULL && r->type == REDIS_REPLY_ARRAY &&
-               r->elements == 2 && r->element[1]->integer > 0;
+    redisReply *r = rp_cmd(s, "PUBSUB NUMSUB redisson_lock__channel:{st:wake}");
+    int subs = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+               r->element[1]->integer > 0;
     freeReplyObject(r);
     if (subs || lu_now_ms() > until)
       break;
@@ -372,7 +371,8 @@ TEST(stats_off_counts_nothing) {
   /* A caller built against an older, shorter struct gets only its bytes. */
   unsigned char small[offsetof(dlock_stats_t, waits) + 16];
   memset(small, 0xab, sizeof(small));
-  dlock_client_stats_size(c, (dlock_stats_t *)small, offsetof(dlock_stats_t, waits));
+  dlock_client_stats_size(c, (dlock_stats_t *)small,
+                          offsetof(dlock_stats_t, waits));
   ASSERT_EQ(small[offsetof(dlock_stats_t, waits)], 0xab);
   size_t got_size;
   memcpy(&got_size, small, sizeof(got_size));
@@ -412,7 +412,8 @@ TEST(stats_prometheus_text_shape) {
   ASSERT_NOT_NULL(strstr(
       buf, "dlock_acquisitions_total{result=\"acquired\",app=\"x\"} 5\n"));
   ASSERT_NOT_NULL(strstr(
-      buf, "dlock_acquisition_errors_total{error=\"DLOCK_EIO\",app=\"x\"} 1\n"));
+      buf,
+      "dlock_acquisition_errors_total{error=\"DLOCK_EIO\",app=\"x\"} 1\n"));
   ASSERT_NOT_NULL(strstr(buf, "# TYPE dlock_wait_seconds histogram\n"));
   ASSERT_NOT_NULL(
       strstr(buf, "dlock_wait_seconds_bucket{le=\"8e-06\",app=\"x\"} 2\n"));

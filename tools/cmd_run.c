@@ -241,20 +241,14 @@ static int apply_kind_option(const cli_command_t *cmd, run_options_t *o,
  */
 static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
                           char **argv, run_options_t *o) {
-  static const arg_option_t options[] = {{"wait", 0, ARG_VALUE},
-                                         {"lease", 0, ARG_VALUE},
-                                         {"grace", 0, ARG_VALUE},
-                                         {"fair", 0, ARG_FLAG},
-                                         {"read", 0, ARG_FLAG},
-                                         {"write", 0, ARG_FLAG},
-                                         {"help", 'h', ARG_FLAG},
-                                         {"url", 0, ARG_VALUES},
-                                         {"watchdog", 0, ARG_VALUE},
-                                         {"quiet", 'q', ARG_FLAG},
-                                         {"verbose", 'v', ARG_FLAG},
-                                         {"conflict-exit-code", 'E', ARG_VALUE},
-                                         {"permits", 0, ARG_VALUE},
-                                         CLI_TLS_OPTIONS};
+  static const arg_option_t options[] = {
+      {"wait", 0, ARG_VALUE},     {"lease", 0, ARG_VALUE},
+      {"grace", 0, ARG_VALUE},    {"fair", 0, ARG_FLAG},
+      {"read", 0, ARG_FLAG},      {"write", 0, ARG_FLAG},
+      {"help", 'h', ARG_FLAG},    {"url", 0, ARG_VALUES},
+      {"watchdog", 0, ARG_VALUE}, {"quiet", 'q', ARG_FLAG},
+      {"verbose", 'v', ARG_FLAG}, {"conflict-exit-code", 'E', ARG_VALUE},
+      {"permits", 0, ARG_VALUE},  CLI_TLS_OPTIONS};
   arg_parser_t p;
   int rc = 0;
 

@@ -425,14 +425,11 @@ typedef struct watch_options {
 static int parse_status_args(const cli_command_t *cmd, cli_globals_t *g,
                              int argc, char **argv, const char **names,
                              size_t *nnames, int *json, watch_options_t *w) {
-  static const arg_option_t options[] = {{"json", 0, ARG_FLAG},
-                                         {"watch", 0, ARG_FLAG},
-                                         {"interval", 0, ARG_VALUE},
-                                         {"count", 0, ARG_VALUE},
-                                         {"help", 'h', ARG_FLAG},
-                                         {"url", 0, ARG_VALUES},
-                                         {"watchdog", 0, 1},
-                                         CLI_TLS_OPTIONS};
+  static const arg_option_t options[] = {
+      {"json", 0, ARG_FLAG},      {"watch", 0, ARG_FLAG},
+      {"interval", 0, ARG_VALUE}, {"count", 0, ARG_VALUE},
+      {"help", 'h', ARG_FLAG},    {"url", 0, ARG_VALUES},
+      {"watchdog", 0, 1},         CLI_TLS_OPTIONS};
   arg_parser_t p;
   int rc = 0;
 
@@ -460,8 +457,9 @@ static int parse_status_args(const cli_command_t *cmd, cli_globals_t *g,
       char *end = NULL;
       w->count = strtol(p.value, &end, 10);
       if (end == p.value || *end != '\0' || w->count < 1)
-        rc = cli_usage_error(cmd, "--count wants a number of views, 1 or "
-                                  "more: '%s'",
+        rc = cli_usage_error(cmd,
+                             "--count wants a number of views, 1 or "
+                             "more: '%s'",
                              p.value);
     } else {
       rc = cli_set_global_option(cmd, g, options[opt].long_name, p.value);
@@ -476,9 +474,8 @@ static int parse_status_args(const cli_command_t *cmd, cli_globals_t *g,
 
 /* Fetches and prints every lock once; 0, EXIT_UNAVAILABLE when a server
  * could not be read, or an error status. */
-static int show_once(const cli_command_t *cmd, cli_node_t *nodes,
-                     size_t nnodes, const char **names, size_t nnames,
-                     int json) {
+static int show_once(const cli_command_t *cmd, cli_node_t *nodes, size_t nnodes,
+                     const char **names, size_t nnames, int json) {
   lock_report_t *reports = NULL;
   int rc = fetch_reports(cmd, nodes, nnodes, names, nnames, &reports);
   if (rc != 0)

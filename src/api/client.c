@@ -470,9 +470,11 @@ int dlock_client_open(const dlock_options_t *o, dlock_client_t **out) {
     rc = make_uuid(c->id);
   dlock__route *route = &c->route;
   c->locator = (dlock__locator){locate_master, master_gen, route->sentinel};
-  dlock__conn_cfg cfg = {&c->ep,    o->connect_timeout_ms,
+  dlock__conn_cfg cfg = {&c->ep,
+                         o->connect_timeout_ms,
                          o->command_timeout_ms,
-                         c->tls,    route->sentinel != NULL ? &c->locator : NULL,
+                         c->tls,
+                         route->sentinel != NULL ? &c->locator : NULL,
                          c->stats};
   cu.stats = c->stats;
   if (rc == 0 && cu.n > 0) {

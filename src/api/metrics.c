@@ -10,8 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-void dlock_client_stats_size(dlock_client_t *c, dlock_stats_t *s,
-                             size_t size) {
+void dlock_client_stats_size(dlock_client_t *c, dlock_stats_t *s, size_t size) {
   if (s == NULL || size < sizeof(size_t))
     return;
   /* Read in this library's layout, then only the caller's bytes given: an
@@ -39,8 +38,8 @@ uint64_t dlock_histogram_quantile(const dlock_histogram_t *h, double q) {
   for (int i = 0; i < DLOCK_STATS_BUCKETS; i++) {
     seen += h->buckets[i];
     if (seen >= rank) {
-      uint64_t bound = i < DLOCK_STATS_BUCKETS - 1 ? (uint64_t)1 << i
-                                                   : h->max_us;
+      uint64_t bound =
+          i < DLOCK_STATS_BUCKETS - 1 ? (uint64_t)1 << i : h->max_us;
       return bound < h->max_us ? bound : h->max_us;
     }
   }
@@ -86,8 +85,7 @@ static void put(out *o, const char *fmt, ...) {
     o->len += (size_t)n;
 }
 
-static void head(out *o, const char *name, const char *type,
-                 const char *help) {
+static void head(out *o, const char *name, const char *type, const char *help) {
   put(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
@@ -153,8 +151,8 @@ static void name_label(char *dst, size_t cap, const char *name, size_t len) {
   snprintf(dst + k, cap - k, "\"");
 }
 
-size_t dlock_stats_format(const dlock_stats_t *s, const char *extra,
-                          char *buf, size_t cap) {
+size_t dlock_stats_format(const dlock_stats_t *s, const char *extra, char *buf,
+                          size_t cap) {
   out o = {buf, buf != NULL ? cap : 0, 0, extra != NULL ? extra : ""};
   if (o.cap > 0)
     buf[0] = '\0';
@@ -164,8 +162,7 @@ size_t dlock_stats_format(const dlock_stats_t *s, const char *extra,
        "Acquisitions of single locks, by how they ended.");
   sample(&o, "dlock_acquisitions_total", "result=\"acquired\"", s->acquired);
   sample(&o, "dlock_acquisitions_total", "result=\"refused\"", s->refused);
-  sample(&o, "dlock_acquisitions_total", "result=\"timed_out\"",
-         s->timed_out);
+  sample(&o, "dlock_acquisitions_total", "result=\"timed_out\"", s->timed_out);
   sample(&o, "dlock_acquisitions_total", "result=\"failed\"", s->failed);
   head(&o, "dlock_acquisition_errors_total", "counter",
        "Acquisitions that failed, by error.");
@@ -177,8 +174,7 @@ size_t dlock_stats_format(const dlock_stats_t *s, const char *extra,
     sample(&o, "dlock_acquisition_errors_total", l, s->failed_by_code[i]);
   }
   counter(&o, "dlock_reentrant_acquisitions_total",
-          "Acquisitions by an owner that held the lock already.",
-          s->reentrant);
+          "Acquisitions by an owner that held the lock already.", s->reentrant);
   counter(&o, "dlock_waits_total",
           "Acquisitions that waited for another holder.", s->waits);
   counter(&o, "dlock_releases_total", "Last holds of an owner released.",
@@ -208,20 +204,17 @@ size_t dlock_stats_format(const dlock_stats_t *s, const char *extra,
           "Cluster MOVED and ASK replies followed.", s->redirections);
   counter(&o, "dlock_script_reloads_total",
           "Scripts loaded again after NOSCRIPT.", s->script_reloads);
-  counter(&o, "dlock_commands_total", "Commands queued to Redis.",
-          s->commands);
+  counter(&o, "dlock_commands_total", "Commands queued to Redis.", s->commands);
   counter(&o, "dlock_pipelines_total",
-          "Writes to Redis, each carrying one or more commands.",
-          s->pipelines);
+          "Writes to Redis, each carrying one or more commands.", s->pipelines);
   counter(&o, "dlock_pubsub_messages_total", "Pub/sub messages read.",
           s->messages);
-  counter(&o, "dlock_wakeups_total", "Waiters woken by a message.",
-          s->wakeups);
+  counter(&o, "dlock_wakeups_total", "Waiters woken by a message.", s->wakeups);
   histogram(&o, "dlock_acquire_seconds",
             "How long acquisition calls took, whatever their end.",
             &s->acquire);
-  histogram(&o, "dlock_wait_seconds",
-            "How long acquisitions that waited took.", &s->wait);
+  histogram(&o, "dlock_wait_seconds", "How long acquisitions that waited took.",
+            &s->wait);
   histogram(&o, "dlock_hold_seconds",
             "How long locks were held, first acquisition to last release.",
             &s->hold);

@@ -44,15 +44,14 @@ void dlock__stat_time(dlock__stats *st, int which, int64_t us) {
     return;
   uint64_t v = us > 0 ? (uint64_t)us : 0;
   dlock__hist *h = &st->h[which];
-  atomic_fetch_add_explicit(&h->buckets[bucket_of(v)], 1,
-                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&h->buckets[bucket_of(v)], 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&h->sum_us, v, memory_order_relaxed);
   atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
   /* A new maximum is rare: the loop runs once, or not at all. */
   uint64_t max = atomic_load_explicit(&h->max_us, memory_order_relaxed);
-  while (v > max && !atomic_compare_exchange_weak_explicit(
-                        &h->max_us, &max, v, memory_order_relaxed,
-                        memory_order_relaxed)) {
+  while (v > max &&
+         !atomic_compare_exchange_weak_explicit(
+             &h->max_us, &max, v, memory_order_relaxed, memory_order_relaxed)) {
   }
 }
 

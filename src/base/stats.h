@@ -45,8 +45,12 @@ enum dlock__stat_counter {
 };
 
 /* The histograms, in the order of their fields in dlock_stats_t. */
-enum dlock__stat_hist { DLOCK__H_ACQUIRE, DLOCK__H_WAIT, DLOCK__H_HOLD,
-                        DLOCK__H_COUNT };
+enum dlock__stat_hist {
+  DLOCK__H_ACQUIRE,
+  DLOCK__H_WAIT,
+  DLOCK__H_HOLD,
+  DLOCK__H_COUNT
+};
 
 typedef struct dlock__hist {
   _Atomic uint64_t count, sum_us, max_us;

@@ -80,10 +80,9 @@ int dlock__obs_acquired(dlock_t *l, uint64_t owner, int64_t wait_ms,
     look_up(l, owner, &o);
     raise_lock_event(st, DLOCK_EVENT_ACQUIRED, l, owner, &o, took, 0);
   } else {
-    raise_lock_event(st,
-                     rc == DLOCK_ETIMEDOUT ? DLOCK_EVENT_TIMED_OUT
-                                           : DLOCK_EVENT_FAILED,
-                     l, owner, NULL, took, rc);
+    raise_lock_event(
+        st, rc == DLOCK_ETIMEDOUT ? DLOCK_EVENT_TIMED_OUT : DLOCK_EVENT_FAILED,
+        l, owner, NULL, took, rc);
   }
   return rc;
 }

@@ -29,8 +29,8 @@
 #include <stdint.h>
 
 #include "locator.h"
-#include "stats.h"
 #include "net/net.h"
+#include "stats.h"
 #include "url.h"
 
 typedef struct dlock__conn dlock__conn;

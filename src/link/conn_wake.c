@@ -67,8 +67,8 @@ void dlock__conn_check_locked(const dlock__conn *c) {
  * now that 'mu' is released: a hook must never run under it. */
 static void tell_relinks(dlock__conn *c, unsigned n) {
   for (; n > 0; n--)
-    dlock__stat_event(c->cfg.stats, DLOCK__ST_RECONNECTS,
-                      DLOCK_EVENT_RECONNECT, 0, 0);
+    dlock__stat_event(c->cfg.stats, DLOCK__ST_RECONNECTS, DLOCK_EVENT_RECONNECT,
+                      0, 0);
 }
 
 /* ---- waking callers ----------------------------------------------------- */

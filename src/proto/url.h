@@ -81,7 +81,7 @@ typedef struct dlock__cluster_url {
   dlock__endpoint data;   /* user, pass and tls of every node */
   dlock__endpoint *seeds; /* host and port of each seed */
   size_t n;
-  int sharded_off; /* 1: ?sharded_pubsub=off */
+  int sharded_off;     /* 1: ?sharded_pubsub=off */
   dlock__stats *stats; /* the client's statistics, or NULL; not owned */
 } dlock__cluster_url;
 

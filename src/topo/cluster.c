@@ -102,8 +102,11 @@ static int node_get(dlock__cluster *cl, const char *host, size_t hlen,
          (cl->data.pass == NULL || x->ep.pass);
   }
   if (ok) {
-    dlock__conn_cfg cfg = {&x->ep, cl->connect_timeout_ms,
-                           cl->command_timeout_ms, cl->tls, NULL, cl->stats};
+    dlock__conn_cfg cfg = {.ep = &x->ep,
+                           .connect_timeout_ms = cl->connect_timeout_ms,
+                           .command_timeout_ms = cl->command_timeout_ms,
+                           .tls = cl->tls,
+                           .stats = cl->stats};
     ok = dlock__conn_new(&cfg, &x->conn) == 0;
   }
   if (!ok) {
