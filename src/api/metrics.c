@@ -7,6 +7,7 @@
 #include "stats.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -151,6 +152,46 @@ static void name_label(char *dst, size_t cap, const char *name, size_t len) {
   snprintf(dst + k, cap - k, "\"");
 }
 
+/* The plain counters, each one family of one sample. */
+static const struct {
+  const char *name, *help;
+  size_t offset;
+} counters[] = {
+#define C(name, field, help)                                                   \
+  { name, help, offsetof(dlock_stats_t, field) }
+    C("dlock_reentrant_acquisitions_total", reentrant,
+      "Acquisitions by an owner that held the lock already."),
+    C("dlock_waits_total", waits,
+      "Acquisitions that waited for another holder."),
+    C("dlock_releases_total", released, "Last holds of an owner released."),
+    C("dlock_unlocks_total", unlocks, "Unlock calls that succeeded."),
+    C("dlock_unlock_retries_total", unlock_retries,
+      "Unlocks sent again after a lost reply."),
+    C("dlock_handovers_total", handovers,
+      "Releases that handed the lock to a waiter of the client."),
+    C("dlock_locks_lost_total", lost, "Holds found lost (expired or deleted)."),
+    C("dlock_watchdog_rounds_total", watchdog_rounds,
+      "Watchdog renewal rounds."),
+    C("dlock_renewals_total", renewed, "Holds renewed by the watchdog."),
+    C("dlock_replica_sync_waits_total", sync_waits,
+      "Writes followed by a replica-sync WAIT."),
+    C("dlock_replica_sync_shortfalls_total", sync_shortfalls,
+      "Writes acknowledged by too few replicas."),
+    C("dlock_reconnects_total", reconnects,
+      "Connections made again after a failure."),
+    C("dlock_failovers_total", failovers, "Changes of master followed."),
+    C("dlock_redirections_total", redirections,
+      "Cluster MOVED and ASK replies followed."),
+    C("dlock_script_reloads_total", script_reloads,
+      "Scripts loaded again after NOSCRIPT."),
+    C("dlock_commands_total", commands, "Commands queued to Redis."),
+    C("dlock_pipelines_total", pipelines,
+      "Writes to Redis, each carrying one or more commands."),
+    C("dlock_pubsub_messages_total", messages, "Pub/sub messages read."),
+    C("dlock_wakeups_total", wakeups, "Waiters woken by a message."),
+#undef C
+};
+
 size_t dlock_stats_format(const dlock_stats_t *s, const char *extra, char *buf,
                           size_t cap) {
   out o = {buf, buf != NULL ? cap : 0, 0, extra != NULL ? extra : ""};
@@ -173,43 +214,11 @@ size_t dlock_stats_format(const dlock_stats_t *s, const char *extra, char *buf,
     snprintf(l, sizeof(l), "error=\"%s\"", dlock_err_name(-i));
     sample(&o, "dlock_acquisition_errors_total", l, s->failed_by_code[i]);
   }
-  counter(&o, "dlock_reentrant_acquisitions_total",
-          "Acquisitions by an owner that held the lock already.", s->reentrant);
-  counter(&o, "dlock_waits_total",
-          "Acquisitions that waited for another holder.", s->waits);
-  counter(&o, "dlock_releases_total", "Last holds of an owner released.",
-          s->released);
-  counter(&o, "dlock_unlocks_total", "Unlock calls that succeeded.",
-          s->unlocks);
-  counter(&o, "dlock_unlock_retries_total",
-          "Unlocks sent again after a lost reply.", s->unlock_retries);
-  counter(&o, "dlock_handovers_total",
-          "Releases that handed the lock to a waiter of the client.",
-          s->handovers);
-  counter(&o, "dlock_locks_lost_total",
-          "Holds found lost (expired or deleted).", s->lost);
-  counter(&o, "dlock_watchdog_rounds_total", "Watchdog renewal rounds.",
-          s->watchdog_rounds);
-  counter(&o, "dlock_renewals_total", "Holds renewed by the watchdog.",
-          s->renewed);
-  counter(&o, "dlock_replica_sync_waits_total",
-          "Writes followed by a replica-sync WAIT.", s->sync_waits);
-  counter(&o, "dlock_replica_sync_shortfalls_total",
-          "Writes acknowledged by too few replicas.", s->sync_shortfalls);
-  counter(&o, "dlock_reconnects_total",
-          "Connections made again after a failure.", s->reconnects);
-  counter(&o, "dlock_failovers_total", "Changes of master followed.",
-          s->failovers);
-  counter(&o, "dlock_redirections_total",
-          "Cluster MOVED and ASK replies followed.", s->redirections);
-  counter(&o, "dlock_script_reloads_total",
-          "Scripts loaded again after NOSCRIPT.", s->script_reloads);
-  counter(&o, "dlock_commands_total", "Commands queued to Redis.", s->commands);
-  counter(&o, "dlock_pipelines_total",
-          "Writes to Redis, each carrying one or more commands.", s->pipelines);
-  counter(&o, "dlock_pubsub_messages_total", "Pub/sub messages read.",
-          s->messages);
-  counter(&o, "dlock_wakeups_total", "Waiters woken by a message.", s->wakeups);
+  for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
+    uint64_t v;
+    memcpy(&v, (const char *)s + counters[i].offset, sizeof(v));
+    counter(&o, counters[i].name, counters[i].help, v);
+  }
   histogram(&o, "dlock_acquire_seconds",
             "How long acquisition calls took, whatever their end.",
             &s->acquire);

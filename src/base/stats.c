@@ -117,14 +117,9 @@ void dlock__stat_event(dlock__stats *st, int which, int kind, uint64_t count,
   if (st == NULL)
     return;
   atomic_fetch_add_explicit(&st->c[which], 1, memory_order_relaxed);
-  if (st->on_event == NULL)
-    return;
-  dlock_event_t e;
-  memset(&e, 0, sizeof(e));
-  e.kind = kind;
-  e.count = count;
-  e.err = err;
-  st->on_event(st->on_event_data, &e);
+  if (st->on_event != NULL)
+    st->on_event(st->on_event_data,
+                 &(dlock_event_t){.kind = kind, .count = count, .err = err});
 }
 
 static void read_hist(dlock__hist *h, dlock_histogram_t *out) {

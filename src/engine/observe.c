@@ -33,24 +33,6 @@ static void look_up(dlock_t *l, uint64_t owner, dlock__obs_hold *o) {
   pthread_mutex_unlock(&c->mu);
 }
 
-static void raise_lock_event(dlock__stats *st, int kind, const dlock_t *l,
-                             uint64_t owner, const dlock__obs_hold *o,
-                             int64_t wait_us, int err) {
-  dlock_event_t e;
-  memset(&e, 0, sizeof(e));
-  e.kind = kind;
-  e.name = l->name;
-  e.name_len = l->len;
-  e.owner = owner;
-  e.wait_us = wait_us;
-  e.err = err;
-  if (o != NULL) {
-    e.token = o->token;
-    e.count = o->count > 0 ? (uint64_t)o->count : 0;
-  }
-  dlock__event(st, &e);
-}
-
 int dlock__obs_acquired(dlock_t *l, uint64_t owner, int64_t wait_ms,
                         int64_t start_us, int waited, int rc) {
   dlock__stats *st = stats_of(l);
@@ -74,16 +56,26 @@ int dlock__obs_acquired(dlock_t *l, uint64_t owner, int64_t wait_ms,
   if (!dlock__events_on(st))
     return rc;
   if (waited)
-    raise_lock_event(st, DLOCK_EVENT_WAITED, l, owner, NULL, took, 0);
-  if (rc == 0) {
-    dlock__obs_hold o;
+    dlock__event(st, &(dlock_event_t){.kind = DLOCK_EVENT_WAITED,
+                                      .name = l->name,
+                                      .name_len = l->len,
+                                      .owner = owner,
+                                      .wait_us = took});
+  dlock__obs_hold o = {0, 0, 0, 0};
+  if (rc == 0)
     look_up(l, owner, &o);
-    raise_lock_event(st, DLOCK_EVENT_ACQUIRED, l, owner, &o, took, 0);
-  } else {
-    raise_lock_event(
-        st, rc == DLOCK_ETIMEDOUT ? DLOCK_EVENT_TIMED_OUT : DLOCK_EVENT_FAILED,
-        l, owner, NULL, took, rc);
-  }
+  int kind = rc == 0                 ? DLOCK_EVENT_ACQUIRED
+             : rc == DLOCK_ETIMEDOUT ? DLOCK_EVENT_TIMED_OUT
+                                     : DLOCK_EVENT_FAILED;
+  dlock__event(st,
+               &(dlock_event_t){.kind = kind,
+                                .name = l->name,
+                                .name_len = l->len,
+                                .owner = owner,
+                                .token = o.token,
+                                .count = o.count > 0 ? (uint64_t)o.count : 0,
+                                .wait_us = took,
+                                .err = rc});
   return rc;
 }
 
@@ -116,17 +108,15 @@ int dlock__obs_unlocked(dlock_t *l, uint64_t owner, const dlock__obs_hold *o,
   if (st == NULL || rc != 0)
     return rc;
   dlock__stat(st, DLOCK__ST_UNLOCKS);
-  if (dlock__events_on(st) && o->found && o->count == 1) {
-    dlock_event_t e;
-    memset(&e, 0, sizeof(e));
-    e.kind = DLOCK_EVENT_RELEASED;
-    e.name = l->name;
-    e.name_len = l->len;
-    e.owner = owner;
-    e.token = o->token;
-    e.hold_us = o->held_us != 0 ? dlock__now_us() - o->held_us : 0;
-    dlock__event(st, &e);
-  }
+  if (dlock__events_on(st) && o->found && o->count == 1)
+    dlock__event(
+        st, &(dlock_event_t){
+                .kind = DLOCK_EVENT_RELEASED,
+                .name = l->name,
+                .name_len = l->len,
+                .owner = owner,
+                .token = o->token,
+                .hold_us = o->held_us != 0 ? dlock__now_us() - o->held_us : 0});
   return rc;
 }
 
@@ -135,16 +125,11 @@ void dlock__obs_lost(dlock__stats *st, const char *name, size_t len,
   if (st == NULL)
     return;
   dlock__stat(st, DLOCK__ST_LOST);
-  if (!dlock__events_on(st))
-    return;
-  dlock_event_t e;
-  memset(&e, 0, sizeof(e));
-  e.kind = DLOCK_EVENT_LOST;
-  e.name = name;
-  e.name_len = len;
-  e.owner = owner;
-  e.err = DLOCK_ELOST;
-  dlock__event(st, &e);
+  dlock__event(st, &(dlock_event_t){.kind = DLOCK_EVENT_LOST,
+                                    .name = name,
+                                    .name_len = len,
+                                    .owner = owner,
+                                    .err = DLOCK_ELOST});
 }
 
 void dlock__obs_round(dlock_client_t *c, int rc, const unsigned char *renewed,
