@@ -10,6 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+_Thread_local unsigned dlock__stat_slot;
+
+/* Threads are dealt shards in turn as they first count: a few threads get
+ * one each, many share them evenly. */
+unsigned dlock__stat_slot_take(void) {
+  static atomic_uint next;
+  unsigned slot = atomic_fetch_add_explicit(&next, 1, memory_order_relaxed) %
+                  DLOCK__STAT_SHARDS;
+  dlock__stat_slot = slot + 1;
+  return slot;
+}
+
 dlock__stats *dlock__stats_new(dlock_event_cb on_event, void *data) {
   dlock__stats *st = dlock__calloc(1, sizeof(*st));
   if (st == NULL)
@@ -43,10 +55,9 @@ void dlock__stat_time(dlock__stats *st, int which, int64_t us) {
   if (st == NULL)
     return;
   uint64_t v = us > 0 ? (uint64_t)us : 0;
-  dlock__hist *h = &st->h[which];
+  dlock__hist *h = &dlock__stat_mine(st)->h[which];
   atomic_fetch_add_explicit(&h->buckets[bucket_of(v)], 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&h->sum_us, v, memory_order_relaxed);
-  atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
   /* A new maximum is rare: the loop runs once, or not at all. */
   uint64_t max = atomic_load_explicit(&h->max_us, memory_order_relaxed);
   while (v > max &&
@@ -61,8 +72,10 @@ void dlock__stat_failed(dlock__stats *st, int err) {
   size_t i = err < 0 ? (size_t)-err : 0;
   if (i >= DLOCK_STATS_CODES)
     i = DLOCK_STATS_CODES - 1;
-  atomic_fetch_add_explicit(&st->c[DLOCK__ST_FAILED], 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&st->by_code[i], 1, memory_order_relaxed);
+  dlock__stat_shard *mine = dlock__stat_mine(st);
+  atomic_fetch_add_explicit(&mine->c[DLOCK__ST_FAILED], 1,
+                            memory_order_relaxed);
+  atomic_fetch_add_explicit(&mine->by_code[i], 1, memory_order_relaxed);
 }
 
 /*
@@ -116,19 +129,26 @@ void dlock__stat_event(dlock__stats *st, int which, int kind, uint64_t count,
                        int err) {
   if (st == NULL)
     return;
-  atomic_fetch_add_explicit(&st->c[which], 1, memory_order_relaxed);
+  dlock__stat(st, which);
   if (st->on_event != NULL)
     st->on_event(st->on_event_data,
                  &(dlock_event_t){.kind = kind, .count = count, .err = err});
 }
 
-static void read_hist(dlock__hist *h, dlock_histogram_t *out) {
-  out->count = atomic_load_explicit(&h->count, memory_order_relaxed);
-  out->sum_us = atomic_load_explicit(&h->sum_us, memory_order_relaxed);
-  out->max_us = atomic_load_explicit(&h->max_us, memory_order_relaxed);
-  for (int i = 0; i < DLOCK_STATS_BUCKETS; i++)
-    out->buckets[i] =
-        atomic_load_explicit(&h->buckets[i], memory_order_relaxed);
+/* Adds histogram 'which' of every shard into 'out'. */
+static void read_hist(dlock__stats *st, int which, dlock_histogram_t *out) {
+  for (int k = 0; k < DLOCK__STAT_SHARDS; k++) {
+    dlock__hist *h = &st->shard[k].h[which];
+    out->sum_us += atomic_load_explicit(&h->sum_us, memory_order_relaxed);
+    uint64_t max = atomic_load_explicit(&h->max_us, memory_order_relaxed);
+    if (max > out->max_us)
+      out->max_us = max;
+    for (int i = 0; i < DLOCK_STATS_BUCKETS; i++) {
+      uint64_t n = atomic_load_explicit(&h->buckets[i], memory_order_relaxed);
+      out->buckets[i] += n;
+      out->count += n;
+    }
+  }
 }
 
 static int by_waits(const void *a, const void *b) {
@@ -142,17 +162,20 @@ void dlock__stats_read(dlock__stats *st, dlock_stats_t *out) {
   if (st == NULL)
     return;
   out->enabled = 1;
-  uint64_t c[DLOCK__ST_COUNT];
-  for (int i = 0; i < DLOCK__ST_COUNT; i++)
-    c[i] = atomic_load_explicit(&st->c[i], memory_order_relaxed);
+  uint64_t c[DLOCK__ST_COUNT] = {0};
+  for (int k = 0; k < DLOCK__STAT_SHARDS; k++) {
+    dlock__stat_shard *sh = &st->shard[k];
+    for (int i = 0; i < DLOCK__ST_COUNT; i++)
+      c[i] += atomic_load_explicit(&sh->c[i], memory_order_relaxed);
+    for (int i = 0; i < DLOCK_STATS_CODES; i++)
+      out->failed_by_code[i] +=
+          atomic_load_explicit(&sh->by_code[i], memory_order_relaxed);
+  }
   out->acquired = c[DLOCK__ST_ACQUIRED];
   out->reentrant = c[DLOCK__ST_REENTRANT];
   out->refused = c[DLOCK__ST_REFUSED];
   out->timed_out = c[DLOCK__ST_TIMED_OUT];
   out->failed = c[DLOCK__ST_FAILED];
-  for (int i = 0; i < DLOCK_STATS_CODES; i++)
-    out->failed_by_code[i] =
-        atomic_load_explicit(&st->by_code[i], memory_order_relaxed);
   out->waits = c[DLOCK__ST_WAITS];
   out->released = c[DLOCK__ST_RELEASED];
   out->unlocks = c[DLOCK__ST_UNLOCKS];
@@ -171,9 +194,9 @@ void dlock__stats_read(dlock__stats *st, dlock_stats_t *out) {
   out->pipelines = c[DLOCK__ST_PIPELINES];
   out->messages = c[DLOCK__ST_MESSAGES];
   out->wakeups = c[DLOCK__ST_WAKEUPS];
-  read_hist(&st->h[DLOCK__H_ACQUIRE], &out->acquire);
-  read_hist(&st->h[DLOCK__H_WAIT], &out->wait);
-  read_hist(&st->h[DLOCK__H_HOLD], &out->hold);
+  read_hist(st, DLOCK__H_ACQUIRE, &out->acquire);
+  read_hist(st, DLOCK__H_WAIT, &out->wait);
+  read_hist(st, DLOCK__H_HOLD, &out->hold);
   pthread_mutex_lock(&st->top.mu);
   out->ntop = st->top.n;
   memcpy(out->top, st->top.e, st->top.n * sizeof(out->top[0]));

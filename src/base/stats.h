@@ -2,9 +2,12 @@
  * A client's statistics and its event hook, kept where every layer can
  * reach them: a connection counts the commands it sends, the pub/sub
  * reader the messages it reads, the engine its acquisitions. Every count
- * is a relaxed atomic, so that the hot path takes no lock; a client opened
- * with its statistics off and no on_event has no block at all, and each
- * place that would count costs the one test of a NULL pointer.
+ * is a relaxed atomic addition, so that the hot path takes no lock, made in
+ * one of a few shards that threads are spread over, so that threads on
+ * different cores do not take turns at one cache line; reading adds the
+ * shards up. A client opened with its statistics off and no on_event has
+ * no block at all, and each place that would count costs the one test of
+ * a NULL pointer.
  */
 #ifndef DLOCK_STATS_H
 #define DLOCK_STATS_H
@@ -52,10 +55,23 @@ enum dlock__stat_hist {
   DLOCK__H_COUNT
 };
 
+/* A histogram's share in one shard; its count is the sum of its buckets. */
 typedef struct dlock__hist {
-  _Atomic uint64_t count, sum_us, max_us;
+  _Atomic uint64_t sum_us, max_us;
   _Atomic uint64_t buckets[DLOCK_STATS_BUCKETS];
 } dlock__hist;
+
+/* How many shards the counts are spread over. */
+#define DLOCK__STAT_SHARDS 8
+
+/* One shard: everything counted, and room after it so that the next
+ * shard's first counters do not share its last cache line. */
+typedef struct dlock__stat_shard {
+  _Atomic uint64_t c[DLOCK__ST_COUNT];
+  _Atomic uint64_t by_code[DLOCK_STATS_CODES];
+  dlock__hist h[DLOCK__H_COUNT];
+  char pad[64];
+} dlock__stat_shard;
 
 /* The contended names: a small table under its own mutex, touched only by
  * acquisitions that waited, which have spent a round trip at least. */
@@ -66,9 +82,7 @@ typedef struct dlock__top {
 } dlock__top;
 
 typedef struct dlock__stats {
-  _Atomic uint64_t c[DLOCK__ST_COUNT];
-  _Atomic uint64_t by_code[DLOCK_STATS_CODES];
-  dlock__hist h[DLOCK__H_COUNT];
+  dlock__stat_shard shard[DLOCK__STAT_SHARDS];
   dlock__top top;
   dlock_event_cb on_event; /* NULL: no event is built */
   void *on_event_data;
@@ -78,14 +92,27 @@ typedef struct dlock__stats {
 dlock__stats *dlock__stats_new(dlock_event_cb on_event, void *data);
 void dlock__stats_free(dlock__stats *st);
 
+/* The calling thread's shard number plus one, 0 until it is given one
+ * (dlock__stat_slot_take). */
+extern _Thread_local unsigned dlock__stat_slot;
+unsigned dlock__stat_slot_take(void);
+
+/* The calling thread's shard of 'st'. */
+static inline dlock__stat_shard *dlock__stat_mine(dlock__stats *st) {
+  unsigned slot = dlock__stat_slot;
+  return &st->shard[slot != 0 ? slot - 1 : dlock__stat_slot_take()];
+}
+
 /* Adds 1 (or 'n') to counter 'which' of 'st', which may be NULL. */
 static inline void dlock__stat(dlock__stats *st, int which) {
   if (st != NULL)
-    atomic_fetch_add_explicit(&st->c[which], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&dlock__stat_mine(st)->c[which], 1,
+                              memory_order_relaxed);
 }
 static inline void dlock__stat_add(dlock__stats *st, int which, uint64_t n) {
   if (st != NULL)
-    atomic_fetch_add_explicit(&st->c[which], n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&dlock__stat_mine(st)->c[which], n,
+                              memory_order_relaxed);
 }
 
 /* Whether events are to be built for 'st'. */
