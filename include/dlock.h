@@ -208,7 +208,8 @@ typedef enum dlock_event_kind {
   /* A watchdog renewal round ended: 'count' holds renewed, 'err' 0 when
    * Redis answered it. */
   DLOCK_EVENT_RENEWAL_ROUND,
-  /* A connection to Redis was made again after it had failed. */
+  /* A command connection to Redis was made again after it had failed
+   * (the pub/sub connection's reconnects are not counted). */
   DLOCK_EVENT_RECONNECT,
   /* The client followed a failover to a new master (Sentinel). */
   DLOCK_EVENT_FAILOVER,
@@ -366,13 +367,14 @@ typedef struct dlock_options {
    * 0: every call fails at the first such error, as dlock 0.1 did. */
   int64_t outage_wait_ms;
 
-  /* ---- Added in dlock 0.3: seeing locks at work ---- */
+  /* ---- Seeing locks at work (after dlock 0.2) ---- */
   /* Told of every event (see dlock_event_cb); default NULL: no event is
    * built, which costs one branch per place an event could come from. */
   dlock_event_cb on_event;
   void *on_event_data;
-  /* 1: keep no statistics (dlock_client_stats then reports zeros). Default
-   * 0: statistics are kept, with relaxed atomic counters. */
+  /* 1: keep no statistics (dlock_client_stats then reports zeros), unless
+   * on_event is set, which needs them kept. Default 0: statistics are
+   * kept (see dlock_client_stats). */
   int stats_off;
 } dlock_options_t;
 
