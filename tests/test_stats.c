@@ -352,6 +352,34 @@ TEST(stats_top_names_bounded_and_ranked) {
   rp_free(s);
 }
 
+/* Every single-lock kind is counted alike: one acquisition, one release
+ * and one hold each. */
+TEST(stats_count_every_single_kind) {
+  rp_server_t *s = lu_server(1);
+  dlock_client_t *c = lu_client(s);
+  const dlock_kind_t kinds[] = {DLOCK_REENTRANT, DLOCK_FAIR, DLOCK_SPIN,
+                                DLOCK_READ, DLOCK_WRITE};
+  enum { NKINDS = sizeof(kinds) / sizeof(kinds[0]) };
+  for (int i = 0; i < NKINDS; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "st:kind:%d", i);
+    dlock_t *l = NULL;
+    ASSERT_DLOCK_OK(dlock_get_kind(c, kinds[i], name, strlen(name), &l));
+    ASSERT_DLOCK_OK(dlock_trylock(l, 1000, 10000));
+    ASSERT_DLOCK_OK(dlock_unlock(l));
+    dlock_free(l);
+  }
+  dlock_stats_t st = stats_of(c);
+  ASSERT_EQ(st.acquired, NKINDS);
+  ASSERT_EQ(st.released, NKINDS);
+  ASSERT_EQ(st.unlocks, NKINDS);
+  ASSERT_EQ(st.hold.count, NKINDS);
+  ASSERT_EQ(st.acquire.count, NKINDS);
+  ASSERT_EQ(st.waits, 0);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
 /* ---- off, old callers, the text ------------------------------------------ */
 
 TEST(stats_off_counts_nothing) {
