@@ -6,6 +6,11 @@
 #
 #   bench/ab.sh BUILD_A BUILD_B [ROUNDS] [SECONDS]
 #
+# AB_ARGS_A and AB_ARGS_B, when set, are extra bench_lock options for one
+# side, so that one build can be compared with itself under two settings:
+# "AB_ARGS_A=--no-stats bench/ab.sh build build" puts a client without
+# statistics (A) against one with them (B).
+#
 # BUILD_A and BUILD_B are build trees holding bench_lock (for example a
 # worktree of the old commit built with "make", and build/). Prints the load
 # average before and after (a run that starts above 1.0 or ends above 2.0
@@ -55,11 +60,15 @@ for r in $(seq "$rounds"); do
     var="args_$w"
     for side in A B; do
       build=$a
-      [ "$side" = B ] && build=$b
+      extra=${AB_ARGS_A:-}
+      if [ "$side" = B ]; then
+        build=$b
+        extra=${AB_ARGS_B:-}
+      fi
       # shellcheck disable=SC2086
       cpu0=$(server_cpu_us)
       out=$("$build/bench_lock" --url "$url" --mode loop ${!var} \
-        --seconds "$seconds" --name "ab:$w")
+        --seconds "$seconds" --name "ab:$w" $extra)
       cpu1=$(server_cpu_us)
       rate=$(sed -n 's/.*\brate=\([0-9.]*\).*/\1/p' <<<"$out")
       acq=$(sed -n 's/.*\bacq=\([0-9]*\).*/\1/p' <<<"$out")

@@ -54,6 +54,8 @@ static const char *dist;
 static int nprocs = 1, nthreads = 1, distinct, work, fair, herd;
 /* --no-sync: replica_sync off (the cost of waiting for replicas). */
 static int no_sync;
+/* --no-stats: clients keep no statistics (the A/B of their cost). */
+static int no_stats;
 static int64_t lease_ms = DLOCK_WATCHDOG;
 static double seconds = 2.0, herd_timeout = 120.0;
 
@@ -167,6 +169,7 @@ static void run_child(int proc, int in, int out) {
   o.url = url;
   o.tls_ca_file = cacert;
   o.replica_sync = !no_sync;
+  o.stats_off = no_stats;
   if ((rc = dlock_client_open(&o, &client)) < 0)
     bench_die("client_open", rc);
   if (!distinct && (rc = open_lock(client, prefix, &shared)) < 0)
@@ -253,7 +256,7 @@ static void usage(void) {
           "         [--mode loop|herd] [--procs P]\n"
           "         [--threads T] [--distinct] [--work] [--fair]\n"
           "         [--seconds S] [--timeout S] [--lease MS] [--name NAME]\n"
-          "         [--dist PREFIX] [--probe] [--no-sync]\n");
+          "         [--dist PREFIX] [--probe] [--no-sync] [--no-stats]\n");
   exit(2);
 }
 
@@ -281,6 +284,8 @@ int main(int argc, char **argv) {
       do_probe = 1;
     else if (strcmp(a, "--no-sync") == 0)
       no_sync = 1;
+    else if (strcmp(a, "--no-stats") == 0)
+      no_stats = 1;
     else if (v == NULL)
       usage();
     else if (strcmp(a, "--url") == 0)

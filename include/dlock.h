@@ -182,6 +182,69 @@ typedef void (*dlock_lost_cb)(void *data, const char *name, size_t name_len,
  */
 typedef void (*dlock_warning_cb)(void *data, const char *text);
 
+/*
+ * What an on_event callback is told (see dlock_options_t.on_event).
+ */
+typedef enum dlock_event_kind {
+  /* A lock was acquired: 'wait_us' is how long the call took, 'token' the
+   * fencing token, 'count' the owner's holds on it (more than 1: a
+   * reentrant acquisition). */
+  DLOCK_EVENT_ACQUIRED = 1,
+  /* An owner's last hold of a lock was released: 'hold_us' is how long it
+   * was held ('token' its token). */
+  DLOCK_EVENT_RELEASED,
+  /* An acquisition had to wait for another holder: 'wait_us' is how long
+   * it waited. Comes just before the ACQUIRED, TIMED_OUT or FAILED event
+   * of the same call. */
+  DLOCK_EVENT_WAITED,
+  /* An acquisition ended without the lock: the lock stayed taken for the
+   * whole wait ('wait_us'; 0 for a try without a wait). */
+  DLOCK_EVENT_TIMED_OUT,
+  /* An acquisition failed with error 'err' (not a time-out). */
+  DLOCK_EVENT_FAILED,
+  /* A hold was found lost (its key expired or was deleted): by the
+   * watchdog, or by the owner's unlock or re-acquisition. */
+  DLOCK_EVENT_LOST,
+  /* A watchdog renewal round ended: 'count' holds renewed, 'err' 0 when
+   * Redis answered it. */
+  DLOCK_EVENT_RENEWAL_ROUND,
+  /* A command connection to Redis was made again after it had failed
+   * (the pub/sub connection's reconnects are not counted). */
+  DLOCK_EVENT_RECONNECT,
+  /* The client followed a failover to a new master (Sentinel). */
+  DLOCK_EVENT_FAILOVER,
+  /* A write was acknowledged by fewer replicas than replica sync asks:
+   * 'count' is how many did. */
+  DLOCK_EVENT_SYNC_SHORTFALL
+} dlock_event_kind_t;
+
+/* The name of 'kind' ("acquired", "released", ...); "?" when unknown. */
+DLOCK_EXPORT const char *dlock_event_kind_name(int kind);
+
+typedef struct dlock_event {
+  int kind;         /* a dlock_event_kind_t */
+  const char *name; /* the lock's name, NULL for events of no lock */
+  size_t name_len;
+  uint64_t owner;  /* the owner, 0 for events of no owner */
+  uint64_t token;  /* the fencing token, when the event has one */
+  int64_t wait_us; /* see the kinds */
+  int64_t hold_us;
+  uint64_t count;
+  int err; /* a DLOCK_E* code, 0 when none */
+} dlock_event_t;
+
+/*
+ * Called with each event of the client, once, in the order it happened on
+ * the thread that raised it (the caller's for acquisitions and releases,
+ * the watchdog thread for lost locks and renewal rounds, the thread that
+ * reconnected, the Sentinel watcher for a failover). 'e' and the name it
+ * points at are valid during the call only. dlock holds none of its own
+ * locks while calling it and allocates nothing for it; the callback may
+ * call dlock functions but should return quickly, since it delays the
+ * thread that raised the event.
+ */
+typedef void (*dlock_event_cb)(void *data, const dlock_event_t *e);
+
 /* Every *_ms option is 1..DLOCK_DURATION_MAX_MS (watchdog_timeout_ms at
  * least 3); dlock_client_open fails with DLOCK_EINVAL, naming the option,
  * for any other value. */
@@ -303,6 +366,16 @@ typedef struct dlock_options {
    * keeps trying within its wait. Default 30000; 0..DLOCK_DURATION_MAX_MS.
    * 0: every call fails at the first such error, as dlock 0.1 did. */
   int64_t outage_wait_ms;
+
+  /* ---- Seeing locks at work (after dlock 0.2) ---- */
+  /* Told of every event (see dlock_event_cb); default NULL: no event is
+   * built, which costs one branch per place an event could come from. */
+  dlock_event_cb on_event;
+  void *on_event_data;
+  /* 1: keep no statistics (dlock_client_stats then reports zeros), unless
+   * on_event is set, which needs them kept. Default 0: statistics are
+   * kept (see dlock_client_stats). */
+  int stats_off;
 } dlock_options_t;
 
 /* The largest replica_sync_replicas accepted. */
@@ -1170,6 +1243,131 @@ typedef struct dlock_counter_info {
 DLOCK_EXPORT int dlock_inspect_counter(dlock_client_t *c, const char *name,
                                        size_t len, dlock_counter_info_t **out);
 DLOCK_EXPORT void dlock_counter_info_free(dlock_counter_info_t *info);
+
+/* -------------------------------------------------------------------------
+ * Statistics
+ * ------------------------------------------------------------------------- */
+
+/*
+ * Buckets of a latency histogram: bucket i counts the samples of at most
+ * 2^i microseconds that did not fit bucket i-1 (1 us, 2 us, 4 us, ... about
+ * 36 minutes); the last counts the longer ones. Not cumulative.
+ */
+#define DLOCK_STATS_BUCKETS 33
+
+typedef struct dlock_histogram {
+  uint64_t count;  /* samples */
+  uint64_t sum_us; /* their sum */
+  uint64_t max_us; /* the largest */
+  uint64_t buckets[DLOCK_STATS_BUCKETS];
+} dlock_histogram_t;
+
+/*
+ * The value below which a fraction 'q' (0..1) of the samples of 'h' lie,
+ * in microseconds, as the upper bound of the bucket it falls in (never
+ * more than h->max_us); 0 without samples. q = 0.5 is the median, 0.99 the
+ * 99th percentile.
+ */
+DLOCK_EXPORT uint64_t dlock_histogram_quantile(const dlock_histogram_t *h,
+                                               double q);
+
+/* How many of the most contended lock names the statistics keep. */
+#define DLOCK_STATS_TOP 32
+/* How much of a lock name they keep (longer names are cut). */
+#define DLOCK_STATS_NAME_MAX 63
+
+/* A lock name that callers had to wait for. */
+typedef struct dlock_lock_stats {
+  char name[DLOCK_STATS_NAME_MAX + 1]; /* NUL-terminated, maybe cut */
+  size_t name_len;                     /* the bytes kept in 'name' */
+  uint64_t waits;    /* acquisitions that waited (an upper bound, see below) */
+  uint64_t timeouts; /* of those, the ones that ended without the lock */
+  uint64_t wait_us;  /* their total wait */
+} dlock_lock_stats_t;
+
+/* Counters indexed by -code of a DLOCK_E* error: failed_by_code[1] counts
+ * DLOCK_EINVAL, and so on; codes past the end are counted in the last. */
+#define DLOCK_STATS_CODES 24
+
+/*
+ * The statistics of a client since it was opened: counters that only
+ * grow, and latency histograms. Filled by dlock_client_stats().
+ */
+typedef struct dlock_stats {
+  /* Set by dlock_client_stats(): the size of the caller's struct. The
+   * library writes only that many bytes, so that fields added later, at
+   * the end, never make an older program's struct overflow. */
+  size_t struct_size;
+  int enabled; /* 0 when the client was opened with stats_off */
+  /* Acquisitions of single locks (reentrant, fair, spin, read, write). */
+  uint64_t acquired;  /* granted (reentrant ones included) */
+  uint64_t reentrant; /* of those, by an owner that held it already */
+  uint64_t refused;   /* a try without a wait found it taken */
+  uint64_t timed_out; /* a wait ran out with the lock still taken */
+  uint64_t failed;    /* ended with another error */
+  uint64_t failed_by_code[DLOCK_STATS_CODES];
+  uint64_t waits;          /* acquisitions that had to wait */
+  uint64_t released;       /* an owner's last hold given back */
+  uint64_t unlocks;        /* dlock_unlock calls that succeeded */
+  uint64_t unlock_retries; /* unlocks sent again after a lost reply */
+  uint64_t handovers;      /* releases that handed a lock to a waiter */
+  uint64_t lost;           /* holds found lost */
+  /* Background work. */
+  uint64_t watchdog_rounds;
+  uint64_t renewed;         /* holds renewed by those rounds */
+  uint64_t sync_waits;      /* writes followed by a replica-sync WAIT */
+  uint64_t sync_shortfalls; /* ... that too few replicas acknowledged */
+  /* Connections and topology. */
+  uint64_t reconnects;     /* connections made again after a failure */
+  uint64_t failovers;      /* new masters followed (Sentinel) */
+  uint64_t redirections;   /* cluster MOVED and ASK replies followed */
+  uint64_t script_reloads; /* NOSCRIPT answered by loading the script */
+  uint64_t commands;       /* commands queued on the data connections */
+  uint64_t pipelines;      /* writes that sent them (one or many each) */
+  uint64_t messages;       /* pub/sub messages read */
+  uint64_t wakeups;        /* waiters woken by them */
+  /* Latencies. */
+  dlock_histogram_t acquire; /* every acquisition call, whatever its end */
+  dlock_histogram_t wait;    /* the acquisitions that waited */
+  dlock_histogram_t hold;    /* from acquisition to last release */
+  /* The most contended lock names, most waits first. Counted with the
+   * space-saving rule: when more names wait than there is room for, a new
+   * name replaces the least waited one and inherits its count, so a
+   * count is exact for a name that stayed in the table and an upper
+   * bound otherwise; a name waited on more often than 1/DLOCK_STATS_TOP
+   * of all waits is always listed. */
+  size_t ntop;
+  dlock_lock_stats_t top[DLOCK_STATS_TOP];
+} dlock_stats_t;
+
+/*
+ * Copies the statistics of 'c' into the first 'size' bytes of 's' (see
+ * struct_size). The counters are read one by one without stopping the
+ * client, so that two of them may be a moment apart. Call it through
+ * dlock_client_stats().
+ */
+DLOCK_EXPORT void dlock_client_stats_size(dlock_client_t *c, dlock_stats_t *s,
+                                          size_t size);
+
+static inline void dlock_client_stats(dlock_client_t *c, dlock_stats_t *s) {
+  dlock_client_stats_size(c, s, sizeof(*s));
+}
+
+/*
+ * Renders 's' in the Prometheus text exposition format (version 0.0.4),
+ * for an application's /metrics page: dlock_acquisitions_total{result=...},
+ * dlock_wait_seconds, dlock_hold_seconds and dlock_acquire_seconds
+ * histograms, dlock_locks_lost_total, and the others, each with HELP and
+ * TYPE lines; the contended names as dlock_lock_waits_total{lock="..."}.
+ * 'labels', when not NULL or "", is added to every sample, as written
+ * (for example "client=\"billing\""). Writes at most 'cap' bytes,
+ * NUL-terminated when 'cap' > 0, and returns the length of the whole text
+ * (without the NUL), as snprintf does: a return of 'cap' or more means it
+ * was cut.
+ */
+DLOCK_EXPORT size_t dlock_stats_format(const dlock_stats_t *s,
+                                       const char *labels, char *buf,
+                                       size_t cap);
 
 #ifdef __cplusplus
 }

@@ -2149,3 +2149,94 @@ TEST(cli_latch_set_count_down_await) {
   ASSERT_EQ(run_cli(&t, &p, "latch", "frobnicate", "done", NULL), 64);
   end_test(&t);
 }
+
+/* "dlock run --verbose" says on stderr how long it waited and held the
+ * lock, and the token the command got; without it, nothing. */
+TEST(cli_run_verbose_reports_wait_hold_and_token) {
+  cli_test_t t;
+  cli_proc_t p;
+
+  start_test(&t);
+  ASSERT_EQ(run_cli(&t, &p, "run", "--verbose", "verbose-job", "--", "sh", "-c",
+                    "echo \"$DLOCK_TOKEN\"; sleep 0.2", NULL),
+            0);
+  char *out = slurp(p.out), *err = slurp(p.err);
+  unsigned long long token = 0, said = 0;
+  double waited = -1, held = -1;
+  ASSERT_EQ(sscanf(out, "%llu", &token), 1);
+  const char *a = strstr(err, "acquired after waiting ");
+  const char *r = strstr(err, "released after holding it ");
+  ASSERT_NOT_NULL(a);
+  ASSERT_NOT_NULL(r);
+  ASSERT_EQ(sscanf(a, "acquired after waiting %lf s; fencing token %llu",
+                   &waited, &said),
+            2);
+  ASSERT_EQ(sscanf(r, "released after holding it %lf s", &held), 1);
+  ASSERT_EQ(said, token);
+  ASSERT(waited >= 0);
+  /* The command slept 0.2 s while it held the lock. */
+  ASSERT(held >= 0.2);
+  ASSERT(a < r);
+  free(out);
+  free(err);
+
+  ASSERT_EQ(run_cli(&t, &p, "run", "verbose-job", "--", "true", NULL), 0);
+  err = slurp(p.err);
+  ASSERT_STR_EQ(err, "");
+  free(err);
+  end_test(&t);
+}
+
+/* "dlock status --watch" shows the lock again every interval, as it
+ * changes: held by the holder at the first view, free at the last, the
+ * holder having been stopped as soon as the first view was out. */
+TEST(cli_status_watch_refreshes) {
+  cli_test_t t;
+  cli_proc_t holder, p;
+
+  start_test(&t);
+  start_holder(&t, &holder, "watched", "60");
+  start_cli(&t, &p, "status", "--watch", "--interval", "2s", "--count", "3",
+            "--json", "watched", NULL);
+  char *out = NULL;
+  int64_t until = test_now_ms() + 30000;
+  while ((out == NULL || strchr(out, '\n') == NULL) && test_now_ms() < until) {
+    free(out);
+    test_sleep_ms(20);
+    out = slurp(p.out);
+  }
+  ASSERT_NOT_NULL(strchr(out, '\n'));
+  free(out);
+  kill(holder.pid, SIGTERM);
+  wait_cli(&holder);
+  ASSERT_EQ(wait_cli(&p), 0);
+  out = slurp(p.out);
+  char *save = NULL;
+  char *first = strtok_r(out, "\n", &save);
+  char *second = strtok_r(NULL, "\n", &save);
+  char *third = strtok_r(NULL, "\n", &save);
+  ASSERT_NOT_NULL(first);
+  ASSERT_NOT_NULL(second);
+  ASSERT_NOT_NULL(third);
+  ASSERT_NULL(strtok_r(NULL, "\n", &save));
+  json_t v1, v3;
+  json_parse(first, &v1);
+  json_parse(third, &v3);
+  check_held_report(&v1, "watched");
+  check_free_report(&v3, "watched");
+  json_free(&v1);
+  json_free(&v3);
+  free(out);
+
+  /* A table names the interval above each view; --count needs --watch. */
+  ASSERT_EQ(run_cli(&t, &p, "status", "--watch", "--interval", "100ms",
+                    "--count", "2", "watched", NULL),
+            0);
+  out = slurp(p.out);
+  const char *one = strstr(out, "every 0.1s");
+  ASSERT_NOT_NULL(one);
+  ASSERT_NOT_NULL(strstr(one + 1, "every 0.1s"));
+  free(out);
+  ASSERT_EQ(run_cli(&t, &p, "status", "--count", "2", "watched", NULL), 64);
+  end_test(&t);
+}

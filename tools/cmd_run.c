@@ -63,6 +63,9 @@ static void print_run_help(FILE *out) {
           "(default: 5s)\n"
           "  -q, --quiet   no message when the lock is not acquired "
           "(errors still have one)\n"
+          "  -v, --verbose report on stderr how long the lock was waited "
+          "for and held,\n"
+          "                and its fencing token\n"
           "  -E, --conflict-exit-code N\n"
           "                exit status when the lock is not acquired, 0-255 "
           "(default: 75)\n"
@@ -115,6 +118,7 @@ typedef struct run_options {
   int quiet;             /* --quiet: no message when not acquired */
   int conflict_exit;     /* the status when not acquired (--conflict-...) */
   int64_t permits;       /* --permits N; 0 when not a semaphore */
+  int verbose;           /* --verbose: wait, hold and token on stderr */
 } run_options_t;
 
 /* One server of a RedLock and its part of the lock. */
@@ -143,6 +147,7 @@ typedef struct run_state {
   uint64_t
       owner; /* the lock's owner id: taken on one thread, freed on another */
   uint64_t token;
+  int64_t asked_us, acquired_us; /* when it was asked for and acquired */
   int64_t wait_deadline;  /* monotonic ms when --wait ends; INT64_MAX none */
   int64_t lease_deadline; /* monotonic ms when a fixed lease ends; -1 none */
   pid_t child;
@@ -157,6 +162,13 @@ static int64_t monotonic_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Microseconds, for --verbose, which reports waits shorter than 1 ms. */
+static int64_t monotonic_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* ---- command line --------------------------------------------------- */
@@ -229,19 +241,14 @@ static int apply_kind_option(const cli_command_t *cmd, run_options_t *o,
  */
 static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
                           char **argv, run_options_t *o) {
-  static const arg_option_t options[] = {{"wait", 0, ARG_VALUE},
-                                         {"lease", 0, ARG_VALUE},
-                                         {"grace", 0, ARG_VALUE},
-                                         {"fair", 0, ARG_FLAG},
-                                         {"read", 0, ARG_FLAG},
-                                         {"write", 0, ARG_FLAG},
-                                         {"help", 'h', ARG_FLAG},
-                                         {"url", 0, ARG_VALUES},
-                                         {"watchdog", 0, ARG_VALUE},
-                                         {"quiet", 'q', ARG_FLAG},
-                                         {"conflict-exit-code", 'E', ARG_VALUE},
-                                         {"permits", 0, ARG_VALUE},
-                                         CLI_TLS_OPTIONS};
+  static const arg_option_t options[] = {
+      {"wait", 0, ARG_VALUE},     {"lease", 0, ARG_VALUE},
+      {"grace", 0, ARG_VALUE},    {"fair", 0, ARG_FLAG},
+      {"read", 0, ARG_FLAG},      {"write", 0, ARG_FLAG},
+      {"help", 'h', ARG_FLAG},    {"url", 0, ARG_VALUES},
+      {"watchdog", 0, ARG_VALUE}, {"quiet", 'q', ARG_FLAG},
+      {"verbose", 'v', ARG_FLAG}, {"conflict-exit-code", 'E', ARG_VALUE},
+      {"permits", 0, ARG_VALUE},  CLI_TLS_OPTIONS};
   arg_parser_t p;
   int rc = 0;
 
@@ -265,6 +272,8 @@ static int parse_run_args(const cli_command_t *cmd, cli_globals_t *g, int argc,
       return -1;
     } else if (strcmp(options[opt].long_name, "quiet") == 0)
       o->quiet = 1;
+    else if (strcmp(options[opt].long_name, "verbose") == 0)
+      o->verbose = 1;
     else if (cli_is_global_option(options[opt].long_name))
       rc = cli_set_global_option(cmd, g, options[opt].long_name, p.value);
     else if (options[opt].takes_value == ARG_FLAG)
@@ -475,6 +484,7 @@ static int acquire_lock(run_state_t *r, int *status) {
   pthread_t thread;
   char what[256];
 
+  r->asked_us = monotonic_us();
   if (pthread_create(&thread, NULL, acquire_in_background, &a) != 0) {
     cli_error(r->cmd, "cannot start a thread: %s", strerror(errno));
     *status = EXIT_INTERNAL;
@@ -502,6 +512,12 @@ static int acquire_lock(run_state_t *r, int *status) {
       r->sem != NULL ? r->permit.token : dlock_token_as(r->lock, r->owner);
   r->lease_deadline =
       r->opt->lease_ms > 0 ? lease_deadline_after_acquisition(r) : -1;
+  r->acquired_us = monotonic_us();
+  if (r->opt->verbose)
+    cli_error(r->cmd,
+              "lock '%s' acquired after waiting %.6f s; fencing token %llu",
+              r->opt->name, (double)(r->acquired_us - r->asked_us) / 1e6,
+              (unsigned long long)r->token);
   return 1;
 }
 
@@ -693,6 +709,9 @@ static int release_lock(run_state_t *r, int status) {
 
   int rc = r->sem != NULL ? dlock_psem_release(r->sem, r->permit.id)
                           : dlock_unlock_as(r->lock, r->owner);
+  if (r->opt->verbose && rc == 0)
+    cli_error(r->cmd, "lock '%s' released after holding it %.6f s",
+              r->opt->name, (double)(monotonic_us() - r->acquired_us) / 1e6);
   if (rc == DLOCK_ELOST || rc == DLOCK_ENOTHELD) {
     cli_error(r->cmd,
               "lock '%s' was lost while the command ran (found at "
@@ -792,6 +811,7 @@ static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
                      NULL,
                      0,
                      EXIT_NOT_ACQUIRED,
+                     0,
                      0};
   run_state_t r;
   child_start_state_t start;
@@ -834,5 +854,5 @@ static int run_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
 const cli_command_t cli_cmd_run = {
     "run",
     "dlock run [--wait DUR] [--lease DUR] [--grace DUR] [-q] [-E N] "
-    "[--fair|--read|--write|--permits N] NAME [--] CMD [ARG]...",
+    "[-v] [--fair|--read|--write|--permits N] NAME [--] CMD [ARG]...",
     "run a command while holding a lock", run_main, print_run_help};

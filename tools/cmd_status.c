@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "cli.h"
@@ -35,6 +36,12 @@ static void print_status_help(FILE *out) {
           "Options:\n"
           "  --json      one JSON object per lock and line, for scripts "
           "(default: a table)\n"
+          "  --watch     show it again every --interval until interrupted "
+          "(a table is\n"
+          "              redrawn in place on a terminal)\n"
+          "  --interval DUR  the time between two views with --watch "
+          "(default: 1s)\n"
+          "  --count N   with --watch, stop after N views\n"
           "  -h, --help  show this help\n",
           cli_cmd_status.usage);
   fputs("\nJSON fields: name, locked, mode (\"read\"/\"write\" or null), "
@@ -408,14 +415,21 @@ static int add_name(const cli_command_t *cmd, const char **names,
 
 /* Parses the options and names of "dlock status"; 0, -1 after --help, or
  * the exit status of a usage error. */
+/* How often and how long --watch shows the locks. */
+typedef struct watch_options {
+  int on;
+  int64_t interval_ms;
+  long count; /* views before stopping; 0: until interrupted */
+} watch_options_t;
+
 static int parse_status_args(const cli_command_t *cmd, cli_globals_t *g,
                              int argc, char **argv, const char **names,
-                             size_t *nnames, int *json) {
-  static const arg_option_t options[] = {{"json", 0, ARG_FLAG},
-                                         {"help", 'h', ARG_FLAG},
-                                         {"url", 0, ARG_VALUES},
-                                         {"watchdog", 0, 1},
-                                         CLI_TLS_OPTIONS};
+                             size_t *nnames, int *json, watch_options_t *w) {
+  static const arg_option_t options[] = {
+      {"json", 0, ARG_FLAG},      {"watch", 0, ARG_FLAG},
+      {"interval", 0, ARG_VALUE}, {"count", 0, ARG_VALUE},
+      {"help", 'h', ARG_FLAG},    {"url", 0, ARG_VALUES},
+      {"watchdog", 0, 1},         CLI_TLS_OPTIONS};
   arg_parser_t p;
   int rc = 0;
 
@@ -435,12 +449,81 @@ static int parse_status_args(const cli_command_t *cmd, cli_globals_t *g,
       return -1;
     } else if (strcmp(options[opt].long_name, "json") == 0) {
       *json = 1;
+    } else if (strcmp(options[opt].long_name, "watch") == 0) {
+      w->on = 1;
+    } else if (strcmp(options[opt].long_name, "interval") == 0) {
+      rc = cli_parse_duration(cmd, "interval", p.value, 1, &w->interval_ms);
+    } else if (strcmp(options[opt].long_name, "count") == 0) {
+      char *end = NULL;
+      w->count = strtol(p.value, &end, 10);
+      if (end == p.value || *end != '\0' || w->count < 1)
+        rc = cli_usage_error(cmd,
+                             "--count wants a number of views, 1 or "
+                             "more: '%s'",
+                             p.value);
     } else {
       rc = cli_set_global_option(cmd, g, options[opt].long_name, p.value);
     }
   }
   if (rc == 0 && *nnames == 0)
     rc = cli_usage_error(cmd, "missing lock name");
+  if (rc == 0 && !w->on && w->count > 0)
+    rc = cli_usage_error(cmd, "--count goes with --watch");
+  return rc;
+}
+
+/* Fetches and prints every lock once; 0, EXIT_UNAVAILABLE when a server
+ * could not be read, or an error status. */
+static int show_once(const cli_command_t *cmd, cli_node_t *nodes, size_t nnodes,
+                     const char **names, size_t nnames, int json) {
+  lock_report_t *reports = NULL;
+  int rc = fetch_reports(cmd, nodes, nnodes, names, nnames, &reports);
+  if (rc != 0)
+    return rc;
+  size_t n = nnames * nnodes;
+  if (json)
+    for (size_t i = 0; i < n; i++)
+      print_json_report(stdout, &reports[i], nnodes > 1);
+  else if (print_table(stdout, reports, nnames, nnodes) != 0)
+    rc = cli_fail(cmd, DLOCK_ENOMEM, "status");
+  for (size_t i = 0; i < n && rc == 0; i++)
+    if (reports[i].info == NULL && reports[i].counter == NULL)
+      rc = EXIT_UNAVAILABLE;
+  free_reports(reports, n);
+  return rc;
+}
+
+/* --watch: the view again every interval. A table on a terminal is drawn
+ * over the last one, with the time it was taken; elsewhere (a pipe, a
+ * file) and in JSON the views follow each other. A server that cannot be
+ * read is shown as such and watched on. */
+static int watch(const cli_command_t *cmd, cli_node_t *nodes, size_t nnodes,
+                 const char **names, size_t nnames, int json,
+                 const watch_options_t *w) {
+  int tty = !json && isatty(STDOUT_FILENO);
+  int rc = 0;
+  for (long k = 0; w->count == 0 || k < w->count; k++) {
+    if (k > 0) {
+      struct timespec ts = {(time_t)(w->interval_ms / 1000),
+                            (long)(w->interval_ms % 1000) * 1000000L};
+      while (nanosleep(&ts, &ts) != 0) {
+      }
+    }
+    if (tty)
+      fputs("\033[H\033[2J", stdout);
+    if (!json) {
+      time_t now = time(NULL);
+      struct tm tm;
+      char when[32];
+      localtime_r(&now, &tm);
+      strftime(when, sizeof(when), "%H:%M:%S", &tm);
+      printf("%s every %.3gs\n", when, (double)w->interval_ms / 1000);
+    }
+    rc = show_once(cmd, nodes, nnodes, names, nnames, json);
+    fflush(stdout);
+    if (rc != 0 && rc != EXIT_UNAVAILABLE)
+      break;
+  }
   return rc;
 }
 
@@ -449,10 +532,11 @@ static int status_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
   const char **names = calloc((size_t)argc + 1, sizeof *names);
   size_t nnames = 0;
   int json = 0;
+  watch_options_t w = {0, 1000, 0};
 
   if (names == NULL)
     return cli_fail(cmd, DLOCK_ENOMEM, "status");
-  int rc = parse_status_args(cmd, g, argc, argv, names, &nnames, &json);
+  int rc = parse_status_args(cmd, g, argc, argv, names, &nnames, &json, &w);
   if (rc != 0) {
     free(names);
     return rc < 0 ? EXIT_OK : rc;
@@ -461,30 +545,20 @@ static int status_main(const cli_command_t *cmd, cli_globals_t *g, int argc,
   /* A server that cannot be reached is shown as such among the others:
    * status is what one runs to find out which servers are in trouble. */
   cli_node_t *nodes = NULL;
-  lock_report_t *reports = NULL;
   size_t nnodes = g->nurls;
   rc = cli_open_nodes(cmd, g, 1, NULL, &nodes);
-  if (rc == 0)
-    rc = fetch_reports(cmd, nodes, nnodes, names, nnames, &reports);
-  if (rc == 0) {
-    size_t n = nnames * nnodes;
-    if (json)
-      for (size_t i = 0; i < n; i++)
-        print_json_report(stdout, &reports[i], nnodes > 1);
-    else if (print_table(stdout, reports, nnames, nnodes) != 0)
-      rc = cli_fail(cmd, DLOCK_ENOMEM, "status");
-    for (size_t i = 0; i < n && rc == 0; i++)
-      if (reports[i].info == NULL && reports[i].counter == NULL)
-        rc = EXIT_UNAVAILABLE;
-    free_reports(reports, n);
-  }
+  if (rc == 0 && w.on)
+    rc = watch(cmd, nodes, nnodes, names, nnames, json, &w);
+  else if (rc == 0)
+    rc = show_once(cmd, nodes, nnodes, names, nnames, json);
   cli_close_nodes(nodes, nnodes);
   free(names);
   return rc;
 }
 
 const cli_command_t cli_cmd_status = {
-    "status", "dlock status [--json] NAME...",
+    "status",
+    "dlock status [--json] [--watch [--interval DUR] [--count N]] NAME...",
     "show holders, TTL, fencing token and waiters of locks; a semaphore's "
     "permits, a latch's count",
     status_main, print_status_help};

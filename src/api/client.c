@@ -257,6 +257,7 @@ static void destroy(dlock_client_t *c) {
   dlock__done_latches_clear(c);
   dlock__endpoint_free(&c->ep);
   pthread_mutex_destroy(&c->mu);
+  dlock__stats_free(c->stats);
   dlock__free(c->url);
   dlock__free(c);
 }
@@ -383,6 +384,7 @@ static int parse_cluster(dlock_client_t *c, const char *url,
 static void on_switch(void *data) {
   dlock_client_t *c = data;
   dlock__pubsub_poke(c->ps);
+  dlock__stat_event(c->stats, DLOCK__ST_FAILOVERS, DLOCK_EVENT_FAILOVER, 0, 0);
 }
 
 /* One try at reaching the server(s), each try waiting for the connect
@@ -446,11 +448,18 @@ static int open_client(const dlock_options_t *o, dlock_client_t **out,
   c->fork_gen = dlock__fork_gen();
   c->pid = getpid();
   c->opt = *o;
+  /* Statistics are kept unless turned off; an event hook needs the block
+   * either way. */
+  if (!o->stats_off || o->on_event != NULL) {
+    c->stats = dlock__stats_new(o->on_event, o->on_event_data);
+    if (c->stats == NULL)
+      rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
+  }
   dlock__sync_init(&c->sync, o);
   dlock__route_init(&c->route, o->command_timeout_ms, o->on_warning,
                     o->on_warning_data);
   const char *url = o->url ? o->url : DEFAULT_URL;
-  if (async && dlock__url_is_cluster(url))
+  if (rc == 0 && async && dlock__url_is_cluster(url))
     rc = dlock__fail(DLOCK_EINVAL,
                      "an async client serves one server or a Sentinel-managed "
                      "master, not a cluster (\"%.100s\")",
@@ -474,8 +483,13 @@ static int open_client(const dlock_options_t *o, dlock_client_t **out,
     rc = make_uuid(c->id);
   dlock__route *route = &c->route;
   c->locator = (dlock__locator){locate_master, master_gen, route->sentinel};
-  dlock__conn_cfg cfg = {&c->ep, o->connect_timeout_ms, o->command_timeout_ms,
-                         c->tls, route->sentinel != NULL ? &c->locator : NULL};
+  dlock__conn_cfg cfg = {&c->ep,
+                         o->connect_timeout_ms,
+                         o->command_timeout_ms,
+                         c->tls,
+                         route->sentinel != NULL ? &c->locator : NULL,
+                         c->stats};
+  cu.stats = c->stats;
   if (rc == 0 && cu.n > 0) {
     rc = dlock__cluster_new(&cu, c->tls, o->connect_timeout_ms,
                             o->command_timeout_ms, &route->cluster);
@@ -519,6 +533,8 @@ static int open_client(const dlock_options_t *o, dlock_client_t **out,
     rc = dlock__pubsub_start(&c->ep, c->tls, route->sentinel, route->cluster,
                              o->connect_timeout_ms, o->command_timeout_ms,
                              o->lazy_connect, open_deadline, &c->ps);
+  if (rc == 0)
+    dlock__pubsub_set_stats(c->ps, c->stats);
   /* Failovers are followed from now on: the pub/sub thread is told at
    * once, the command connection at its next use. */
   if (rc == 0 && route->sentinel != NULL) {

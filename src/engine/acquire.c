@@ -5,6 +5,7 @@
  */
 #include "alloc.h"
 #include "engine.h"
+#include "observe.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -27,6 +28,7 @@ static int record_hold(dlock_t *l, uint64_t owner, const dlock__acquired *a,
     if (h->count == 0 || a->count == 1)
       h->token = a->token;
     h->abandoned = 0;
+    dlock__obs_recorded(c, h, a->count);
     h->count = (int)a->count;
     h->watchdog = lease_ms == DLOCK_WATCHDOG;
     h->lease_ms = h->watchdog ? c->opt.watchdog_timeout_ms : lease_ms;
@@ -48,6 +50,7 @@ static void mark_lost(dlock_t *l, uint64_t owner) {
   if (h != NULL)
     h->lost = 1;
   pthread_mutex_unlock(&c->mu);
+  dlock__obs_lost(c->stats, l->name, l->len, owner);
 }
 
 int dlock__settle_before_acquire(dlock_t *l, uint64_t owner) {

@@ -6,6 +6,7 @@
 #include "args.h"
 #include "engine.h"
 #include "machine.h"
+#include "observe.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -132,6 +133,7 @@ static const dlock__acq_ops lock_ops = {
  * when the wait has no end). */
 static int trylock_single(dlock_t *l, uint64_t owner, int64_t wait_ms,
                           int64_t lease_ms) {
+  int64_t start_us = dlock__obs_start(l);
   lock_acq t = {l, owner, wait_ms, lease_ms};
   dlock__acq m;
   char *channel = l->channel;
@@ -155,7 +157,8 @@ static int trylock_single(dlock_t *l, uint64_t owner, int64_t wait_ms,
   m.who.owner = owner;
   m.who.lease_ms = l->kind->no_barging ? lease_ms : 0;
   m.who.permits = 0; /* a lock's waiter, not a semaphore's */
-  return dlock__acq_run(&m);
+  int rc = dlock__acq_run(&m);
+  return dlock__obs_acquired(l, owner, wait_ms, start_us, m.waited, rc);
 }
 
 int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
@@ -193,8 +196,13 @@ int dlock_unlock_as(dlock_t *l, uint64_t owner) {
   int rc = dlock__check_handle(l);
   if (rc != 0)
     return rc;
-  return l->kind->release != NULL ? l->kind->release(l, owner)
-                                  : dlock__release_hold(l, owner);
+  if (l->c == NULL) /* a composite: its parts are not counted */
+    return l->kind->release(l, owner);
+  dlock__obs_hold before;
+  dlock__obs_peek(l, owner, &before);
+  rc = l->kind->release != NULL ? l->kind->release(l, owner)
+                                : dlock__release_hold(l, owner);
+  return dlock__obs_unlocked(l, owner, &before, rc);
 }
 
 int dlock_unlock(dlock_t *l) { return dlock_unlock_as(l, dlock_self()); }

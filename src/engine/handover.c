@@ -60,6 +60,7 @@ static int run_handover(dlock_t *l, uint64_t owner, dlock__release *r,
   if (r->lost)
     outcome = DLOCK__RESOLVE_FAILED;
   dlock__cohort_resolve(c->ps, next, token, outcome);
+  dlock__stat_add(c->stats, DLOCK__ST_HANDOVERS, token != 0);
   return rc;
 }
 

@@ -187,6 +187,7 @@ static int join(dlock__acq *m) {
 /* Sleeps until the holder's release message or its lease's end, whichever
  * is first, bounded by the deadline. */
 static int plan(dlock__acq *m) {
+  m->waited = 1;
   int64_t now = dlock__now_us(), until = m->deadline_us;
   if (m->busy.ttl_ms == DLOCK__ACQ_NOT_TRIED) {
     /* Not tried yet: there is always one attempt, whatever the wait. */
@@ -234,6 +235,7 @@ static int taken_up(dlock__acq *m, int rc) {
 /* What the wait ended with ('m->pending'). */
 static int woke(dlock__acq *m) {
   int ev = m->pending;
+  dlock__stat_add(m->c->stats, DLOCK__ST_WAKEUPS, ev > 0);
   /* A stale hand-over only says that something changed: try again. */
   if (ev == 2 && taken_grant(m) == 0)
     ev = 1;

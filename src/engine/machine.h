@@ -136,6 +136,7 @@ struct dlock__acq {
   int pending;   /* the wait's outcome, for dlock__acq_step */
   int sent;      /* DLOCK__ACQ_SENT: what awaits its answer (a state) */
   int was_woken; /* the attempt in flight followed a wake-up */
+  int waited;    /* it waited for another holder at least once */
   dlock__backoff spin;
   dlock__riding ride; /* riding an outage */
 };

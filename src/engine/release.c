@@ -5,6 +5,7 @@
  */
 #include "alloc.h"
 #include "engine.h"
+#include "observe.h"
 
 #include "error.h"
 #include "monotime.h"
@@ -228,11 +229,14 @@ static int finish_release(dlock_t *l, uint64_t owner, int64_t left, int known,
     h->lost = 1;
     h->count--;
   } else if (h != NULL) {
+    dlock__obs_hold_ends(c, h);
     dlock__holds_remove(&c->holds, h);
   }
   pthread_mutex_unlock(&c->mu);
   if (left >= 0)
     return 0;
+  if (known)
+    dlock__obs_lost(c->stats, l->name, l->len, owner);
   if (known)
     return dlock__fail(DLOCK_ELOST,
                        "lock \"%.100s\" was no longer held at unlock (its "
@@ -304,6 +308,7 @@ int dlock__release_send(dlock_t *l, uint64_t owner, dlock__release *r,
       ride.first_us = dlock__now_us();
       ride.until_us = dlock__deadline_ms(c->opt.outage_wait_ms);
     }
+    dlock__stat(c->stats, DLOCK__ST_UNLOCK_RETRIES);
     if (attempt < c->opt.unlock_retries) {
       dlock__backoff_pause(c, &retry, INT64_MAX);
       continue;

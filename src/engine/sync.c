@@ -6,6 +6,7 @@
 #include "client.h"
 #include "error.h"
 #include "monotime.h"
+#include "observe.h"
 #include "proto/format.h"
 
 #include <stdio.h>
@@ -107,6 +108,8 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
       out->ok = 0;
     }
   }
+  if (rc == 0 && wanted > 0)
+    dlock__obs_synced(c, out);
   if (rc == 0 && refresh)
     (void)dlock__route_take_info(r, got[ntail - 1]);
   for (size_t k = 0; k < ntail; k++)
@@ -237,6 +240,8 @@ int dlock__eval_wait_synced_until(dlock_client_t *c, const dlock__eval *call,
       out->ok = 0;
     }
   }
+  if (rc == 0)
+    dlock__obs_synced(c, out);
   if (w != NULL)
     freeReplyObject(w);
   dlock__format_free(sc->wait_cmd);

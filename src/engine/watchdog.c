@@ -7,6 +7,7 @@
 #include "engine.h"
 #include "error.h"
 #include "monotime.h"
+#include "observe.h"
 #include "proto/slot.h"
 #include "scripts.h"
 #include "sem_kinds.h"
@@ -362,10 +363,15 @@ static int renew_round(dlock_client_t *c, int64_t *lease_end_us) {
     /* Retried sooner, like a round without an answer. */
     if (rc == 0 && !synced)
       rc = DLOCK_ENOSYNC;
-    for (size_t i = 0; i < r.n && nlost > 0; i++)
+    for (size_t i = 0; i < r.n && nlost > 0; i++) {
+      if (lost[i])
+        dlock__obs_lost(c->stats, r.items[i].name, r.items[i].name_len,
+                        r.items[i].owner);
       if (lost[i] && c->opt.on_lost != NULL)
         c->opt.on_lost(c->opt.on_lost_data, r.items[i].name,
                        r.items[i].name_len, r.items[i].owner);
+    }
+    dlock__obs_round(c, rc, renewed, r.n);
   }
   dlock__free(renewed);
   dlock__free(lost);

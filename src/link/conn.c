@@ -72,6 +72,7 @@ int dlock__conn_enqueue_locked(dlock__conn *c, size_t n, char *const *cmds,
       return DLOCK_ENOMEM;
     }
   }
+  dlock__stat_add(c->cfg.stats, DLOCK__ST_COMMANDS, n);
   int64_t now = dlock__now_us();
   for (size_t i = 0; i < n; i++) {
     reqs[i].done = done;

@@ -30,6 +30,7 @@
 
 #include "locator.h"
 #include "net/net.h"
+#include "stats.h"
 #include "url.h"
 
 typedef struct dlock__conn dlock__conn;
@@ -43,7 +44,12 @@ typedef struct dlock__conn_cfg {
   /* For a redis-sentinel:// URL: where the master is found at each
    * (re)connect, instead of 'ep'; else NULL. Not copied. */
   const dlock__locator *locator;
+  /* The client's statistics, or NULL; not copied. */
+  dlock__stats *stats;
 } dlock__conn_cfg;
+
+/* The statistics the connection counts in (its cfg's), or NULL. */
+dlock__stats *dlock__conn_stats(const dlock__conn *c);
 
 /* Creates an unconnected connection. 0 or DLOCK_ENOMEM. */
 int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out);

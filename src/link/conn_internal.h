@@ -84,6 +84,8 @@ struct dlock__conn {
   unsigned cancels; /* dlock__conn_cancel calls so far */
   char last_err[256];
   unsigned fork_gen; /* the process's fork count when it was made */
+  unsigned links;    /* connections made so far (statistics) */
+  unsigned relinks;  /* reconnects still to be told, outside 'mu' */
 #ifdef __linux__
   /* Callers told under 'mu' why they are woken, still to be woken by
    * whoever releases 'mu' next (dlock__conn_unlock). */

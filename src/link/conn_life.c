@@ -15,6 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
+dlock__stats *dlock__conn_stats(const dlock__conn *c) { return c->cfg.stats; }
+
 int dlock__conn_new(const dlock__conn_cfg *cfg, dlock__conn **out) {
   dlock__conn *c = dlock__calloc(1, sizeof(*c));
   if (c == NULL)

@@ -147,6 +147,7 @@ int dlock__conn_link_locked(dlock__conn *c, int64_t deadline_us) {
   }
   c->ctx = ctx;
   c->sockets++;
+  c->relinks += c->links++ > 0;
   c->gen = gen;
   if (dlock__stream_ready(ctx)) {
     /* Sentinel discovery hands over a stream past its handshake: the

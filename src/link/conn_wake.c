@@ -61,6 +61,16 @@ void dlock__conn_check_locked(const dlock__conn *c) {
 #endif
 }
 
+/* ---- reconnects --------------------------------------------------------- */
+
+/* Counts the reconnects made under 'mu' and tells the event hook of each,
+ * now that 'mu' is released: a hook must never run under it. */
+static void tell_relinks(dlock__conn *c, unsigned n) {
+  for (; n > 0; n--)
+    dlock__stat_event(c->cfg.stats, DLOCK__ST_RECONNECTS, DLOCK_EVENT_RECONNECT,
+                      0, 0);
+}
+
 /* ---- waking callers ----------------------------------------------------- */
 
 #ifdef __linux__
@@ -159,8 +169,11 @@ void dlock__conn_unlock(dlock__conn *c) {
   dlock__conn_check_locked(c);
   wake_batch b;
   dlock__conn_take_wakes_locked(c, &b);
+  unsigned relinks = c->relinks;
+  c->relinks = 0;
   pthread_mutex_unlock(&c->mu);
   dlock__conn_make_wakes(&b);
+  tell_relinks(c, relinks);
 }
 
 /*
@@ -225,7 +238,10 @@ void dlock__conn_make_wakes(wake_batch *b) { (void)b; }
 
 void dlock__conn_unlock(dlock__conn *c) {
   dlock__conn_check_locked(c);
+  unsigned relinks = c->relinks;
+  c->relinks = 0;
   pthread_mutex_unlock(&c->mu);
+  tell_relinks(c, relinks);
 }
 
 int dlock__conn_park(dlock__conn *c, caller *me) {

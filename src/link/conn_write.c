@@ -49,6 +49,7 @@ void dlock__conn_write_out_locked(dlock__conn *c) {
       /* Under 'mu' (see conn_internal.h). Commands that others append
        * meanwhile wait for the mutex and go out in the next turn. */
       long w = dlock__stream_write(ctx, buf, len);
+      dlock__stat_add(c->cfg.stats, DLOCK__ST_PIPELINES, w > 0);
       if (w < 0) {
         snprintf(tls_why, sizeof(tls_why), "write: %s", dlock_last_error());
         break;
@@ -72,6 +73,7 @@ void dlock__conn_write_out_locked(dlock__conn *c) {
      * the program with SIGPIPE. */
     ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     int send_errno = errno;
+    dlock__stat_add(c->cfg.stats, DLOCK__ST_PIPELINES, n > 0);
     dlock__conn_make_wakes(&wakes);
     pthread_mutex_lock(&c->mu);
     c->sending = NULL;

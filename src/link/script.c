@@ -48,9 +48,14 @@ out:
   return rc;
 }
 
-static int is_noscript(const redisReply *r) {
-  return r != NULL && r->type == REDIS_REPLY_ERROR && r->len >= 8 &&
-         memcmp(r->str, "NOSCRIPT", 8) == 0;
+/* Whether 'r' says the server lacks the script, which the caller then
+ * loads (counted in the connection's statistics). */
+static int is_noscript(dlock__conn *conn, const redisReply *r) {
+  int no = r != NULL && r->type == REDIS_REPLY_ERROR && r->len >= 8 &&
+           memcmp(r->str, "NOSCRIPT", 8) == 0;
+  if (no)
+    dlock__stat(dlock__conn_stats(conn), DLOCK__ST_SCRIPT_RELOADS);
+  return no;
 }
 
 /* Plain commands sent after the calls of every round, in the same
@@ -148,7 +153,7 @@ static int eval_run(dlock__conn *conn, size_t n, const dlock__eval *calls,
     return rc;
   unsigned char *reload = NULL;
   for (size_t i = 0; i < n; i++) {
-    if (!is_noscript(replies[i]))
+    if (!is_noscript(conn, replies[i]))
       continue;
     if (reload == NULL && (reload = dlock__calloc(n, 1)) == NULL) {
       rc = dlock__fail(DLOCK_ENOMEM, "out of memory reloading scripts");
@@ -237,7 +242,7 @@ int dlock__eval_wait_until(dlock__conn *conn, const dlock__eval *call,
   int rc = dlock__conn_wait_until(p, reply, until_us);
   if (rc == DLOCK__CONN_AGAIN)
     return rc;
-  if (rc == 0 && is_noscript(*reply)) {
+  if (rc == 0 && is_noscript(conn, *reply)) {
     freeReplyObject(*reply);
     *reply = NULL;
     return dlock__eval_run(conn, 1, call, reply, deadline_us);
@@ -293,7 +298,7 @@ int dlock__eval_wait_tail_until(dlock__conn *conn, const dlock__eval *call,
     return rc;
   if (rc != 0)
     return rc;
-  if (is_noscript(got[0])) {
+  if (is_noscript(conn, got[0])) {
     for (size_t k = 0; k <= ntail; k++)
       if (got[k] != NULL)
         freeReplyObject(got[k]);

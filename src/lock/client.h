@@ -14,6 +14,7 @@
 #include "fork.h"
 #include "holds.h"
 #include "pubsub.h"
+#include "stats.h"
 #include "sync.h"
 #include "topo/route.h"
 #include "url.h"
@@ -58,6 +59,8 @@ struct dlock_client {
   dlock__holds holds;
   dlock__done_latches done;
   dlock__sync sync; /* replica sync (sync.c) */
+  /* Statistics and the event hook; NULL with stats_off and no on_event. */
+  dlock__stats *stats;
   atomic_int canceled;
   atomic_uint_fast64_t request_seq; /* numbers unlock requests */
   unsigned fork_gen; /* the process's fork count at open (see fork.h) */

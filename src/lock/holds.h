@@ -27,6 +27,7 @@ typedef struct dlock__hold {
   int releasing;        /* an unlock is in flight: "not renewed" is expected */
   int64_t confirmed_us; /* when Redis last confirmed it (send time) */
   uint64_t seq;         /* tells a re-acquired hold from the one it replaced */
+  int64_t held_us;      /* when its first hold began (statistics), or 0 */
 } dlock__hold;
 
 typedef struct dlock__holds {

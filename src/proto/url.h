@@ -5,6 +5,8 @@
 #ifndef DLOCK_URL_H
 #define DLOCK_URL_H
 
+#include "stats.h"
+
 #include <stddef.h>
 
 typedef struct dlock__endpoint {
@@ -79,7 +81,8 @@ typedef struct dlock__cluster_url {
   dlock__endpoint data;   /* user, pass and tls of every node */
   dlock__endpoint *seeds; /* host and port of each seed */
   size_t n;
-  int sharded_off; /* 1: ?sharded_pubsub=off */
+  int sharded_off;     /* 1: ?sharded_pubsub=off */
+  dlock__stats *stats; /* the client's statistics, or NULL; not owned */
 } dlock__cluster_url;
 
 #define DLOCK__SEEDS_MAX 64

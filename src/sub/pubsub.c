@@ -24,6 +24,11 @@ int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
                              command_timeout_ms, out);
 }
 
+void dlock__pubsub_set_stats(dlock__pubsub *ps, dlock__stats *st) {
+  if (ps != NULL)
+    atomic_store_explicit(&ps->stats, st, memory_order_release);
+}
+
 void dlock__pubsub_poke(dlock__pubsub *ps) {
   if (ps != NULL && ps->shards == NULL)
     dlock__sub_poke_thread(ps);

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "net/net.h"
+#include "stats.h"
 #include "url.h"
 
 #include <pthread.h>
@@ -113,6 +114,9 @@ int dlock__pubsub_start(const dlock__endpoint *ep, const dlock__tls *tls,
  * redis-sentinel:// client: 'sentinel' given to dlock__pubsub_start) and
  * follows it. */
 void dlock__pubsub_poke(dlock__pubsub *ps);
+
+/* Counts the messages 'ps' reads in 'st' (NULL: none), from now on. */
+void dlock__pubsub_set_stats(dlock__pubsub *ps, dlock__stats *st);
 
 /* Wakes every waiter with DLOCK_ECANCELED, now and later. */
 void dlock__pubsub_cancel(dlock__pubsub *ps);

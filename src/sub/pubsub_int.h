@@ -105,7 +105,14 @@ struct dlock__pubsub {
    * slot of that node, under 'mu') hold the subscriptions, and every call
    * goes to the shard of its channel or waiter. NULL otherwise. */
   dlock__pubsub **shards;
+  /* The client's statistics (dlock__pubsub_set_stats), or NULL. */
+  _Atomic(dlock__stats *) stats;
 };
+
+/* The statistics 'ps' counts in, or NULL. */
+static inline dlock__stats *dlock__sub_stats(dlock__pubsub *ps) {
+  return atomic_load_explicit(&ps->stats, memory_order_acquire);
+}
 
 /* ---- channels.c ---------------------------------------------------------- */
 

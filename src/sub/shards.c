@@ -66,6 +66,8 @@ static dlock__pubsub *shard_of(dlock__pubsub *ps, const char *channel,
                              dlock__deadline_ms(ps->connect_timeout_ms), &made);
   if (*rc != 0)
     return NULL;
+  atomic_store_explicit(&made->stats, dlock__sub_stats(ps),
+                        memory_order_release);
   pthread_mutex_lock(&ps->mu);
   if (ps->shards[idx] == NULL && !ps->canceled) {
     ps->shards[idx] = made;

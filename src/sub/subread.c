@@ -162,6 +162,7 @@ static int handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
     }
   }
   if (is_str(kind, "message")) {
+    dlock__stat(dlock__sub_stats(ps), DLOCK__ST_MESSAGES);
     deliver_locked(s, r->element[2]);
   } else if (is_str(kind, "subscribe")) {
     /* SENT, or NONE after a refusal of another SUBSCRIBE in flight: Redis

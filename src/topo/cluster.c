@@ -57,6 +57,7 @@ struct dlock__cluster {
    * again (dlock__cluster_set_pause), or NULL. */
   dlock__cluster_pause pause;
   void *pause_ctx;
+  dlock__stats *stats; /* the client's statistics, or NULL */
 };
 
 /* ---- nodes -------------------------------------------------------------- */
@@ -101,8 +102,11 @@ static int node_get(dlock__cluster *cl, const char *host, size_t hlen,
          (cl->data.pass == NULL || x->ep.pass);
   }
   if (ok) {
-    dlock__conn_cfg cfg = {&x->ep, cl->connect_timeout_ms,
-                           cl->command_timeout_ms, cl->tls, NULL};
+    dlock__conn_cfg cfg = {.ep = &x->ep,
+                           .connect_timeout_ms = cl->connect_timeout_ms,
+                           .command_timeout_ms = cl->command_timeout_ms,
+                           .tls = cl->tls,
+                           .stats = cl->stats};
     ok = dlock__conn_new(&cfg, &x->conn) == 0;
   }
   if (!ok) {
@@ -130,6 +134,7 @@ int dlock__cluster_new(dlock__cluster_url *u, const dlock__tls *tls,
   cl->data = u->data;
   memset(&u->data, 0, sizeof(u->data));
   cl->sharded_off = u->sharded_off;
+  cl->stats = u->stats;
   cl->tls = tls;
   cl->connect_timeout_ms = connect_timeout_ms;
   cl->command_timeout_ms = command_timeout_ms;
@@ -625,6 +630,7 @@ static int follow(dlock__cluster *cl, const redisReply *r, int kind) {
   }
   if (port <= 0 || port > 65535)
     return -1;
+  dlock__stat(cl->stats, DLOCK__ST_REDIRECTIONS);
   int idx;
   if (host == host_end) /* "MOVED 3999 :6381": the same host */
     idx = -1;
