@@ -954,3 +954,54 @@ TEST(async_sentinel_follows_a_failover) {
   tl_close(&t);
   sg_free(g);
 }
+
+/* ---- statistics and events ---------------------------------------------- */
+
+typedef struct ev_rec {
+  pthread_t loop_thread;
+  int acquired, released, other_thread;
+} ev_rec;
+
+static void count_event(void *data, const dlock_event_t *e) {
+  ev_rec *r = data;
+  if (!pthread_equal(pthread_self(), r->loop_thread))
+    r->other_thread++;
+  if (e->kind == DLOCK_EVENT_ACQUIRED)
+    r->acquired++;
+  else if (e->kind == DLOCK_EVENT_RELEASED)
+    r->released++;
+}
+
+/* An async client's acquisitions are counted and raised as events like a
+ * blocking client's, from the same machine, on the loop's thread. */
+TEST(async_statistics_and_events_come_from_the_loop) {
+  rp_server_t *s = lu_server(0);
+  dlock_options_t o;
+  lu_options(&o, s);
+  ev_rec rec = {pthread_self(), 0, 0, 0};
+  o.on_event = count_event;
+  o.on_event_data = &rec;
+  dlock_client_t *c = tl_client_opts(&o);
+  tl_loop t;
+  tl_init(&t, c);
+  dlock_t *l = lu_get(c, "async-stats");
+  for (int i = 0; i < 3; i++) {
+    tl_done a = {0}, u = {0};
+    ASSERT_DLOCK_OK(dlock_lock_async(l, 4, 10000, tl_done_cb, &a));
+    tl_run_until(&t, &a.calls, 10000);
+    ASSERT_DLOCK_OK(a.status);
+    ASSERT_DLOCK_OK(dlock_unlock_async(l, 4, tl_done_cb, &u));
+    tl_run_until(&t, &u.calls, 10000);
+    ASSERT_DLOCK_OK(u.status);
+  }
+  ASSERT_EQ(rec.acquired, 3);
+  ASSERT_EQ(rec.released, 3);
+  ASSERT_EQ(rec.other_thread, 0);
+  dlock_stats_t st;
+  dlock_client_stats(c, &st);
+  ASSERT_EQ(st.acquired, 3);
+  dlock_free(l);
+  dlock_client_close(c);
+  tl_close(&t);
+  rp_free(s);
+}

@@ -9,6 +9,7 @@
  */
 #include "async.h"
 #include "loop_acq.h"
+#include "observe.h"
 #include "proto/format.h"
 #include "reply.h"
 
@@ -32,6 +33,10 @@ typedef struct lock_op {
   int has_call;
   int64_t sent_us;
   int64_t believed; /* the holds the owner had when the attempt went out */
+  /* For the statistics and events: when the acquisition began, and the
+   * hold an unlock releases as it was before. */
+  int64_t obs_start_us;
+  dlock__obs_hold obs_before;
   /* Releasing. */
   int finished, status;
   char detail[256];
@@ -72,12 +77,13 @@ static void call_back(lock_op *o, int status) {
   cb(l, owner, status, data);
 }
 
-/* The same for an unlock (not a machine). */
+/* The same for an unlock (not a machine), counted as a blocking unlock
+ * is. */
 static void report(lock_op *o) {
   dlock__loop_remove(&o->a.op);
   if (o->status != 0)
     dlock__fail_text(o->status, o->detail);
-  call_back(o, o->status);
+  call_back(o, dlock__obs_unlocked(o->l, o->owner, &o->obs_before, o->status));
 }
 
 /* ---- fire-and-forget calls ---------------------------------------------- */
@@ -288,7 +294,11 @@ static const dlock__acq_ops async_lock_ops = {
 };
 
 static void lock_report(dlock__lacq *a, int status) {
-  call_back((lock_op *)a, status);
+  lock_op *o = (lock_op *)a;
+  /* Counted and raised as a blocking acquisition is, from the loop. */
+  status = dlock__obs_acquired(o->l, o->owner, o->wait_ms, o->obs_start_us,
+                               a->m.waited, status);
+  call_back(o, status);
 }
 
 /* At the close: a grant not reported, or an answer not taken, is given
@@ -325,6 +335,7 @@ int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
   o->lease_ms = lease_ms;
   o->cb = cb;
   o->data = data;
+  o->obs_start_us = dlock__obs_start(l);
   char *channel = l->channel;
   size_t channel_len = l->channel_len;
   int by_pubsub = l->kind->wait_by == DLOCK__WAIT_PUBSUB;
@@ -424,6 +435,7 @@ int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
   o->data = data;
   dlock__backoff retry = DLOCK__BACKOFF_RETRY;
   o->retry = retry;
+  dlock__obs_peek(l, owner, &o->obs_before);
   int rc = dlock__release_begin(l, owner, &o->r);
   if (rc == 0) {
     dlock__call_init(&o->call);
