@@ -6,6 +6,7 @@
 #include "alloc.h"
 #include "engine.h"
 
+#include "async.h"
 #include "error.h"
 #include "loop.h"
 #include "monotime.h"
@@ -507,7 +508,7 @@ static int open_client(const dlock_options_t *o, dlock_client_t **out,
   if (async) {
     if (rc == 0)
       rc = dlock__loop_new(c, route->sentinel != NULL ? &c->locator : NULL,
-                           &c->loop);
+                           dlock__async_renew, &c->loop);
     if (rc != 0) {
       destroy(c);
       return rc;

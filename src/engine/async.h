@@ -1,7 +1,8 @@
 /*
- * The verbs of an async client, run by its loop (async.c). Each returns 0
+ * The verbs of an async client, run by its loop (async_lock.c). Each returns 0
  * when the operation started (its callback runs later, from the loop) or
- * an error with the callback never called.
+ * an error with the callback never called (async_lock.c, async_counter.c,
+ * async_multi.c).
  */
 #ifndef DLOCK_ASYNC_H
 #define DLOCK_ASYNC_H
@@ -13,6 +14,11 @@ int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
                          void *data);
 int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
                          dlock_done_cb cb, void *data);
+
+/* The watchdog's round of an async client (the loop's 'renew'): renews
+ * every hold of the client that has a watchdog, each as a script call of
+ * its own, and sets the next round's time. */
+void dlock__async_renew(dlock__loop *lp);
 
 /* Makes RedLock part 'part' issue tokens above 'token' from now on (its
  * script sent, its answer not waited for: it goes before anything sent

@@ -16,7 +16,7 @@
 #include <string.h>
 
 int dlock__loop_new(dlock_client_t *c, const dlock__locator *locator,
-                    dlock__loop **out) {
+                    void (*renew)(dlock__loop *lp), dlock__loop **out) {
   dlock__loop *lp = dlock__calloc(1, sizeof(*lp));
   if (lp == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
@@ -27,6 +27,7 @@ int dlock__loop_new(dlock_client_t *c, const dlock__locator *locator,
   lp->watch = (dlock__watch_io){-1, 0, 0};
   lp->timer_at = INT64_MAX;
   lp->renew_at = INT64_MAX;
+  lp->renew = renew;
   int rc = dlock__lsub_new(&c->ep, c->tls, locator, c->opt.connect_timeout_ms,
                            c->opt.command_timeout_ms, &lp->sub);
   if (rc != 0) {
@@ -454,7 +455,7 @@ void dlock__loop_action(dlock__loop *lp, int fd, int events) {
   dlock__lsub_service(lp->sub);
   ready_timers(lp);
   if (dlock__now_us() >= lp->renew_at)
-    dlock__loop_renew(lp);
+    lp->renew(lp);
   run_ready(lp);
   lp->dispatching = 0;
   if (!lp->closing)
@@ -501,4 +502,10 @@ void dlock__loop_free(dlock__loop *lp) {
   dlock__route_watch_end(&lp->c->route);
   dlock__lsub_free(lp->sub);
   dlock__free(lp);
+}
+
+void dlock__loop_watch_holds(dlock__loop *lp) {
+  if (lp->renew_at == INT64_MAX)
+    lp->renew_at =
+        dlock__after_ms(dlock__now_us(), lp->c->opt.watchdog_timeout_ms / 3);
 }

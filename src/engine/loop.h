@@ -79,13 +79,17 @@ struct dlock__loop {
   int closing;
   int close_requested; /* closed from a callback: freed after the action */
   int64_t renew_at;    /* the watchdog's next round (INT64_MAX: none due) */
+  /* Runs a round (async_lock.c), given at the loop's making so that the
+   * loop does not call up into the verbs that call it. */
+  void (*renew)(dlock__loop *lp);
   int renewing;        /* renewals of the round in flight */
 };
 
 /* Makes the loop of async client 'c', whose pub/sub connection finds its
- * server through 'locator' (Sentinel; else NULL: the client's endpoint). */
+ * server through 'locator' (Sentinel; else NULL: the client's endpoint),
+ * and whose watchdog's rounds 'renew' runs. */
 int dlock__loop_new(dlock_client_t *c, const dlock__locator *locator,
-                    dlock__loop **out);
+                    void (*renew)(dlock__loop *lp), dlock__loop **out);
 
 /* Ends every operation with DLOCK_ECANCELED, giving back what was got and
  * not reported (this may wait for answers in flight, a command timeout at
@@ -134,10 +138,9 @@ int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
  * operation outside dlock__loop_action. */
 void dlock__loop_poke(dlock__loop *lp);
 
-/* The watchdog's round, from the loop (async.c): renews every hold of the
- * client that has a watchdog and sets the next round's time. */
-void dlock__loop_renew(dlock__loop *lp);
-/* A hold with a watchdog was recorded: the rounds start if they have not. */
+/* Starts the watchdog's rounds, if they have not started, once a hold
+ * with a watchdog was recorded: the next round is due a third of the
+ * watchdog's timeout from now. */
 void dlock__loop_watch_holds(dlock__loop *lp);
 
 #endif

@@ -588,7 +588,7 @@ static void renew_one(dlock__hold *h, void *arg) {
     renew_free(r);
 }
 
-void dlock__loop_renew(dlock__loop *lp) {
+void dlock__async_renew(dlock__loop *lp) {
   dlock_client_t *c = lp->c;
   collect col = {lp, 0};
   pthread_mutex_lock(&c->mu);
@@ -597,10 +597,4 @@ void dlock__loop_renew(dlock__loop *lp) {
   lp->renew_at = col.n > 0 ? dlock__after_ms(dlock__now_us(),
                                              c->opt.watchdog_timeout_ms / 3)
                            : INT64_MAX;
-}
-
-void dlock__loop_watch_holds(dlock__loop *lp) {
-  if (lp->renew_at == INT64_MAX)
-    lp->renew_at =
-        dlock__after_ms(dlock__now_us(), lp->c->opt.watchdog_timeout_ms / 3);
 }
