@@ -61,6 +61,20 @@ struct multi_op {
   } pause;
 };
 
+static void free_op(multi_op *mo) {
+  dlock__free(mo->held);
+  dlock__free(mo->state);
+  dlock__free(mo->refs);
+  dlock__free(mo);
+}
+
+/* An operation whose parts could not even be asked ends at once, the
+ * callback never called: its error, with the last failure's detail. */
+static int abandon(multi_op *mo, int rc) {
+  free_op(mo);
+  return dlock__fail(rc, "%s", dlock_last_error());
+}
+
 static void finish(multi_op *mo, int status) {
   if (status != 0 && mo->detail[0] != '\0')
     dlock__fail_text(status, mo->detail);
@@ -68,10 +82,7 @@ static void finish(multi_op *mo, int status) {
   dlock_t *l = mo->l;
   uint64_t owner = mo->owner;
   void *data = mo->data;
-  dlock__free(mo->held);
-  dlock__free(mo->state);
-  dlock__free(mo->refs);
-  dlock__free(mo);
+  free_op(mo);
   cb(l, owner, status, data);
 }
 
@@ -323,20 +334,7 @@ static void red_end_unlock(multi_op *mo) {
   }
   dlock__drop_composite(mo->l, mo->owner, 0);
   mo->detail[0] = '\0';
-  int rc = 0;
-  if (ok >= red_quorum(mo))
-    rc = 0;
-  else if (ok == 0 && lost == 0 && failed == 0)
-    rc = dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
-  else if (ok + failed < red_quorum(mo) && lost > 0)
-    rc =
-        dlock__fail(DLOCK_ELOST,
-                    "RedLock lost: only %zu of %zu nodes still held it", ok, n);
-  else
-    rc = dlock__fail(DLOCK_ENOQUORUM,
-                     "RedLock released on %zu of %zu nodes; %zu unreachable",
-                     ok, n, failed);
-  finish(mo, rc);
+  finish(mo, dlock__red_unlock_outcome(n, ok, lost, failed));
 }
 
 static void part_done(dlock_t *part, uint64_t owner, int status, void *data) {
@@ -401,10 +399,7 @@ static multi_op *new_op(dlock_t *l, uint64_t owner, dlock_done_cb cb,
   mo->state = dlock__calloc(l->nsubs, sizeof(*mo->state));
   mo->refs = dlock__calloc(l->nsubs, sizeof(*mo->refs));
   if (mo->held == NULL || mo->state == NULL || mo->refs == NULL) {
-    dlock__free(mo->held);
-    dlock__free(mo->state);
-    dlock__free(mo->refs);
-    dlock__free(mo);
+    free_op(mo);
     return NULL;
   }
   for (size_t i = 0; i < l->nsubs; i++)
@@ -429,12 +424,7 @@ int dlock__async_multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
   if (start_round(mo) == 0) {
     /* Nothing started (no part could be asked): said at once, the
      * callback never called. */
-    int rc = mo->err;
-    dlock__free(mo->held);
-    dlock__free(mo->state);
-    dlock__free(mo->refs);
-    dlock__free(mo);
-    return dlock__fail(rc, "%s", dlock_last_error());
+    return abandon(mo, mo->err);
   }
   return 0;
 }
@@ -454,12 +444,7 @@ int dlock__async_multi_release(dlock_t *l, uint64_t owner, dlock_done_cb cb,
       mo->pending++;
   }
   if (mo->pending == 0) {
-    int rc = mo->state[0];
-    dlock__free(mo->held);
-    dlock__free(mo->state);
-    dlock__free(mo->refs);
-    dlock__free(mo);
-    return dlock__fail(rc, "%s", dlock_last_error());
+    return abandon(mo, mo->state[0]);
   }
   return 0;
 }
@@ -475,12 +460,7 @@ int dlock__async_red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
       wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
   mo->fresh = !dlock__holds_any_part(l, owner);
   if (red_round(mo) == 0) {
-    int rc = mo->state[0];
-    dlock__free(mo->held);
-    dlock__free(mo->state);
-    dlock__free(mo->refs);
-    dlock__free(mo);
-    return dlock__fail(rc, "%s", dlock_last_error());
+    return abandon(mo, mo->state[0]);
   }
   return 0;
 }
@@ -509,12 +489,7 @@ int dlock__async_red_release(dlock_t *l, uint64_t owner, dlock_done_cb cb,
       mo->pending++;
   }
   if (mo->pending == 0) {
-    int rc = mo->state[0];
-    dlock__free(mo->held);
-    dlock__free(mo->state);
-    dlock__free(mo->refs);
-    dlock__free(mo);
-    return dlock__fail(rc, "%s", dlock_last_error());
+    return abandon(mo, mo->state[0]);
   }
   return 0;
 }

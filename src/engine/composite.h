@@ -73,4 +73,10 @@ void dlock__release_each(dlock_t *l, uint64_t owner, const unsigned char *which,
  * the marks; the first failure's code, or 0. */
 int dlock__release_parts(dlock_t *l, uint64_t owner, unsigned char *held);
 
+/* A RedLock's unlock over 'n' nodes, of which 'ok' released it, 'lost'
+ * had lost it and 'failed' did not answer: 0 when a majority released
+ * it, else DLOCK_ENOTHELD, DLOCK_ELOST or DLOCK_ENOQUORUM with the
+ * detail (redlock.c). */
+int dlock__red_unlock_outcome(size_t n, size_t ok, size_t lost, size_t failed);
+
 #endif

@@ -419,21 +419,26 @@ static int red_release(dlock_t *l, uint64_t owner) {
   }
   red_outcome o;
   red_release_all(l, owner, NULL, &o);
-  size_t quorum = l->nsubs / 2 + 1;
   if (o.nomem > 0)
     return dlock__fail(DLOCK_ENOMEM, "out of memory releasing a RedLock");
   dlock__drop_composite(l, owner, 0);
-  if ((size_t)o.ok >= quorum)
+  return dlock__red_unlock_outcome(l->nsubs, (size_t)o.ok, (size_t)o.lost,
+                                   (size_t)o.failed);
+}
+
+int dlock__red_unlock_outcome(size_t n, size_t ok, size_t lost, size_t failed) {
+  size_t quorum = n / 2 + 1;
+  if (ok >= quorum)
     return 0;
-  if (o.ok == 0 && o.lost == 0 && o.failed == 0)
+  if (ok == 0 && lost == 0 && failed == 0)
     return dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
-  if ((size_t)(o.ok + o.failed) < quorum && o.lost > 0)
+  if (ok + failed < quorum && lost > 0)
     return dlock__fail(DLOCK_ELOST,
-                       "RedLock lost: only %d of %zu nodes still held it", o.ok,
-                       l->nsubs);
+                       "RedLock lost: only %zu of %zu nodes still held it", ok,
+                       n);
   return dlock__fail(DLOCK_ENOQUORUM,
-                     "RedLock released on %d of %zu nodes; %d unreachable",
-                     o.ok, l->nsubs, o.failed);
+                     "RedLock released on %zu of %zu nodes; %zu unreachable",
+                     ok, n, failed);
 }
 
 const dlock__kind dlock__kind_red =
