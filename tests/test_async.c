@@ -1005,3 +1005,37 @@ TEST(async_statistics_and_events_come_from_the_loop) {
   tl_close(&t);
   rp_free(s);
 }
+
+/* A close outside the loop whose cancelled operation's callback closes the
+ * client again: once, and nothing freed twice (the sanitizers and valgrind
+ * would say). */
+static void close_again(dlock_t *l, uint64_t owner, int status, void *data) {
+  reenter *r = data;
+  (void)l;
+  (void)owner;
+  r->calls++;
+  r->status = status;
+  dlock_client_close(r->c);
+}
+
+TEST(async_close_whose_callback_closes_again) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *bc = lu_client(s);
+  dlock_t *al = lu_get(ac, "async-close-again"),
+          *bl = lu_get(bc, "async-close-again");
+  ASSERT_DLOCK_OK(dlock_trylock(bl, 0, 60000));
+  reenter r = {ac, 0, -1};
+  ASSERT_DLOCK_OK(dlock_lock_async(al, 8, 10000, close_again, &r));
+  tl_run_for(&t, 200);
+  dlock_client_close(ac);
+  ASSERT_EQ(r.calls, 1);
+  ASSERT_EQ(r.status, DLOCK_ECANCELED);
+  ASSERT_DLOCK_OK(dlock_unlock(bl));
+  dlock_free(al);
+  dlock_free(bl);
+  dlock_client_close(bc);
+  tl_close(&t);
+  rp_free(s);
+}

@@ -607,6 +607,10 @@ void dlock_client_shutdown(dlock_client_t *c) {
 void dlock_client_close(dlock_client_t *c) {
   if (c == NULL)
     return;
+  /* A callback of an operation that the close is ending closes the client
+   * again: the close under way finishes it. */
+  if (!is_forked(c) && c->loop != NULL && c->loop->closing)
+    return;
   if (!is_forked(c) && c->loop != NULL && c->loop->dispatching) {
     /* From a callback: the operations end now, the client once the loop's
      * action that runs the callback returns. */
