@@ -224,8 +224,10 @@ static void forget_after_fork(dlock_client_t *c) {
    * a parent thread may have held at the fork. */
   /* A Sentinel watcher is the parent's thread, as the others are: its
    * memory stays with the rest (dlock__route_forget). */
+  /* An async client's loop keeps its sockets open in the child too; it
+   * stays with the rest. */
   if (c->ps != NULL || route_left || c->settle != NULL || holds_left ||
-      c->tls != NULL) {
+      c->tls != NULL || c->loop != NULL) {
     c->forked_next = atomic_load(&forked_leftovers);
     while (
         !atomic_compare_exchange_weak(&forked_leftovers, &c->forked_next, c)) {
@@ -233,6 +235,9 @@ static void forget_after_fork(dlock_client_t *c) {
     return;
   }
   pthread_mutex_destroy(&c->mu);
+  /* The statistics' memory only: their mutex may have been held by a
+   * parent thread at the fork, so it is not destroyed. */
+  dlock__free(c->stats);
   dlock__endpoint_free(&c->ep);
   dlock__free(c->url);
   dlock__free(c);
