@@ -21,6 +21,14 @@ static dlock_client_t *async_client(rp_server_t *s, tl_loop *t) {
   return c;
 }
 
+/* Unlocks through the loop and checks that it worked. */
+static void unlock_ok(tl_loop *t, dlock_t *l, uint64_t owner) {
+  tl_done u = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, owner, tl_done_cb, &u));
+  tl_run_until(t, &u.calls, 10000);
+  ASSERT_DLOCK_OK(u.status);
+}
+
 /* How many subscribers the server has on 'chan'. */
 static int64_t numsub(rp_server_t *s, const char *chan) {
   redisReply *r = rp_cmd(s, "PUBSUB NUMSUB %s", chan);
@@ -140,10 +148,7 @@ TEST(async_waiter_is_woken_by_the_unlock_message) {
          (long long)(d.at_ms - released));
   ASSERT_EQ(dlock_is_locked(bl), 1);
   ASSERT_DLOCK_ERR(dlock_trylock(bl, 0, 1000), DLOCK_ETIMEDOUT);
-  tl_done u = {0};
-  ASSERT_DLOCK_OK(dlock_unlock_async(al, 7, tl_done_cb, &u));
-  tl_run_until(&t, &u.calls, 10000);
-  ASSERT_DLOCK_OK(u.status);
+  unlock_ok(&t, al, 7);
   dlock_free(al);
   dlock_free(bl);
   dlock_client_close(ac);
@@ -709,10 +714,7 @@ TEST(async_waiter_rides_a_server_killed_and_restarted) {
   tl_run_until(&t, &w.calls, 40000);
   ASSERT_DLOCK_OK(w.status);
   ASSERT_EQ(lu_exists(s, "async-killed"), 1);
-  tl_done u = {0};
-  ASSERT_DLOCK_OK(dlock_unlock_async(al, 3, tl_done_cb, &u));
-  tl_run_until(&t, &u.calls, 10000);
-  ASSERT_DLOCK_OK(u.status);
+  unlock_ok(&t, al, 3);
   dlock_free(al);
   dlock_free(bl);
   dlock_client_close(ac);

@@ -95,7 +95,6 @@ typedef struct detached {
   dlock__aop op;
   dlock__call call;
   dlock__release r;
-  int sent;
 } detached;
 
 static void detached_run(dlock__aop *op) {

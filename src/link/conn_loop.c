@@ -33,11 +33,9 @@ void dlock__conn_watch(dlock__conn *c, int *fd, short *events,
     int64_t dead = dlock__conn_dead_at(c),
             next = dlock__conn_submit_deadline(c);
     *until_us = dead < next ? dead : next;
-  } else if (c->nsubmitted > 0) {
-    /* Failed with requests still to send: never, they were completed.
-     * Nothing to watch until the next submission reconnects. */
-    *until_us = INT64_MAX;
   }
+  /* Without a stream nothing is awaited: a failure completed every
+   * request, and the next submission connects again. */
   pthread_mutex_unlock(&c->mu);
 }
 
