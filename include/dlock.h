@@ -247,7 +247,12 @@ typedef struct dlock_event {
  * Called with each event of the client, once, in the order it happened on
  * the thread that raised it (the caller's for acquisitions and releases,
  * the watchdog thread for lost locks and renewal rounds, the thread that
- * reconnected, the Sentinel watcher for a failover). 'e' and the name it
+ * reconnected, the pub/sub thread for its reconnects, the Sentinel
+ * watcher for a failover; an async client's loop thread for all of its
+ * own). Acquisitions and releases of semaphores, expirable permits,
+ * latches, MultiLocks and RedLocks raise the same kinds as a lock's, with
+ * 'what' saying which; a MultiLock's or RedLock's parts raise none of
+ * their own. 'e' and the name it
  * points at are valid during the call only. dlock holds none of its own
  * locks while calling it and allocates nothing for it; the callback may
  * call dlock functions but should return quickly, since it delays the
@@ -1358,7 +1363,8 @@ typedef struct dlock_stats {
    * the end, never make an older program's struct overflow. */
   size_t struct_size;
   int enabled; /* 0 when the client was opened with stats_off */
-  /* Acquisitions of single locks (reentrant, fair, spin, read, write). */
+  /* Acquisitions of single locks (reentrant, fair, spin, read, write),
+   * not of a composite's parts (see above). */
   uint64_t acquired;  /* granted (reentrant ones included) */
   uint64_t reentrant; /* of those, by an owner that held it already */
   uint64_t refused;   /* a try without a wait found it taken */
@@ -1433,10 +1439,15 @@ static inline void dlock_client_stats(dlock_client_t *c, dlock_stats_t *s) {
 
 /*
  * Renders 's' in the Prometheus text exposition format (version 0.0.4),
- * for an application's /metrics page: dlock_acquisitions_total{result=...},
- * dlock_wait_seconds, dlock_hold_seconds and dlock_acquire_seconds
- * histograms, dlock_locks_lost_total, and the others, each with HELP and
- * TYPE lines; the contended names as dlock_lock_waits_total{lock="..."}.
+ * for an application's /metrics page:
+ * dlock_acquisitions_total{kind=...,result=...}, dlock_waits_total{kind},
+ * dlock_releases_total{kind}, the dlock_wait_seconds, dlock_hold_seconds
+ * and dlock_acquire_seconds histograms by kind (the 'kind' label is
+ * dlock_stats_kind_name(): "lock" for the single locks), and
+ * dlock_locks_lost_total, dlock_pubsub_reconnects_total and the others,
+ * each with HELP and TYPE lines; the contended names as
+ * dlock_lock_waits_total{lock="..."}. Fields past the caller's
+ * 's->struct_size' are not read (they are rendered as 0).
  * 'labels', when not NULL or "", is added to every sample, as written
  * (for example "client=\"billing\""). Writes at most 'cap' bytes,
  * NUL-terminated when 'cap' > 0, and returns the length of the whole text
