@@ -66,6 +66,28 @@ static void on_event(void *data, const dlock_event_t *e) {
   pthread_mutex_unlock(&r->mu);
 }
 
+/* A new recorder, freed with rec_free(). */
+static recorder *rec_new(void) {
+  recorder *r = malloc(sizeof(*r));
+  if (r != NULL)
+    rec_init(r);
+  return r;
+}
+
+static void rec_free(recorder *r) {
+  pthread_mutex_destroy(&r->mu);
+  free(r);
+}
+
+/* A client of 's' whose events go to 'r'. */
+static dlock_client_t *recorded_client(const rp_server_t *s, recorder *r) {
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.on_event = on_event;
+  o.on_event_data = r;
+  return lu_client_opts(&o);
+}
+
 /* How many recorded events are of 'kind'. */
 static size_t rec_count(recorder *r, int kind) {
   pthread_mutex_lock(&r->mu);
@@ -105,13 +127,9 @@ static uint64_t wait_stat(dlock_client_t *c, size_t offset, uint64_t want,
 TEST(stats_count_a_scripted_run) {
   enum { N = 6, M = 3 };
   rp_server_t *s = lu_server(0);
-  recorder *rec = malloc(sizeof(*rec));
-  rec_init(rec);
-  dlock_options_t o;
-  lu_options(&o, s);
-  o.on_event = on_event;
-  o.on_event_data = rec;
-  dlock_client_t *a = lu_client_opts(&o);
+  recorder *rec = rec_new();
+  ASSERT_NOT_NULL(rec);
+  dlock_client_t *a = recorded_client(s, rec);
   dlock_client_t *b = lu_client(s);
 
   /* N acquisitions and releases, one of them reentrant. */
@@ -254,8 +272,7 @@ TEST(stats_count_a_scripted_run) {
   dlock_client_close(a);
   dlock_client_close(b);
   rp_free(s);
-  pthread_mutex_destroy(&rec->mu);
-  free(rec);
+  rec_free(rec);
 }
 
 /* How many recorded events are of 'kind' about 'what' (a
@@ -280,13 +297,9 @@ static size_t rec_count_of(recorder *r, int kind, int what,
 TEST(stats_count_semaphores_and_latches) {
   enum { N = 4, M = 3 };
   rp_server_t *s = lu_server(1);
-  recorder *rec = malloc(sizeof(*rec));
-  rec_init(rec);
-  dlock_options_t o;
-  lu_options(&o, s);
-  o.on_event = on_event;
-  o.on_event_data = rec;
-  dlock_client_t *a = lu_client_opts(&o);
+  recorder *rec = rec_new();
+  ASSERT_NOT_NULL(rec);
+  dlock_client_t *a = recorded_client(s, rec);
 
   dlock_sem_t *sem = NULL;
   ASSERT_DLOCK_OK(dlock_sem_get(a, "st:sem", &sem));
@@ -401,8 +414,7 @@ TEST(stats_count_semaphores_and_latches) {
   dlock_sem_free(sem);
   dlock_client_close(a);
   rp_free(s);
-  pthread_mutex_destroy(&rec->mu);
-  free(rec);
+  rec_free(rec);
 }
 
 /* ---- MultiLocks and RedLocks --------------------------------------------- */
@@ -416,15 +428,11 @@ TEST(stats_count_composites_once) {
   rp_server_t *s[NODES];
   dlock_client_t *c[NODES];
   dlock_t *part[NODES], *node[NODES];
-  recorder *rec = malloc(sizeof(*rec));
-  rec_init(rec);
+  recorder *rec = rec_new();
+  ASSERT_NOT_NULL(rec);
   for (int i = 0; i < NODES; i++) {
     s[i] = lu_server(1);
-    dlock_options_t o;
-    lu_options(&o, s[i]);
-    o.on_event = on_event;
-    o.on_event_data = rec;
-    c[i] = lu_client_opts(&o);
+    c[i] = recorded_client(s[i], rec);
     char name[32];
     snprintf(name, sizeof(name), "st:multi:%d", i);
     part[i] = lu_get(c[0], name);
@@ -507,8 +515,7 @@ TEST(stats_count_composites_once) {
     dlock_client_close(c[i]);
     rp_free(s[i]);
   }
-  pthread_mutex_destroy(&rec->mu);
-  free(rec);
+  rec_free(rec);
 }
 
 /* ---- the pub/sub connection's reconnect ---------------------------------- */
@@ -518,13 +525,9 @@ TEST(stats_count_composites_once) {
  * once per reconnect. */
 TEST(stats_pubsub_reconnect) {
   rp_server_t *s = lu_server(0);
-  recorder *rec = malloc(sizeof(*rec));
-  rec_init(rec);
-  dlock_options_t o;
-  lu_options(&o, s);
-  o.on_event = on_event;
-  o.on_event_data = rec;
-  dlock_client_t *a = lu_client_opts(&o), *b = lu_client(s);
+  recorder *rec = rec_new();
+  ASSERT_NOT_NULL(rec);
+  dlock_client_t *a = recorded_client(s, rec), *b = lu_client(s);
   dlock_t *la = lu_get(a, "st:psub"), *lb = lu_get(b, "st:psub");
   /* A wait in vain: a's pub/sub connection subscribes. */
   ASSERT_DLOCK_OK(dlock_lock(lb, 60000));
@@ -551,8 +554,7 @@ TEST(stats_pubsub_reconnect) {
   dlock_client_close(a);
   dlock_client_close(b);
   rp_free(s);
-  pthread_mutex_destroy(&rec->mu);
-  free(rec);
+  rec_free(rec);
 }
 
 /* ---- waits, wake-ups and the contended names ---------------------------- */
@@ -882,8 +884,8 @@ TEST(stats_sixteen_threads) {
 TEST(stats_sentinel_failover) {
   sg_group_t *g = NULL;
   ASSERT_EQ(sg_start(NULL, &g), 0);
-  recorder *rec = malloc(sizeof(*rec));
-  rec_init(rec);
+  recorder *rec = rec_new();
+  ASSERT_NOT_NULL(rec);
   dlock_options_t o;
   dlock_options_init(&o);
   o.url = sg_url(g);
@@ -912,6 +914,5 @@ TEST(stats_sentinel_failover) {
   dlock_free(l);
   dlock_client_close(c);
   sg_free(g);
-  pthread_mutex_destroy(&rec->mu);
-  free(rec);
+  rec_free(rec);
 }

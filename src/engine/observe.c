@@ -21,9 +21,9 @@ static _Thread_local struct {
 } parts;
 
 int64_t dlock__obs_start(const dlock_t *l) {
-  if (parts.depth > 0)
-    return -1;
-  return stats_of(l) != NULL ? dlock__now_us() : 0;
+  if (stats_of(l) == NULL)
+    return 0;
+  return parts.depth > 0 ? -1 : dlock__now_us();
 }
 
 /* Marks the owner's hold of part 'l' as a composite's, so that its end is
@@ -134,7 +134,10 @@ void dlock__obs_hold_ends(dlock_client_t *c, const dlock__hold *h) {
 
 void dlock__obs_peek(dlock_t *l, uint64_t owner, dlock__obs_hold *o) {
   memset(o, 0, sizeof(*o));
-  if (dlock__events_on(stats_of(l)))
+  dlock__stats *st = stats_of(l);
+  if (st == NULL)
+    return;
+  if (dlock__events_on(st))
     look_up(l, owner, o);
   o->part = parts.depth > 0;
 }
