@@ -34,6 +34,7 @@ int dlock__loop_new(dlock_client_t *c, const dlock__locator *locator,
     dlock__free(lp);
     return rc;
   }
+  dlock__lsub_set_stats(lp->sub, c->stats);
   *out = lp;
   return 0;
 }
