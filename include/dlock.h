@@ -572,18 +572,21 @@ DLOCK_EXPORT int dlock_getn(dlock_client_t *c, const char *name, size_t len,
  * stores its state in Redisson's layout for the matching Redisson object.
  */
 typedef enum dlock_kind {
-  DLOCK_REENTRANT = 0, /* RLock: exclusive, reentrant, pub/sub wake-up */
-  DLOCK_FAIR,          /* RFairLock: FIFO across threads and processes */
-  DLOCK_SPIN,          /* RSpinLock: no pub/sub, exponential back-off */
-  DLOCK_READ,          /* RReadWriteLock.readLock(): shared */
-  DLOCK_WRITE,         /* RReadWriteLock.writeLock(): exclusive */
-  DLOCK_MULTI,         /* RedissonMultiLock: all of several locks */
-  DLOCK_RED            /* RedissonRedLock: a majority of independent nodes */
+  DLOCK_REENTRANT = 0,    /* RLock: exclusive, reentrant, pub/sub wake-up */
+  DLOCK_FAIR,             /* RFairLock: FIFO across threads and processes */
+  DLOCK_SPIN,             /* RSpinLock: no pub/sub, exponential back-off */
+  DLOCK_READ,             /* RReadWriteLock.readLock(): shared */
+  DLOCK_WRITE,            /* RReadWriteLock.writeLock(): exclusive */
+  DLOCK_MULTI,            /* RedissonMultiLock: all of several locks */
+  DLOCK_RED,              /* RedissonRedLock: a majority of independent nodes */
+  DLOCK_NONREENTRANT,     /* getNonReentrantLock: RLock without reentry */
+  DLOCK_NONREENTRANT_FAIR /* getNonReentrantFairLock: the same, FIFO */
 } dlock_kind_t;
 
 /*
- * Creates a handle of 'kind' (one of the single-lock kinds, DLOCK_REENTRANT
- * to DLOCK_WRITE) on 'name' of 'len' bytes (NULs allowed).
+ * Creates a handle of 'kind' (one of the single-lock kinds: DLOCK_REENTRANT
+ * to DLOCK_WRITE, DLOCK_NONREENTRANT, DLOCK_NONREENTRANT_FAIR) on 'name'
+ * of 'len' bytes (NULs allowed).
  */
 DLOCK_EXPORT int dlock_get_kind(dlock_client_t *c, dlock_kind_t kind,
                                 const char *name, size_t len, dlock_t **out);
@@ -615,6 +618,30 @@ DLOCK_EXPORT int dlock_get_spin(dlock_client_t *c, const char *name,
                                 dlock_t **out);
 DLOCK_EXPORT int dlock_getn_spin(dlock_client_t *c, const char *name,
                                  size_t len, dlock_t **out);
+
+/*
+ * Non-reentrant locks (Redisson's getNonReentrantLock and
+ * getNonReentrantFairLock): the reentrant lock and the fair lock, in the
+ * same layout (so they exclude, and wake, RLock and RFairLock holders and
+ * waiters on the same name), except that an owner that holds one and asks
+ * for it again is refused at once, by dlock_lock and dlock_trylock alike,
+ * with DLOCK_EINVAL (detail "... is not reentrant and this owner holds it
+ * already"); its hold is unchanged. Redisson throws
+ * IllegalMonitorStateException there. Other owners wait as for the
+ * reentrant (or fair) lock; unlock, the watchdog and the wake-ups are
+ * theirs. The client's own record of its holds tells a second hold, as
+ * only the client writes its owners' fields: one owner number used from
+ * two threads at once (see dlock_owner_new) is not told apart.
+ */
+DLOCK_EXPORT int dlock_get_nonreentrant(dlock_client_t *c, const char *name,
+                                        dlock_t **out);
+DLOCK_EXPORT int dlock_getn_nonreentrant(dlock_client_t *c, const char *name,
+                                         size_t len, dlock_t **out);
+DLOCK_EXPORT int dlock_get_nonreentrant_fair(dlock_client_t *c,
+                                             const char *name, dlock_t **out);
+DLOCK_EXPORT int dlock_getn_nonreentrant_fair(dlock_client_t *c,
+                                              const char *name, size_t len,
+                                              dlock_t **out);
 
 /*
  * A read-write lock: '*read' and '*write' are two handles on it. Many
