@@ -39,7 +39,8 @@ import org.redisson.config.Config;
  * order (a waiting lock holds up that actor only); a reply is one line
  * "TAG WORDS... T", T being when it was known on CLOCK_MONOTONIC in ms (the
  * clock the C tests read), or "TAG error TEXT T". The peer prints "ready"
- * once connected. KIND is lock, fair, spin, read, write or fenced.
+ * once connected. KIND is lock, fair, spin, read, write, fenced, nr
+ * (getNonReentrantLock) or nrfair (getNonReentrantFairLock).
  *
  * <pre>
  *   lock KIND NAME [LEASE_MS]        locked [TOKEN]
@@ -132,6 +133,10 @@ public final class Peer {
         return r.getReadWriteLock(name).writeLock();
       case "fenced":
         return r.getFencedLock(name);
+      case "nr":
+        return r.getNonReentrantLock(name);
+      case "nrfair":
+        return r.getNonReentrantFairLock(name);
       default:
         throw new IllegalArgumentException("unknown kind " + kind);
     }
