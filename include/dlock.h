@@ -376,10 +376,33 @@ typedef struct dlock_options {
    * on_event is set, which needs them kept. Default 0: statistics are
    * kept (see dlock_client_stats). */
   int stats_off;
+
+  /* ---- Redisson's choices (after dlock 0.2) ---- */
+  /* Which acknowledgements replica sync asks for (see "Replicated Redis"
+   * below): DLOCK_SYNC_ALL (0, default), every replica counted, or
+   * DLOCK_SYNC_ANY, Redisson's rule (checkLockSyncedSlaves): WAITAOF when
+   * the master has AOF on, WAIT otherwise, and a write counts as synced
+   * when at least one replica acknowledged it. */
+  int replica_sync_mode;
+  /* How a spin lock's waiter pauses between attempts, as Redisson's
+   * LockOptions name the two: DLOCK_BACKOFF_EXPONENTIAL (0, default), 1 ms
+   * doubling to 128 ms, each pause a random time between half and the
+   * whole of its step; or DLOCK_BACKOFF_CONSTANT, 64 ms every time. */
+  int spin_backoff;
 } dlock_options_t;
 
 /* The largest replica_sync_replicas accepted. */
 #define DLOCK_REPLICAS_MAX 1000
+
+/* replica_sync_mode: wait for every replica counted; or for them all, but
+ * count a write synced once one of them has it (Redisson's rule). */
+#define DLOCK_SYNC_ALL 0
+#define DLOCK_SYNC_ANY 1
+
+/* spin_backoff: Redisson's ExponentialBackOff and ConstantBackOff, with
+ * their default delays. */
+#define DLOCK_BACKOFF_EXPONENTIAL 0
+#define DLOCK_BACKOFF_CONSTANT 1
 
 /*
  * Replicated Redis: a master with replicas, failed over by Sentinel.
