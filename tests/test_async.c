@@ -850,7 +850,8 @@ static int replica_up(rp_server_t *replica) {
 
 /* An acquisition through the loop waits for the master's replica (WAIT in
  * the same pipeline), and one the replica did not acknowledge is given
- * back and reported DLOCK_ENOSYNC, not held. */
+ * back and reported DLOCK_ENOSYNC, not held; with DLOCK_SYNC_ANY, one
+ * acknowledgement of the two asked for is enough. */
 TEST(async_acquisition_waits_for_the_replica) {
   rp_server_t *m = lu_server(0), *r = lu_server(0);
   freeReplyObject(rp_cmd(r, "REPLICAOF 127.0.0.1 %d", rp_port(m)));
@@ -888,6 +889,32 @@ TEST(async_acquisition_waits_for_the_replica) {
   ASSERT_DLOCK_OK(dlock_trylock_async(l, 2, 0, 10000, tl_done_cb, &b));
   tl_run_until(&t, &b.calls, 30000);
   ASSERT_EQ(b.status, DLOCK_ENOSYNC);
+  tl_run_for(&t, 200);
+  ASSERT_EQ(lu_exists(m, "async-rs"), 0);
+  ASSERT_EQ(rp_resume(r), 0);
+  dlock_free(l);
+  dlock_client_close(c);
+  tl_close(&t);
+
+  /* Redisson's rule through the loop: asked for two replicas, the one
+   * there is enough; stopped, none is, and the lock is given back. */
+  o.replica_sync_mode = DLOCK_SYNC_ANY;
+  o.replica_sync_replicas = 2;
+  c = tl_client_opts(&o);
+  tl_init(&t, c);
+  l = lu_get(c, "async-rs");
+  tl_done a2 = {0}, u2 = {0}, b2 = {0};
+  ASSERT_DLOCK_OK(dlock_trylock_async(l, 3, 5000, 10000, tl_done_cb, &a2));
+  tl_run_until(&t, &a2.calls, 30000);
+  ASSERT_DLOCK_OK(a2.status);
+  ASSERT_EQ(lu_exists(r, "async-rs"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, 3, tl_done_cb, &u2));
+  tl_run_until(&t, &u2.calls, 30000);
+  ASSERT_DLOCK_OK(u2.status);
+  ASSERT_EQ(rp_pause(r), 0);
+  ASSERT_DLOCK_OK(dlock_trylock_async(l, 4, 0, 10000, tl_done_cb, &b2));
+  tl_run_until(&t, &b2.calls, 30000);
+  ASSERT_EQ(b2.status, DLOCK_ENOSYNC);
   tl_run_for(&t, 200);
   ASSERT_EQ(lu_exists(m, "async-rs"), 0);
   ASSERT_EQ(rp_resume(r), 0);
