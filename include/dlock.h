@@ -468,8 +468,32 @@ typedef struct dlock_options {
  * old master takes writes that its departing replicas acknowledge and then
  * drop. A master without replicas waits for none, and gives no
  * replication guarantee. Redisson, which sends the same WAIT, accepts one
- * acknowledgement; dlock asks for every replica in step by default (set
- * replica_sync_replicas = 1 for Redisson's rule). WAIT holds up the
+ * acknowledgement; dlock asks for every replica in step by default.
+ *
+ * Redisson's rule (replica_sync_mode = DLOCK_SYNC_ANY). The same writes
+ * wait for the same n replicas, but one acknowledgement is enough: only a
+ * write that no replica acknowledged counts as not synced (and is given
+ * back and refused with DLOCK_ENOSYNC, "only 0 of n", as above). A master
+ * with AOF on (appendonly yes) that knows WAITAOF (Redis 7.2 and later,
+ * Valkey) is asked with "WAITAOF 1 n timeout", as Redisson asks it: the
+ * master's own fsync and n replicas' fsyncs, acknowledgements counting
+ * the replicas that fsynced; any other master with WAIT. dlock learns
+ * both from the master's INFO (all its default sections, read where
+ * INFO replication is otherwise) before its first write, or through
+ * Sentinel within a second of it (WAIT until then). A replica may report
+ * an fsync only with its acknowledgement of the next second, so with
+ * WAITAOF keep replica_sync_timeout_ms above 1000 (Redisson's default
+ * slavesSyncTimeout is 1000): a shorter one can find no acknowledgement
+ * on a healthy replica. What it guarantees is less: a lock reported held
+ * is on one replica, and a failover that promotes another loses it.
+ * Where Redisson differs: on a single-server config it sends no WAIT at
+ * all; it counts the replicas connected (connected_slaves) where dlock
+ * counts those in step; and an acquisition it judges unsynced fails but
+ * stays on the master until its lease ends. A MultiLock's
+ * acquisition sent as one pipeline (its reentrant and spin parts) still
+ * waits with WAIT for every replica in this mode.
+ *
+ * WAIT holds up the
  * client's shared connection while it waits: a replica that stops
  * acknowledging delays every write by up to the sync timeout until it is
  * no longer counted. A RedLock's parts are synced too, each node's WAIT
@@ -636,6 +660,8 @@ DLOCK_EXPORT int dlock_getn_fair(dlock_client_t *c, const char *name,
  * A spin lock: the reentrant lock's layout, but waiters retry with
  * exponential back-off (1 ms doubling to 128 ms, with jitter) instead of
  * pub/sub, for deployments where pub/sub is unavailable or too costly.
+ * The client's spin_backoff option picks Redisson's constant back-off
+ * (64 ms) instead.
  */
 DLOCK_EXPORT int dlock_get_spin(dlock_client_t *c, const char *name,
                                 dlock_t **out);
