@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "lock_util.h"
+#include "loop_util.h"
 
 static dlock_t *get_kind(dlock_client_t *c, dlock_kind_t kind,
                          const char *name) {
@@ -186,6 +186,40 @@ TEST(nonreentrant_fair_fifo) {
   }
   ASSERT_EQ(lu_exists(s, name), 0);
   lu_free_two(s, c1, l1, c2, l2);
+}
+
+/* Through an async client's loop too: the second hold is refused (by
+ * the call or its callback) and the first stays as it was. */
+TEST(nonreentrant_async_refuses_second_hold) {
+  rp_server_t *s = lu_server(0);
+  dlock_options_t o;
+  lu_options(&o, s);
+  dlock_client_t *c = tl_client_opts(&o);
+  tl_loop t;
+  tl_init(&t, c);
+  for (int k = 0; k < 2; k++) {
+    dlock_t *l = get_kind(c, k ? DLOCK_NONREENTRANT_FAIR : DLOCK_NONREENTRANT,
+                          "nr:async");
+    tl_done a = {0}, b = {0}, u = {0};
+    ASSERT_DLOCK_OK(dlock_lock_async(l, 7, 20000, tl_done_cb, &a));
+    tl_run_until(&t, &a.calls, 10000);
+    ASSERT_DLOCK_OK(a.status);
+    int rc = dlock_trylock_async(l, 7, 1000, 20000, tl_done_cb, &b);
+    if (rc == 0) {
+      tl_run_until(&t, &b.calls, 10000);
+      rc = b.status;
+    }
+    ASSERT_EQ(rc, DLOCK_EINVAL);
+    ASSERT_EQ(lu_hlen(s, "nr:async"), 1);
+    ASSERT_DLOCK_OK(dlock_unlock_async(l, 7, tl_done_cb, &u));
+    tl_run_until(&t, &u.calls, 10000);
+    ASSERT_DLOCK_OK(u.status);
+    ASSERT_EQ(lu_exists(s, "nr:async"), 0);
+    dlock_free(l);
+  }
+  dlock_client_close(c);
+  tl_close(&t);
+  rp_free(s);
 }
 
 /* dlock_get_kind takes the new kinds and still refuses the composites. */
