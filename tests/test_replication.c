@@ -26,6 +26,9 @@ static void group_of(rp_server_t **m, rp_server_t **r, int n, int aof) {
   rp_options_t o;
   rp_options_init(&o);
   o.appendonly = aof;
+  /* Each replica's first sync starts at once, not after Redis's 5 s wait
+   * for more replicas to share it. */
+  o.extra_conf = "repl-diskless-sync-delay 0";
   *m = lu_server_opts(&o);
   for (int i = 0; i < n; i++) {
     r[i] = lu_server_opts(&o);
