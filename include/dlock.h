@@ -488,8 +488,12 @@ typedef struct dlock_options {
  * is on one replica, and a failover that promotes another loses it.
  * Where Redisson differs: on a single-server config it sends no WAIT at
  * all; it counts the replicas connected (connected_slaves) where dlock
- * counts those in step; and an acquisition it judges unsynced fails but
- * stays on the master until its lease ends. A MultiLock's
+ * counts those in step (a replica silent for over 2 s is not waited
+ * for; set replica_sync_replicas to wait for a fixed number, as for the
+ * replicas connected). Both give an unsynced acquisition back; Redisson
+ * then tries again, retryAttempts times (4 by default), even a tryLock
+ * without a wait, where dlock_trylock with wait 0 does not retry. A
+ * MultiLock's
  * acquisition sent as one pipeline (its reentrant and spin parts) still
  * waits with WAIT for every replica in this mode.
  *

@@ -1302,6 +1302,141 @@ TEST(sentinel_both_ways) {
   sg_free(g);
 }
 
+/*
+ * Replica sync under Redisson's rule, against Redisson itself (a master
+ * and two replicas given to it as a master-slave config, where it sends
+ * WAIT after its lock writes): with one replica stopped, Redisson and
+ * dlock's DLOCK_SYNC_ANY take the lock (dlock's own rule refuses it); with
+ * both stopped, both refuse, and give the grant back on the master.
+ */
+TEST(replica_sync_any_as_redisson) {
+  rp_server_t *m, *r[2];
+  lu_replicated(&m, r, 2, 0);
+  char url[256];
+  snprintf(url, sizeof(url),
+           "masterslave://127.0.0.1:%d/127.0.0.1:%d,127.0.0.1:%d", rp_port(m),
+           rp_port(r[0]), rp_port(r[1]));
+  peer_t *p = peer_ready(url, 0);
+  dlock_options_t o;
+  lu_options(&o, m);
+  o.watchdog_timeout_ms = 30000;
+  o.replica_sync_timeout_ms = 1000; /* Redisson's slavesSyncTimeout */
+  /* Redisson waits for the replicas connected; dlock by default for those
+   * in step, which leaves out one silent for over 2 s: both are told of
+   * two here, so that a stopped replica counts on both sides. */
+  o.replica_sync_replicas = 2;
+  dlock_client_t *all = lu_client_opts(&o);
+  o.replica_sync_mode = DLOCK_SYNC_ANY;
+  dlock_client_t *any = lu_client_opts(&o);
+  dlock_t *la = lu_get(any, "jv-rs-d"), *ll = lu_get(all, "jv-rs-d");
+
+  int64_t waits = lu_cmd_calls(m, "wait");
+  PEER_DO(p, "true", "J", "trylock lock jv-rs-j 0 30000");
+  PEER_DO(p, "unlocked", "J", "unlock lock jv-rs-j");
+  ASSERT_DLOCK_OK(dlock_trylock(la, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  printf("all replicas up: %" PRId64 " WAIT\n",
+         lu_cmd_calls(m, "wait") - waits);
+  ASSERT_GE(lu_cmd_calls(m, "wait") - waits, 4);
+
+  ASSERT_EQ(rp_pause(r[1]), 0);
+  PEER_DO(p, "true", "J", "trylock lock jv-rs-j 0 30000");
+  PEER_DO(p, "unlocked", "J", "unlock lock jv-rs-j");
+  ASSERT_DLOCK_OK(dlock_trylock(la, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  ASSERT_EQ(dlock_trylock(ll, 0, 30000), DLOCK_ENOSYNC);
+  ASSERT(strstr(dlock_last_error(), "1 of 2") != NULL);
+  printf("one of two stopped: Redisson and DLOCK_SYNC_ANY granted; "
+         "DLOCK_SYNC_ALL: %s\n",
+         dlock_last_error());
+
+  ASSERT_EQ(rp_pause(r[0]), 0);
+  waits = lu_cmd_calls(m, "wait");
+  int64_t t0 = lu_now_ms();
+  peer_refused(p, "NoSyncedSlavesException", "J", "trylock lock %s%s",
+               "jv-rs-j 0 30000", "");
+  /* Its acquisition's WAIT and its give-back's (retries are off in the
+   * peer: Redisson would make retryAttempts more of both). */
+  printf("both stopped: Redisson's refused tryLock sent %" PRId64
+         " WAIT in %" PRId64 " ms\n",
+         lu_cmd_calls(m, "wait") - waits, lu_now_ms() - t0);
+  ASSERT_GE(lu_cmd_calls(m, "wait") - waits, 2);
+  /* Both give the refused grant back (Redisson's unlock, itself not
+   * acknowledged, still ran on the master). */
+  ASSERT_EQ(lu_exists(m, "jv-rs-j"), 0);
+  ASSERT_EQ(dlock_trylock(la, 0, 30000), DLOCK_ENOSYNC);
+  printf("both stopped: Redisson refused; DLOCK_SYNC_ANY: %s\n",
+         dlock_last_error());
+  ASSERT_EQ(lu_exists(m, "jv-rs-d"), 0);
+  ASSERT_EQ(rp_resume(r[0]), 0);
+  ASSERT_EQ(rp_resume(r[1]), 0);
+  peer_quit(p);
+  dlock_free(la);
+  dlock_free(ll);
+  dlock_client_close(any);
+  dlock_client_close(all);
+  rp_free(r[0]);
+  rp_free(r[1]);
+  rp_free(m);
+}
+
+/*
+ * Redisson's constant back-off (getSpinLock with ConstantBackOff) and
+ * dlock's (spin_backoff DLOCK_BACKOFF_CONSTANT): each side's waiter on a
+ * spin lock the other holds tries once at once and then every 64 ms at
+ * most, and gets the lock once it is released.
+ */
+TEST(spin_constant_back_off_both_ways) {
+  const char *name = "jv-spinc";
+  rp_server_t *s = lu_server(0);
+  peer_t *p = peer_on(s, 0);
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.spin_backoff = DLOCK_BACKOFF_CONSTANT;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = NULL;
+  ASSERT_DLOCK_OK(dlock_get_spin(c, name, &l));
+
+  /* Redisson waits. */
+  ASSERT_DLOCK_OK(dlock_lock(l, 60000));
+  int64_t before = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval");
+  int64_t t0 = lu_now_ms();
+  int tag = peer_send(p, "J", "lock spinconst %s", name);
+  lu_sleep_ms(1000);
+  int64_t java = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval") - before;
+  int64_t java_ms = lu_now_ms() - t0;
+  char tmp[256];
+  ASSERT_EQ(peer_poll(p, tag, tmp, sizeof(tmp), 0), 0);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  peer_wait(p, tag, NULL, 0);
+
+  /* dlock waits. */
+  waiter_t w;
+  waiter_start(&w, l, 60000);
+  before = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval");
+  t0 = lu_now_ms();
+  lu_sleep_ms(1000);
+  int64_t mine = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval") - before;
+  int64_t mine_ms = lu_now_ms() - t0;
+  ASSERT_EQ(atomic_load(&w.done), 0);
+  PEER_DO(p, "unlocked", "J", "unlock spinconst %s", name);
+  waiter_got(&w, 30000);
+  waiter_finish(&w);
+  printf("constant back-off: Redisson tried %" PRId64 " times in %" PRId64
+         " ms, dlock %" PRId64 " times in %" PRId64 " ms\n",
+         java, java_ms, mine, mine_ms);
+  /* Redisson's first attempt may come before 't0' (JVM time), dlock's
+   * thread started before it: one more each. */
+  ASSERT_LE(java, java_ms / 64 + 2);
+  ASSERT_LE(mine, mine_ms / 64 + 2);
+  ASSERT_GE(java, 3);
+  ASSERT_GE(mine, 3);
+  peer_quit(p);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
 /* One name on each of the cluster's 3 masters ("<prefix>N"). */
 static void names_on_masters(cg_group_t *g, const char *prefix,
                              char names[3][32]) {

@@ -13,54 +13,10 @@
 
 /* ---- replica sync ------------------------------------------------------- */
 
-static int link_up(rp_server_t *replica) {
-  redisReply *r = rp_cmd(replica, "INFO replication");
-  int up = r != NULL && r->type == REDIS_REPLY_STRING &&
-           strstr(r->str, "master_link_status:up") != NULL;
-  freeReplyObject(r);
-  return up;
-}
-
-/* A master and 'n' replicas in sync, every one with AOF on when 'aof'. */
-static void group_of(rp_server_t **m, rp_server_t **r, int n, int aof) {
-  rp_options_t o;
-  rp_options_init(&o);
-  o.appendonly = aof;
-  /* Each replica's first sync starts at once, not after Redis's 5 s wait
-   * for more replicas to share it. */
-  o.extra_conf = "repl-diskless-sync-delay 0";
-  *m = lu_server_opts(&o);
-  for (int i = 0; i < n; i++) {
-    r[i] = lu_server_opts(&o);
-    lu_ok(rp_cmd(r[i], "REPLICAOF 127.0.0.1 %d", rp_port(*m)));
-    int64_t until = lu_now_ms() + 10000;
-    while (!link_up(r[i]) && lu_now_ms() < until)
-      lu_sleep_ms(20);
-    ASSERT(link_up(r[i]));
-  }
-  /* The master counts the replicas in step once they have acknowledged. */
-  int64_t until = lu_now_ms() + 10000;
-  for (;;) {
-    redisReply *w = rp_cmd(*m, "WAIT %d 100", n);
-    int ok = w != NULL && w->integer == n;
-    freeReplyObject(w);
-    if (ok || lu_now_ms() > until)
-      break;
-  }
-  /* With AOF, a replica that has just synced rewrites its AOF, and
-   * acknowledges no fsync until that is done (Valkey takes longest). */
-  while (aof && lu_now_ms() < until) {
-    redisReply *w = rp_cmd(*m, "WAITAOF 0 %d 100", n);
-    int ok = w == NULL || w->type != REDIS_REPLY_ARRAY ||
-             (w->elements == 2 && w->element[1]->integer == n);
-    freeReplyObject(w);
-    if (ok)
-      break;
-  }
-}
-
 /* A master and one replica in sync. */
-static void pair(rp_server_t **m, rp_server_t **r) { group_of(m, r, 1, 0); }
+static void pair(rp_server_t **m, rp_server_t **r) {
+  lu_replicated(m, r, 1, 0);
+}
 
 static dlock_client_t *client_of(rp_server_t *m, int sync, int replicas,
                                  int64_t timeout_ms) {
@@ -436,7 +392,7 @@ static dlock_client_t *client_mode(rp_server_t *m, int mode,
  */
 TEST(replica_sync_any_one_replica_is_enough) {
   rp_server_t *m, *r[2];
-  group_of(&m, r, 2, 0);
+  lu_replicated(&m, r, 2, 0);
   dlock_client_t *any = client_mode(m, DLOCK_SYNC_ANY, 300);
   dlock_client_t *all = client_mode(m, DLOCK_SYNC_ALL, 300);
   dlock_t *la = lu_get(any, "rs:any"), *ll = lu_get(all, "rs:any");
@@ -486,7 +442,7 @@ TEST(replica_sync_any_one_replica_is_enough) {
  */
 TEST(replica_sync_any_waitaof_when_aof_is_on) {
   rp_server_t *m, *r[1];
-  group_of(&m, r, 1, 1);
+  lu_replicated(&m, r, 1, 1);
   redisReply *ci = rp_cmd(m, "COMMAND INFO WAITAOF");
   ASSERT_NOT_NULL(ci);
   int has_waitaof = ci->type == REDIS_REPLY_ARRAY && ci->elements == 1 &&
