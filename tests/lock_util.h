@@ -283,18 +283,23 @@ static inline void lu_replicated(rp_server_t **m, rp_server_t **r, int n,
     redisReply *w = rp_cmd(*m, "WAIT %d 100", n);
     int ok = w != NULL && w->integer == n;
     freeReplyObject(w);
-    if (ok || lu_now_ms() > until)
+    if (ok)
       break;
+    ASSERT_LT(lu_now_ms(), until);
   }
   /* With AOF, a replica that has just synced rewrites its AOF, and
    * acknowledges no fsync until that is done (Valkey takes longest). */
-  while (aof && lu_now_ms() < until) {
+  until = lu_now_ms() + 10000;
+  while (aof) {
     redisReply *w = rp_cmd(*m, "WAITAOF 0 %d 100", n);
-    int ok = w == NULL || w->type != REDIS_REPLY_ARRAY ||
+    ASSERT_NOT_NULL(w);
+    /* An error: a server without WAITAOF, nothing to wait for. */
+    int ok = w->type != REDIS_REPLY_ARRAY ||
              (w->elements == 2 && w->element[1]->integer == n);
     freeReplyObject(w);
     if (ok)
       break;
+    ASSERT_LT(lu_now_ms(), until);
   }
 }
 

@@ -398,8 +398,8 @@ TEST(replica_sync_any_one_replica_is_enough) {
   dlock_t *la = lu_get(any, "rs:any"), *ll = lu_get(all, "rs:any");
   int64_t waits = lu_cmd_calls(m, "wait");
   ASSERT_DLOCK_OK(dlock_trylock(la, 0, 30000));
-  ASSERT_EQ(lu_exists(r[0], "rs:any"), 1);
-  ASSERT_EQ(lu_exists(r[1], "rs:any"), 1);
+  /* One of them at least had it when the call returned. */
+  ASSERT_GE(lu_exists(r[0], "rs:any") + lu_exists(r[1], "rs:any"), 1);
   ASSERT_DLOCK_OK(dlock_unlock(la));
   ASSERT_GE(lu_cmd_calls(m, "wait") - waits, 2);
   ASSERT_EQ(lu_cmd_calls(m, "waitaof"), 0);

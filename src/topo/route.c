@@ -143,7 +143,7 @@ static const char *info_value(const char *text, const char *end,
     const char *eol = memchr(line, '\n', (size_t)(end - line));
     if (eol == NULL)
       eol = end;
-    if ((size_t)(eol - line) > klen && memcmp(line, key, klen) == 0 &&
+    if ((size_t)(eol - line) > klen + 1 && memcmp(line, key, klen) == 0 &&
         line[klen] == ':')
       return line + klen + 1;
     line = eol + 1;
