@@ -391,10 +391,33 @@ typedef struct dlock_options {
    * on_event is set, which needs them kept. Default 0: statistics are
    * kept (see dlock_client_stats). */
   int stats_off;
+
+  /* ---- Redisson's choices (after dlock 0.2) ---- */
+  /* Which acknowledgements replica sync asks for (see "Replicated Redis"
+   * below): DLOCK_SYNC_ALL (0, default), every replica counted, or
+   * DLOCK_SYNC_ANY, Redisson's rule (checkLockSyncedSlaves): WAITAOF when
+   * the master has AOF on, WAIT otherwise, and a write counts as synced
+   * when at least one replica acknowledged it. */
+  int replica_sync_mode;
+  /* How a spin lock's waiter pauses between attempts, as Redisson's
+   * LockOptions name the two: DLOCK_BACKOFF_EXPONENTIAL (0, default), 1 ms
+   * doubling to 128 ms, each pause a random time between half and the
+   * whole of its step; or DLOCK_BACKOFF_CONSTANT, 64 ms every time. */
+  int spin_backoff;
 } dlock_options_t;
 
 /* The largest replica_sync_replicas accepted. */
 #define DLOCK_REPLICAS_MAX 1000
+
+/* replica_sync_mode: wait for every replica counted; or for them all, but
+ * count a write synced once one of them has it (Redisson's rule). */
+#define DLOCK_SYNC_ALL 0
+#define DLOCK_SYNC_ANY 1
+
+/* spin_backoff: Redisson's ExponentialBackOff and ConstantBackOff, with
+ * their default delays. */
+#define DLOCK_BACKOFF_EXPONENTIAL 0
+#define DLOCK_BACKOFF_CONSTANT 1
 
 /*
  * Replicated Redis: a master with replicas, failed over by Sentinel.
@@ -460,8 +483,36 @@ typedef struct dlock_options {
  * old master takes writes that its departing replicas acknowledge and then
  * drop. A master without replicas waits for none, and gives no
  * replication guarantee. Redisson, which sends the same WAIT, accepts one
- * acknowledgement; dlock asks for every replica in step by default (set
- * replica_sync_replicas = 1 for Redisson's rule). WAIT holds up the
+ * acknowledgement; dlock asks for every replica in step by default.
+ *
+ * Redisson's rule (replica_sync_mode = DLOCK_SYNC_ANY). The same writes
+ * wait for the same n replicas, but one acknowledgement is enough: only a
+ * write that no replica acknowledged counts as not synced (and is given
+ * back and refused with DLOCK_ENOSYNC, "only 0 of n", as above). A master
+ * with AOF on (appendonly yes) that knows WAITAOF (Redis 7.2 and later,
+ * Valkey) is asked with "WAITAOF 1 n timeout", as Redisson asks it: the
+ * master's own fsync and n replicas' fsyncs, acknowledgements counting
+ * the replicas that fsynced; any other master with WAIT. dlock learns
+ * both from the master's INFO (all its default sections, read where
+ * INFO replication is otherwise) before its first write, or through
+ * Sentinel within a second of it (WAIT until then). A replica may report
+ * an fsync only with its acknowledgement of the next second, so with
+ * WAITAOF keep replica_sync_timeout_ms above 1000 (Redisson's default
+ * slavesSyncTimeout is 1000): a shorter one can find no acknowledgement
+ * on a healthy replica. What it guarantees is less: a lock reported held
+ * is on one replica, and a failover that promotes another loses it.
+ * Where Redisson differs: on a single-server config it sends no WAIT at
+ * all; it counts the replicas connected (connected_slaves) where dlock
+ * counts those in step (a replica silent for over 2 s is not waited
+ * for; set replica_sync_replicas to wait for a fixed number, as for the
+ * replicas connected). Both give an unsynced acquisition back; Redisson
+ * then tries again, retryAttempts times (4 by default), even a tryLock
+ * without a wait, where dlock_trylock with wait 0 does not retry. A
+ * MultiLock's
+ * acquisition sent as one pipeline (its reentrant and spin parts) still
+ * waits with WAIT for every replica in this mode.
+ *
+ * WAIT holds up the
  * client's shared connection while it waits: a replica that stops
  * acknowledging delays every write by up to the sync timeout until it is
  * no longer counted. A RedLock's parts are synced too, each node's WAIT
@@ -587,18 +638,21 @@ DLOCK_EXPORT int dlock_getn(dlock_client_t *c, const char *name, size_t len,
  * stores its state in Redisson's layout for the matching Redisson object.
  */
 typedef enum dlock_kind {
-  DLOCK_REENTRANT = 0, /* RLock: exclusive, reentrant, pub/sub wake-up */
-  DLOCK_FAIR,          /* RFairLock: FIFO across threads and processes */
-  DLOCK_SPIN,          /* RSpinLock: no pub/sub, exponential back-off */
-  DLOCK_READ,          /* RReadWriteLock.readLock(): shared */
-  DLOCK_WRITE,         /* RReadWriteLock.writeLock(): exclusive */
-  DLOCK_MULTI,         /* RedissonMultiLock: all of several locks */
-  DLOCK_RED            /* RedissonRedLock: a majority of independent nodes */
+  DLOCK_REENTRANT = 0,    /* RLock: exclusive, reentrant, pub/sub wake-up */
+  DLOCK_FAIR,             /* RFairLock: FIFO across threads and processes */
+  DLOCK_SPIN,             /* RSpinLock: no pub/sub, exponential back-off */
+  DLOCK_READ,             /* RReadWriteLock.readLock(): shared */
+  DLOCK_WRITE,            /* RReadWriteLock.writeLock(): exclusive */
+  DLOCK_MULTI,            /* RedissonMultiLock: all of several locks */
+  DLOCK_RED,              /* RedissonRedLock: a majority of independent nodes */
+  DLOCK_NONREENTRANT,     /* getNonReentrantLock: RLock without reentry */
+  DLOCK_NONREENTRANT_FAIR /* getNonReentrantFairLock: the same, FIFO */
 } dlock_kind_t;
 
 /*
- * Creates a handle of 'kind' (one of the single-lock kinds, DLOCK_REENTRANT
- * to DLOCK_WRITE) on 'name' of 'len' bytes (NULs allowed).
+ * Creates a handle of 'kind' (one of the single-lock kinds: DLOCK_REENTRANT
+ * to DLOCK_WRITE, DLOCK_NONREENTRANT, DLOCK_NONREENTRANT_FAIR) on 'name'
+ * of 'len' bytes (NULs allowed).
  */
 DLOCK_EXPORT int dlock_get_kind(dlock_client_t *c, dlock_kind_t kind,
                                 const char *name, size_t len, dlock_t **out);
@@ -625,11 +679,37 @@ DLOCK_EXPORT int dlock_getn_fair(dlock_client_t *c, const char *name,
  * A spin lock: the reentrant lock's layout, but waiters retry with
  * exponential back-off (1 ms doubling to 128 ms, with jitter) instead of
  * pub/sub, for deployments where pub/sub is unavailable or too costly.
+ * The client's spin_backoff option picks Redisson's constant back-off
+ * (64 ms) instead.
  */
 DLOCK_EXPORT int dlock_get_spin(dlock_client_t *c, const char *name,
                                 dlock_t **out);
 DLOCK_EXPORT int dlock_getn_spin(dlock_client_t *c, const char *name,
                                  size_t len, dlock_t **out);
+
+/*
+ * Non-reentrant locks (Redisson's getNonReentrantLock and
+ * getNonReentrantFairLock): the reentrant lock and the fair lock, in the
+ * same layout (so they exclude, and wake, RLock and RFairLock holders and
+ * waiters on the same name), except that an owner that holds one and asks
+ * for it again is refused at once, by dlock_lock and dlock_trylock alike,
+ * with DLOCK_EINVAL (detail "... is not reentrant and this owner holds it
+ * already"); its hold is unchanged. Redisson throws
+ * IllegalMonitorStateException there. Other owners wait as for the
+ * reentrant (or fair) lock; unlock, the watchdog and the wake-ups are
+ * theirs. The client's own record of its holds tells a second hold, as
+ * only the client writes its owners' fields: one owner number used from
+ * two threads at once (see dlock_owner_new) is not told apart.
+ */
+DLOCK_EXPORT int dlock_get_nonreentrant(dlock_client_t *c, const char *name,
+                                        dlock_t **out);
+DLOCK_EXPORT int dlock_getn_nonreentrant(dlock_client_t *c, const char *name,
+                                         size_t len, dlock_t **out);
+DLOCK_EXPORT int dlock_get_nonreentrant_fair(dlock_client_t *c,
+                                             const char *name, dlock_t **out);
+DLOCK_EXPORT int dlock_getn_nonreentrant_fair(dlock_client_t *c,
+                                              const char *name, size_t len,
+                                              dlock_t **out);
 
 /*
  * A read-write lock: '*read' and '*write' are two handles on it. Many

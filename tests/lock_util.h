@@ -250,6 +250,62 @@ static inline int64_t lu_cmd_calls(rp_server_t *s, const char *cmd) {
   return n;
 }
 
+/* 1 when replica 'replica' has its link to its master up. */
+static inline int lu_link_up(rp_server_t *replica) {
+  redisReply *r = rp_cmd(replica, "INFO replication");
+  int up = r != NULL && r->type == REDIS_REPLY_STRING &&
+           strstr(r->str, "master_link_status:up") != NULL;
+  freeReplyObject(r);
+  return up;
+}
+
+/* A master and 'n' replicas in sync, every one with AOF on when 'aof'. */
+static inline void lu_replicated(rp_server_t **m, rp_server_t **r, int n,
+                                 int aof) {
+  rp_options_t o;
+  rp_options_init(&o);
+  o.appendonly = aof;
+  /* Each replica's first sync starts at once, not after Redis's 5 s wait
+   * for more replicas to share it. */
+  o.extra_conf = "repl-diskless-sync-delay 0";
+  *m = lu_server_opts(&o);
+  for (int i = 0; i < n; i++) {
+    r[i] = lu_server_opts(&o);
+    lu_ok(rp_cmd(r[i], "REPLICAOF 127.0.0.1 %d", rp_port(*m)));
+    int64_t until = lu_now_ms() + 10000;
+    while (!lu_link_up(r[i]) && lu_now_ms() < until)
+      lu_sleep_ms(20);
+    ASSERT(lu_link_up(r[i]));
+  }
+  /* The master counts the replicas in step once they have acknowledged. */
+  /* In step once three writes in a row were acknowledged by all of them
+   * within 100 ms each (just after its first sync, a replica can be slow
+   * to acknowledge new writes for a while). */
+  int64_t until = lu_now_ms() + 10000;
+  for (int good = 0; good < 3;) {
+    freeReplyObject(rp_cmd(*m, "INCR lu:replicated"));
+    redisReply *w = rp_cmd(*m, "WAIT %d 100", n);
+    good = w != NULL && w->integer == n ? good + 1 : 0;
+    freeReplyObject(w);
+    ASSERT_LT(lu_now_ms(), until);
+  }
+  freeReplyObject(rp_cmd(*m, "DEL lu:replicated"));
+  /* With AOF, a replica that has just synced rewrites its AOF, and
+   * acknowledges no fsync until that is done (Valkey takes longest). */
+  until = lu_now_ms() + 10000;
+  while (aof) {
+    redisReply *w = rp_cmd(*m, "WAITAOF 0 %d 100", n);
+    ASSERT_NOT_NULL(w);
+    /* An error: a server without WAITAOF, nothing to wait for. */
+    int ok = w->type != REDIS_REPLY_ARRAY ||
+             (w->elements == 2 && w->element[1]->integer == n);
+    freeReplyObject(w);
+    if (ok)
+      break;
+    ASSERT_LT(lu_now_ms(), until);
+  }
+}
+
 /* Subscribers of channel 'chan' ('len' bytes), from PUBSUB NUMSUB. */
 static inline int64_t lu_numsub(rp_server_t *s, const char *chan, size_t len) {
   redisReply *r = rp_cmd(s, "PUBSUB NUMSUB %b", chan, len);

@@ -524,6 +524,128 @@ TEST(fenced_lock_exclusion_wakeups_reentrancy) {
   exclusive_both_ways("fenced", "jv-fenced");
 }
 
+/* The reply to a command that Redisson must refuse with 'exception'. */
+static void peer_refused(peer_t *p, const char *exception, const char *actor,
+                         const char *fmt, const char *a, const char *b) {
+  char rest[1024];
+  int tag = peer_send(p, actor, fmt, a, b);
+  p->errors_ok = 1;
+  peer_wait(p, tag, rest, sizeof(rest));
+  p->errors_ok = 0;
+  if (strncmp(rest, "error", 5) != 0 || strstr(rest, exception) == NULL)
+    TEST_FAIL("Redisson peer said \"%s\", expected %s", rest, exception);
+}
+
+/* Waits until dlock's waiter (or Redisson's) is asleep on the lock: queued
+ * 'queued' deep in a fair lock, else subscribed to its channel. */
+static void await_asleep(dlock_client_t *c, rp_server_t *s, int fair,
+                         const char *name, size_t queued) {
+  if (fair) {
+    for (int i = 0; i < 5000 && fair_waiters(c, name) < queued; i++)
+      lu_sleep_ms(2);
+    ASSERT_EQ(fair_waiters(c, name), queued);
+  } else {
+    await_numsub(s, name, 1);
+  }
+}
+
+/*
+ * Redisson's non-reentrant lock ('kind' nr or nrfair) against dlock's
+ * ('dk') on one name: each side's second hold is refused (Redisson with
+ * IllegalMonitorStateException, dlock with DLOCK_EINVAL) and leaves the
+ * first as it was, either side's hold keeps the other out, and either
+ * side's unlock wakes the other's waiter (the holders' 60 s leases would
+ * show a missed message).
+ */
+static void nonreentrant_both_ways(const char *kind, dlock_kind_t dk,
+                                   const char *name) {
+  rp_server_t *s = lu_server(0);
+  peer_t *p = peer_on(s, 0);
+  dlock_client_t *c = client(s, 30000);
+  dlock_t *l = NULL;
+  ASSERT_DLOCK_OK(dlock_get_kind(c, dk, name, strlen(name), &l));
+  int fair = dk == DLOCK_NONREENTRANT_FAIR;
+  char jfield[256], dfield[256], v[64];
+  peer_word(p, jfield, sizeof(jfield), "J", "field %s %s", kind, name);
+  lu_field(dfield, sizeof(dfield), c, dlock_self());
+
+  /* Redisson holds: refused its second hold, dlock kept out. */
+  PEER_DO(p, "locked", "J", "lock %s %s 60000", kind, name);
+  peer_refused(p, "IllegalMonitorStateException", "J", "trylock %s %s 0", kind,
+               name);
+  peer_refused(p, "IllegalMonitorStateException", "J", "lock %s %s", kind,
+               name);
+  ASSERT_EQ(holder_count(c, name, jfield), 1);
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+
+  /* Redisson's unlock wakes dlock's waiter, which then keeps Redisson
+   * out. */
+  waiter_t w;
+  waiter_start(&w, l, DLOCK_WATCHDOG);
+  await_asleep(c, s, fair, name, 1);
+  double sent = peer_sent(p, "J", "unlock %s %s", kind, name);
+  double to_dlock = waiter_got(&w, 30000) - sent;
+  PEER_DO(p, "false", "J", "trylock %s %s 0", kind, name);
+  waiter_finish(&w);
+
+  /* dlock holds: refused its second hold, Redisson kept out, and woken by
+   * dlock's unlock. */
+  ASSERT_DLOCK_OK(dlock_lock(l, 60000));
+  ASSERT_DLOCK_ERR(dlock_lock(l, 60000), DLOCK_EINVAL);
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 1000, 60000), DLOCK_EINVAL);
+  peer_word(p, v, sizeof(v), "J", "hget %s %s", name, dfield);
+  ASSERT_EQ(strtoll(v, NULL, 10), 1);
+  PEER_DO(p, "false", "J", "trylock %s %s 0", kind, name);
+  int tag = peer_waiting(p, "J", "lock %s %s", kind, name);
+  double released = now_ms();
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  double to_java = peer_wait(p, tag, NULL, 0) - released;
+  ASSERT_DLOCK_ERR(dlock_trylock(l, 0, DLOCK_WATCHDOG), DLOCK_ETIMEDOUT);
+  PEER_DO(p, "unlocked", "J", "unlock %s %s", kind, name);
+  printf("%s: dlock woken by Redisson's unlock after %.2f ms; Redisson "
+         "woken by dlock's after %.2f ms\n",
+         kind, to_dlock, to_java);
+  ASSERT_LT(to_dlock, 30000);
+  ASSERT_LT(to_java, 30000);
+  ASSERT_EQ(lu_exists(s, name), 0);
+
+  if (fair) {
+    /* One queue for both: dlock holds; Redisson's J1, dlock's waiter and
+     * Redisson's J2 queue in that order, and get the lock in it. */
+    ASSERT_DLOCK_OK(dlock_lock(l, 60000));
+    int t1 = peer_waiting(p, "J1", "lock %s %s 60000", kind, name);
+    await_asleep(c, s, 1, name, 1);
+    waiter_start(&w, l, 60000);
+    await_asleep(c, s, 1, name, 2);
+    int t2 = peer_waiting(p, "J2", "lock %s %s 60000", kind, name);
+    await_asleep(c, s, 1, name, 3);
+    ASSERT_DLOCK_OK(dlock_unlock(l));
+    peer_wait(p, t1, NULL, 0);
+    char tmp[256];
+    ASSERT_EQ(atomic_load(&w.done), 0);
+    ASSERT_EQ(peer_poll(p, t2, tmp, sizeof(tmp), 0), 0);
+    PEER_DO(p, "unlocked", "J1", "unlock %s %s", kind, name);
+    waiter_got(&w, 30000);
+    ASSERT_EQ(peer_poll(p, t2, tmp, sizeof(tmp), 0), 0);
+    waiter_finish(&w);
+    peer_wait(p, t2, NULL, 0);
+    PEER_DO(p, "unlocked", "J2", "unlock %s %s", kind, name);
+    ASSERT_EQ(lu_exists(s, name), 0);
+  }
+  peer_quit(p);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+TEST(nonreentrant_lock_both_ways) {
+  nonreentrant_both_ways("nr", DLOCK_NONREENTRANT, "jv-nr");
+}
+
+TEST(nonreentrant_fair_lock_both_ways_and_mixed_queue) {
+  nonreentrant_both_ways("nrfair", DLOCK_NONREENTRANT_FAIR, "jv-nrfair");
+}
+
 /* RFencedLock and dlock's lock share one token counter: alternating holders
  * get consecutive tokens, whichever side takes the lock. */
 TEST(fenced_tokens_one_sequence) {
@@ -1178,6 +1300,141 @@ TEST(sentinel_both_ways) {
   peer_quit(p);
   dlock_client_close(c);
   sg_free(g);
+}
+
+/*
+ * Replica sync under Redisson's rule, against Redisson itself (a master
+ * and two replicas given to it as a master-slave config, where it sends
+ * WAIT after its lock writes): with one replica stopped, Redisson and
+ * dlock's DLOCK_SYNC_ANY take the lock (dlock's own rule refuses it); with
+ * both stopped, both refuse, and give the grant back on the master.
+ */
+TEST(replica_sync_any_as_redisson) {
+  rp_server_t *m, *r[2];
+  lu_replicated(&m, r, 2, 0);
+  char url[256];
+  snprintf(url, sizeof(url),
+           "masterslave://127.0.0.1:%d/127.0.0.1:%d,127.0.0.1:%d", rp_port(m),
+           rp_port(r[0]), rp_port(r[1]));
+  peer_t *p = peer_ready(url, 0);
+  dlock_options_t o;
+  lu_options(&o, m);
+  o.watchdog_timeout_ms = 30000;
+  o.replica_sync_timeout_ms = 1000; /* Redisson's slavesSyncTimeout */
+  /* Redisson waits for the replicas connected; dlock by default for those
+   * in step, which leaves out one silent for over 2 s: both are told of
+   * two here, so that a stopped replica counts on both sides. */
+  o.replica_sync_replicas = 2;
+  dlock_client_t *all = lu_client_opts(&o);
+  o.replica_sync_mode = DLOCK_SYNC_ANY;
+  dlock_client_t *any = lu_client_opts(&o);
+  dlock_t *la = lu_get(any, "jv-rs-d"), *ll = lu_get(all, "jv-rs-d");
+
+  int64_t waits = lu_cmd_calls(m, "wait");
+  PEER_DO(p, "true", "J", "trylock lock jv-rs-j 0 30000");
+  PEER_DO(p, "unlocked", "J", "unlock lock jv-rs-j");
+  ASSERT_DLOCK_OK(dlock_trylock(la, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  printf("all replicas up: %" PRId64 " WAIT\n",
+         lu_cmd_calls(m, "wait") - waits);
+  ASSERT_GE(lu_cmd_calls(m, "wait") - waits, 4);
+
+  ASSERT_EQ(rp_pause(r[1]), 0);
+  PEER_DO(p, "true", "J", "trylock lock jv-rs-j 0 30000");
+  PEER_DO(p, "unlocked", "J", "unlock lock jv-rs-j");
+  ASSERT_DLOCK_OK(dlock_trylock(la, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  ASSERT_EQ(dlock_trylock(ll, 0, 30000), DLOCK_ENOSYNC);
+  ASSERT(strstr(dlock_last_error(), "1 of 2") != NULL);
+  printf("one of two stopped: Redisson and DLOCK_SYNC_ANY granted; "
+         "DLOCK_SYNC_ALL: %s\n",
+         dlock_last_error());
+
+  ASSERT_EQ(rp_pause(r[0]), 0);
+  waits = lu_cmd_calls(m, "wait");
+  int64_t t0 = lu_now_ms();
+  peer_refused(p, "NoSyncedSlavesException", "J", "trylock lock %s%s",
+               "jv-rs-j 0 30000", "");
+  /* Its acquisition's WAIT and its give-back's (retries are off in the
+   * peer: Redisson would make retryAttempts more of both). */
+  printf("both stopped: Redisson's refused tryLock sent %" PRId64
+         " WAIT in %" PRId64 " ms\n",
+         lu_cmd_calls(m, "wait") - waits, lu_now_ms() - t0);
+  ASSERT_GE(lu_cmd_calls(m, "wait") - waits, 2);
+  /* Both give the refused grant back (Redisson's unlock, itself not
+   * acknowledged, still ran on the master). */
+  ASSERT_EQ(lu_exists(m, "jv-rs-j"), 0);
+  ASSERT_EQ(dlock_trylock(la, 0, 30000), DLOCK_ENOSYNC);
+  printf("both stopped: Redisson refused; DLOCK_SYNC_ANY: %s\n",
+         dlock_last_error());
+  ASSERT_EQ(lu_exists(m, "jv-rs-d"), 0);
+  ASSERT_EQ(rp_resume(r[0]), 0);
+  ASSERT_EQ(rp_resume(r[1]), 0);
+  peer_quit(p);
+  dlock_free(la);
+  dlock_free(ll);
+  dlock_client_close(any);
+  dlock_client_close(all);
+  rp_free(r[0]);
+  rp_free(r[1]);
+  rp_free(m);
+}
+
+/*
+ * Redisson's constant back-off (getSpinLock with ConstantBackOff) and
+ * dlock's (spin_backoff DLOCK_BACKOFF_CONSTANT): each side's waiter on a
+ * spin lock the other holds tries once at once and then every 64 ms at
+ * most, and gets the lock once it is released.
+ */
+TEST(spin_constant_back_off_both_ways) {
+  const char *name = "jv-spinc";
+  rp_server_t *s = lu_server(0);
+  peer_t *p = peer_on(s, 0);
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.spin_backoff = DLOCK_BACKOFF_CONSTANT;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = NULL;
+  ASSERT_DLOCK_OK(dlock_get_spin(c, name, &l));
+
+  /* Redisson waits. */
+  ASSERT_DLOCK_OK(dlock_lock(l, 60000));
+  int64_t before = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval");
+  int64_t t0 = lu_now_ms();
+  int tag = peer_send(p, "J", "lock spinconst %s", name);
+  lu_sleep_ms(1000);
+  int64_t java = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval") - before;
+  int64_t java_ms = lu_now_ms() - t0;
+  char tmp[256];
+  ASSERT_EQ(peer_poll(p, tag, tmp, sizeof(tmp), 0), 0);
+  ASSERT_DLOCK_OK(dlock_unlock(l));
+  peer_wait(p, tag, NULL, 0);
+
+  /* dlock waits. */
+  waiter_t w;
+  waiter_start(&w, l, 60000);
+  before = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval");
+  t0 = lu_now_ms();
+  lu_sleep_ms(1000);
+  int64_t mine = lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval") - before;
+  int64_t mine_ms = lu_now_ms() - t0;
+  ASSERT_EQ(atomic_load(&w.done), 0);
+  PEER_DO(p, "unlocked", "J", "unlock spinconst %s", name);
+  waiter_got(&w, 30000);
+  waiter_finish(&w);
+  printf("constant back-off: Redisson tried %" PRId64 " times in %" PRId64
+         " ms, dlock %" PRId64 " times in %" PRId64 " ms\n",
+         java, java_ms, mine, mine_ms);
+  /* Redisson's first attempt may come before 't0' (JVM time), dlock's
+   * thread started before it: one more each. */
+  ASSERT_LE(java, java_ms / 64 + 2);
+  ASSERT_LE(mine, mine_ms / 64 + 2);
+  ASSERT_GE(java, 3);
+  ASSERT_GE(mine, 3);
+  peer_quit(p);
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
 }
 
 /* One name on each of the cluster's 3 masters ("<prefix>N"). */

@@ -13,32 +13,9 @@
 
 /* ---- replica sync ------------------------------------------------------- */
 
-static int link_up(rp_server_t *replica) {
-  redisReply *r = rp_cmd(replica, "INFO replication");
-  int up = r != NULL && r->type == REDIS_REPLY_STRING &&
-           strstr(r->str, "master_link_status:up") != NULL;
-  freeReplyObject(r);
-  return up;
-}
-
 /* A master and one replica in sync. */
 static void pair(rp_server_t **m, rp_server_t **r) {
-  *m = lu_server(0);
-  *r = lu_server(0);
-  lu_ok(rp_cmd(*r, "REPLICAOF 127.0.0.1 %d", rp_port(*m)));
-  int64_t until = lu_now_ms() + 10000;
-  while (!link_up(*r) && lu_now_ms() < until)
-    lu_sleep_ms(20);
-  ASSERT(link_up(*r));
-  /* The master counts the replica in step once it has acknowledged. */
-  until = lu_now_ms() + 10000;
-  for (;;) {
-    redisReply *w = rp_cmd(*m, "WAIT 1 100");
-    int ok = w != NULL && w->integer == 1;
-    freeReplyObject(w);
-    if (ok || lu_now_ms() > until)
-      break;
-  }
+  lu_replicated(m, r, 1, 0);
 }
 
 static dlock_client_t *client_of(rp_server_t *m, int sync, int replicas,
@@ -384,8 +361,132 @@ TEST(replica_sync_options) {
   o.replica_sync_timeout_ms = 1000;
   o.outage_wait_ms = -1;
   ASSERT_EQ(dlock_client_open(&o, &bad), DLOCK_EINVAL);
+  o.outage_wait_ms = 30000;
+  o.replica_sync_mode = 2;
+  ASSERT_EQ(dlock_client_open(&o, &bad), DLOCK_EINVAL);
+  ASSERT(strstr(dlock_last_error(), "replica_sync_mode") != NULL);
+  o.replica_sync_mode = DLOCK_SYNC_ANY;
+  o.spin_backoff = -1;
+  ASSERT_EQ(dlock_client_open(&o, &bad), DLOCK_EINVAL);
+  ASSERT(strstr(dlock_last_error(), "spin_backoff") != NULL);
   ASSERT_NULL(bad);
   rp_free(r);
+  rp_free(m);
+}
+
+static dlock_client_t *client_mode(rp_server_t *m, int mode,
+                                   int64_t timeout_ms) {
+  dlock_options_t o;
+  lu_options(&o, m);
+  o.watchdog_timeout_ms = 30000;
+  o.replica_sync_timeout_ms = timeout_ms;
+  o.replica_sync_mode = mode;
+  return lu_client_opts(&o);
+}
+
+/*
+ * Redisson's rule (DLOCK_SYNC_ANY): with one of two replicas stopped, an
+ * acquisition that dlock's own rule refuses (1 of 2) is granted, as one
+ * replica has it; with both stopped it is refused and given back. On a
+ * master without AOF the wait is a WAIT, never a WAITAOF.
+ */
+TEST(replica_sync_any_one_replica_is_enough) {
+  rp_server_t *m, *r[2];
+  lu_replicated(&m, r, 2, 0);
+  dlock_client_t *any = client_mode(m, DLOCK_SYNC_ANY, 300);
+  dlock_client_t *all = client_mode(m, DLOCK_SYNC_ALL, 300);
+  dlock_t *la = lu_get(any, "rs:any"), *ll = lu_get(all, "rs:any");
+  int64_t waits = lu_cmd_calls(m, "wait");
+  ASSERT_DLOCK_OK(dlock_trylock(la, 0, 30000));
+  /* One of them at least had it when the call returned. */
+  ASSERT_GE(lu_exists(r[0], "rs:any") + lu_exists(r[1], "rs:any"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  ASSERT_GE(lu_cmd_calls(m, "wait") - waits, 2);
+  ASSERT_EQ(lu_cmd_calls(m, "waitaof"), 0);
+
+  ASSERT_EQ(rp_pause(r[1]), 0);
+  ASSERT_EQ(dlock_trylock(ll, 0, 30000), DLOCK_ENOSYNC);
+  printf("one of two stopped, DLOCK_SYNC_ALL: %s\n", dlock_last_error());
+  ASSERT(strstr(dlock_last_error(), "1 of 2 replicas") != NULL);
+  ASSERT_EQ(lu_exists(m, "rs:any"), 0);
+  ASSERT_DLOCK_OK(dlock_trylock(la, 0, 30000));
+  ASSERT_EQ(dlock_is_held(la), 1);
+  ASSERT_EQ(lu_exists(r[0], "rs:any"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  ASSERT_EQ(lu_exists(m, "rs:any"), 0);
+
+  ASSERT_EQ(rp_pause(r[0]), 0);
+  int rc = dlock_trylock(la, 0, 30000);
+  printf("both stopped, DLOCK_SYNC_ANY: %s: %s\n", dlock_err_name(rc),
+         dlock_last_error());
+  ASSERT_EQ(rc, DLOCK_ENOSYNC);
+  ASSERT(strstr(dlock_last_error(), "only 0 of") != NULL);
+  ASSERT_EQ(dlock_is_held(la), 0);
+  ASSERT_EQ(lu_exists(m, "rs:any"), 0);
+  ASSERT_EQ(rp_resume(r[0]), 0);
+  ASSERT_EQ(rp_resume(r[1]), 0);
+  dlock_free(la);
+  dlock_free(ll);
+  dlock_client_close(any);
+  dlock_client_close(all);
+  rp_free(r[0]);
+  rp_free(r[1]);
+  rp_free(m);
+}
+
+/*
+ * A master with AOF on (replicas too): Redisson's rule waits with WAITAOF
+ * where the server has it (Redis 7.2 and later, Valkey), and falls back to
+ * WAIT where it does not; dlock's rule keeps WAIT. Either way a write that
+ * no replica acknowledged is refused.
+ */
+TEST(replica_sync_any_waitaof_when_aof_is_on) {
+  rp_server_t *m, *r[1];
+  lu_replicated(&m, r, 1, 1);
+  redisReply *ci = rp_cmd(m, "COMMAND INFO WAITAOF");
+  ASSERT_NOT_NULL(ci);
+  int has_waitaof = ci->type == REDIS_REPLY_ARRAY && ci->elements == 1 &&
+                    ci->element[0]->type == REDIS_REPLY_ARRAY;
+  freeReplyObject(ci);
+  printf("the server %s WAITAOF\n", has_waitaof ? "has" : "lacks");
+  /* A replica may tell its master of an fsync only with its next
+   * once-a-second acknowledgement: the sync timeout must be longer. */
+  dlock_client_t *any = client_mode(m, DLOCK_SYNC_ANY, 2500);
+  dlock_client_t *all = client_mode(m, DLOCK_SYNC_ALL, 2500);
+  dlock_t *la = lu_get(any, "rs:aof"), *ll = lu_get(all, "rs:aof");
+
+  int64_t waits = lu_cmd_calls(m, "wait");
+  int64_t aofs = lu_cmd_calls(m, "waitaof");
+  ASSERT_DLOCK_OK(dlock_trylock(la, 0, 30000));
+  ASSERT_EQ(lu_exists(r[0], "rs:aof"), 1);
+  ASSERT_DLOCK_OK(dlock_unlock(la));
+  int64_t dw = lu_cmd_calls(m, "wait") - waits;
+  int64_t da = lu_cmd_calls(m, "waitaof") - aofs;
+  printf("DLOCK_SYNC_ANY, lock and unlock: %" PRId64 " WAIT, %" PRId64
+         " WAITAOF\n",
+         dw, da);
+  ASSERT_GE(has_waitaof ? da : dw, 2);
+  ASSERT_EQ(has_waitaof ? dw : da, 0);
+
+  waits = lu_cmd_calls(m, "wait");
+  aofs = lu_cmd_calls(m, "waitaof");
+  ASSERT_DLOCK_OK(dlock_trylock(ll, 0, 30000));
+  ASSERT_DLOCK_OK(dlock_unlock(ll));
+  ASSERT_GE(lu_cmd_calls(m, "wait") - waits, 2);
+  ASSERT_EQ(lu_cmd_calls(m, "waitaof") - aofs, 0);
+
+  ASSERT_EQ(rp_pause(r[0]), 0);
+  int rc = dlock_trylock(la, 0, 30000);
+  printf("replica stopped, DLOCK_SYNC_ANY: %s: %s\n", dlock_err_name(rc),
+         dlock_last_error());
+  ASSERT_EQ(rc, DLOCK_ENOSYNC);
+  ASSERT_EQ(lu_exists(m, "rs:aof"), 0);
+  ASSERT_EQ(rp_resume(r[0]), 0);
+  dlock_free(la);
+  dlock_free(ll);
+  dlock_client_close(any);
+  dlock_client_close(all);
+  rp_free(r[0]);
   rp_free(m);
 }
 

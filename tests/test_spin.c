@@ -232,6 +232,55 @@ TEST(back_off_bounds_attempts) {
   rp_free(s);
 }
 
+/* Redisson's constant back-off (spin_backoff DLOCK_BACKOFF_CONSTANT): a
+ * waiter tries every 64 ms, never more often (a pause is never shorter
+ * than asked; load only makes them longer), and does keep trying. The
+ * default back-off makes about nine attempts in its first 200 ms. */
+TEST(constant_back_off) {
+  const char *name = "spin:constant";
+  rp_server_t *s = lu_server(0);
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.spin_backoff = 2;
+  dlock_client_t *bad = NULL;
+  ASSERT_EQ(dlock_client_open(&o, &bad), DLOCK_EINVAL);
+  ASSERT(strstr(dlock_last_error(), "spin_backoff") != NULL);
+  ASSERT_NULL(bad);
+  o.spin_backoff = DLOCK_BACKOFF_CONSTANT;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = spin_get(c, name);
+  uint64_t holder = dlock_owner_new();
+  ASSERT_DLOCK_OK(dlock_lock_as(l, holder, 10000)); /* scripts loaded */
+  int64_t before = script_calls(s);
+  int64_t t0 = lu_now_ms();
+  spin_waiter_t w;
+  spin_waiter_init(&w, l, DLOCK_WAIT_FOREVER);
+  pthread_t t;
+  ASSERT_EQ(pthread_create(&t, NULL, spin_waiter_main, &w), 0);
+  lu_sleep_ms(200);
+  int64_t early = script_calls(s) - before;
+  int64_t early_ms = lu_now_ms() - t0;
+  lu_sleep_ms(800);
+  int64_t all = script_calls(s) - before;
+  int64_t all_ms = lu_now_ms() - t0;
+  printf("constant back-off: %" PRId64 " attempts in %" PRId64 " ms, %" PRId64
+         " in %" PRId64 " ms\n",
+         early, early_ms, all, all_ms);
+  /* One at once, then one per 64 ms at most: attempt k is sent at least
+   * (k - 1) * 64 ms after the waiter started. */
+  ASSERT_LE(early, early_ms / 64 + 1);
+  ASSERT_LE(all, all_ms / 64 + 1);
+  ASSERT_GE(all, 3);
+  ASSERT_EQ(atomic_load(&w.started), 1);
+  ASSERT_DLOCK_OK(dlock_unlock_as(l, holder));
+  ASSERT_EQ(pthread_join(t, NULL), 0);
+  ASSERT_DLOCK_OK(w.rc);
+  ASSERT_DLOCK_OK(dlock_unlock_as(l, w.owner));
+  dlock_free(l);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
 TEST(trylock_wait_bound) {
   rp_server_t *s = lu_server(0);
   dlock_client_t *c = lu_client(s);

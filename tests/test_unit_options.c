@@ -2,10 +2,13 @@
  * dlock_options_t as a struct that grows: dlock_options_init writes only
  * the caller's bytes and records their number, dlock_client_open reads only
  * those and refuses fields it does not know, and the version calls agree
- * with the header. No server: every open here fails before connecting, or
- * is lazy.
+ * with the header; and the reading of a master's INFO that picks WAIT or
+ * WAITAOF for DLOCK_SYNC_ANY. No server: every open here fails before
+ * connecting, or is lazy.
  */
 #include "harness/test.h"
+
+#include "topo/route.h"
 
 #include <dlock.h>
 #include <stddef.h>
@@ -23,6 +26,8 @@ TEST(options_init_fills_defaults_and_records_its_size) {
   ASSERT_STR_EQ(o.url, "redis://127.0.0.1:6379");
   ASSERT_EQ(o.connect_timeout_ms, 2000);
   ASSERT_EQ(o.command_timeout_ms, 3000);
+  ASSERT_EQ(o.replica_sync_mode, DLOCK_SYNC_ALL);
+  ASSERT_EQ(o.spin_backoff, DLOCK_BACKOFF_EXPONENTIAL);
   ASSERT_EQ(o.watchdog_timeout_ms, 30000);
   ASSERT_EQ(o.unlock_retries, 2);
   ASSERT_EQ(o.fair_wait_timeout_ms, 300000);
@@ -135,4 +140,24 @@ TEST(version_calls_match_the_header) {
                                 DLOCK_VERSION_PATCH));
   ASSERT(
       !DLOCK_VERSION_AT_LEAST(DLOCK_VERSION_MAJOR, DLOCK_VERSION_MINOR + 1, 0));
+}
+
+/* AOF on and WAITAOF known (Redis 7.2 on, Valkey's 7.2.4): WAITAOF; AOF
+ * off, an older server, or no persistence section at all: not. */
+TEST(info_tells_whether_waitaof_fits) {
+  static const char on8[] = "# Server\r\nredis_version:8.2.3\r\n"
+                            "# Persistence\r\naof_enabled:1\r\n";
+  static const char valkey[] = "redis_version:7.2.4\r\nvalkey_version:9.1.2"
+                               "\r\naof_enabled:1\r\n";
+  static const char old[] = "redis_version:7.0.15\r\naof_enabled:1\r\n";
+  static const char off[] = "redis_version:8.2.3\r\naof_enabled:0\r\n";
+  static const char repl[] = "# Replication\r\nrole:master\r\n"
+                             "connected_slaves:0\r\n";
+  static const char cut[] = "redis_version:8.2.3\r\naof_enabled:";
+  ASSERT_EQ(dlock__route_aof_info(on8, sizeof(on8) - 1), 1);
+  ASSERT_EQ(dlock__route_aof_info(valkey, sizeof(valkey) - 1), 1);
+  ASSERT_EQ(dlock__route_aof_info(old, sizeof(old) - 1), 0);
+  ASSERT_EQ(dlock__route_aof_info(off, sizeof(off) - 1), 0);
+  ASSERT_EQ(dlock__route_aof_info(repl, sizeof(repl) - 1), -1);
+  ASSERT_EQ(dlock__route_aof_info(cut, sizeof(cut) - 1), -1);
 }

@@ -149,6 +149,18 @@ static int check_options(const dlock_options_t *o) {
                        "replica_sync_replicas must be 0..DLOCK_REPLICAS_MAX "
                        "(%d), got %d",
                        DLOCK_REPLICAS_MAX, o->replica_sync_replicas);
+  if (o->replica_sync_mode != DLOCK_SYNC_ALL &&
+      o->replica_sync_mode != DLOCK_SYNC_ANY)
+    return dlock__fail(DLOCK_EINVAL,
+                       "replica_sync_mode must be DLOCK_SYNC_ALL or "
+                       "DLOCK_SYNC_ANY, got %d",
+                       o->replica_sync_mode);
+  if (o->spin_backoff != DLOCK_BACKOFF_EXPONENTIAL &&
+      o->spin_backoff != DLOCK_BACKOFF_CONSTANT)
+    return dlock__fail(DLOCK_EINVAL,
+                       "spin_backoff must be DLOCK_BACKOFF_EXPONENTIAL or "
+                       "DLOCK_BACKOFF_CONSTANT, got %d",
+                       o->spin_backoff);
   if (o->unlock_retries < 0 || o->unlock_retries > DLOCK_UNLOCK_RETRIES_MAX)
     return dlock__fail(DLOCK_EINVAL,
                        "unlock_retries must be 0..DLOCK_UNLOCK_RETRIES_MAX "
@@ -464,6 +476,7 @@ static int open_client(const dlock_options_t *o, dlock_client_t **out,
   dlock__sync_init(&c->sync, o);
   dlock__route_init(&c->route, o->command_timeout_ms, o->on_warning,
                     o->on_warning_data);
+  c->route.info_all = c->sync.any;
   const char *url = o->url ? o->url : DEFAULT_URL;
   if (rc == 0 && async && dlock__url_is_cluster(url))
     rc = dlock__fail(DLOCK_EINVAL,

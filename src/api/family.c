@@ -20,6 +20,16 @@ int dlock_getn_spin(dlock_client_t *c, const char *name, size_t len,
   return dlock_get_kind(c, DLOCK_SPIN, name, len, out);
 }
 
+int dlock_getn_nonreentrant(dlock_client_t *c, const char *name, size_t len,
+                            dlock_t **out) {
+  return dlock_get_kind(c, DLOCK_NONREENTRANT, name, len, out);
+}
+
+int dlock_getn_nonreentrant_fair(dlock_client_t *c, const char *name,
+                                 size_t len, dlock_t **out) {
+  return dlock_get_kind(c, DLOCK_NONREENTRANT_FAIR, name, len, out);
+}
+
 int dlock_getn_rw(dlock_client_t *c, const char *name, size_t len,
                   dlock_t **read, dlock_t **write) {
   if (read == NULL || write == NULL)

@@ -537,7 +537,8 @@ static void renew_one(dlock__hold *h, void *arg) {
   if (!h->watchdog || h->lost ||
       (h->kind != DLOCK_REENTRANT && h->kind != DLOCK_FAIR &&
        h->kind != DLOCK_READ && h->kind != DLOCK_WRITE &&
-       h->kind != DLOCK_SPIN))
+       h->kind != DLOCK_SPIN && h->kind != DLOCK_NONREENTRANT &&
+       h->kind != DLOCK_NONREENTRANT_FAIR))
     return;
   col->n++;
   renew_op *r = dlock__calloc(1, sizeof(*r));

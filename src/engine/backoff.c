@@ -21,9 +21,11 @@ int64_t dlock__backoff_next(dlock_client_t *c, dlock__backoff *b,
   if (b->step < b->max_step)
     b->step++;
   /* Jitter keeps clients that retry the same lock or server from doing so
-   * in lockstep. */
-  int64_t at = now_us + base_us / 2 +
-               (int64_t)(dlock__jitter() % (uint64_t)(base_us / 2 + 1));
+   * in lockstep (unless the policy asks for exact pauses). */
+  int64_t at =
+      b->exact ? now_us + base_us
+               : now_us + base_us / 2 +
+                     (int64_t)(dlock__jitter() % (uint64_t)(base_us / 2 + 1));
   if (b->after_reconnect) {
     int64_t reconnect_at = dlock__client_retry_at(c);
     if (reconnect_at > at)

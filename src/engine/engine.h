@@ -196,30 +196,36 @@ typedef struct dlock__backoff {
   /* Not before the client's connection may be tried again (an outage:
    * a retry before then would only find it not connected). */
   int after_reconnect;
+  /* Every pause exactly its step, without jitter (Redisson's constant
+   * back-off). */
+  int exact;
 } dlock__backoff;
 
 /* The spin lock's pauses: 1 ms doubling to 128 ms. */
 #define DLOCK__BACKOFF_SPIN                                                    \
-  { 1000, 7, 0, 0 }
+  { 1000, 7, 0, 0, 0 }
+/* ... or with spin_backoff DLOCK_BACKOFF_CONSTANT, 64 ms each. */
+#define DLOCK__BACKOFF_SPIN_CONSTANT                                           \
+  { 64000, 0, 0, 0, 1 }
 /* An unlock sent again after a lost reply: at least 20 ms, and not
  * before the connection may be tried again. */
 #define DLOCK__BACKOFF_RETRY                                                   \
-  { 40000, 0, 0, 1 }
+  { 40000, 0, 0, 1, 0 }
 /* The settling of unknown outcomes while Redis does not answer: from
  * 20 ms, doubling to about a second, not before the connection may be
  * tried again. */
 #define DLOCK__BACKOFF_SETTLE                                                  \
-  { 40000, 5, 0, 1 }
+  { 40000, 5, 0, 1, 0 }
 /* A call riding an outage: 20 ms doubling to 640 ms, and not before the
  * connection may be tried again. */
 #define DLOCK__BACKOFF_OUTAGE                                                  \
-  { 20000, 5, 0, 1 }
+  { 20000, 5, 0, 1, 0 }
 
 /* A cluster's TRYAGAIN or CLUSTERDOWN (a refusal made before the call
  * ran, while a slot migrates or the cluster heals): 2 ms doubling to
  * 128 ms, never past the call's deadline. */
 #define DLOCK__BACKOFF_BUSY                                                    \
-  { 2000, 6, 0, 0 }
+  { 2000, 6, 0, 0, 0 }
 
 /* When the next pause of 'b' ends, from 'now_us', bounded by 'until_us'
  * (and moves 'b' on a step). */

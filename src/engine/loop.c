@@ -10,6 +10,7 @@
 #include "machine.h"
 #include "monotime.h"
 #include "proto/format.h"
+#include "replica.h"
 
 #include <poll.h>
 #include <stdio.h>
@@ -174,15 +175,6 @@ int dlock__loop_send(dlock__aop *op, const char *cmd, size_t len) {
   return send_all(op, 1, cmds, &len);
 }
 
-/* "WAIT n timeout", formatted: its length, or -1. */
-static int format_wait(int n, int64_t timeout_ms, char **cmd) {
-  char nrep[DLOCK__DEC_MAX], tmo[DLOCK__DEC_MAX];
-  dlock__fmt_i64(nrep, n);
-  dlock__fmt_i64(tmo, timeout_ms);
-  const char *argv[] = {"WAIT", nrep, tmo};
-  return dlock__format_argv(cmd, 3, argv, NULL);
-}
-
 /* The replicas a synced write of 'call' waits for: as many as asked, or
  * as counted (-1: not known yet, an INFO is to ride after it). */
 static int replicas_wanted(dlock_client_t *c, const dlock__eval *call) {
@@ -207,17 +199,16 @@ static int send_eval(dlock__aop *op, const dlock__eval *call, int with_body,
   n = 1;
   op->wanted = synced ? replicas_wanted(c, call) : 0;
   op->wait_at = op->info_at = -1;
-  const char *info[] = {"INFO", "replication"};
   int len;
   if (op->wanted > 0 &&
-      (len = format_wait(op->wanted, c->sync.timeout_ms, &cmds[n])) >= 0) {
+      (len = dlock__sync_format_wait(c, op->wanted, &cmds[n])) >= 0) {
     lens[n] = (size_t)len;
     op->wait_at = n++ - 1;
   }
   /* Counted for the first time, or again once a second. */
   if (synced && c->sync.on && c->sync.fixed == 0 &&
       (op->wanted < 0 || dlock__route_refresh(&c->route, 0) == 1) &&
-      (len = dlock__format_argv(&cmds[n], 2, info, NULL)) >= 0) {
+      (len = dlock__route_format_info(&c->route, &cmds[n])) >= 0) {
     lens[n] = (size_t)len;
     op->info_at = n++ - 1;
   }
@@ -248,11 +239,9 @@ static void apply_wait(dlock__aop *op, const redisReply *w, dlock__synced *sy) {
   dlock_client_t *c = op->lp->c;
   if (op->wanted <= 0)
     return;
-  sy->wanted = op->wanted;
-  sy->acked = w != NULL && w->type == REDIS_REPLY_INTEGER ? (int)w->integer : 0;
-  sy->ok = sy->acked >= sy->wanted;
+  dlock__sync_judge(&c->sync, w, op->wanted, sy);
   /* A replica gone: counted again before the next write. */
-  if (!sy->ok && c->sync.fixed == 0)
+  if ((!sy->ok || sy->acked < sy->wanted) && c->sync.fixed == 0)
     dlock__route_forget_replicas(&c->route);
 }
 
@@ -305,7 +294,7 @@ int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
     /* Counted only now: the WAIT goes after the write, on the same
      * connection. */
     char *cmd;
-    int len = format_wait(counted, op->lp->c->sync.timeout_ms, &cmd);
+    int len = dlock__sync_format_wait(op->lp->c, counted, &cmd);
     drop_answers(op);
     if (len < 0) {
       freeReplyObject(r);

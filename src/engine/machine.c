@@ -33,7 +33,8 @@ void dlock__acq_init(dlock__acq *m, const dlock__acq_ops *ops, void *arg,
   m->channel_len = channel_len;
   m->busy.ttl_ms = DLOCK__ACQ_NOT_TRIED;
   dlock__backoff spin = DLOCK__BACKOFF_SPIN;
-  m->spin = spin;
+  dlock__backoff constant = DLOCK__BACKOFF_SPIN_CONSTANT;
+  m->spin = c->opt.spin_backoff == DLOCK_BACKOFF_CONSTANT ? constant : spin;
   m->state = DLOCK__ACQ_PREPARE;
   m->w.owner_data = &m->who;
 }

@@ -74,6 +74,18 @@ int dlock__eval_wait_synced_until(dlock_client_t *c, const dlock__eval *call,
                                   redisReply **reply, int64_t until_us,
                                   dlock__synced *out);
 
+/* The command that waits for 'n' replicas after a write of 'c',
+ * formatted into '*cmd' (freed with dlock__format_free): "WAIT n
+ * timeout", or with DLOCK_SYNC_ANY on a master with AOF on "WAITAOF 1 n
+ * timeout", as Redisson sends. Its length, or -1 out of memory. */
+int dlock__sync_format_wait(dlock_client_t *c, int n, char **cmd);
+
+/* What the answer 'w' to that command (NULL: none) says of a write that
+ * waited for 'wanted' replicas: '*out's wanted, acked and ok. ok needs
+ * them all, or with DLOCK_SYNC_ANY one of them. */
+void dlock__sync_judge(const dlock__sync *s, const redisReply *w, int wanted,
+                       dlock__synced *out);
+
 /* DLOCK_ENOSYNC with a detail naming 'what' and lock 'name'. */
 int dlock__sync_fail(const dlock_client_t *c, const dlock__synced *s,
                      const char *what, const char *name, size_t len);

@@ -17,6 +17,33 @@ void dlock__sync_init(dlock__sync *s, const dlock_options_t *o) {
   s->on = o->replica_sync != 0;
   s->fixed = o->replica_sync_replicas;
   s->timeout_ms = o->replica_sync_timeout_ms;
+  s->any = o->replica_sync_mode == DLOCK_SYNC_ANY;
+}
+
+int dlock__sync_format_wait(dlock_client_t *c, int n, char **cmd) {
+  char nrep[DLOCK__DEC_MAX], tmo[DLOCK__DEC_MAX];
+  dlock__fmt_i64(nrep, n);
+  dlock__fmt_i64(tmo, c->sync.timeout_ms);
+  if (c->sync.any && dlock__route_aof(&c->route)) {
+    /* Redisson's form: the master's own fsync, and n replicas'. */
+    const char *argv[] = {"WAITAOF", "1", nrep, tmo};
+    return dlock__format_argv(cmd, 4, argv, NULL);
+  }
+  const char *argv[] = {"WAIT", nrep, tmo};
+  return dlock__format_argv(cmd, 3, argv, NULL);
+}
+
+void dlock__sync_judge(const dlock__sync *s, const redisReply *w, int wanted,
+                       dlock__synced *out) {
+  out->wanted = wanted;
+  out->acked = 0;
+  if (w != NULL && w->type == REDIS_REPLY_INTEGER)
+    out->acked = (int)w->integer;
+  /* WAITAOF answers {local fsyncs, replicas' fsyncs}. */
+  else if (w != NULL && w->type == REDIS_REPLY_ARRAY && w->elements == 2 &&
+           w->element[1]->type == REDIS_REPLY_INTEGER)
+    out->acked = (int)w->element[1]->integer;
+  out->ok = out->acked >= (s->any && wanted > 0 ? 1 : wanted);
 }
 
 int dlock__sync_wanted(dlock_client_t *c) {
@@ -26,15 +53,6 @@ int dlock__sync_wanted(dlock_client_t *c) {
   if (s->fixed > 0)
     return s->fixed;
   return dlock__route_replicas(&c->route, 0, NULL);
-}
-
-/* "WAIT n timeout" as a command, as dlock__format_argv formats it. */
-static int format_wait(int n, int64_t timeout_ms, char **cmd) {
-  char nrep[DLOCK__DEC_MAX], tmo[DLOCK__DEC_MAX];
-  dlock__fmt_i64(nrep, n);
-  dlock__fmt_i64(tmo, timeout_ms);
-  const char *wait_argv[] = {"WAIT", nrep, tmo};
-  return dlock__format_argv(cmd, 3, wait_argv, NULL);
 }
 
 static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
@@ -64,17 +82,16 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
   char *tail[2];
   size_t lens[2], ntail = 0;
   redisReply *got[2] = {NULL, NULL};
-  const char *info_argv[] = {"INFO", "replication"};
   int len;
   int rc = 0;
   if (wanted > 0) {
-    if ((len = format_wait(wanted, s->timeout_ms, &tail[ntail])) < 0)
+    if ((len = dlock__sync_format_wait(c, wanted, &tail[ntail])) < 0)
       rc = DLOCK_ENOMEM;
     else
       lens[ntail++] = (size_t)len;
   }
   if (rc == 0 && refresh) {
-    if ((len = dlock__format_argv(&tail[ntail], 2, info_argv, NULL)) < 0)
+    if ((len = dlock__route_format_info(r, &tail[ntail])) < 0)
       rc = DLOCK_ENOMEM;
     else
       lens[ntail++] = (size_t)len;
@@ -95,11 +112,7 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
   for (size_t k = 0; k < ntail; k++)
     dlock__format_free(tail[k]);
   if (rc == 0 && wanted > 0) {
-    const redisReply *w = got[0];
-    out->wanted = wanted;
-    out->acked =
-        w != NULL && w->type == REDIS_REPLY_INTEGER ? (int)w->integer : 0;
-    out->ok = out->acked >= wanted;
+    dlock__sync_judge(s, got[0], wanted, out);
     /* The master moved while the write waited: it may have gone to the
      * old master, whose replicas acknowledge what they drop when they
      * follow the new one. */
@@ -117,8 +130,9 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
       freeReplyObject(got[k]);
   /* A write that failed may be followed by a connection to another master
    * (a failover), and one that fell short by a replica gone: either way
-   * the replicas are read again before the next write. */
-  if (counted && (rc != 0 || !out->ok))
+   * the replicas are read again before the next write (with
+   * DLOCK_SYNC_ANY, also after one that was synced by fewer than asked). */
+  if (counted && (rc != 0 || !out->ok || out->acked < out->wanted))
     dlock__route_forget_replicas(r);
   return rc;
 }
@@ -158,8 +172,7 @@ int dlock__eval_send_synced(dlock_client_t *c, const dlock__eval *call,
     /* The count is not known, and reading it first would hold the other
      * servers' sends for a server that does not answer: INFO rides after
      * the script instead, and the WAIT follows once it is read. */
-    const char *info_argv[] = {"INFO", "replication"};
-    int len = dlock__format_argv(&sc->wait_cmd, 2, info_argv, NULL);
+    int len = dlock__route_format_info(r, &sc->wait_cmd);
     if (len < 0) {
       sc->wait_cmd = NULL;
       return dlock__fail(DLOCK_ENOMEM, "out of memory formatting INFO");
@@ -175,7 +188,7 @@ int dlock__eval_send_synced(dlock_client_t *c, const dlock__eval *call,
     dlock__eval_send(r->conn, call, 0, p);
     return 0;
   }
-  int len = format_wait(wanted, s->timeout_ms, &sc->wait_cmd);
+  int len = dlock__sync_format_wait(c, wanted, &sc->wait_cmd);
   if (len < 0) {
     sc->wait_cmd = NULL;
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting WAIT");
@@ -212,7 +225,7 @@ int dlock__eval_wait_synced_until(dlock_client_t *c, const dlock__eval *call,
     sc->wanted = n > 0 ? n : 0;
     if (n > 0) {
       char *cmd;
-      int len = format_wait(n, s->timeout_ms, &cmd);
+      int len = dlock__sync_format_wait(c, n, &cmd);
       if (len < 0) {
         rc = dlock__fail(DLOCK_ENOMEM, "out of memory formatting WAIT");
       } else {
@@ -229,10 +242,7 @@ int dlock__eval_wait_synced_until(dlock_client_t *c, const dlock__eval *call,
     }
   }
   if (rc == 0) {
-    out->wanted = sc->wanted;
-    out->acked =
-        w != NULL && w->type == REDIS_REPLY_INTEGER ? (int)w->integer : 0;
-    out->ok = out->acked >= sc->wanted;
+    dlock__sync_judge(s, w, sc->wanted, out);
     /* As in write_round: a master that moved meanwhile makes the
      * acknowledgements worthless. */
     if (dlock__route_moved(r, sc->gen)) {
@@ -246,7 +256,8 @@ int dlock__eval_wait_synced_until(dlock_client_t *c, const dlock__eval *call,
     freeReplyObject(w);
   dlock__format_free(sc->wait_cmd);
   sc->wait_cmd = NULL;
-  if (s->on && s->fixed == 0 && (rc != 0 || !out->ok))
+  if (s->on && s->fixed == 0 &&
+      (rc != 0 || !out->ok || out->acked < out->wanted))
     dlock__route_forget_replicas(r);
   return rc;
 }

@@ -38,19 +38,24 @@ static int bulk_at(const char **p, const char *end, const char **text,
 }
 
 /* How long the server may hold the reply to the formatted command 'cmd'
- * back on purpose: a WAIT's timeout (replica sync pipelines one after a
- * lock write, and a timeout longer than the command timeout must end with
- * WAIT's answer, not with the connection called dead); 0 for any other
- * command and for WAIT 0 (no limit, which dlock never sends). */
+ * back on purpose: the timeout of a WAIT or a WAITAOF, its last argument
+ * (replica sync pipelines one after a lock write, and a timeout longer
+ * than the command timeout must end with its answer, not with the
+ * connection called dead); 0 for any other command and for a timeout of
+ * 0 (no limit, which dlock never sends). */
 static int64_t blocking_ms(const char *cmd, size_t len) {
-  static const char head[] = "*3\r\n";
-  const char *end = cmd + len, *p = cmd + sizeof(head) - 1, *text;
+  const char *end = cmd + len, *p = cmd + 4, *text;
   long n;
-  if (len < sizeof(head) - 1 || memcmp(cmd, head, sizeof(head) - 1) != 0 ||
-      bulk_at(&p, end, &text, &n) != 0 || n != 4 ||
-      strncasecmp(text, "WAIT", 4) != 0 || bulk_at(&p, end, &text, &n) != 0 ||
-      bulk_at(&p, end, &text, &n) != 0)
+  if (len < 4 || cmd[0] != '*' || (cmd[1] != '3' && cmd[1] != '4') ||
+      cmd[2] != '\r' || cmd[3] != '\n' || bulk_at(&p, end, &text, &n) != 0)
     return 0;
+  int args = cmd[1] - '0';
+  if (!(args == 3 && n == 4 && strncasecmp(text, "WAIT", 4) == 0) &&
+      !(args == 4 && n == 7 && strncasecmp(text, "WAITAOF", 7) == 0))
+    return 0;
+  for (int i = 1; i < args; i++)
+    if (bulk_at(&p, end, &text, &n) != 0)
+      return 0;
   int64_t ms = 0;
   for (long i = 0; i < n && ms < INT64_MAX / 20; i++) {
     if (text[i] < '0' || text[i] > '9')

@@ -1,10 +1,12 @@
 /*
  * What the single-lock kinds' calls share: freeing a built call, the lease
- * a script is given, and the force release of a lock whose waiters listen
- * on its one channel.
+ * a script is given, the refusal of a non-reentrant kind's second hold,
+ * and the force release of a lock whose waiters listen on its one channel.
  */
 #include "alloc.h"
 #include "lock.h"
+
+#include "error.h"
 
 #include <string.h>
 
@@ -29,6 +31,15 @@ void dlock__call_set(dlock__call *out, const dlock__script *script, int nkeys,
   memcpy(out->lens, lens, (size_t)n * sizeof(*lens));
   dlock__eval call = {script, nkeys, n - nkeys, out->argv, out->lens};
   out->eval = call;
+}
+
+int dlock__refuse_reentry(const dlock_t *l, const dlock__ask *a) {
+  if (a->believed <= 0)
+    return 0;
+  return dlock__fail(DLOCK_EINVAL,
+                     "lock \"%.100s\" is not reentrant and this owner "
+                     "holds it already",
+                     l->name);
 }
 
 int dlock__force_plain_call(dlock_t *l, const char *message, dlock__call *out) {

@@ -1,9 +1,11 @@
 /*
- * The fair lock (Redisson's RFairLock): owners get the lock in the order
- * they asked for it. Waiters queue in redisson_lock_queue:{name} with
- * deadlines in redisson_lock_timeout:{name}, and each listens on its own
- * channel, redisson_lock__channel:{name}:<owner-field>, so a release wakes
- * only the owner whose turn it is.
+ * The fair lock (Redisson's RFairLock) and its non-reentrant form
+ * (getNonReentrantFairLock, which refuses an owner's second hold): owners
+ * get the lock in the order they asked for it. Waiters queue in
+ * redisson_lock_queue:{name} with deadlines in redisson_lock_timeout:{name},
+ * and each listens on its own channel,
+ * redisson_lock__channel:{name}:<owner-field>, so a release wakes only the
+ * owner whose turn it is.
  */
 #include "alloc.h"
 #include "lock.h"
@@ -142,6 +144,26 @@ const dlock__kind dlock__kind_fair = {
     .id = DLOCK_FAIR,
     .wait_by = DLOCK__WAIT_PUBSUB,
     .acquire_call = fair_acquire_call,
+    .release_call = fair_release_call,
+    .leave_call = fair_leave_call,
+    .force_call = fair_force_call,
+    .handed = fair_handed,
+    .wait_channel = fair_wait_channel,
+    .field = dlock__field_plain,
+};
+
+/* The fair acquisition, refused to an owner that holds the lock (before
+ * it could queue behind itself). */
+static int nonreentrant_fair_acquire_call(dlock_t *l, const dlock__ask *a,
+                                          dlock__call *out) {
+  int rc = dlock__refuse_reentry(l, a);
+  return rc != 0 ? rc : fair_acquire_call(l, a, out);
+}
+
+const dlock__kind dlock__kind_nonreentrant_fair = {
+    .id = DLOCK_NONREENTRANT_FAIR,
+    .wait_by = DLOCK__WAIT_PUBSUB,
+    .acquire_call = nonreentrant_fair_acquire_call,
     .release_call = fair_release_call,
     .leave_call = fair_leave_call,
     .force_call = fair_force_call,

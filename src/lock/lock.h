@@ -221,6 +221,12 @@ enum dlock__resolve {
 int dlock__decode_handover(const redisReply *r, int64_t *left, uint64_t *token,
                            int *outcome);
 
+/* DLOCK_EINVAL with its detail when 'a' asks a non-reentrant kind for a
+ * lock its owner holds already (Redisson's non-reentrant locks refuse
+ * that too); else 0. The client's hold table tells: an owner field is
+ * written only by its own client. */
+int dlock__refuse_reentry(const dlock_t *l, const dlock__ask *a);
+
 /* The force-release call of a lock whose waiters all listen on its one
  * channel: deletes the lock hash and publishes 'message' if there was
  * one. */
@@ -239,6 +245,8 @@ extern const dlock__kind dlock__kind_spin;
 extern const dlock__kind dlock__kind_fair;
 extern const dlock__kind dlock__kind_read;
 extern const dlock__kind dlock__kind_write;
+extern const dlock__kind dlock__kind_nonreentrant;
+extern const dlock__kind dlock__kind_nonreentrant_fair;
 extern const dlock__kind dlock__kind_multi;
 extern const dlock__kind dlock__kind_red;
 

@@ -1,6 +1,8 @@
 /*
- * The reentrant lock (Redisson's RLock) and the spin lock (RSpinLock),
- * which share its scripts and differ only in how they wait.
+ * The reentrant lock (Redisson's RLock), the spin lock (RSpinLock) and the
+ * non-reentrant lock (Redisson's getNonReentrantLock), which share its
+ * scripts and layout: the spin lock differs in how it waits, the
+ * non-reentrant one in refusing an owner's second hold.
  */
 #include "lock.h"
 
@@ -109,5 +111,27 @@ const dlock__kind dlock__kind_spin = {
     .acquire_call = dlock__reentrant_acquire_call,
     .release_call = dlock__reentrant_release_call,
     .force_call = reentrant_force_call,
+    .field = dlock__field_plain,
+};
+
+/* The reentrant acquisition, refused to an owner that holds the lock. An
+ * owner whose field is on the server while the client counts no hold is
+ * taking up a hold it was handed, or retrying an attempt whose reply was
+ * lost (given back first, see settle.c): the script grants it as one
+ * hold, as Redisson's would have. */
+static int nonreentrant_acquire_call(dlock_t *l, const dlock__ask *a,
+                                     dlock__call *out) {
+  int rc = dlock__refuse_reentry(l, a);
+  return rc != 0 ? rc : dlock__reentrant_acquire_call(l, a, out);
+}
+
+const dlock__kind dlock__kind_nonreentrant = {
+    .id = DLOCK_NONREENTRANT,
+    .wait_by = DLOCK__WAIT_PUBSUB,
+    .no_barging = 1,
+    .acquire_call = nonreentrant_acquire_call,
+    .release_call = dlock__reentrant_release_call,
+    .force_call = reentrant_force_call,
+    .handed = reentrant_handed,
     .field = dlock__field_plain,
 };

@@ -19,10 +19,18 @@ int dlock_getn(dlock_client_t *c, const char *name, size_t len, dlock_t **out) {
 
 int dlock_get_kind(dlock_client_t *c, dlock_kind_t kind, const char *name,
                    size_t len, dlock_t **out) {
-  static const dlock__kind *const single[] = {
-      &dlock__kind_reentrant, &dlock__kind_fair, &dlock__kind_spin,
-      &dlock__kind_read, &dlock__kind_write};
-  if ((int)kind < 0 || (size_t)kind >= sizeof(single) / sizeof(single[0])) {
+  /* Indexed by kind; the composites' places are NULL. */
+  static const dlock__kind *const single[] = {&dlock__kind_reentrant,
+                                              &dlock__kind_fair,
+                                              &dlock__kind_spin,
+                                              &dlock__kind_read,
+                                              &dlock__kind_write,
+                                              NULL,
+                                              NULL,
+                                              &dlock__kind_nonreentrant,
+                                              &dlock__kind_nonreentrant_fair};
+  if ((int)kind < 0 || (size_t)kind >= sizeof(single) / sizeof(single[0]) ||
+      single[kind] == NULL) {
     if (out != NULL)
       *out = NULL;
     return dlock__fail(DLOCK_EINVAL,
@@ -40,6 +48,17 @@ int dlock_get_fair(dlock_client_t *c, const char *name, dlock_t **out) {
 int dlock_get_spin(dlock_client_t *c, const char *name, dlock_t **out) {
   return dlock__handle_new(c, &dlock__kind_spin, name, name ? strlen(name) : 0,
                            out);
+}
+
+int dlock_get_nonreentrant(dlock_client_t *c, const char *name, dlock_t **out) {
+  return dlock__handle_new(c, &dlock__kind_nonreentrant, name,
+                           name ? strlen(name) : 0, out);
+}
+
+int dlock_get_nonreentrant_fair(dlock_client_t *c, const char *name,
+                                dlock_t **out) {
+  return dlock__handle_new(c, &dlock__kind_nonreentrant_fair, name,
+                           name ? strlen(name) : 0, out);
 }
 
 int dlock_get_rw(dlock_client_t *c, const char *name, dlock_t **read,

@@ -14,6 +14,9 @@
 typedef struct dlock__sync {
   int on;    /* replica_sync */
   int fixed; /* replica_sync_replicas: N > 0, or 0 for those in step */
+  /* replica_sync_mode DLOCK_SYNC_ANY: one acknowledgement is enough, and
+   * a master with AOF on is asked with WAITAOF (Redisson's rule). */
+  int any;
   int64_t timeout_ms;
   /* The replicas in step, when 'fixed' is 0, are counted by the client's
    * routing (dlock__route_replicas, route.h), by the rules above. */

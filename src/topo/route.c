@@ -34,6 +34,8 @@ void dlock__route_init(dlock__route *r, int64_t command_timeout_ms,
   atomic_store(&r->warned, 0);
   atomic_store(&r->gen, 0);
   atomic_store(&r->seen, -1);
+  r->info_all = 0;
+  atomic_store(&r->aof, 0);
 }
 
 void dlock__route_set_pause(dlock__route *r, dlock__cluster_pause pause,
@@ -133,10 +135,57 @@ int dlock__route_count_info(const char *text, size_t len) {
   return master ? n : -1;
 }
 
-/* Takes the replicas from an INFO replication reply. */
+/* The value after "key:" on a line of 'text', or NULL. */
+static const char *info_value(const char *text, const char *end,
+                              const char *key) {
+  size_t klen = strlen(key);
+  for (const char *line = text; line < end;) {
+    const char *eol = memchr(line, '\n', (size_t)(end - line));
+    if (eol == NULL)
+      eol = end;
+    if ((size_t)(eol - line) > klen + 1 && memcmp(line, key, klen) == 0 &&
+        line[klen] == ':')
+      return line + klen + 1;
+    line = eol + 1;
+  }
+  return NULL;
+}
+
+int dlock__route_aof_info(const char *text, size_t len) {
+  const char *end = text + len;
+  const char *aof = info_value(text, end, "aof_enabled");
+  if (aof == NULL)
+    return -1;
+  if (*aof != '1')
+    return 0;
+  /* WAITAOF came with Redis 7.2; Valkey, which forked from 7.2.4, reports
+   * that version here too. */
+  const char *v = info_value(text, end, "redis_version");
+  if (v == NULL)
+    return 0;
+  char *dot;
+  long major = strtol(v, &dot, 10);
+  long minor = *dot == '.' ? strtol(dot + 1, NULL, 10) : 0;
+  return major > 7 || (major == 7 && minor >= 2);
+}
+
+int dlock__route_format_info(const dlock__route *r, char **cmd) {
+  const char *argv[] = {"INFO", "replication"};
+  return dlock__format_argv(cmd, r->info_all ? 1 : 2, argv, NULL);
+}
+
+int dlock__route_aof(const dlock__route *r) { return atomic_load(&r->aof); }
+
+/* Takes the replicas from an INFO replication reply (and, from a whole
+ * INFO, whether the master has AOF on). */
 static void apply_info(dlock__route *r, const redisReply *reply) {
   if (reply == NULL)
     return;
+  if (reply->type == REDIS_REPLY_STRING) {
+    int aof = dlock__route_aof_info(reply->str, reply->len);
+    if (aof >= 0)
+      atomic_store(&r->aof, aof);
+  }
   if (reply->type == REDIS_REPLY_STRING && r->sentinel != NULL) {
     int n = dlock__route_count_info(reply->str, reply->len);
     atomic_store(&r->seen, n);
@@ -223,9 +272,8 @@ static int master_replicas(dlock__route *r) {
   if (n >= 0)
     return n;
   /* Not known: read now, a round trip before the write. */
-  const char *argv[] = {"INFO", "replication"};
   char *cmd;
-  int len = dlock__format_argv(&cmd, 2, argv, NULL);
+  int len = dlock__route_format_info(r, &cmd);
   if (len < 0)
     return dlock__fail(DLOCK_ENOMEM, "out of memory formatting INFO");
   size_t slen = (size_t)len;
@@ -252,17 +300,26 @@ static int master_replicas(dlock__route *r) {
  * refuses INFO is counted as having none (said once, as on one server).
  */
 static int shard_replicas(dlock__route *r, size_t n, const dlock__eval *calls) {
-  static const char info[] = "*2\r\n$4\r\nINFO\r\n$11\r\nreplication\r\n";
   for (int tries = 0; tries < 4; tries++) {
     int slot = dlock__cluster_unknown_replicas(r->cluster, n, calls);
     if (slot < 0)
       break;
-    char *cmd = (char *)info;
-    size_t len = sizeof(info) - 1;
+    char *cmd;
+    int flen = dlock__route_format_info(r, &cmd);
+    if (flen < 0)
+      return dlock__fail(DLOCK_ENOMEM, "out of memory formatting INFO");
+    size_t len = (size_t)flen;
     redisReply *reply = NULL;
     int rc = dlock__cluster_call(r->cluster, slot, 1, &cmd, &len, &reply, 0);
+    dlock__format_free(cmd);
     if (rc != 0)
       return rc;
+    if (reply->type == REDIS_REPLY_STRING) {
+      /* The shards are set up alike: any one's AOF stands for all. */
+      int aof = dlock__route_aof_info(reply->str, reply->len);
+      if (aof >= 0)
+        atomic_store(&r->aof, aof);
+    }
     int count = 0;
     if (reply->type == REDIS_REPLY_STRING) {
       count = dlock__route_count_info(reply->str, reply->len);

@@ -58,6 +58,11 @@ typedef struct dlock__route {
    * this and the Sentinels' (a replica back from an outage is in step
    * here before a failed write would read the Sentinels again). */
   atomic_int seen;
+  /* Replica sync's DLOCK_SYNC_ANY: the INFO read asks for the default
+   * sections (persistence and server too), which say whether the master
+   * has AOF on and knows WAITAOF; set before the first call. */
+  int info_all;
+  atomic_int aof; /* 1: that master has AOF on and knows WAITAOF */
 } dlock__route;
 
 /* Sets up the routing of a client with no connection yet: 'conn',
@@ -187,6 +192,20 @@ int dlock__route_take_info(dlock__route *r, const redisReply *reply);
 /* A write failed (the next connection may reach another master) or fell
  * short (a replica gone): every count is read again before the next. */
 void dlock__route_forget_replicas(dlock__route *r);
+
+/* The INFO a replica count is read with, formatted into '*cmd' (freed
+ * with dlock__format_free): "INFO replication", or "INFO" with
+ * 'info_all'. Its length, or -1 out of memory. */
+int dlock__route_format_info(const dlock__route *r, char **cmd);
+
+/* 1 when the master's INFO read last said that it has AOF on and knows
+ * WAITAOF (Redis 7.2 and later, Valkey); 0 when not, or not read yet. */
+int dlock__route_aof(const dlock__route *r);
+
+/* Whether the text of an INFO ('len' bytes) says AOF is on and WAITAOF
+ * is known: 1 or 0, or -1 when it has no persistence section. For tests
+ * too. */
+int dlock__route_aof_info(const char *text, size_t len);
 
 /* Counts the replicas in step in the text of INFO replication ('len'
  * bytes): -1 when it is not a master's. For tests too. */

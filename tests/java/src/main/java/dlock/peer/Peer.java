@@ -13,6 +13,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import org.redisson.Redisson;
 import org.redisson.api.RCountDownLatch;
+import org.redisson.api.LockOptions;
 import org.redisson.api.RFencedLock;
 import org.redisson.api.RLock;
 import org.redisson.api.RPermitExpirableSemaphore;
@@ -32,6 +33,9 @@ import org.redisson.config.Config;
  *                                                checkLockSyncedSlaves
  *          cluster://host:port,host:port         a cluster (sharded
  *                                                pub/sub where it has it)
+ *          masterslave://host:port/host:port,... a master and its
+ *                                                replicas, with
+ *                                                checkLockSyncedSlaves
  * </pre>
  *
  * Every command line is "TAG ACTOR OP ARGS...". Redisson's locks belong to
@@ -39,7 +43,9 @@ import org.redisson.config.Config;
  * order (a waiting lock holds up that actor only); a reply is one line
  * "TAG WORDS... T", T being when it was known on CLOCK_MONOTONIC in ms (the
  * clock the C tests read), or "TAG error TEXT T". The peer prints "ready"
- * once connected. KIND is lock, fair, spin, read, write or fenced.
+ * once connected. KIND is lock, fair, spin, spinconst (getSpinLock with
+ * LockOptions.ConstantBackOff), read, write, fenced, nr
+ * (getNonReentrantLock) or nrfair (getNonReentrantFairLock).
  *
  * <pre>
  *   lock KIND NAME [LEASE_MS]        locked [TOKEN]
@@ -106,6 +112,19 @@ public final class Peer {
       // The harness's sentinels know each other by loopback addresses.
       sentinel.setCheckSentinelsList(false);
       config.setCheckLockSyncedSlaves(true);
+    } else if (url.startsWith("masterslave://")) {
+      // A master and its replicas named outright: not a single-server
+      // config, so Redisson syncs lock writes with its replicas.
+      String[] parts = url.substring("masterslave://".length()).split("/");
+      var ms = config.useMasterSlaveServers().setMasterAddress("redis://" + parts[0]);
+      for (String hp : parts[1].split(",")) {
+        ms.addSlaveAddress("redis://" + hp);
+      }
+      // Redisson retries an acquisition that no replica acknowledged
+      // retryAttempts times (4 by default, each given back first, about
+      // 17 s in all): once is enough for the tests.
+      ms.setRetryAttempts(0);
+      config.setCheckLockSyncedSlaves(true);
     } else if (url.startsWith("cluster://")) {
       var cluster = config.useClusterServers();
       for (String hp : url.substring("cluster://".length()).split(",")) {
@@ -126,12 +145,18 @@ public final class Peer {
         return r.getFairLock(name);
       case "spin":
         return r.getSpinLock(name);
+      case "spinconst":
+        return r.getSpinLock(name, new LockOptions.ConstantBackOff());
       case "read":
         return r.getReadWriteLock(name).readLock();
       case "write":
         return r.getReadWriteLock(name).writeLock();
       case "fenced":
         return r.getFencedLock(name);
+      case "nr":
+        return r.getNonReentrantLock(name);
+      case "nrfair":
+        return r.getNonReentrantFairLock(name);
       default:
         throw new IllegalArgumentException("unknown kind " + kind);
     }
@@ -312,7 +337,13 @@ public final class Peer {
       try {
         out = run(w);
       } catch (Throwable e) {
-        out = "error " + String.valueOf(e).replace('\n', ' ');
+        // The exception and its causes: Redisson wraps the one that says
+        // why (NoSyncedSlavesException, ...) in a RedisException.
+        StringBuilder b = new StringBuilder("error ").append(e);
+        for (Throwable x = e.getCause(); x != null && x != x.getCause(); x = x.getCause()) {
+          b.append(" <- ").append(x);
+        }
+        out = b.toString().replace('\n', ' ');
       }
       say(tag + " " + out + " " + now());
     }
