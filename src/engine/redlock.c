@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "monotime.h"
+#include "sleep.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -45,7 +46,7 @@ static int parallel_part(const dlock_t *sub) {
  * (held by another owner) or an error. Returns how many nodes answered. */
 static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
                           int *state, int64_t *ttl_ms) {
-  size_t n = l->nsubs, answered = 0, granted = 0, quorum = n / 2 + 1;
+  size_t n = l->nsubs, answered = 0, granted = 0, quorum = dlock__red_quorum(n);
   dlock__call *args = dlock__calloc(n, sizeof(*args));
   dlock__pending *pend = dlock__calloc(n, sizeof(*pend));
   dlock__sync_call *sc = dlock__calloc(n, sizeof(*sc));
@@ -313,7 +314,7 @@ static void note_unanswered(dlock_t *l, uint64_t owner, const int *state) {
 
 static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                        int64_t lease_ms, int64_t deadline_us) {
-  size_t n = l->nsubs, quorum = n / 2 + 1;
+  size_t n = l->nsubs;
   unsigned char *held = dlock__calloc(n, 1), *undo = dlock__calloc(n, 1);
   int *state = dlock__calloc(n, sizeof(*state));
   int rc;
@@ -344,14 +345,11 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
       undo[i] = state[i] == 0 || (state[i] < 0 && !held[i]);
       held[i] = state[i] == 0;
     }
-    /* The lease the nodes will keep, less the time spent asking and the
-     * allowance for clock drift between them. */
-    int64_t lease = lease_ms == DLOCK_WATCHDOG
-                        ? l->subs[0]->c->opt.watchdog_timeout_ms
-                        : lease_ms;
-    int64_t elapsed_ms = (dlock__now_us() - start) / 1000;
-    int64_t validity = lease - elapsed_ms - (lease / 100 + 2);
-    if (granted >= quorum && validity > 0) {
+    int64_t validity = dlock__red_validity_ms(l, lease_ms, start);
+    char why[256];
+    rc = dlock__red_round_verdict(n, answered, granted, validity, why,
+                                  sizeof(why));
+    if (rc == 0) {
       note_unanswered(l, owner, state);
       align_tokens(l, owner, held);
       rc = dlock__record_composite(l, owner, fresh);
@@ -360,42 +358,25 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     red_outcome undone;
     red_release_all(l, owner, undo, &undone);
     note_unanswered(l, owner, state);
-    if (answered < quorum) {
-      rc = dlock__fail(DLOCK_ENOQUORUM,
-                       "RedLock: only %zu of %zu nodes answered; %zu needed",
-                       answered, n, quorum);
+    if (rc == DLOCK_ENOQUORUM) {
       /* Too many nodes unreachable or refusing (restarting, failing
        * over): asked again after the outage back-off within the wait, as
        * a single lock's wait rides an outage; ENOQUORUM when it ends. */
       if (dlock__ride_on(l->subs[0]->c, wait_ms, deadline_us, &ride,
                          DLOCK_ENOQUORUM) == 0)
         continue;
-      rc = dlock__fail(DLOCK_ENOQUORUM,
-                       "RedLock: only %zu of %zu nodes answered; %zu needed",
-                       answered, n, quorum);
+      rc = dlock__fail_text(rc, why);
       break;
     }
     if (wait_ms == 0 || dlock__now_us() >= deadline_us) {
-      rc = dlock__fail(DLOCK_ETIMEDOUT,
-                       "RedLock: %zu of %zu nodes granted it (validity %lld "
-                       "ms); %zu needed",
-                       granted, n, (long long)validity, quorum);
+      rc = dlock__fail_text(rc, why);
       break;
     }
-    /* Retry after a random delay, so that competing clients do not split
-     * the nodes between them again; never longer than the holder's lease. */
-    int64_t delay_ms = 5 + (int64_t)(dlock__now_us() % 45) + attempt;
-    if (ttl_ms >= 0 && ttl_ms < delay_ms)
-      delay_ms = ttl_ms;
-    int64_t until = dlock__deadline_ms(delay_ms);
+    int64_t until = dlock__deadline_ms(
+        dlock__red_retry_ms(attempt, dlock__jitter(), ttl_ms));
     if (until > deadline_us)
       until = deadline_us;
-    int64_t sleep_us = until - dlock__now_us();
-    if (sleep_us > 0) {
-      struct timespec ts = {(time_t)(sleep_us / 1000000),
-                            (long)(sleep_us % 1000000) * 1000};
-      nanosleep(&ts, NULL);
-    }
+    dlock__sleep_us(until - dlock__now_us());
   }
 out:
   dlock__free(held);
@@ -424,21 +405,6 @@ static int red_release(dlock_t *l, uint64_t owner) {
   dlock__drop_composite(l, owner, 0);
   return dlock__red_unlock_outcome(l->nsubs, (size_t)o.ok, (size_t)o.lost,
                                    (size_t)o.failed);
-}
-
-int dlock__red_unlock_outcome(size_t n, size_t ok, size_t lost, size_t failed) {
-  size_t quorum = n / 2 + 1;
-  if (ok >= quorum)
-    return 0;
-  if (ok == 0 && lost == 0 && failed == 0)
-    return dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
-  if (ok + failed < quorum && lost > 0)
-    return dlock__fail(DLOCK_ELOST,
-                       "RedLock lost: only %zu of %zu nodes still held it", ok,
-                       n);
-  return dlock__fail(DLOCK_ENOQUORUM,
-                     "RedLock released on %zu of %zu nodes; %zu unreachable",
-                     ok, n, failed);
 }
 
 const dlock__kind dlock__kind_red =
