@@ -27,11 +27,6 @@ static int parallel_part(const dlock_t *sub) {
          dlock__route_one_shard(&sub->c->route);
 }
 
-/* How long a wait on one node lasts before the next node's turn, while
- * several are awaited: replies are taken as they come, whichever node
- * answers first. */
-#define RED_TURN_US 1000
-
 /* Once a majority granted, how long the other nodes are still waited for:
  * three times as long as the majority took, and at least this, so that a
  * healthy node that is merely a little later (a busy machine) still counts.
@@ -53,8 +48,9 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
   unsigned char *awaited = dlock__calloc(n, 1);
   dlock__latch_call *lc = dlock__calloc(n, sizeof(*lc));
   const dlock__eval **sent = dlock__calloc(n, sizeof(*sent));
+  dlock__pending **ps = dlock__calloc(n, sizeof(*ps));
   if (args == NULL || pend == NULL || sc == NULL || awaited == NULL ||
-      lc == NULL || sent == NULL) {
+      lc == NULL || sent == NULL || ps == NULL) {
     for (size_t i = 0; i < n; i++)
       state[i] = DLOCK_ENOMEM;
     goto out;
@@ -105,33 +101,31 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
     if (state[i] == 1 && busy.ttl_ms > *ttl_ms)
       *ttl_ms = busy.ttl_ms;
   }
-  /* The replies as they come, each node waited for a turn at a time (a
-   * lone node until it answers), until every node answered or gave up. */
+  /* The replies as they come, whichever node answers first, every node
+   * waited for at once, until every node answered or gave up. */
   int64_t grace_end = INT64_MAX;
   while (left > 0) {
-    int expired = dlock__now_us() >= grace_end;
+    if (granted >= quorum && grace_end == INT64_MAX) {
+      int64_t now = dlock__now_us();
+      int64_t grace = (now - sent_us) * RED_GRACE_FACTOR;
+      grace_end = now + (grace > RED_GRACE_MIN_US ? grace : RED_GRACE_MIN_US);
+    }
+    for (size_t i = 0; i < n; i++)
+      ps[i] = awaited[i] ? &pend[i] : NULL;
+    int got = dlock__conn_wait_any(ps, n, grace_end);
     for (size_t i = 0; i < n && left > 0; i++) {
-      if (!awaited[i])
+      if (!awaited[i] || (got >= 0 && (size_t)got != i))
         continue;
       dlock_t *sub = l->subs[i];
-      int64_t now = dlock__now_us();
-      if (granted >= quorum && grace_end == INT64_MAX) {
-        int64_t grace = (now - sent_us) * RED_GRACE_FACTOR;
-        grace_end = now + (grace > RED_GRACE_MIN_US ? grace : RED_GRACE_MIN_US);
-      }
-      if (expired)
+      /* The grace is over: what came is taken, the rest given up on. */
+      if (got < 0)
         dlock__conn_expire(&pend[i]);
-      int64_t until = now + RED_TURN_US;
-      if (until > grace_end)
-        until = grace_end;
-      if (left == 1 && grace_end == INT64_MAX)
-        until = INT64_MAX;
       redisReply *reply;
       dlock__synced sy;
       int rc = dlock__eval_wait_synced_until(sub->c, sent[i], &pend[i], &sc[i],
-                                             &reply, until, &sy);
+                                             &reply, dlock__now_us(), &sy);
       if (rc == DLOCK__CONN_AGAIN)
-        continue;
+        continue; /* sent again (a script reload): awaited again */
       awaited[i] = 0;
       left--;
       dlock__busy busy = {-1, 0};
@@ -155,6 +149,7 @@ out:
   dlock__free(awaited);
   dlock__free(lc);
   dlock__free((void *)sent);
+  dlock__free(ps);
   return answered;
 }
 

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 #ifdef __linux__
 #include <linux/futex.h>
 #include <stdatomic.h>
@@ -72,6 +73,17 @@ static void tell_relinks(dlock__conn *c, unsigned n) {
 }
 
 /* ---- waking callers ----------------------------------------------------- */
+
+/* Tells a caller waiting among others (conn_many.c) that it was woken,
+ * through the pipe its poll() watches. */
+static void notify_fd(const caller *who) {
+  if (who->notify_fd == NULL)
+    return;
+  char one = 1;
+  /* A full pipe has woken the waiter already. */
+  ssize_t w = write(*who->notify_fd, &one, 1);
+  (void)w;
+}
 
 #ifdef __linux__
 /*
@@ -146,6 +158,7 @@ void dlock__conn_notify_locked(dlock__conn *c, caller *who, uint32_t why) {
   assert(why != WAKE_DRIVE || (who->remaining > 0 && who->waiting));
   _Atomic uint32_t *word = &who->slot->word;
   atomic_store_explicit(word, why, memory_order_release);
+  notify_fd(who);
   if (c->nwakes < WAKES_MAX)
     c->wakes[c->nwakes++] = word;
   else
@@ -226,6 +239,7 @@ void dlock__conn_notify_locked(dlock__conn *c, caller *who, uint32_t why) {
   (void)why;
   assert(why != WAKE_DONE || who->remaining == 0);
   assert(why != WAKE_DRIVE || (who->remaining > 0 && who->waiting));
+  notify_fd(who);
   pthread_cond_signal(&who->cv);
 }
 
