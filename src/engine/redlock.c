@@ -196,28 +196,50 @@ static void red_release_all(dlock_t *l, uint64_t owner,
     dlock__eval_send(sub->c->route.conn, &args[i].eval, 0, &pend[i]);
     state[i] = 1; /* sent */
   }
+  /* The replies as they come, every node waited for at once (one after
+   * the other when out of memory for that). */
+  dlock__pending **ps = dlock__calloc(n, sizeof(*ps));
+  size_t left = 0;
   for (size_t i = 0; i < n; i++) {
-    if (state[i] == 1) {
-      dlock_t *sub = l->subs[i];
-      redisReply *reply;
-      state[i] = dlock__eval_wait(sub->c->route.conn, &args[i].eval, &pend[i],
-                                  &reply, 0);
-      if (state[i] == 0) {
-        /* Answered, and sent once: no copy of it can run any more, so its
-         * latch goes with a later call of that node's client, as a single
-         * lock's does (release.c), rather than stay for its lifetime. */
-        if (rel[i].latch != NULL) {
-          dlock__latch_done(sub->c, rel[i].latch, rel[i].latch_len);
-          rel[i].latch = NULL;
-        }
-        state[i] = dlock__finish_release(sub, owner, reply, &rel[i]);
-      } else {
-        dlock__release_failed(sub, owner);
-        /* A part found lost stays lost, whatever its node says now. */
-        if (rel[i].lost)
-          state[i] = DLOCK_ELOST;
+    if (state[i] != 1)
+      continue;
+    if (ps != NULL)
+      ps[i] = &pend[i];
+    left++;
+  }
+  for (; left > 0; left--) {
+    /* Each send gives up at its own deadline: one always ends. */
+    int got = ps != NULL ? dlock__conn_wait_any(ps, n, INT64_MAX) : -1;
+    size_t i = 0;
+    if (got >= 0)
+      i = (size_t)got;
+    else
+      while (state[i] != 1)
+        i++;
+    if (ps != NULL)
+      ps[i] = NULL;
+    dlock_t *sub = l->subs[i];
+    redisReply *reply;
+    state[i] = dlock__eval_wait(sub->c->route.conn, &args[i].eval, &pend[i],
+                                &reply, 0);
+    if (state[i] == 0) {
+      /* Answered, and sent once: no copy of it can run any more, so its
+       * latch goes with a later call of that node's client, as a single
+       * lock's does (release.c), rather than stay for its lifetime. */
+      if (rel[i].latch != NULL) {
+        dlock__latch_done(sub->c, rel[i].latch, rel[i].latch_len);
+        rel[i].latch = NULL;
       }
+      state[i] = dlock__finish_release(sub, owner, reply, &rel[i]);
+    } else {
+      dlock__release_failed(sub, owner);
+      /* A part found lost stays lost, whatever its node says now. */
+      if (rel[i].lost)
+        state[i] = DLOCK_ELOST;
     }
+  }
+  dlock__free(ps);
+  for (size_t i = 0; i < n; i++) {
     dlock__release_end(&rel[i]);
     if (state[i] == 2)
       continue;
