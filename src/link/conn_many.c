@@ -31,12 +31,34 @@ static int read_by_us(const dlock__conn *c, dlock__pending *const *ps,
 
 static int64_t earlier(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* One look at 'p' before the poll: answered (1), or what its connection
- * needs read (its descriptors in 'pf', the reading taken when nobody
- * has it) and the time the poll must end by in '*wake'. */
-static int look(dlock__pending *const *ps, size_t n, size_t i,
-                struct pollfd *pf, size_t *np, int64_t *wake) {
-  dlock__pending *p = ps[i];
+/* What one wait shares between its steps: the pipe through which threads
+ * reading the connections it does not read tell it of its callers'
+ * wake-ups, made only when there is such a connection (-1 until then;
+ * 'failed' when it could not be made, and the wait then looks again every
+ * millisecond). */
+typedef struct many {
+  dlock__pending *const *ps;
+  size_t n;
+  int pipe[2];
+  int failed;
+} many;
+
+/* The pipe, made on first need: 1 when there is one. */
+static int need_pipe(many *w) {
+  if (w->pipe[0] < 0 && !w->failed &&
+      pipe2(w->pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    w->pipe[0] = w->pipe[1] = -1;
+    w->failed = 1;
+  }
+  return w->pipe[0] >= 0;
+}
+
+/* One look at caller 'i' before the poll: answered (1), or what its
+ * connection needs read (its descriptors in 'pf', the reading taken when
+ * nobody has it) and the time the poll must end by in '*wake'. */
+static int look(many *w, size_t i, struct pollfd *pf, size_t *np,
+                int64_t *wake) {
+  dlock__pending *p = w->ps[i];
   dlock__conn *c = p->conn;
   int done = 0;
   pthread_mutex_lock(&c->mu);
@@ -60,9 +82,14 @@ static int look(dlock__pending *const *ps, size_t n, size_t i,
     *wake = earlier(*wake, dlock__conn_dead_at(c));
     *wake = earlier(*wake, dlock__conn_submit_deadline(c));
     *wake = earlier(*wake, caller_deadline(c, &p->me));
-  } else if (!read_by_us(c, ps, n)) {
-    /* Another thread reads; past its own deadline the caller stops
-     * waiting for it, as dlock__conn_wait_until does. */
+  } else if (!read_by_us(c, w->ps, w->n)) {
+    /* Another thread reads: it tells this caller through the pipe when
+     * its replies are in or the reading is its turn. Set under 'mu', as
+     * 'remaining' was read, so no wake-up is missed. */
+    if (need_pipe(w))
+      p->me.notify_fd = &w->pipe[1];
+    /* Past its own deadline the caller stops waiting for it, as
+     * dlock__conn_wait_until does. */
     if (dlock__now_us() >= caller_deadline(c, &p->me)) {
       if (dlock__conn_give_up_locked(c, &p->me) != 0)
         dlock__conn_break_locked(c, DLOCK_ENOMEM,
@@ -129,17 +156,24 @@ static void end_wait(dlock__pending *const *ps, size_t n) {
   }
 }
 
+/* Callers waited on with the arrays on the stack; more take the heap. */
+#define MANY_LOCAL 8
+
 int dlock__conn_wait_any(dlock__pending *const *ps, size_t n,
                          int64_t until_us) {
   for (size_t i = 0; i < n; i++)
     if (ps[i] != NULL && (ps[i]->reqs == NULL || ps[i]->rc != 0))
       return (int)i; /* failed at its send */
   /* Two descriptors per connection at most, and the pipe. */
-  struct pollfd *pf = dlock__calloc(2 * n + 1, sizeof(*pf));
-  size_t *owner = dlock__calloc(2 * n + 1, sizeof(*owner));
-  int wake_pipe[2] = {-1, -1};
-  int piped = pf != NULL && owner != NULL &&
-              pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) == 0;
+  struct pollfd pf_local[2 * MANY_LOCAL + 1];
+  size_t owner_local[2 * MANY_LOCAL + 1];
+  struct pollfd *pf = pf_local;
+  size_t *owner = owner_local;
+  if (n > MANY_LOCAL) {
+    pf = dlock__calloc(2 * n + 1, sizeof(*pf));
+    owner = dlock__calloc(2 * n + 1, sizeof(*owner));
+  }
+  many w = {ps, n, {-1, -1}, 0};
   for (size_t i = 0; i < n; i++) {
     dlock__pending *p = ps[i];
     if (p == NULL)
@@ -147,7 +181,6 @@ int dlock__conn_wait_any(dlock__pending *const *ps, size_t n,
     pthread_mutex_lock(&p->conn->mu);
     p->me.waiting = 1;
     p->me.until_us = until_us;
-    p->me.notify_fd = piped ? &wake_pipe[1] : NULL;
     dlock__conn_unlock(p->conn);
   }
   int found = -1, polled = 0;
@@ -165,24 +198,25 @@ int dlock__conn_wait_any(dlock__pending *const *ps, size_t n,
       if (ps[i] == NULL)
         continue;
       size_t before = np;
-      if (look(ps, n, i, pf, &np, &wake))
+      if (look(&w, i, pf, &np, &wake))
         found = (int)i;
       for (size_t k = before; k < np; k++)
         owner[k] = i;
     }
     if (found >= 0 || (polled && dlock__now_us() >= until_us))
       break;
-    if (piped)
-      pf[np] = (struct pollfd){.fd = wake_pipe[0], .events = POLLIN};
-    else if (wake > dlock__now_us() + 1000)
+    size_t nfds = np;
+    if (w.pipe[0] >= 0)
+      pf[nfds++] = (struct pollfd){.fd = w.pipe[0], .events = POLLIN};
+    else if (w.failed && wake > dlock__now_us() + 1000)
       wake = dlock__now_us() + 1000; /* no pipe: look again shortly */
     /* Past a deadline the poll does not wait, but what has arrived is
      * still read. */
-    (void)poll(pf, np + (piped ? 1 : 0), dlock__ms_until(wake));
+    (void)poll(pf, nfds, dlock__ms_until(wake));
     polled = 1;
-    if (piped) {
+    if (w.pipe[0] >= 0) {
       char buf[64];
-      while (read(wake_pipe[0], buf, sizeof(buf)) > 0) {
+      while (read(w.pipe[0], buf, sizeof(buf)) > 0) {
       }
     }
     for (size_t k = 0; k < np; k++)
@@ -190,11 +224,13 @@ int dlock__conn_wait_any(dlock__pending *const *ps, size_t n,
         step(ps[owner[k]]);
   }
   end_wait(ps, n);
-  if (piped) {
-    close(wake_pipe[0]);
-    close(wake_pipe[1]);
+  if (w.pipe[0] >= 0) {
+    close(w.pipe[0]);
+    close(w.pipe[1]);
   }
-  dlock__free(pf);
-  dlock__free(owner);
+  if (pf != pf_local)
+    dlock__free(pf);
+  if (owner != owner_local)
+    dlock__free(owner);
   return found;
 }
