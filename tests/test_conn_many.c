@@ -40,14 +40,19 @@ static void take_echo(dlock__pending *p, const char *want) {
   freeReplyObject(r);
 }
 
+/* Connections to two fake servers, opened. */
+static void open_two(tconn *a, fs_server_t *fa, tconn *b, fs_server_t *fb) {
+  tc_new(a, fs_url(fa), 5000, 60000);
+  tc_new(b, fs_url(fb), 5000, 60000);
+  ASSERT_DLOCK_OK(dlock__conn_open(a->c, INT64_MAX));
+  ASSERT_DLOCK_OK(dlock__conn_open(b->c, INT64_MAX));
+}
+
 TEST(conn_wait_any_ends_with_whichever_server_answers_first) {
   fs_server_t *silent = fs_start(), *quick = fs_start();
   fs_set(silent, "ECHO", &(fs_action_t){.how = FS_SILENT});
   tconn a, b;
-  tc_new(&a, fs_url(silent), 5000, 60000);
-  tc_new(&b, fs_url(quick), 5000, 60000);
-  ASSERT_DLOCK_OK(dlock__conn_open(a.c, INT64_MAX));
-  ASSERT_DLOCK_OK(dlock__conn_open(b.c, INT64_MAX));
+  open_two(&a, silent, &b, quick);
   /* The silent server first: a wait on it alone would last its whole
    * minute of deadline, and the test's limit ends it long before. */
   dlock__pending pa, pb;
@@ -100,10 +105,7 @@ TEST(conn_wait_any_hears_a_reply_another_thread_reads) {
   fs_set(shared, "ECHO", &(fs_action_t){.delay_ms = 300, .times = 1});
   fs_set(silent, "ECHO", &(fs_action_t){.how = FS_SILENT});
   tconn a, b;
-  tc_new(&a, fs_url(shared), 5000, 60000);
-  tc_new(&b, fs_url(silent), 5000, 60000);
-  ASSERT_DLOCK_OK(dlock__conn_open(a.c, INT64_MAX));
-  ASSERT_DLOCK_OK(dlock__conn_open(b.c, INT64_MAX));
+  open_two(&a, shared, &b, silent);
   reader rd = {.c = a.c};
   ASSERT_EQ(pthread_create(&rd.th, NULL, reader_main, &rd), 0);
   ASSERT_EQ(fs_wait_count(shared, "ECHO", 1, 10000), 1);

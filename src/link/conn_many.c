@@ -124,36 +124,36 @@ static void step(dlock__pending *p) {
   dlock__conn_unlock(c);
 }
 
-/* The end of the wait: every caller stops waiting, the readings taken
- * are given back, and a caller of another thread waiting on one of those
- * connections reads it next. */
-static void end_wait(dlock__pending *const *ps, size_t n) {
+/* Runs 'fn' on each caller of 'ps' that sent, with its connection's 'mu'
+ * held. */
+static void each_locked(dlock__pending *const *ps, size_t n,
+                        void (*fn)(dlock__conn *c, caller *me)) {
   for (size_t i = 0; i < n; i++) {
     dlock__pending *p = ps[i];
     if (p == NULL || p->reqs == NULL)
       continue;
-    dlock__conn *c = p->conn;
-    pthread_mutex_lock(&c->mu);
-    p->me.waiting = 0;
-    p->me.notify_fd = NULL;
-    if (c->driver == &p->me) {
-      if (c->ctx != NULL && has_output(c))
-        dlock__conn_write_out_locked(c);
-      c->driving = 0;
-      c->driver = NULL;
-    }
-    dlock__conn_unlock(c);
+    pthread_mutex_lock(&p->conn->mu);
+    fn(p->conn, &p->me);
+    dlock__conn_unlock(p->conn);
   }
-  for (size_t i = 0; i < n; i++) {
-    dlock__pending *p = ps[i];
-    if (p == NULL || p->reqs == NULL)
-      continue;
-    dlock__conn *c = p->conn;
-    pthread_mutex_lock(&c->mu);
-    if (!c->driving)
-      dlock__conn_pass_role_locked(c, &p->me);
-    dlock__conn_unlock(c);
+}
+
+/* A caller stops waiting, and gives back the reading it took. */
+static void stop_locked(dlock__conn *c, caller *me) {
+  me->waiting = 0;
+  me->notify_fd = NULL;
+  if (c->driver == me) {
+    if (c->ctx != NULL && has_output(c))
+      dlock__conn_write_out_locked(c);
+    c->driving = 0;
+    c->driver = NULL;
   }
+}
+
+/* A caller of another thread waiting on the connection reads it next. */
+static void pass_on_locked(dlock__conn *c, caller *me) {
+  if (!c->driving)
+    dlock__conn_pass_role_locked(c, me);
 }
 
 /* Callers waited on with the arrays on the stack; more take the heap. */
@@ -223,7 +223,10 @@ int dlock__conn_wait_any(dlock__pending *const *ps, size_t n,
       if (k == 0 || owner[k] != owner[k - 1])
         step(ps[owner[k]]);
   }
-  end_wait(ps, n);
+  /* Every caller of this wait stops first, so that the reading goes to
+   * another thread's. */
+  each_locked(ps, n, stop_locked);
+  each_locked(ps, n, pass_on_locked);
   if (w.pipe[0] >= 0) {
     close(w.pipe[0]);
     close(w.pipe[1]);
