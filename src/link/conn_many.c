@@ -103,15 +103,22 @@ static int look(many *w, size_t i, struct pollfd *pf, size_t *np,
 }
 
 /* After the poll: what the connection that 'p' reads has for it, as the
- * driver does between two polls. */
-static void step(dlock__pending *p) {
+ * driver does between two polls ('revents': what the poll said of its
+ * descriptors). A ready connection with nothing to read and no deadline
+ * passed is left alone. */
+static void step(dlock__pending *p, short revents) {
   dlock__conn *c = p->conn;
   pthread_mutex_lock(&c->mu);
   if (c->driver == &p->me) {
-    dlock__conn_drain_wake(c);
-    dlock__conn_service_locked(c);
+    int64_t now = dlock__now_us();
+    int ready = is_ready(c);
+    if (!ready)
+      dlock__conn_drain_wake(c);
+    if (!ready || revents != 0 || c->broken_code != 0 ||
+        now >= dlock__conn_dead_at(c) || now >= dlock__conn_submit_deadline(c))
+      dlock__conn_service_locked(c);
     if (c->ctx != NULL && p->me.remaining > 0 &&
-        dlock__now_us() >= caller_deadline(c, &p->me) &&
+        now >= caller_deadline(c, &p->me) &&
         dlock__conn_give_up_locked(c, &p->me) != 0)
       dlock__conn_fail_all_locked(c, DLOCK_ENOMEM,
                                   "out of memory giving up a call");
@@ -219,9 +226,13 @@ int dlock__conn_wait_any(dlock__pending *const *ps, size_t n,
       while (read(w.pipe[0], buf, sizeof(buf)) > 0) {
       }
     }
-    for (size_t k = 0; k < np; k++)
-      if (k == 0 || owner[k] != owner[k - 1])
-        step(ps[owner[k]]);
+    for (size_t k = 0; k < np; k++) {
+      /* A caller's descriptors are next to each other. */
+      short revents = pf[k].revents;
+      while (k + 1 < np && owner[k + 1] == owner[k])
+        revents |= pf[++k].revents;
+      step(ps[owner[k]], revents);
+    }
   }
   /* Every caller of this wait stops first, so that the reading goes to
    * another thread's. */
