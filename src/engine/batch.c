@@ -294,8 +294,9 @@ static void collect_all(batch *b, batch_group *g, size_t ng) {
     ps[k] = &g[k].p;
     left++;
   }
-  while (left > 0) {
-    /* Each group gives up at its own deadline: one always ends. */
+  /* Each group gives up at its own deadline: one always ends. The last
+   * (the only one, on one server) is waited for as a single call is. */
+  while (left > 1) {
     int k = dlock__conn_wait_any(ps, ng, INT64_MAX);
     if (k < 0)
       break;
