@@ -9,7 +9,9 @@
 # AB_ARGS_A and AB_ARGS_B, when set, are extra bench_lock options for one
 # side, so that one build can be compared with itself under two settings:
 # "AB_ARGS_A=--no-stats bench/ab.sh build build" puts a client without
-# statistics (A) against one with them (B).
+# statistics (A) against one with them (B). AB_WORKLOADS picks the
+# workloads to run (default "solo spread contended"), so that a noisy one
+# can be given more rounds on its own.
 #
 # BUILD_A and BUILD_B are build trees holding bench_lock (for example a
 # worktree of the old commit built with "make", and build/). Prints the load
@@ -50,7 +52,7 @@ before=$(load)
 echo "load average before: $before"
 
 declare -A rates cpus
-workloads="solo spread contended"
+workloads=${AB_WORKLOADS:-"solo spread contended"}
 args_solo="--procs 1 --threads 1"
 args_spread="--procs 1 --threads 16 --distinct"
 args_contended="--procs 4 --threads 4 --work"

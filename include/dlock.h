@@ -209,13 +209,16 @@ typedef enum dlock_event_kind {
    * Redis answered it. */
   DLOCK_EVENT_RENEWAL_ROUND,
   /* A command connection to Redis was made again after it had failed
-   * (the pub/sub connection's reconnects are not counted). */
+   * (the pub/sub connection's are DLOCK_EVENT_PUBSUB_RECONNECT). */
   DLOCK_EVENT_RECONNECT,
   /* The client followed a failover to a new master (Sentinel). */
   DLOCK_EVENT_FAILOVER,
   /* A write was acknowledged by fewer replicas than replica sync asks:
    * 'count' is how many did. */
-  DLOCK_EVENT_SYNC_SHORTFALL
+  DLOCK_EVENT_SYNC_SHORTFALL,
+  /* A pub/sub connection (the one waiters are woken through) was made
+   * again after it had failed, or moved to a new master. */
+  DLOCK_EVENT_PUBSUB_RECONNECT
 } dlock_event_kind_t;
 
 /* The name of 'kind' ("acquired", "released", ...); "?" when unknown. */
@@ -231,13 +234,25 @@ typedef struct dlock_event {
   int64_t hold_us;
   uint64_t count;
   int err; /* a DLOCK_E* code, 0 when none */
+  /* What the acquisition or release was of: a dlock_stats_kind_t
+   * (DLOCK_STATS_LOCK, 0, for single locks and for events of no lock).
+   * A semaphore's 'count' is its permits; an expirable permit's 'owner'
+   * and 'token' are the permit's; a latch's ACQUIRED is an await that
+   * found it at zero; a MultiLock's or RedLock's 'name' is its first
+   * part's. */
+  int what;
 } dlock_event_t;
 
 /*
  * Called with each event of the client, once, in the order it happened on
  * the thread that raised it (the caller's for acquisitions and releases,
  * the watchdog thread for lost locks and renewal rounds, the thread that
- * reconnected, the Sentinel watcher for a failover). 'e' and the name it
+ * reconnected, the pub/sub thread for its reconnects, the Sentinel
+ * watcher for a failover; an async client's loop thread for all of its
+ * own). Acquisitions and releases of semaphores, expirable permits,
+ * latches, MultiLocks and RedLocks raise the same kinds as a lock's, with
+ * 'what' saying which; a MultiLock's or RedLock's parts raise none of
+ * their own. 'e' and the name it
  * points at are valid during the call only. dlock holds none of its own
  * locks while calling it and allocates nothing for it; the callback may
  * call dlock functions but should return quickly, since it delays the
@@ -1290,8 +1305,57 @@ typedef struct dlock_lock_stats {
 #define DLOCK_STATS_CODES 24
 
 /*
+ * What a group of statistics, and an event, is about: the single locks
+ * (reentrant, fair, spin, read, write), or another kind of object. The
+ * name is the value of the 'kind' label in the Prometheus text.
+ */
+typedef enum dlock_stats_kind {
+  DLOCK_STATS_LOCK = 0,  /* "lock" */
+  DLOCK_STATS_SEMAPHORE, /* "semaphore": dlock_sem_t permits */
+  DLOCK_STATS_PSEM,      /* "psem": dlock_psem_t expirable permits */
+  DLOCK_STATS_LATCH,     /* "latch": dlock_latch_await */
+  DLOCK_STATS_MULTILOCK, /* "multilock": a MultiLock as a whole */
+  DLOCK_STATS_REDLOCK,   /* "redlock": a RedLock as a whole */
+  DLOCK_STATS_KINDS
+} dlock_stats_kind_t;
+
+/* The name of 'kind' ("lock", "semaphore", ...); "?" when unknown. */
+DLOCK_EXPORT const char *dlock_stats_kind_name(int kind);
+
+/*
+ * The acquisitions of one kind of object other than the single locks
+ * (dlock_stats_t.semaphore and the fields after it), counted as the
+ * single locks' are in dlock_stats_t: one per acquiring call, whatever
+ * its end.
+ */
+typedef struct dlock_kind_stats {
+  uint64_t acquired;         /* granted (a latch: the await found it at zero) */
+  uint64_t refused;          /* a try without a wait found none to take */
+  uint64_t timed_out;        /* a wait ran out */
+  uint64_t failed;           /* ended with another error */
+  uint64_t waits;            /* acquisitions that had to wait */
+  uint64_t released;         /* release or unlock calls that succeeded */
+  dlock_histogram_t acquire; /* every acquisition call, whatever its end */
+  dlock_histogram_t wait;    /* the acquisitions that waited */
+  dlock_histogram_t hold;    /* acquisition to release, where there is one */
+} dlock_kind_stats_t;
+
+/*
  * The statistics of a client since it was opened: counters that only
  * grow, and latency histograms. Filled by dlock_client_stats().
+ *
+ * Each acquiring call is counted once, under what it acquired. A
+ * MultiLock or a RedLock is counted as a whole, in 'multilock' or
+ * 'redlock', and its parts are not counted again as single locks: not
+ * in 'acquired' and the results beside it, 'reentrant', 'waits',
+ * 'released', 'unlocks' or the single locks' histograms, whether it is
+ * taken by the blocking or the async verbs. A part's wait still counts
+ * for its name among the most contended names ('top'), and a part found
+ * lost still counts in 'lost': those name the lock that is hot or gone.
+ * Semaphores, expirable permits and latches count in their own groups
+ * (dlock_kind_stats_t), never in the single locks' counters. Reconnects
+ * of the pub/sub connections are counted apart from those of the
+ * command connections, in 'pubsub_reconnects'.
  */
 typedef struct dlock_stats {
   /* Set by dlock_client_stats(): the size of the caller's struct. The
@@ -1299,7 +1363,8 @@ typedef struct dlock_stats {
    * the end, never make an older program's struct overflow. */
   size_t struct_size;
   int enabled; /* 0 when the client was opened with stats_off */
-  /* Acquisitions of single locks (reentrant, fair, spin, read, write). */
+  /* Acquisitions of single locks (reentrant, fair, spin, read, write),
+   * not of a composite's parts (see above). */
   uint64_t acquired;  /* granted (reentrant ones included) */
   uint64_t reentrant; /* of those, by an owner that held it already */
   uint64_t refused;   /* a try without a wait found it taken */
@@ -1338,6 +1403,25 @@ typedef struct dlock_stats {
    * of all waits is always listed. */
   size_t ntop;
   dlock_lock_stats_t top[DLOCK_STATS_TOP];
+  /* Added after the fields above (a program built against an older
+   * dlock.h has a struct_size that stops before them). */
+  uint64_t pubsub_reconnects; /* pub/sub connections made again */
+  /* Plain semaphores: acquisitions of permits (dlock_sem_acquire, and
+   * its async form), and releases. Their permits have no owner, so that
+   * there is no hold time ('hold' stays empty). */
+  dlock_kind_stats_t semaphore;
+  /* Expirable permits (dlock_psem_acquire); 'hold' runs from a permit's
+   * acquisition to its release by this client. */
+  dlock_kind_stats_t psem;
+  /* Latch awaits: 'acquired' found it at zero, 'timed_out' ran out first;
+   * nothing is held ('released' and 'hold' stay 0). */
+  dlock_kind_stats_t latch;
+  /* MultiLocks and RedLocks as wholes; 'hold' runs from the acquisition
+   * to the unlock that let go of the parts. A RedLock never waits on a
+   * holder (it tries rounds of its nodes), so that its 'waits' stay 0;
+   * a MultiLock waits when one of its parts is taken. */
+  dlock_kind_stats_t multilock;
+  dlock_kind_stats_t redlock;
 } dlock_stats_t;
 
 /*
@@ -1355,10 +1439,15 @@ static inline void dlock_client_stats(dlock_client_t *c, dlock_stats_t *s) {
 
 /*
  * Renders 's' in the Prometheus text exposition format (version 0.0.4),
- * for an application's /metrics page: dlock_acquisitions_total{result=...},
- * dlock_wait_seconds, dlock_hold_seconds and dlock_acquire_seconds
- * histograms, dlock_locks_lost_total, and the others, each with HELP and
- * TYPE lines; the contended names as dlock_lock_waits_total{lock="..."}.
+ * for an application's /metrics page:
+ * dlock_acquisitions_total{kind=...,result=...}, dlock_waits_total{kind},
+ * dlock_releases_total{kind}, the dlock_wait_seconds, dlock_hold_seconds
+ * and dlock_acquire_seconds histograms by kind (the 'kind' label is
+ * dlock_stats_kind_name(): "lock" for the single locks), and
+ * dlock_locks_lost_total, dlock_pubsub_reconnects_total and the others,
+ * each with HELP and TYPE lines; the contended names as
+ * dlock_lock_waits_total{lock="..."}. Fields past the caller's
+ * 's->struct_size' are not read (they are rendered as 0).
  * 'labels', when not NULL or "", is added to every sample, as written
  * (for example "client=\"billing\""). Writes at most 'cap' bytes,
  * NUL-terminated when 'cap' > 0, and returns the length of the whole text

@@ -1008,6 +1008,134 @@ TEST(async_statistics_and_events_come_from_the_loop) {
   rp_free(s);
 }
 
+/* Reads the statistics of 'c' into '*st' while turning the loops of 'ls'
+ * until its pub/sub reconnects reach 'want' or 'limit_ms' pass. */
+static void turn_until_pubsub(tl_loop *ls, size_t n, dlock_client_t *c,
+                              uint64_t want, int64_t limit_ms,
+                              dlock_stats_t *st) {
+  int64_t end = lu_now_ms() + limit_ms;
+  for (;;) {
+    dlock_client_stats(c, st);
+    if (st->pubsub_reconnects >= want || lu_now_ms() >= end)
+      return;
+    for (size_t i = 0; i < n; i++)
+      tl_turn(&ls[i], 2);
+  }
+}
+
+/* The async verbs count as the blocking ones do: a semaphore's permits
+ * and a latch's awaits in their own groups, a MultiLock and a RedLock once
+ * each as wholes (their parts not as single locks), and the loop's
+ * pub/sub connection made again after Redis restarted. */
+TEST(async_statistics_count_semaphores_composites_and_pubsub) {
+  rp_server_t *srv[RED_N];
+  tl_loop ls[RED_N];
+  dlock_client_t *ac[RED_N];
+  dlock_t *node[RED_N];
+  for (int i = 0; i < RED_N; i++) {
+    srv[i] = lu_server(0);
+    ac[i] = async_client(srv[i], &ls[i]);
+    node[i] = lu_get(ac[i], "async-st:red");
+  }
+  dlock_client_t *bc = lu_client(srv[0]);
+  tl_loop *t = &ls[0];
+
+  dlock_sem_t *as = NULL, *bs = NULL;
+  ASSERT_DLOCK_OK(dlock_sem_get(ac[0], "async-st:sem", &as));
+  ASSERT_DLOCK_OK(dlock_sem_get(bc, "async-st:sem", &bs));
+  ASSERT_EQ(dlock_sem_try_set_permits(bs, 1), 1);
+  counter_done a = {0}, late = {0}, r = {0};
+  ASSERT_DLOCK_OK(dlock_sem_acquire_async(as, 1, 1000, sem_done, &a));
+  tl_run_until(t, &a.calls, 10000);
+  ASSERT_DLOCK_OK(a.status);
+  ASSERT_DLOCK_OK(dlock_sem_acquire_async(as, 1, 100, sem_done, &late));
+  tl_run_until(t, &late.calls, 10000);
+  ASSERT_EQ(late.status, DLOCK_ETIMEDOUT);
+  ASSERT_DLOCK_OK(dlock_sem_release_async(as, 1, sem_done, &r));
+  tl_run_until(t, &r.calls, 10000);
+  ASSERT_DLOCK_OK(r.status);
+
+  dlock_latch_t *al = NULL, *bl = NULL;
+  ASSERT_DLOCK_OK(dlock_latch_get(ac[0], "async-st:latch", &al));
+  ASSERT_DLOCK_OK(dlock_latch_get(bc, "async-st:latch", &bl));
+  ASSERT_EQ(dlock_latch_try_set_count(bl, 1), 1);
+  counter_done w1 = {0}, w2 = {0};
+  ASSERT_DLOCK_OK(dlock_latch_await_async(al, 100, latch_done, &w1));
+  tl_run_until(t, &w1.calls, 10000);
+  ASSERT_EQ(w1.status, DLOCK_ETIMEDOUT);
+  ASSERT_DLOCK_OK(dlock_latch_count_down(bl, NULL));
+  ASSERT_DLOCK_OK(dlock_latch_await_async(al, 1000, latch_done, &w2));
+  tl_run_until(t, &w2.calls, 10000);
+  ASSERT_DLOCK_OK(w2.status);
+
+  dlock_t *parts[2] = {lu_get(ac[0], "async-st:m0"),
+                       lu_get(ac[0], "async-st:m1")};
+  dlock_t *multi = NULL, *red = NULL;
+  ASSERT_DLOCK_OK(dlock_get_multi(parts, 2, &multi));
+  ASSERT_DLOCK_OK(dlock_get_red(node, RED_N, &red));
+  tl_done m = {0}, red_done = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(multi, 3, 10000, tl_done_cb, &m));
+  tl_run_until(t, &m.calls, 10000);
+  ASSERT_DLOCK_OK(m.status);
+  unlock_ok(t, multi, 3);
+  ASSERT_DLOCK_OK(dlock_lock_async(red, 3, 10000, tl_done_cb, &red_done));
+  turn_all_until(ls, RED_N, &red_done.calls, 30000);
+  ASSERT_DLOCK_OK(red_done.status);
+  tl_done ru = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(red, 3, tl_done_cb, &ru));
+  turn_all_until(ls, RED_N, &ru.calls, 30000);
+  ASSERT_DLOCK_OK(ru.status);
+
+  dlock_stats_t st;
+  dlock_client_stats(ac[0], &st);
+  ASSERT_EQ(st.semaphore.acquired, 1);
+  ASSERT_EQ(st.semaphore.timed_out, 1);
+  ASSERT_EQ(st.semaphore.waits, 1);
+  ASSERT_EQ(st.semaphore.released, 1);
+  ASSERT_EQ(st.latch.acquired, 1);
+  ASSERT_EQ(st.latch.timed_out, 1);
+  ASSERT_EQ(st.multilock.acquired, 1);
+  ASSERT_EQ(st.multilock.released, 1);
+  ASSERT_EQ(st.multilock.hold.count, 1);
+  ASSERT_EQ(st.redlock.acquired, 1);
+  ASSERT_EQ(st.redlock.released, 1);
+  ASSERT_EQ(st.redlock.hold.count, 1);
+  for (int i = 0; i < RED_N; i++) {
+    dlock_stats_t x;
+    dlock_client_stats(ac[i], &x);
+    ASSERT_EQ(x.acquired + x.timed_out + x.waits, 0);
+    ASSERT_EQ(x.released + x.unlocks + x.hold.count, 0);
+  }
+
+  /* Redis restarts; a wait needs the loop's pub/sub connection again. */
+  ASSERT_EQ(st.pubsub_reconnects, 0);
+  ASSERT_EQ(rp_restart(srv[0]), 0);
+  ASSERT_EQ(dlock_latch_try_set_count(bl, 1), 1);
+  counter_done w3 = {0};
+  ASSERT_DLOCK_OK(dlock_latch_await_async(al, 300, latch_done, &w3));
+  tl_run_until(t, &w3.calls, 20000);
+  ASSERT_EQ(w3.status, DLOCK_ETIMEDOUT);
+  turn_until_pubsub(ls, 1, ac[0], 1, 20000, &st);
+  ASSERT_GE(st.pubsub_reconnects, 1);
+  ASSERT_EQ(st.latch.timed_out, 2);
+
+  dlock_free(multi);
+  dlock_free(red);
+  dlock_free(parts[0]);
+  dlock_free(parts[1]);
+  dlock_latch_free(al);
+  dlock_latch_free(bl);
+  dlock_sem_free(as);
+  dlock_sem_free(bs);
+  dlock_client_close(bc);
+  for (int i = 0; i < RED_N; i++) {
+    dlock_free(node[i]);
+    dlock_client_close(ac[i]);
+    tl_close(&ls[i]);
+    rp_free(srv[i]);
+  }
+}
+
 /* A close outside the loop whose cancelled operation's callback closes the
  * client again: once, and nothing freed twice (the sanitizers and valgrind
  * would say). */

@@ -1,7 +1,9 @@
 /*
  * Statistics and the event hook: the counters and histograms match what a
  * scripted run did (acquisitions, time-outs, a refusal, a lock lost by
- * deleting its key, a reconnect by restarting Redis, a Sentinel failover),
+ * deleting its key, a reconnect by restarting Redis, a Sentinel failover;
+ * semaphores, expirable permits, latches, and MultiLocks and RedLocks
+ * counted once as wholes; the pub/sub connection's reconnect),
  * on_event sees each event once and in order, the contended names are
  * ranked, the Prometheus text is well formed, a client with its
  * statistics off reports nothing, and sixteen threads counting at once
@@ -28,6 +30,7 @@ typedef struct rec_event {
   uint64_t owner, token, count;
   int64_t wait_us, hold_us;
   int err;
+  int what;
 } rec_event;
 
 /* Events as on_event saw them, in order, with a mutex of the test's own:
@@ -58,8 +61,31 @@ static void on_event(void *data, const dlock_event_t *e) {
     x->wait_us = e->wait_us;
     x->hold_us = e->hold_us;
     x->err = e->err;
+    x->what = e->what;
   }
   pthread_mutex_unlock(&r->mu);
+}
+
+/* A new recorder, freed with rec_free(). */
+static recorder *rec_new(void) {
+  recorder *r = malloc(sizeof(*r));
+  if (r != NULL)
+    rec_init(r);
+  return r;
+}
+
+static void rec_free(recorder *r) {
+  pthread_mutex_destroy(&r->mu);
+  free(r);
+}
+
+/* A client of 's' whose events go to 'r'. */
+static dlock_client_t *recorded_client(const rp_server_t *s, recorder *r) {
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.on_event = on_event;
+  o.on_event_data = r;
+  return lu_client_opts(&o);
 }
 
 /* How many recorded events are of 'kind'. */
@@ -101,13 +127,9 @@ static uint64_t wait_stat(dlock_client_t *c, size_t offset, uint64_t want,
 TEST(stats_count_a_scripted_run) {
   enum { N = 6, M = 3 };
   rp_server_t *s = lu_server(0);
-  recorder *rec = malloc(sizeof(*rec));
-  rec_init(rec);
-  dlock_options_t o;
-  lu_options(&o, s);
-  o.on_event = on_event;
-  o.on_event_data = rec;
-  dlock_client_t *a = lu_client_opts(&o);
+  recorder *rec = rec_new();
+  ASSERT_NOT_NULL(rec);
+  dlock_client_t *a = recorded_client(s, rec);
   dlock_client_t *b = lu_client(s);
 
   /* N acquisitions and releases, one of them reentrant. */
@@ -250,8 +272,289 @@ TEST(stats_count_a_scripted_run) {
   dlock_client_close(a);
   dlock_client_close(b);
   rp_free(s);
-  pthread_mutex_destroy(&rec->mu);
-  free(rec);
+  rec_free(rec);
+}
+
+/* How many recorded events are of 'kind' about 'what' (a
+ * dlock_stats_kind_t) on a name that starts with 'prefix'. */
+static size_t rec_count_of(recorder *r, int kind, int what,
+                           const char *prefix) {
+  pthread_mutex_lock(&r->mu);
+  size_t k = 0;
+  for (size_t i = 0; i < r->n; i++)
+    k += r->ev[i].kind == kind && r->ev[i].what == what &&
+         strncmp(r->ev[i].name, prefix, strlen(prefix)) == 0;
+  pthread_mutex_unlock(&r->mu);
+  return k;
+}
+
+/* ---- semaphores, expirable permits and latches -------------------------- */
+
+/* A semaphore's acquisitions (N granted, M waits run out, one try without
+ * a wait refused) and releases, an expirable permit held and released, a
+ * latch awaited in vain and then at zero: each counted in its own group
+ * and none as a single lock, with their events. */
+TEST(stats_count_semaphores_and_latches) {
+  enum { N = 4, M = 3 };
+  rp_server_t *s = lu_server(1);
+  recorder *rec = rec_new();
+  ASSERT_NOT_NULL(rec);
+  dlock_client_t *a = recorded_client(s, rec);
+
+  dlock_sem_t *sem = NULL;
+  ASSERT_DLOCK_OK(dlock_sem_get(a, "st:sem", &sem));
+  ASSERT_EQ(dlock_sem_try_set_permits(sem, 2), 1);
+  for (int i = 0; i < N; i++) {
+    ASSERT_DLOCK_OK(dlock_sem_acquire(sem, 1, 1000));
+    ASSERT_DLOCK_OK(dlock_sem_release(sem, 1));
+  }
+  ASSERT_DLOCK_OK(dlock_sem_acquire(sem, 2, 1000));
+  for (int i = 0; i < M; i++)
+    ASSERT_DLOCK_ERR(dlock_sem_acquire(sem, 1, 50), DLOCK_ETIMEDOUT);
+  ASSERT_DLOCK_ERR(dlock_sem_acquire(sem, 1, 0), DLOCK_ETIMEDOUT);
+  ASSERT_DLOCK_OK(dlock_sem_release(sem, 2));
+
+  dlock_psem_t *ps = NULL;
+  ASSERT_DLOCK_OK(dlock_psem_get(a, "st:psem", &ps));
+  ASSERT_EQ(dlock_psem_try_set_permits(ps, 1), 1);
+  dlock_permit_t p, q;
+  ASSERT_DLOCK_OK(dlock_psem_acquire(ps, 1000, 60000, &p));
+  ASSERT_DLOCK_ERR(dlock_psem_acquire(ps, 50, 60000, &q), DLOCK_ETIMEDOUT);
+  lu_sleep_ms(2);
+  ASSERT_DLOCK_OK(dlock_psem_release(ps, p.id));
+
+  dlock_latch_t *latch = NULL;
+  ASSERT_DLOCK_OK(dlock_latch_get(a, "st:latch", &latch));
+  ASSERT_EQ(dlock_latch_try_set_count(latch, 1), 1);
+  ASSERT_DLOCK_ERR(dlock_latch_await(latch, 50), DLOCK_ETIMEDOUT);
+  ASSERT_DLOCK_OK(dlock_latch_count_down(latch, NULL));
+  ASSERT_DLOCK_OK(dlock_latch_await(latch, 1000));
+
+  dlock_stats_t st = stats_of(a);
+  ASSERT_EQ(st.semaphore.acquired, N + 1);
+  ASSERT_EQ(st.semaphore.timed_out, M);
+  ASSERT_EQ(st.semaphore.refused, 1);
+  ASSERT_EQ(st.semaphore.failed, 0);
+  ASSERT_EQ(st.semaphore.waits, M);
+  ASSERT_EQ(st.semaphore.released, N + 1);
+  ASSERT_EQ(st.semaphore.acquire.count, N + 1 + M + 1);
+  ASSERT_EQ(st.semaphore.wait.count, M);
+  ASSERT_GE(st.semaphore.wait.max_us, 50000);
+  ASSERT_EQ(st.semaphore.hold.count, 0);
+
+  ASSERT_EQ(st.psem.acquired, 1);
+  ASSERT_EQ(st.psem.timed_out, 1);
+  ASSERT_EQ(st.psem.waits, 1);
+  ASSERT_EQ(st.psem.released, 1);
+  ASSERT_EQ(st.psem.hold.count, 1);
+  ASSERT_GE(st.psem.hold.sum_us, 2000);
+
+  ASSERT_EQ(st.latch.acquired, 1);
+  ASSERT_EQ(st.latch.timed_out, 1);
+  ASSERT_EQ(st.latch.refused, 0);
+  ASSERT_EQ(st.latch.waits, 1);
+  ASSERT_EQ(st.latch.released, 0);
+  ASSERT_EQ(st.latch.acquire.count, 2);
+
+  /* Nothing of it is a single lock's, nor a composite's. */
+  ASSERT_EQ(st.acquired + st.timed_out + st.refused + st.failed, 0);
+  ASSERT_EQ(st.waits + st.released + st.unlocks, 0);
+  ASSERT_EQ(st.acquire.count + st.wait.count + st.hold.count, 0);
+  ASSERT_EQ(st.multilock.acquire.count + st.redlock.acquire.count, 0);
+
+  /* The events, each once, about what they were of. */
+  ASSERT_EQ(
+      rec_count_of(rec, DLOCK_EVENT_ACQUIRED, DLOCK_STATS_SEMAPHORE, "st:sem"),
+      N + 1);
+  ASSERT_EQ(
+      rec_count_of(rec, DLOCK_EVENT_TIMED_OUT, DLOCK_STATS_SEMAPHORE, "st:sem"),
+      M + 1);
+  ASSERT_EQ(
+      rec_count_of(rec, DLOCK_EVENT_WAITED, DLOCK_STATS_SEMAPHORE, "st:sem"),
+      M);
+  ASSERT_EQ(
+      rec_count_of(rec, DLOCK_EVENT_RELEASED, DLOCK_STATS_SEMAPHORE, "st:sem"),
+      N + 1);
+  ASSERT_EQ(rec_count_of(rec, DLOCK_EVENT_ACQUIRED, DLOCK_STATS_LOCK, "st:"),
+            0);
+  {
+    /* The permit's: its acquisition and release carry its token and
+     * owner, in that order, after the wait that ran out. */
+    int want[] = {DLOCK_EVENT_ACQUIRED, DLOCK_EVENT_WAITED,
+                  DLOCK_EVENT_TIMED_OUT, DLOCK_EVENT_RELEASED};
+    size_t k = 0;
+    pthread_mutex_lock(&rec->mu);
+    for (size_t i = 0; i < rec->n; i++) {
+      rec_event *e = &rec->ev[i];
+      if (e->what != DLOCK_STATS_PSEM)
+        continue;
+      ASSERT_LT(k, sizeof(want) / sizeof(want[0]));
+      ASSERT_EQ(e->kind, want[k]);
+      ASSERT_STR_EQ(e->name, "st:psem");
+      if (e->kind == DLOCK_EVENT_ACQUIRED || e->kind == DLOCK_EVENT_RELEASED) {
+        ASSERT_EQ(e->token, p.token);
+        ASSERT_EQ(e->owner, p.owner);
+      }
+      if (e->kind == DLOCK_EVENT_RELEASED)
+        ASSERT_GE(e->hold_us, 2000);
+      k++;
+    }
+    pthread_mutex_unlock(&rec->mu);
+    ASSERT_EQ(k, sizeof(want) / sizeof(want[0]));
+  }
+  ASSERT_EQ(
+      rec_count_of(rec, DLOCK_EVENT_TIMED_OUT, DLOCK_STATS_LATCH, "st:latch"),
+      1);
+  ASSERT_EQ(
+      rec_count_of(rec, DLOCK_EVENT_ACQUIRED, DLOCK_STATS_LATCH, "st:latch"),
+      1);
+
+  dlock_latch_free(latch);
+  dlock_psem_free(ps);
+  dlock_sem_free(sem);
+  dlock_client_close(a);
+  rp_free(s);
+  rec_free(rec);
+}
+
+/* ---- MultiLocks and RedLocks --------------------------------------------- */
+
+/* A MultiLock taken and released, and one whose part another client
+ * holds; a RedLock over three servers taken and released: each counted
+ * once as a whole, in its first part's client, and never as single locks
+ * (which its parts are). */
+TEST(stats_count_composites_once) {
+  enum { NODES = 3 };
+  rp_server_t *s[NODES];
+  dlock_client_t *c[NODES];
+  dlock_t *part[NODES], *node[NODES];
+  recorder *rec = rec_new();
+  ASSERT_NOT_NULL(rec);
+  for (int i = 0; i < NODES; i++) {
+    s[i] = lu_server(1);
+    c[i] = recorded_client(s[i], rec);
+    char name[32];
+    snprintf(name, sizeof(name), "st:multi:%d", i);
+    part[i] = lu_get(c[0], name);
+    node[i] = lu_get(c[i], "st:red");
+  }
+  dlock_client_t *b = lu_client(s[0]);
+
+  dlock_t *multi = NULL, *red = NULL;
+  ASSERT_DLOCK_OK(dlock_get_multi(part, NODES, &multi));
+  ASSERT_DLOCK_OK(dlock_get_red(node, NODES, &red));
+  ASSERT_DLOCK_OK(dlock_lock(multi, 10000));
+  lu_sleep_ms(2);
+  ASSERT_DLOCK_OK(dlock_unlock(multi));
+  /* A part held by another client: the MultiLock waits for it in vain. */
+  dlock_t *busy = lu_get(b, "st:multi:1");
+  ASSERT_DLOCK_OK(dlock_lock(busy, 60000));
+  ASSERT_DLOCK_ERR(dlock_trylock(multi, 100, 10000), DLOCK_ETIMEDOUT);
+  ASSERT_DLOCK_OK(dlock_unlock(busy));
+  ASSERT_DLOCK_OK(dlock_lock(red, 10000));
+  lu_sleep_ms(2);
+  ASSERT_DLOCK_OK(dlock_unlock(red));
+
+  dlock_stats_t st = stats_of(c[0]);
+  ASSERT_EQ(st.multilock.acquired, 1);
+  ASSERT_EQ(st.multilock.timed_out, 1);
+  ASSERT_EQ(st.multilock.failed + st.multilock.refused, 0);
+  ASSERT_EQ(st.multilock.waits, 1);
+  ASSERT_EQ(st.multilock.released, 1);
+  ASSERT_EQ(st.multilock.acquire.count, 2);
+  ASSERT_EQ(st.multilock.wait.count, 1);
+  ASSERT_EQ(st.multilock.hold.count, 1);
+  ASSERT_GE(st.multilock.hold.sum_us, 2000);
+  ASSERT_EQ(st.redlock.acquired, 1);
+  ASSERT_EQ(st.redlock.released, 1);
+  ASSERT_EQ(st.redlock.acquire.count, 1);
+  ASSERT_EQ(st.redlock.hold.count, 1);
+  ASSERT_GE(st.redlock.hold.sum_us, 2000);
+  /* The parts, all single locks, are not counted as such, in any of the
+   * RedLock's clients; the part waited for is among the contended
+   * names. */
+  for (int i = 0; i < NODES; i++) {
+    dlock_stats_t x = stats_of(c[i]);
+    ASSERT_EQ(x.acquired + x.timed_out + x.refused + x.failed, 0);
+    ASSERT_EQ(x.reentrant + x.waits + x.released + x.unlocks, 0);
+    ASSERT_EQ(x.acquire.count + x.wait.count + x.hold.count, 0);
+    if (i > 0)
+      ASSERT_EQ(x.redlock.acquire.count + x.multilock.acquire.count, 0);
+  }
+  ASSERT_EQ(st.ntop, 1);
+  ASSERT_STR_EQ(st.top[0].name, "st:multi:1");
+  /* Their events: one ACQUIRED and one RELEASED for each whole, named
+   * after its first part; none of a single lock. */
+  ASSERT_EQ(rec_count_of(rec, DLOCK_EVENT_ACQUIRED, DLOCK_STATS_MULTILOCK,
+                         "st:multi:0"),
+            1);
+  ASSERT_EQ(rec_count_of(rec, DLOCK_EVENT_TIMED_OUT, DLOCK_STATS_MULTILOCK,
+                         "st:multi:0"),
+            1);
+  ASSERT_EQ(rec_count_of(rec, DLOCK_EVENT_RELEASED, DLOCK_STATS_MULTILOCK,
+                         "st:multi:0"),
+            1);
+  ASSERT_EQ(
+      rec_count_of(rec, DLOCK_EVENT_ACQUIRED, DLOCK_STATS_REDLOCK, "st:red"),
+      1);
+  ASSERT_EQ(
+      rec_count_of(rec, DLOCK_EVENT_RELEASED, DLOCK_STATS_REDLOCK, "st:red"),
+      1);
+  ASSERT_EQ(rec_count_of(rec, DLOCK_EVENT_ACQUIRED, DLOCK_STATS_LOCK, "st:"),
+            0);
+  ASSERT_EQ(rec_count_of(rec, DLOCK_EVENT_RELEASED, DLOCK_STATS_LOCK, "st:"),
+            0);
+
+  dlock_free(multi);
+  dlock_free(red);
+  dlock_free(busy);
+  dlock_client_close(b);
+  for (int i = 0; i < NODES; i++) {
+    dlock_free(part[i]);
+    dlock_free(node[i]);
+    dlock_client_close(c[i]);
+    rp_free(s[i]);
+  }
+  rec_free(rec);
+}
+
+/* ---- the pub/sub connection's reconnect ---------------------------------- */
+
+/* Redis restarted under a client whose pub/sub connection was in use: it
+ * is made again, counted apart from the command connection's, and told
+ * once per reconnect. */
+TEST(stats_pubsub_reconnect) {
+  rp_server_t *s = lu_server(0);
+  recorder *rec = rec_new();
+  ASSERT_NOT_NULL(rec);
+  dlock_client_t *a = recorded_client(s, rec), *b = lu_client(s);
+  dlock_t *la = lu_get(a, "st:psub"), *lb = lu_get(b, "st:psub");
+  /* A wait in vain: a's pub/sub connection subscribes. */
+  ASSERT_DLOCK_OK(dlock_lock(lb, 60000));
+  ASSERT_DLOCK_ERR(dlock_trylock(la, 100, 10000), DLOCK_ETIMEDOUT);
+  ASSERT_EQ(stats_of(a).pubsub_reconnects, 0);
+  ASSERT_EQ(rp_restart(s), 0);
+  /* The restarted server forgot the lock (b's hold is lost): b takes
+   * another, and a waits for it, which needs its pub/sub connection
+   * back. */
+  dlock_t *la2 = lu_get(a, "st:psub2"), *lb2 = lu_get(b, "st:psub2");
+  ASSERT_DLOCK_OK(dlock_lock(lb2, 60000));
+  ASSERT_DLOCK_ERR(dlock_trylock(la2, 100, 10000), DLOCK_ETIMEDOUT);
+  ASSERT_GE(WAIT_STAT(a, pubsub_reconnects, 1, 20000), 1);
+  dlock_stats_t st = stats_of(a);
+  ASSERT_EQ(rec_count(rec, DLOCK_EVENT_PUBSUB_RECONNECT), st.pubsub_reconnects);
+  ASSERT_EQ(rec_count(rec, DLOCK_EVENT_RECONNECT), st.reconnects);
+  ASSERT_EQ(st.timed_out, 2);
+  ASSERT_DLOCK_ERR(dlock_unlock(lb), DLOCK_ELOST);
+  ASSERT_DLOCK_OK(dlock_unlock(lb2));
+  dlock_free(la2);
+  dlock_free(lb2);
+  dlock_free(la);
+  dlock_free(lb);
+  dlock_client_close(a);
+  dlock_client_close(b);
+  rp_free(s);
+  rec_free(rec);
 }
 
 /* ---- waits, wake-ups and the contended names ---------------------------- */
@@ -431,23 +734,42 @@ TEST(stats_prometheus_text_shape) {
   memcpy(st.top[0].name, "a\"b\\c\nd\xff", 8);
   st.top[0].name_len = 8;
   st.top[0].waits = 3;
+  st.pubsub_reconnects = 9;
+  st.semaphore.timed_out = 4;
+  st.latch.waits = 2;
+  st.redlock.acquired = 7;
+  st.psem.hold.count = 1;
+  st.psem.hold.buckets[5] = 1;
   size_t need = dlock_stats_format(&st, "app=\"x\"", NULL, 0);
   ASSERT_GT(need, 1000);
   char *buf = malloc(need + 1);
   ASSERT_EQ(dlock_stats_format(&st, "app=\"x\"", buf, need + 1), need);
   ASSERT_EQ(strlen(buf), need);
   ASSERT_NOT_NULL(strstr(buf, "# TYPE dlock_acquisitions_total counter\n"));
-  ASSERT_NOT_NULL(strstr(
-      buf, "dlock_acquisitions_total{result=\"acquired\",app=\"x\"} 5\n"));
+  ASSERT_NOT_NULL(strstr(buf, "dlock_acquisitions_total{kind=\"lock\","
+                              "result=\"acquired\",app=\"x\"} 5\n"));
+  ASSERT_NOT_NULL(strstr(buf, "dlock_acquisitions_total{kind=\"semaphore\","
+                              "result=\"timed_out\",app=\"x\"} 4\n"));
+  ASSERT_NOT_NULL(strstr(buf, "dlock_acquisitions_total{kind=\"redlock\","
+                              "result=\"acquired\",app=\"x\"} 7\n"));
+  ASSERT_NOT_NULL(
+      strstr(buf, "dlock_waits_total{kind=\"latch\",app=\"x\"} 2\n"));
+  ASSERT_NOT_NULL(strstr(buf, "dlock_pubsub_reconnects_total{app=\"x\"} 9\n"));
+  ASSERT_NOT_NULL(
+      strstr(buf, "dlock_hold_seconds_count{kind=\"psem\",app=\"x\"} 1\n"));
+  /* A plain semaphore's permits and a latch are held by no one. */
+  ASSERT_NULL(strstr(buf, "dlock_hold_seconds_count{kind=\"semaphore\""));
+  ASSERT_NULL(strstr(buf, "dlock_hold_seconds_count{kind=\"latch\""));
   ASSERT_NOT_NULL(strstr(
       buf,
       "dlock_acquisition_errors_total{error=\"DLOCK_EIO\",app=\"x\"} 1\n"));
   ASSERT_NOT_NULL(strstr(buf, "# TYPE dlock_wait_seconds histogram\n"));
+  ASSERT_NOT_NULL(strstr(buf, "dlock_wait_seconds_bucket{kind=\"lock\","
+                              "le=\"8e-06\",app=\"x\"} 2\n"));
+  ASSERT_NOT_NULL(strstr(buf, "dlock_wait_seconds_bucket{kind=\"lock\","
+                              "le=\"+Inf\",app=\"x\"} 3\n"));
   ASSERT_NOT_NULL(
-      strstr(buf, "dlock_wait_seconds_bucket{le=\"8e-06\",app=\"x\"} 2\n"));
-  ASSERT_NOT_NULL(
-      strstr(buf, "dlock_wait_seconds_bucket{le=\"+Inf\",app=\"x\"} 3\n"));
-  ASSERT_NOT_NULL(strstr(buf, "dlock_wait_seconds_count{app=\"x\"} 3\n"));
+      strstr(buf, "dlock_wait_seconds_count{kind=\"lock\",app=\"x\"} 3\n"));
   ASSERT_NOT_NULL(strstr(
       buf,
       "dlock_lock_waits_total{lock=\"a\\\"b\\\\c\\nd%FF\",app=\"x\"} 3\n"));
@@ -456,6 +778,16 @@ TEST(stats_prometheus_text_shape) {
   ASSERT_EQ(dlock_stats_format(&st, NULL, small, sizeof(small)),
             dlock_stats_format(&st, NULL, NULL, 0));
   ASSERT_EQ(strlen(small), sizeof(small) - 1);
+  /* A struct from a program built before the fields at the end: they
+   * are not read (rendered 0), whatever lies past its size. */
+  st.struct_size = offsetof(dlock_stats_t, pubsub_reconnects);
+  ASSERT_GT(dlock_stats_format(&st, NULL, buf, need + 1), 0);
+  ASSERT_NOT_NULL(strstr(buf, "dlock_pubsub_reconnects_total 0\n"));
+  ASSERT_NOT_NULL(strstr(buf, "dlock_acquisitions_total{kind=\"redlock\","
+                              "result=\"acquired\"} 0\n"));
+  ASSERT_NOT_NULL(strstr(buf, "dlock_acquisitions_total{kind=\"lock\","
+                              "result=\"acquired\"} 5\n"));
+  st.struct_size = sizeof(st);
   /* Quantiles read from the buckets. */
   ASSERT_EQ(dlock_histogram_quantile(&st.wait, 0.5), 8);
   ASSERT_EQ(dlock_histogram_quantile(&st.wait, 0.99), 1000000);
@@ -552,8 +884,8 @@ TEST(stats_sixteen_threads) {
 TEST(stats_sentinel_failover) {
   sg_group_t *g = NULL;
   ASSERT_EQ(sg_start(NULL, &g), 0);
-  recorder *rec = malloc(sizeof(*rec));
-  rec_init(rec);
+  recorder *rec = rec_new();
+  ASSERT_NOT_NULL(rec);
   dlock_options_t o;
   dlock_options_init(&o);
   o.url = sg_url(g);
@@ -582,6 +914,5 @@ TEST(stats_sentinel_failover) {
   dlock_free(l);
   dlock_client_close(c);
   sg_free(g);
-  pthread_mutex_destroy(&rec->mu);
-  free(rec);
+  rec_free(rec);
 }

@@ -21,7 +21,7 @@ static const char weird[] = "st:prom \"q\" \\ \n \xc3\xa9";
 static const char weird_label[] = "st:prom \"q\" \\ \n %C3%A9";
 
 TEST(stats_prometheus_parses) {
-  enum { N = 5, M = 2 };
+  enum { N = 5, M = 2, SN = 3, SM = 1 };
   rp_server_t *s = lu_server(1);
   dlock_client_t *a = lu_client(s), *b = lu_client(s);
   dlock_t *l = lu_get(a, "st:prom:free");
@@ -35,6 +35,17 @@ TEST(stats_prometheus_parses) {
   ASSERT_DLOCK_OK(dlock_lock(hb, 60000));
   for (int i = 0; i < M; i++)
     ASSERT_DLOCK_ERR(dlock_trylock(ha, 50, 10000), DLOCK_ETIMEDOUT);
+  /* A semaphore of SN permits: SN taken one by one, one more waited for
+   * in vain, all given back. */
+  dlock_sem_t *sem = NULL;
+  ASSERT_DLOCK_OK(dlock_sem_get(a, "st:prom:sem", &sem));
+  ASSERT_EQ(dlock_sem_try_set_permits(sem, SN), 1);
+  for (int i = 0; i < SN; i++)
+    ASSERT_DLOCK_OK(dlock_sem_acquire(sem, 1, 1000));
+  for (int i = 0; i < SM; i++)
+    ASSERT_DLOCK_ERR(dlock_sem_acquire(sem, 1, 50), DLOCK_ETIMEDOUT);
+  for (int i = 0; i < SN; i++)
+    ASSERT_DLOCK_OK(dlock_sem_release(sem, 1));
 
   dlock_stats_t st;
   dlock_client_stats(a, &st);
@@ -48,14 +59,16 @@ TEST(stats_prometheus_parses) {
   ASSERT_EQ(write(fd, text, need), (ssize_t)need);
   close(fd);
 
-  char n[16], m[16];
+  char n[16], m[16], sn[16], sm[16];
   snprintf(n, sizeof(n), "%d", N);
   snprintf(m, sizeof(m), "%d", M);
+  snprintf(sn, sizeof(sn), "%d", SN);
+  snprintf(sm, sizeof(sm), "%d", SM);
   pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     execl(DLOCK_PROM_PYTHON, DLOCK_PROM_PYTHON, DLOCK_PROM_CHECK, path, n, m,
-          weird_label, (char *)NULL);
+          weird_label, sn, sm, (char *)NULL);
     _exit(127);
   }
   int status = 0;
@@ -65,6 +78,7 @@ TEST(stats_prometheus_parses) {
   ASSERT_EQ(WEXITSTATUS(status), 0);
 
   free(text);
+  dlock_sem_free(sem);
   ASSERT_DLOCK_OK(dlock_unlock(hb));
   dlock_free(ha);
   dlock_free(hb);

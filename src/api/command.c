@@ -236,6 +236,7 @@ int dlock_client_command_async(dlock_client_t *c, size_t argc,
     o->op.run = command_run;
     o->op.cancel = command_cancel;
     dlock__loop_add(c->loop, &o->op);
+    o->op.grants_nothing = 1;
     rc = dlock__loop_send(&o->op, cmd, (size_t)len);
     if (rc != 0) {
       dlock__loop_remove(&o->op);

@@ -59,8 +59,23 @@ const char *dlock_event_kind_name(int kind) {
       [DLOCK_EVENT_RECONNECT] = "reconnect",
       [DLOCK_EVENT_FAILOVER] = "failover",
       [DLOCK_EVENT_SYNC_SHORTFALL] = "sync_shortfall",
+      [DLOCK_EVENT_PUBSUB_RECONNECT] = "pubsub_reconnect",
   };
   if (kind <= 0 || (size_t)kind >= sizeof(names) / sizeof(names[0]))
+    return "?";
+  return names[kind];
+}
+
+const char *dlock_stats_kind_name(int kind) {
+  static const char *const names[] = {
+      [DLOCK_STATS_LOCK] = "lock",
+      [DLOCK_STATS_SEMAPHORE] = "semaphore",
+      [DLOCK_STATS_PSEM] = "psem",
+      [DLOCK_STATS_LATCH] = "latch",
+      [DLOCK_STATS_MULTILOCK] = "multilock",
+      [DLOCK_STATS_REDLOCK] = "redlock",
+  };
+  if (kind < 0 || kind >= DLOCK_STATS_KINDS)
     return "?";
   return names[kind];
 }
@@ -109,26 +124,29 @@ static void counter(out *o, const char *name, const char *help, uint64_t v) {
   sample(o, name, "", v);
 }
 
-static void histogram(out *o, const char *name, const char *help,
+/* The samples of histogram 'h' of family 'name', with label 'kind' (a
+ * label pair). */
+static void histogram(out *o, const char *name, const char *kind,
                       const dlock_histogram_t *h) {
-  head(o, name, "histogram", help);
   uint64_t cum = 0;
-  char le[48];
+  char le[96];
   for (int i = 0; i < DLOCK_STATS_BUCKETS - 1; i++) {
     cum += h->buckets[i];
-    snprintf(le, sizeof(le), "le=\"%.10g\"", (double)((uint64_t)1 << i) / 1e6);
+    snprintf(le, sizeof(le), "%s,le=\"%.10g\"", kind,
+             (double)((uint64_t)1 << i) / 1e6);
     put(o, "%s_bucket", name);
     labels(o, le);
     put(o, " %llu\n", (unsigned long long)cum);
   }
+  snprintf(le, sizeof(le), "%s,le=\"+Inf\"", kind);
   put(o, "%s_bucket", name);
-  labels(o, "le=\"+Inf\"");
+  labels(o, le);
   put(o, " %llu\n", (unsigned long long)h->count);
   put(o, "%s_sum", name);
-  labels(o, "");
+  labels(o, kind);
   put(o, " %.6f\n", (double)h->sum_us / 1e6);
   put(o, "%s_count", name);
-  labels(o, "");
+  labels(o, kind);
   put(o, " %llu\n", (unsigned long long)h->count);
 }
 
@@ -161,10 +179,8 @@ static const struct {
   { name, help, offsetof(dlock_stats_t, field) }
     C("dlock_reentrant_acquisitions_total", reentrant,
       "Acquisitions by an owner that held the lock already."),
-    C("dlock_waits_total", waits,
-      "Acquisitions that waited for another holder."),
-    C("dlock_releases_total", released, "Last holds of an owner released."),
-    C("dlock_unlocks_total", unlocks, "Unlock calls that succeeded."),
+    C("dlock_unlocks_total", unlocks,
+      "Unlock calls of single locks that succeeded."),
     C("dlock_unlock_retries_total", unlock_retries,
       "Unlocks sent again after a lost reply."),
     C("dlock_handovers_total", handovers,
@@ -178,7 +194,9 @@ static const struct {
     C("dlock_replica_sync_shortfalls_total", sync_shortfalls,
       "Writes acknowledged by too few replicas."),
     C("dlock_reconnects_total", reconnects,
-      "Connections made again after a failure."),
+      "Command connections made again after a failure."),
+    C("dlock_pubsub_reconnects_total", pubsub_reconnects,
+      "Pub/sub connections made again after a failure or a failover."),
     C("dlock_failovers_total", failovers, "Changes of master followed."),
     C("dlock_redirections_total", redirections,
       "Cluster MOVED and ASK replies followed."),
@@ -199,14 +217,47 @@ size_t dlock_stats_format(const dlock_stats_t *s, const char *extra, char *buf,
     buf[0] = '\0';
   if (s == NULL)
     return 0;
+  /* Every kind as a dlock_kind_stats_t, the single locks' gathered. */
+  dlock_kind_stats_t k[DLOCK_STATS_KINDS];
+  memset(k, 0, sizeof(k));
+  k[0] = (dlock_kind_stats_t){s->acquired, s->refused, s->timed_out,
+                              s->failed,   s->waits,   s->released,
+                              s->acquire,  s->wait,    s->hold};
+  /* A struct from an older program has no room for the other kinds. */
+  size_t have = s->struct_size != 0 ? s->struct_size : sizeof(*s);
+  const dlock_kind_stats_t *more[] = {&s->semaphore, &s->psem, &s->latch,
+                                      &s->multilock, &s->redlock};
+  for (int i = 1; i < DLOCK_STATS_KINDS; i++)
+    if ((size_t)((const char *)(more[i - 1] + 1) - (const char *)s) <= have)
+      k[i] = *more[i - 1];
+  char kl[DLOCK_STATS_KINDS][32];
+  for (int i = 0; i < DLOCK_STATS_KINDS; i++)
+    snprintf(kl[i], sizeof(kl[i]), "kind=\"%s\"", dlock_stats_kind_name(i));
   head(&o, "dlock_acquisitions_total", "counter",
-       "Acquisitions of single locks, by how they ended.");
-  sample(&o, "dlock_acquisitions_total", "result=\"acquired\"", s->acquired);
-  sample(&o, "dlock_acquisitions_total", "result=\"refused\"", s->refused);
-  sample(&o, "dlock_acquisitions_total", "result=\"timed_out\"", s->timed_out);
-  sample(&o, "dlock_acquisitions_total", "result=\"failed\"", s->failed);
+       "Acquisitions by what was acquired and how they ended.");
+  static const char *const results[] = {"acquired", "refused", "timed_out",
+                                        "failed"};
+  for (int i = 0; i < DLOCK_STATS_KINDS; i++) {
+    const uint64_t v[] = {k[i].acquired, k[i].refused, k[i].timed_out,
+                          k[i].failed};
+    for (int r = 0; r < 4; r++) {
+      char l[224];
+      snprintf(l, sizeof(l), "%s,result=\"%s\"", kl[i], results[r]);
+      sample(&o, "dlock_acquisitions_total", l, v[r]);
+    }
+  }
+  head(&o, "dlock_waits_total", "counter",
+       "Acquisitions that waited for another holder.");
+  for (int i = 0; i < DLOCK_STATS_KINDS; i++)
+    sample(&o, "dlock_waits_total", kl[i], k[i].waits);
+  head(&o, "dlock_releases_total", "counter",
+       "Releases: of a single lock an owner's last hold; of a semaphore, "
+       "a permit, a MultiLock or a RedLock each release call.");
+  for (int i = 0; i < DLOCK_STATS_KINDS; i++)
+    if (i != DLOCK_STATS_LATCH)
+      sample(&o, "dlock_releases_total", kl[i], k[i].released);
   head(&o, "dlock_acquisition_errors_total", "counter",
-       "Acquisitions that failed, by error.");
+       "Acquisitions of single locks that failed, by error.");
   for (int i = 0; i < DLOCK_STATS_CODES; i++) {
     if (s->failed_by_code[i] == 0)
       continue;
@@ -215,18 +266,25 @@ size_t dlock_stats_format(const dlock_stats_t *s, const char *extra, char *buf,
     sample(&o, "dlock_acquisition_errors_total", l, s->failed_by_code[i]);
   }
   for (size_t i = 0; i < sizeof(counters) / sizeof(counters[0]); i++) {
-    uint64_t v;
-    memcpy(&v, (const char *)s + counters[i].offset, sizeof(v));
+    uint64_t v = 0;
+    if (counters[i].offset + sizeof(v) <= have)
+      memcpy(&v, (const char *)s + counters[i].offset, sizeof(v));
     counter(&o, counters[i].name, counters[i].help, v);
   }
-  histogram(&o, "dlock_acquire_seconds",
-            "How long acquisition calls took, whatever their end.",
-            &s->acquire);
-  histogram(&o, "dlock_wait_seconds", "How long acquisitions that waited took.",
-            &s->wait);
-  histogram(&o, "dlock_hold_seconds",
-            "How long locks were held, first acquisition to last release.",
-            &s->hold);
+  head(&o, "dlock_acquire_seconds", "histogram",
+       "How long acquisition calls took, whatever their end.");
+  for (int i = 0; i < DLOCK_STATS_KINDS; i++)
+    histogram(&o, "dlock_acquire_seconds", kl[i], &k[i].acquire);
+  head(&o, "dlock_wait_seconds", "histogram",
+       "How long acquisitions that waited took.");
+  for (int i = 0; i < DLOCK_STATS_KINDS; i++)
+    histogram(&o, "dlock_wait_seconds", kl[i], &k[i].wait);
+  /* A plain semaphore's permits and a latch are not held by anyone. */
+  head(&o, "dlock_hold_seconds", "histogram",
+       "How long locks and permits were held, acquisition to release.");
+  for (int i = 0; i < DLOCK_STATS_KINDS; i++)
+    if (i != DLOCK_STATS_SEMAPHORE && i != DLOCK_STATS_LATCH)
+      histogram(&o, "dlock_hold_seconds", kl[i], &k[i].hold);
   head(&o, "dlock_lock_waits_total", "counter",
        "Waits on the most contended lock names (an upper bound).");
   char l[DLOCK_STATS_NAME_MAX * 3 + 16];

@@ -7,6 +7,7 @@
 
 #include "alloc.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,11 +52,8 @@ static int bucket_of(uint64_t us) {
   return i < DLOCK_STATS_BUCKETS - 1 ? i : DLOCK_STATS_BUCKETS - 1;
 }
 
-void dlock__stat_time(dlock__stats *st, int which, int64_t us) {
-  if (st == NULL)
-    return;
+static void hist_add(dlock__hist *h, int64_t us) {
   uint64_t v = us > 0 ? (uint64_t)us : 0;
-  dlock__hist *h = &dlock__stat_mine(st)->h[which];
   atomic_fetch_add_explicit(&h->buckets[bucket_of(v)], 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&h->sum_us, v, memory_order_relaxed);
   /* A new maximum is rare: the loop runs once, or not at all. */
@@ -64,6 +62,16 @@ void dlock__stat_time(dlock__stats *st, int which, int64_t us) {
          !atomic_compare_exchange_weak_explicit(
              &h->max_us, &max, v, memory_order_relaxed, memory_order_relaxed)) {
   }
+}
+
+void dlock__stat_time(dlock__stats *st, int which, int64_t us) {
+  if (st != NULL)
+    hist_add(&dlock__stat_mine(st)->h[which], us);
+}
+
+void dlock__stat_kind_time(dlock__stats *st, int kind, int which, int64_t us) {
+  if (st != NULL)
+    hist_add(&dlock__stat_mine(st)->kh[kind - 1][which], us);
 }
 
 void dlock__stat_failed(dlock__stats *st, int err) {
@@ -135,10 +143,12 @@ void dlock__stat_event(dlock__stats *st, int which, int kind, uint64_t count,
                  &(dlock_event_t){.kind = kind, .count = count, .err = err});
 }
 
-/* Adds histogram 'which' of every shard into 'out'. */
-static void read_hist(dlock__stats *st, int which, dlock_histogram_t *out) {
+/* Adds one histogram of every shard, the one at 'offset' bytes into a
+ * shard, into 'out'. */
+static void read_hist_at(dlock__stats *st, size_t offset,
+                         dlock_histogram_t *out) {
   for (int k = 0; k < DLOCK__STAT_SHARDS; k++) {
-    dlock__hist *h = &st->shard[k].h[which];
+    dlock__hist *h = (dlock__hist *)((char *)&st->shard[k] + offset);
     out->sum_us += atomic_load_explicit(&h->sum_us, memory_order_relaxed);
     uint64_t max = atomic_load_explicit(&h->max_us, memory_order_relaxed);
     if (max > out->max_us)
@@ -149,6 +159,34 @@ static void read_hist(dlock__stats *st, int which, dlock_histogram_t *out) {
       out->count += n;
     }
   }
+}
+
+static void read_hist(dlock__stats *st, int which, dlock_histogram_t *out) {
+  read_hist_at(st, offsetof(dlock__stat_shard, h) + which * sizeof(dlock__hist),
+               out);
+}
+
+/* The counters and histograms of 'kind' (not DLOCK_STATS_LOCK). */
+static void read_kind(dlock__stats *st, int kind, dlock_kind_stats_t *out) {
+  uint64_t c[DLOCK__KC_COUNT] = {0};
+  for (int k = 0; k < DLOCK__STAT_SHARDS; k++)
+    for (int i = 0; i < DLOCK__KC_COUNT; i++)
+      c[i] += atomic_load_explicit(&st->shard[k].kc[kind - 1][i],
+                                   memory_order_relaxed);
+  out->acquired = c[DLOCK__KC_ACQUIRED];
+  out->refused = c[DLOCK__KC_REFUSED];
+  out->timed_out = c[DLOCK__KC_TIMED_OUT];
+  out->failed = c[DLOCK__KC_FAILED];
+  out->waits = c[DLOCK__KC_WAITS];
+  out->released = c[DLOCK__KC_RELEASED];
+  dlock_histogram_t *h[DLOCK__KH_COUNT] = {&out->acquire, &out->wait,
+                                           &out->hold};
+  for (int i = 0; i < DLOCK__KH_COUNT; i++)
+    read_hist_at(st,
+                 offsetof(dlock__stat_shard, kh) +
+                     ((size_t)(kind - 1) * DLOCK__KH_COUNT + (size_t)i) *
+                         sizeof(dlock__hist),
+                 h[i]);
 }
 
 static int by_waits(const void *a, const void *b) {
@@ -197,6 +235,12 @@ void dlock__stats_read(dlock__stats *st, dlock_stats_t *out) {
   read_hist(st, DLOCK__H_ACQUIRE, &out->acquire);
   read_hist(st, DLOCK__H_WAIT, &out->wait);
   read_hist(st, DLOCK__H_HOLD, &out->hold);
+  out->pubsub_reconnects = c[DLOCK__ST_PUBSUB_RECONNECTS];
+  read_kind(st, DLOCK_STATS_SEMAPHORE, &out->semaphore);
+  read_kind(st, DLOCK_STATS_PSEM, &out->psem);
+  read_kind(st, DLOCK_STATS_LATCH, &out->latch);
+  read_kind(st, DLOCK_STATS_MULTILOCK, &out->multilock);
+  read_kind(st, DLOCK_STATS_REDLOCK, &out->redlock);
   pthread_mutex_lock(&st->top.mu);
   out->ntop = st->top.n;
   memcpy(out->top, st->top.e, st->top.n * sizeof(out->top[0]));

@@ -44,8 +44,24 @@ enum dlock__stat_counter {
   DLOCK__ST_PIPELINES,
   DLOCK__ST_MESSAGES,
   DLOCK__ST_WAKEUPS,
+  DLOCK__ST_PUBSUB_RECONNECTS, /* after 'top' in dlock_stats_t */
   DLOCK__ST_COUNT
 };
+
+/* The kinds other than the single locks (dlock_stats_kind_t less one),
+ * each with these counters and histograms (dlock_kind_stats_t). */
+#define DLOCK__KINDS (DLOCK_STATS_KINDS - 1)
+enum dlock__kind_counter {
+  DLOCK__KC_ACQUIRED,
+  DLOCK__KC_REFUSED,
+  DLOCK__KC_TIMED_OUT,
+  DLOCK__KC_FAILED,
+  DLOCK__KC_WAITS,
+  DLOCK__KC_RELEASED,
+  DLOCK__KC_COUNT
+};
+enum dlock__kind_hist { DLOCK__KH_ACQUIRE, DLOCK__KH_WAIT, DLOCK__KH_HOLD };
+#define DLOCK__KH_COUNT 3
 
 /* The histograms, in the order of their fields in dlock_stats_t. */
 enum dlock__stat_hist {
@@ -70,6 +86,8 @@ typedef struct dlock__stat_shard {
   _Atomic uint64_t c[DLOCK__ST_COUNT];
   _Atomic uint64_t by_code[DLOCK_STATS_CODES];
   dlock__hist h[DLOCK__H_COUNT];
+  _Atomic uint64_t kc[DLOCK__KINDS][DLOCK__KC_COUNT];
+  dlock__hist kh[DLOCK__KINDS][DLOCK__KH_COUNT];
   char pad[64];
 } dlock__stat_shard;
 
@@ -114,6 +132,19 @@ static inline void dlock__stat_add(dlock__stats *st, int which, uint64_t n) {
     atomic_fetch_add_explicit(&dlock__stat_mine(st)->c[which], n,
                               memory_order_relaxed);
 }
+
+/* Adds 1 to counter 'which' (enum dlock__kind_counter) of 'kind' (a
+ * dlock_stats_kind_t other than DLOCK_STATS_LOCK) in 'st', which may be
+ * NULL. */
+static inline void dlock__stat_kind(dlock__stats *st, int kind, int which) {
+  if (st != NULL)
+    atomic_fetch_add_explicit(&dlock__stat_mine(st)->kc[kind - 1][which], 1,
+                              memory_order_relaxed);
+}
+
+/* Records a sample of 'us' in histogram 'which' (enum dlock__kind_hist)
+ * of 'kind'. */
+void dlock__stat_kind_time(dlock__stats *st, int kind, int which, int64_t us);
 
 /* Whether events are to be built for 'st'. */
 static inline int dlock__events_on(const dlock__stats *st) {

@@ -10,6 +10,7 @@
 #include "counter.h"
 #include "error.h"
 #include "loop_acq.h"
+#include "observe.h"
 #include "proto/format.h"
 #include "reply.h"
 
@@ -75,11 +76,27 @@ typedef struct counter_acq {
   void *handle; /* the dlock_sem_t or dlock_latch_t */
   int latch;
   int64_t permits, wait_ms;
+  dlock_client_t *c;    /* o's, kept: o may be freed before the close */
+  int64_t obs_start_us; /* for the statistics (dlock__obs_begin) */
   dlock__counter_call call;
   dlock_sem_cb sem_cb;
   dlock_latch_cb latch_cb;
   void *data;
 } counter_acq;
+
+/* What a semaphore's (a release's too) or a latch's statistics count, on
+ * client 'c'. An operation that the client's close ends may have outlived
+ * its handle: it is counted without the handle's name. */
+static dlock__obs_what counted(dlock_client_t *c, dlock__counter *o, int latch,
+                               int64_t permits) {
+  int gone = c->loop->closing;
+  return (dlock__obs_what){latch ? DLOCK_STATS_LATCH : DLOCK_STATS_SEMAPHORE,
+                           gone ? NULL : o->n.name,
+                           gone ? 0 : o->n.len,
+                           0,
+                           0,
+                           latch ? 0 : (uint64_t)permits};
+}
 
 static void give_back_detached(counter_acq *t);
 
@@ -153,6 +170,9 @@ static void c_report(dlock__lacq *a, int status) {
   void *handle = t->handle, *data = t->data;
   dlock_sem_cb sem_cb = t->sem_cb;
   dlock_latch_cb latch_cb = t->latch_cb;
+  dlock__obs_what w = counted(t->c, t->o, t->latch, t->permits);
+  status = dlock__obs_taken(t->c, &w, t->wait_ms, t->obs_start_us, a->m.waited,
+                            status);
   dlock__free(t);
   if (latch_cb != NULL)
     latch_cb(handle, status, 0, data);
@@ -202,6 +222,8 @@ static int start_acquire(dlock__counter *o, void *handle, int latch,
   t->sem_cb = sem_cb;
   t->latch_cb = latch_cb;
   t->data = data;
+  t->c = o->c;
+  t->obs_start_us = dlock__obs_begin(o->c);
   dlock__acq *m = &t->a.m;
   dlock__acq_init(m, &counter_acq_ops, t, o->c, wait_ms, DLOCK__ACQ_BY_PUBSUB,
                   o->n.channel, o->n.channel_len);
@@ -239,6 +261,7 @@ int dlock_latch_await_async(dlock_latch_t *l, int64_t wait_ms,
 typedef struct counter_call_op {
   dlock__aop op;
   dlock__counter *o;
+  dlock_client_t *c; /* o's, kept as an acquisition keeps it */
   void *handle;
   int latch;
   int64_t permits;
@@ -252,6 +275,12 @@ static void call_done(counter_call_op *t, int status, int64_t value) {
   void *handle = t->handle, *data = t->data;
   dlock_sem_cb sem_cb = t->sem_cb;
   dlock_latch_cb latch_cb = t->latch_cb;
+  /* A semaphore's release; not a count-down, nor a give-back (no permits
+   * counted as held). */
+  if (!t->latch && t->permits > 0) {
+    dlock__obs_what w = counted(t->c, t->o, 0, t->permits);
+    (void)dlock__obs_given(t->c, &w, 0, status);
+  }
   dlock__loop_remove(&t->op);
   dlock__free(t);
   if (latch_cb != NULL)
@@ -292,6 +321,7 @@ static void call_cancel(dlock__aop *op) {
 }
 
 static int start_call(counter_call_op *t) {
+  t->c = t->o->c;
   t->op.run = call_run;
   t->op.cancel = call_cancel;
   dlock__loop_add(t->o->c->loop, &t->op);

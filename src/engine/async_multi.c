@@ -14,6 +14,7 @@
 #include "composite.h"
 #include "error.h"
 #include "monotime.h"
+#include "observe.h"
 #include "sleep.h"
 
 #include <stdio.h>
@@ -55,6 +56,10 @@ struct multi_op {
    * between two rounds (a timer of its first part's loop). */
   int64_t start_us;
   int rounds;
+  /* For the statistics: when the operation began, whether a part was
+   * waited for, and since when an unlock's whole was held. */
+  int64_t obs_start_us, obs_since_us;
+  int obs_waited;
   struct red_pause {
     dlock__aop op;
     multi_op *mo;
@@ -78,6 +83,9 @@ static int abandon(multi_op *mo, int rc) {
 static void finish(multi_op *mo, int status) {
   if (status != 0 && mo->detail[0] != '\0')
     dlock__fail_text(status, mo->detail);
+  status = dlock__obs_whole_done(
+      mo->l, mo->owner, mo->phase == UNLOCK || mo->phase == RED_UNLOCK,
+      mo->wait_ms, mo->obs_start_us, mo->obs_waited, mo->obs_since_us, status);
   dlock_done_cb cb = mo->cb;
   dlock_t *l = mo->l;
   uint64_t owner = mo->owner;
@@ -98,6 +106,24 @@ static void note_failure(multi_op *mo, size_t i, int status) {
 
 static void part_done(dlock_t *part, uint64_t owner, int status, void *data);
 
+/* Part 'i' acquired or released, counted with the whole (observe.h). */
+static int part_acquire(multi_op *mo, size_t i, int64_t wait_ms) {
+  dlock__obs_parts(1);
+  int rc =
+      dlock__async_acquire(mo->l->subs[i]->c->loop, mo->l->subs[i], mo->owner,
+                           wait_ms, mo->lease_ms, part_done, &mo->refs[i]);
+  dlock__obs_parts(0);
+  return rc;
+}
+
+static int part_release(multi_op *mo, size_t i) {
+  dlock__obs_parts(1);
+  int rc = dlock__async_release(mo->l->subs[i]->c->loop, mo->l->subs[i],
+                                mo->owner, part_done, &mo->refs[i]);
+  dlock__obs_parts(0);
+  return rc;
+}
+
 static dlock__loop *loop_of_part(const multi_op *mo, size_t i) {
   return mo->l->subs[i]->c->loop;
 }
@@ -112,9 +138,7 @@ static size_t start_round(multi_op *mo) {
     mo->state[i] = 0;
     if (mo->held[i])
       continue;
-    int rc =
-        dlock__async_acquire(loop_of_part(mo, i), mo->l->subs[i], mo->owner, 0,
-                             mo->lease_ms, part_done, &mo->refs[i]);
+    int rc = part_acquire(mo, i, 0);
     if (rc != 0)
       note_failure(mo, i, rc);
     else
@@ -133,14 +157,13 @@ static void after_release(multi_op *mo) {
   }
   /* Waits for the busy part alone, within what is left of the wait. */
   mo->phase = WAIT_ONE;
+  mo->obs_waited = 1;
   int64_t left = mo->deadline_us == INT64_MAX
                      ? DLOCK_WAIT_FOREVER
                      : (mo->deadline_us - dlock__now_us()) / 1000;
   if (left < 0)
     left = 0;
-  int rc = dlock__async_acquire(loop_of_part(mo, mo->busy),
-                                mo->l->subs[mo->busy], mo->owner, left,
-                                mo->lease_ms, part_done, &mo->refs[mo->busy]);
+  int rc = part_acquire(mo, mo->busy, left);
   if (rc != 0) {
     snprintf(mo->detail, sizeof(mo->detail), "%s", dlock_last_error());
     finish(mo, rc);
@@ -165,8 +188,7 @@ static void release_held(multi_op *mo, int phase) {
     if (!mo->held[i])
       continue;
     mo->held[i] = 0;
-    if (dlock__async_release(loop_of_part(mo, i), mo->l->subs[i], mo->owner,
-                             part_done, &mo->refs[i]) == 0)
+    if (part_release(mo, i) == 0)
       mo->pending++;
   }
   if (mo->pending == 0)
@@ -208,9 +230,7 @@ static size_t red_round(multi_op *mo) {
   mo->start_us = dlock__now_us();
   mo->rounds++;
   for (size_t i = 0; i < mo->l->nsubs; i++) {
-    int rc =
-        dlock__async_acquire(loop_of_part(mo, i), mo->l->subs[i], mo->owner, 0,
-                             mo->lease_ms, part_done, &mo->refs[i]);
+    int rc = part_acquire(mo, i, 0);
     mo->state[i] = rc;
     if (rc == 0)
       mo->pending++;
@@ -252,9 +272,7 @@ static void red_end_round(multi_op *mo) {
   /* Not held: what was granted is given back on every node. */
   mo->phase = RED_RELEASE;
   for (size_t i = 0; i < n; i++)
-    if (mo->state[i] == 0 &&
-        dlock__async_release(loop_of_part(mo, i), mo->l->subs[i], mo->owner,
-                             part_done, &mo->refs[i]) == 0)
+    if (mo->state[i] == 0 && part_release(mo, i) == 0)
       mo->pending++;
   if (mo->pending == 0)
     red_retry(mo);
@@ -388,6 +406,7 @@ static multi_op *new_op(dlock_t *l, uint64_t owner, dlock_done_cb cb,
   mo->owner = owner;
   mo->cb = cb;
   mo->data = data;
+  mo->obs_start_us = dlock__obs_begin(l->subs[0]->c);
   return mo;
 }
 
@@ -415,9 +434,9 @@ int dlock__async_multi_release(dlock_t *l, uint64_t owner, dlock_done_cb cb,
   if (mo == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting a MultiLock");
   mo->phase = UNLOCK;
+  mo->obs_since_us = dlock__obs_whole_since(l, owner);
   for (size_t i = 0; i < l->nsubs; i++) {
-    int rc = dlock__async_release(loop_of_part(mo, i), l->subs[i], owner,
-                                  part_done, &mo->refs[i]);
+    int rc = part_release(mo, i);
     if (rc != 0)
       mo->state[i] = rc;
     else
@@ -461,9 +480,9 @@ int dlock__async_red_release(dlock_t *l, uint64_t owner, dlock_done_cb cb,
   if (mo == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting a RedLock");
   mo->phase = RED_UNLOCK;
+  mo->obs_since_us = dlock__obs_whole_since(l, owner);
   for (size_t i = 0; i < l->nsubs; i++) {
-    int rc = dlock__async_release(loop_of_part(mo, i), l->subs[i], owner,
-                                  part_done, &mo->refs[i]);
+    int rc = part_release(mo, i);
     mo->state[i] = rc;
     if (rc == 0)
       mo->pending++;

@@ -168,7 +168,7 @@ static const dlock__acq_ops counter_ops = {
 int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
                     dlock__wake_fn wake, int64_t permits, int64_t wait_ms,
                     dlock__attempt_fn attempt, dlock__retry_fn may_retry,
-                    void *arg, const char *what) {
+                    void *arg, const char *what, int *waited) {
   counter_acq t = {attempt, may_retry, arg, what};
   dlock__acq m;
   dlock__acq_init(&m, &counter_ops, &t, c, wait_ms, DLOCK__ACQ_BY_PUBSUB,
@@ -179,5 +179,7 @@ int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
    * of another client gets the permits (see handover.c). */
   m.pause_if_woken = 1;
   m.who.permits = permits;
-  return dlock__acq_run(&m);
+  int rc = dlock__acq_run(&m);
+  *waited = m.waited;
+  return rc;
 }

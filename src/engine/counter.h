@@ -98,6 +98,7 @@ int dlock__counter_add(dlock__counter *o, int64_t delta, int64_t *free_after);
  * (dlock__cohort_reserve_permits), which counts them as the client's
  * still: it then returns DLOCK__HANDED. Otherwise returns 0,
  * DLOCK_ETIMEDOUT (with 'what' in the detail) or the attempt's error.
+ * '*waited' (for the statistics) is set to whether it had to wait.
  */
 #define DLOCK__HANDED DLOCK__ACQ_HANDED
 typedef int (*dlock__attempt_fn)(void *arg, int64_t *sleep_ms, int *pass);
@@ -107,7 +108,7 @@ typedef int (*dlock__retry_fn)(void *arg, int rc);
 int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
                     dlock__wake_fn wake, int64_t permits, int64_t wait_ms,
                     dlock__attempt_fn attempt, dlock__retry_fn may_retry,
-                    void *arg, const char *what);
+                    void *arg, const char *what, int *waited);
 
 /* Adds 'n' (negative: takes away) to the permits the client holds of
  * semaphore 's'. 0, or DLOCK_ENOMEM. */

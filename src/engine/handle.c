@@ -170,11 +170,12 @@ int dlock_trylock_as(dlock_t *l, uint64_t owner, int64_t wait_ms,
     rc = dlock__check_handle(l);
   if (rc != 0)
     return rc;
+  /* A composite, counted as a whole. */
   if (l->kind->acquire != NULL)
-    return l->kind->acquire(l, owner, wait_ms, lease_ms,
-                            wait_ms == DLOCK_WAIT_FOREVER
-                                ? INT64_MAX
-                                : dlock__deadline_ms(wait_ms));
+    return dlock__obs_whole_acquire(l, owner, wait_ms, lease_ms,
+                                    wait_ms == DLOCK_WAIT_FOREVER
+                                        ? INT64_MAX
+                                        : dlock__deadline_ms(wait_ms));
   return trylock_single(l, owner, wait_ms, lease_ms);
 }
 
@@ -196,8 +197,8 @@ int dlock_unlock_as(dlock_t *l, uint64_t owner) {
   int rc = dlock__check_handle(l);
   if (rc != 0)
     return rc;
-  if (l->c == NULL) /* a composite: its parts are not counted */
-    return l->kind->release(l, owner);
+  if (l->c == NULL) /* a composite: counted as a whole, not by its parts */
+    return dlock__obs_whole_release(l, owner);
   dlock__obs_hold before;
   dlock__obs_peek(l, owner, &before);
   rc = l->kind->release != NULL ? l->kind->release(l, owner)

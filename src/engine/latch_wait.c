@@ -10,6 +10,7 @@
 #include "cohort.h"
 #include "engine.h"
 #include "error.h"
+#include "observe.h"
 #include "reply.h"
 
 #include <inttypes.h>
@@ -79,9 +80,13 @@ int dlock_latch_await(dlock_latch_t *l, int64_t wait_ms) {
     rc = dlock__check_object(l->o.c);
   if (rc != 0)
     return rc;
+  int64_t start_us = dlock__obs_begin(l->o.c);
   char what[160];
   snprintf(what, sizeof(what), "latch \"%.100s\" not at zero", l->o.n.name);
-  return dlock__wait_for(l->o.c, l->o.n.channel, l->o.n.channel_len,
-                         dlock__wake_latch, 0, wait_ms, latch_attempt, NULL, l,
-                         what);
+  int waited = 0;
+  rc = dlock__wait_for(l->o.c, l->o.n.channel, l->o.n.channel_len,
+                       dlock__wake_latch, 0, wait_ms, latch_attempt, NULL, l,
+                       what, &waited);
+  dlock__obs_what w = {DLOCK_STATS_LATCH, l->o.n.name, l->o.n.len, 0, 0, 0};
+  return dlock__obs_taken(l->o.c, &w, wait_ms, start_us, waited, rc);
 }

@@ -34,6 +34,7 @@ int dlock__loop_new(dlock_client_t *c, const dlock__locator *locator,
     dlock__free(lp);
     return rc;
   }
+  dlock__lsub_set_stats(lp->sub, c->stats);
   *out = lp;
   return 0;
 }
@@ -43,11 +44,13 @@ int dlock__loop_new(dlock_client_t *c, const dlock__locator *locator,
 void dlock__loop_add(dlock__loop *lp, dlock__aop *op) {
   op->lp = lp;
   op->at_us = INT64_MAX;
-  op->prev = NULL;
-  op->next = lp->ops;
-  if (lp->ops != NULL)
-    lp->ops->prev = op;
-  lp->ops = op;
+  op->next = NULL;
+  op->prev = lp->ops_tail;
+  if (lp->ops_tail != NULL)
+    lp->ops_tail->next = op;
+  else
+    lp->ops = op;
+  lp->ops_tail = op;
   lp->nops++;
 }
 
@@ -82,6 +85,8 @@ void dlock__loop_remove(dlock__aop *op) {
     lp->ops = op->next;
   if (op->next != NULL)
     op->next->prev = op->prev;
+  else
+    lp->ops_tail = op->prev;
   lp->nops--;
   drop_answers(op);
   if (op->kept != NULL)
@@ -469,6 +474,14 @@ void dlock__loop_poke(dlock__loop *lp) {
 
 /* ---- closing ------------------------------------------------------------ */
 
+/* Whether an answer still on its way may have granted something. */
+static int awaits_grants(const dlock__loop *lp) {
+  for (const dlock__aop *op = lp->ops; op != NULL; op = op->next)
+    if (op->in_flight > 0 && !op->grants_nothing)
+      return 1;
+  return 0;
+}
+
 void dlock__loop_cancel_all(dlock__loop *lp) {
   if (lp->closing)
     return;
@@ -482,12 +495,14 @@ void dlock__loop_cancel_all(dlock__loop *lp) {
     lp->timer_at = INT64_MAX;
   }
   /* The answers already on their way come in first, so that what they
-   * granted is given back: bounded by the command timeout. */
+   * granted is given back: bounded by the command timeout. Plain commands
+   * alone are not worth that wait. */
   dlock_client_t *c = lp->c;
-  (void)dlock__conn_pump(c->route.conn,
-                         dlock__deadline_ms(c->opt.command_timeout_ms));
+  if (awaits_grants(lp))
+    (void)dlock__conn_pump(c->route.conn,
+                           dlock__deadline_ms(c->opt.command_timeout_ms));
   /* Each cancel takes its operation out (and may add none: the verbs
-   * refuse a closing client). */
+   * refuse a closing client); the oldest ends first, as it would have. */
   while (lp->ops != NULL)
     lp->ops->cancel(lp->ops);
 }

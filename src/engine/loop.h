@@ -36,6 +36,9 @@ struct dlock__aop {
   void (*run)(dlock__aop *op);
   void (*cancel)(dlock__aop *op);
   int64_t at_us; /* ready at this time too (INT64_MAX: no timer) */
+  /* Set by an operation whose answers can grant nothing (a plain
+   * command): a close need not wait for them to give something back. */
+  int grants_nothing;
   /* The answers to its requests in flight ('in_flight' counts those
    * without one yet): the first's 'reply' and the others' 'tail' (owned),
    * or the first failure's 'err' with 'detail'. */
@@ -72,7 +75,7 @@ struct dlock__loop {
   dlock__watch_io watch; /* what the watcher waits for */
   unsigned watch_steps;
   int64_t timer_at;
-  dlock__aop *ops; /* in progress, newest first */
+  dlock__aop *ops, *ops_tail; /* in progress, oldest first */
   size_t nops;
   dlock__aop *ready, *ready_tail;
   int dispatching; /* inside dlock__loop_action (callbacks may re-enter) */
@@ -82,7 +85,7 @@ struct dlock__loop {
   /* Runs a round (async_lock.c), given at the loop's making so that the
    * loop does not call up into the verbs that call it. */
   void (*renew)(dlock__loop *lp);
-  int renewing;        /* renewals of the round in flight */
+  int renewing; /* renewals of the round in flight */
 };
 
 /* Makes the loop of async client 'c', whose pub/sub connection finds its

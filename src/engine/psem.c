@@ -12,6 +12,7 @@
 #include "engine.h"
 #include "error.h"
 #include "monotime.h"
+#include "observe.h"
 #include "reply.h"
 
 #include <errno.h>
@@ -84,6 +85,7 @@ static int record_permit(psem_try *t, uint64_t token, int64_t sent_us) {
     h->lost = 0;
     h->abandoned = 0;
     h->confirmed_us = sent_us;
+    h->held_us = c->stats != NULL ? dlock__now_us() : 0;
   }
   pthread_mutex_unlock(&c->mu);
   return h != NULL ? 0
@@ -179,6 +181,7 @@ int dlock_psem_acquire(dlock_psem_t *s, int64_t wait_ms, int64_t lease_ms,
   t.out = permit;
   t.lease =
       lease_ms == DLOCK_WATCHDOG ? s->o.c->opt.watchdog_timeout_ms : lease_ms;
+  int64_t start_us = dlock__obs_begin(s->o.c);
   rc = new_permit_owner(s, &t.owner);
   if (rc != 0)
     return rc;
@@ -186,9 +189,10 @@ int dlock_psem_acquire(dlock_psem_t *s, int64_t wait_ms, int64_t lease_ms,
   char what[160];
   snprintf(what, sizeof(what), "semaphore \"%.100s\": no permit acquired",
            s->o.n.name);
+  int waited = 0;
   rc = dlock__wait_for(s->o.c, s->o.n.channel, s->o.n.channel_len,
                        dlock__wake_count, 0, wait_ms, psem_attempt,
-                       psem_may_retry, &t, what);
+                       psem_may_retry, &t, what, &waited);
   if (rc != 0 && dlock__outcome_unknown(rc)) {
     /* The last attempt may have taken the permit without the answer
      * reaching here: give it back if Redis answers now (else it comes
@@ -201,7 +205,9 @@ int dlock_psem_acquire(dlock_psem_t *s, int64_t wait_ms, int64_t lease_ms,
     dlock__fail_text(rc, detail);
     memset(permit, 0, sizeof(*permit));
   }
-  return rc;
+  dlock__obs_what w = {DLOCK_STATS_PSEM, s->o.n.name,   s->o.n.len,
+                       permit->owner,    permit->token, 1};
+  return dlock__obs_taken(s->o.c, &w, wait_ms, start_us, waited, rc);
 }
 
 /* Runs the release script for permit 'id': '*result' 1 given back within
@@ -228,12 +234,18 @@ int dlock_psem_release(dlock_psem_t *s, const char *id) {
   /* A permit of this client has a record: the watchdog stops renewing it,
    * and its loss, if it was found lost, is reported. */
   int known = 0, lost = 0;
+  dlock__obs_what w = {DLOCK_STATS_PSEM, s->o.n.name, s->o.n.len, owner, 0, 1};
+  int64_t since_us = 0;
   if (ours) {
     pthread_mutex_lock(&c->mu);
     dlock__hold *h = dlock__holds_find(&c->holds, s->o.n.name, s->o.n.len,
                                        owner, DLOCK__KIND_PERMIT);
     known = h != NULL;
     lost = h != NULL && h->lost;
+    if (h != NULL) {
+      since_us = h->held_us;
+      w.token = h->token;
+    }
     if (h != NULL)
       h->releasing++;
     pthread_mutex_unlock(&c->mu);
@@ -252,7 +264,8 @@ int dlock_psem_release(dlock_psem_t *s, const char *id) {
   }
   if (rc != 0)
     return rc;
-  return dlock__psem_release_outcome(&s->o.n, id, result, known, lost);
+  rc = dlock__psem_release_outcome(&s->o.n, id, result, known, lost);
+  return dlock__obs_given(c, &w, since_us, rc);
 }
 
 int dlock_psem_count(dlock_psem_t *s, int64_t *free_out, int64_t *taken_out) {

@@ -9,6 +9,7 @@
 #include "engine.h"
 #include "error.h"
 #include "monotime.h"
+#include "observe.h"
 #include "reply.h"
 
 #include <string.h>
@@ -119,23 +120,27 @@ int dlock_sem_acquire(dlock_sem_t *s, int64_t permits, int64_t wait_ms) {
     rc = dlock__check_object(s->o.c);
   if (rc != 0)
     return rc;
+  int64_t start_us = dlock__obs_begin(s->o.c);
   sem_try t = {s, permits};
   char what[160];
   snprintf(what, sizeof(what),
            "semaphore \"%.100s\": %lld permits not acquired", s->o.n.name,
            (long long)permits);
+  int waited = 0;
   rc = dlock__wait_for(s->o.c, s->o.n.channel, s->o.n.channel_len,
                        dlock__wake_count, permits, wait_ms, sem_attempt,
-                       dlock__sem_may_retry, &t, what);
+                       dlock__sem_may_retry, &t, what, &waited);
   /* Handed over by a release of this client: counted already. */
   if (rc == DLOCK__HANDED)
-    return 0;
-  if (rc == 0 && dlock__sem_note_held(s, permits) != 0) {
+    rc = 0;
+  else if (rc == 0 && dlock__sem_note_held(s, permits) != 0) {
     /* Not counted, they could never be released: given back now. */
     give_back(s, permits);
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory counting the permits held");
   }
-  return rc;
+  dlock__obs_what w = {DLOCK_STATS_SEMAPHORE, s->o.n.name, s->o.n.len, 0, 0,
+                       (uint64_t)permits};
+  return dlock__obs_taken(s->o.c, &w, wait_ms, start_us, waited, rc);
 }
 
 int dlock_sem_release(dlock_sem_t *s, int64_t permits) {
@@ -147,6 +152,8 @@ int dlock_sem_release(dlock_sem_t *s, int64_t permits) {
   if (rc != 0)
     return rc;
   dlock_client_t *c = s->o.c;
+  dlock__obs_what w = {DLOCK_STATS_SEMAPHORE, s->o.n.name, s->o.n.len, 0, 0,
+                       (uint64_t)permits};
   /* A thread of this client waiting for these permits (or fewer) is
    * handed them: nothing changes in Redis, no message wakes the waiters of
    * every client to race for them, and the waiter needs no round trip.
@@ -187,7 +194,7 @@ int dlock_sem_release(dlock_sem_t *s, int64_t permits) {
     next = NULL;
     permits -= handed;
     if (permits == 0)
-      return 0;
+      return dlock__obs_given(c, &w, 0, 0);
   }
   dlock__counter_call a;
   dlock__sem_release_call(&s->o.n, permits, &a);
@@ -204,7 +211,7 @@ int dlock_sem_release(dlock_sem_t *s, int64_t permits) {
     dlock__cohort_resolve(c->ps, next, 0,
                           rc == 0 ? DLOCK__RESOLVE_RELEASED
                                   : DLOCK__RESOLVE_FAILED);
-  return rc;
+  return dlock__obs_given(c, &w, 0, rc);
 }
 
 int dlock_sem_available(dlock_sem_t *s, int64_t *out) {

@@ -28,6 +28,7 @@ typedef struct dlock__hold {
   int64_t confirmed_us; /* when Redis last confirmed it (send time) */
   uint64_t seq;         /* tells a re-acquired hold from the one it replaced */
   int64_t held_us;      /* when its first hold began (statistics), or 0 */
+  int obs_part; /* taken as a composite's part: counted with the whole */
 } dlock__hold;
 
 typedef struct dlock__holds {

@@ -44,7 +44,10 @@ struct dlock__lsub {
   int outstanding;        /* confirmations awaited on the connection */
   unsigned sockets;       /* streams made so far (tells sockets apart) */
   lchan *chans;
+  dlock__stats *stats; /* the client's statistics, or NULL */
 };
+
+void dlock__lsub_set_stats(dlock__lsub *s, dlock__stats *st) { s->stats = st; }
 
 int dlock__lsub_new(const dlock__endpoint *ep, const dlock__tls *tls,
                     const dlock__locator *locator, int64_t connect_timeout_ms,
@@ -190,6 +193,11 @@ static void connect_if_due(dlock__lsub *s) {
     disconnect(s);
     return;
   }
+  /* Every stream after the first is made again after a failure (the
+   * connection is not closed while waiters want it) or a failover. */
+  if (s->sockets > 0)
+    dlock__stat_event(s->stats, DLOCK__ST_PUBSUB_RECONNECTS,
+                      DLOCK_EVENT_PUBSUB_RECONNECT, 0, 0);
   s->sockets++;
   /* A located stream comes past its handshake. */
   if (dlock__stream_ready(s->ctx))

@@ -60,6 +60,9 @@ int dlock__lsub_new(const dlock__endpoint *ep, const dlock__tls *tls,
 /* Closes it; every waiter must have left. NULL is ignored. */
 void dlock__lsub_free(dlock__lsub *s);
 
+/* Counts its reconnects in 'st' (NULL: not counted; the default). */
+void dlock__lsub_set_stats(dlock__lsub *s, dlock__stats *st);
+
 /*
  * Joins 'w' to 'channel', whose messages 'wake' decodes: 1 when the
  * channel is subscribed already (joined now), 0 when the answer comes

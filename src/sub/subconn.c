@@ -76,10 +76,16 @@ static int open_stream(dlock__pubsub *ps, int cancel_fd, dlock__stream **out,
 static void try_connect_locked(dlock__pubsub *ps) {
   if (ps->connected || dlock__now_us() < ps->retry_at_us)
     return;
+  /* A connection made before (not a lazy client's first) is made again. */
+  int again = ps->connected_us != 0;
   pthread_mutex_unlock(&ps->mu);
   dlock__stream *ctx = NULL;
   unsigned gen = 0;
   int rc = open_stream(ps, ps->pipe_fd[0], &ctx, &gen);
+  /* Counted, and its event raised, with no lock held. */
+  if (rc == 0 && again)
+    dlock__stat_event(dlock__sub_stats(ps), DLOCK__ST_PUBSUB_RECONNECTS,
+                      DLOCK_EVENT_PUBSUB_RECONNECT, 0, 0);
   pthread_mutex_lock(&ps->mu);
   if (rc != 0) {
     dlock__sub_on_disconnect_locked(ps);

@@ -2,8 +2,10 @@
 prometheus_client's parser and checks it against what the run that made it
 did.
 
-  python check.py FILE ACQUIRED TIMED_OUT LOCK_NAME
+  python check.py FILE ACQUIRED TIMED_OUT LOCK_NAME SEM_ACQUIRED SEM_TIMED_OUT
 
+ACQUIRED and TIMED_OUT are the single locks' (kind="lock"), SEM_* a
+semaphore's (kind="semaphore"), whose permits were all released.
 Exits 0 when it holds, 1 with every failure listed.
 """
 import math
@@ -11,8 +13,11 @@ import sys
 
 from prometheus_client.parser import text_string_to_metric_families
 
-path, acquired, timed_out, lock_name = sys.argv[1:5]
+path, acquired, timed_out, lock_name, sem_acquired, sem_timed_out = \
+    sys.argv[1:7]
 acquired, timed_out = int(acquired), int(timed_out)
+sem_acquired, sem_timed_out = int(sem_acquired), int(sem_timed_out)
+KINDS = ("lock", "semaphore", "psem", "latch", "multilock", "redlock")
 text = open(path, encoding="utf-8").read()
 families = {f.name: f for f in text_string_to_metric_families(text)}
 failures = []
@@ -37,6 +42,9 @@ def value(family, **labels):
 for name, kind in [("dlock_acquisitions", "counter"),
                    ("dlock_locks_lost", "counter"),
                    ("dlock_reconnects", "counter"),
+                   ("dlock_pubsub_reconnects", "counter"),
+                   ("dlock_waits", "counter"),
+                   ("dlock_releases", "counter"),
                    ("dlock_commands", "counter"),
                    ("dlock_lock_waits", "counter"),
                    ("dlock_acquire_seconds", "histogram"),
@@ -48,24 +56,47 @@ for name, kind in [("dlock_acquisitions", "counter"),
               f"{name} is {families[name].type}, expected {kind}")
         check(families[name].documentation != "", f"{name} has no HELP")
 
-check(value("dlock_acquisitions", result="acquired", app="check") == acquired,
-      "acquired count")
-check(value("dlock_acquisitions", result="timed_out", app="check") ==
-      timed_out, "timed_out count")
+check(value("dlock_acquisitions", kind="lock", result="acquired",
+            app="check") == acquired, "acquired count")
+check(value("dlock_acquisitions", kind="lock", result="timed_out",
+            app="check") == timed_out, "timed_out count")
+check(value("dlock_acquisitions", kind="semaphore", result="acquired",
+            app="check") == sem_acquired, "semaphore acquired count")
+check(value("dlock_acquisitions", kind="semaphore", result="timed_out",
+            app="check") == sem_timed_out, "semaphore timed_out count")
+check(value("dlock_releases", kind="semaphore", app="check") == sem_acquired,
+      "semaphore releases")
+# Every kind has its four results, and nothing else was acquired.
+for k in KINDS:
+    for r in ("acquired", "refused", "timed_out", "failed"):
+        v = value("dlock_acquisitions", kind=k, result=r, app="check")
+        check(v is not None, f"no {k} {r} sample")
+        if k not in ("lock", "semaphore"):
+            check(v == 0, f"{k} {r} is {v}")
 
+# Each kind's series of each histogram: cumulative, ending at +Inf with
+# the count. A plain semaphore and a latch have no hold time.
 for h in ("dlock_acquire_seconds", "dlock_wait_seconds", "dlock_hold_seconds"):
     f = families.get(h)
     if f is None:
         continue
-    buckets = [(float(s.labels["le"]), s.value) for s in f.samples
-               if s.name == h + "_bucket"]
-    count = [s.value for s in f.samples if s.name == h + "_count"]
-    check(len(buckets) > 10, f"{h}: {len(buckets)} buckets")
-    check(buckets == sorted(buckets), f"{h}: bounds or counts not rising")
-    check(math.isinf(buckets[-1][0]), f"{h}: no +Inf bucket last")
-    check(count and buckets[-1][1] == count[0], f"{h}: +Inf != count")
     for s in f.samples:
         check(s.labels.get("app") == "check", f"{h}: label app missing")
+    for k in KINDS:
+        buckets = [(float(s.labels["le"]), s.value) for s in f.samples
+                   if s.name == h + "_bucket" and s.labels.get("kind") == k]
+        count = [s.value for s in f.samples
+                 if s.name == h + "_count" and s.labels.get("kind") == k]
+        if h == "dlock_hold_seconds" and k in ("semaphore", "latch"):
+            check(not buckets, f"{h}: a {k} series")
+            continue
+        check(len(buckets) > 10, f"{h} {k}: {len(buckets)} buckets")
+        check(buckets == sorted(buckets),
+              f"{h} {k}: bounds or counts not rising")
+        check(buckets and math.isinf(buckets[-1][0]),
+              f"{h} {k}: no +Inf bucket last")
+        check(count and buckets and buckets[-1][1] == count[0],
+              f"{h} {k}: +Inf != count")
 
 
 def sample(family, name, **labels):
@@ -78,10 +109,15 @@ def sample(family, name, **labels):
 
 
 # Every acquisition was released; each timed-out wait was a wait.
-check(sample("dlock_hold_seconds", "dlock_hold_seconds_count") == acquired,
-      "hold count")
-check(sample("dlock_wait_seconds", "dlock_wait_seconds_count") == timed_out,
-      "wait count")
+check(sample("dlock_hold_seconds", "dlock_hold_seconds_count",
+             kind="lock") == acquired, "hold count")
+check(sample("dlock_wait_seconds", "dlock_wait_seconds_count",
+             kind="lock") == timed_out, "wait count")
+check(sample("dlock_wait_seconds", "dlock_wait_seconds_count",
+             kind="semaphore") == sem_timed_out, "semaphore wait count")
+check(sample("dlock_acquire_seconds", "dlock_acquire_seconds_count",
+             kind="semaphore") == sem_acquired + sem_timed_out,
+      "semaphore acquire count")
 waits = value("dlock_lock_waits", lock=lock_name, app="check")
 check(waits == timed_out,
       f"waits of {lock_name!r}: {waits}, expected {timed_out}")
