@@ -558,6 +558,62 @@ TEST(exclusion_two_client_sets) {
   rfix_free(&f1);
 }
 
+/* Script calls a node has run so far. */
+static int64_t script_calls(rp_server_t *s) {
+  return lu_cmd_calls(s, "evalsha") + lu_cmd_calls(s, "eval");
+}
+
+/* The waiter's owner, named so that the test's thread can let go. */
+#define WAITER 0x5ea7edULL
+
+typedef struct red_waiter {
+  dlock_t *red;
+  int rc;
+  pthread_t th;
+} red_waiter_t;
+
+static void *red_waiter_main(void *p) {
+  red_waiter_t *w = p;
+  w->rc = dlock_trylock_as(w->red, WAITER, 30000, 60000);
+  return NULL;
+}
+
+/* Another owner holds it on every node with a lease of a minute; a waiter
+ * whose wait is half as long is let in by the holder's unlock, having been
+ * refused on every node first (it asked them all each round). */
+TEST(waiter_let_in_by_the_unlock_not_the_lease) {
+  rfix_t f, g;
+  rfix_init(&f, "red:unlock", 2000);
+  memset(&g, 0, sizeof(g));
+  g.name = f.name;
+  rfix_clients(&g, f.s, 2000);
+  ASSERT_DLOCK_OK(dlock_trylock(f.red, 0, 60000));
+  ASSERT_EQ(nodes_holding(&f), NODES);
+  int64_t before[NODES];
+  for (int i = 0; i < NODES; i++)
+    before[i] = script_calls(f.s[i]);
+  red_waiter_t w = {g.red, 1, 0};
+  ASSERT_EQ(pthread_create(&w.th, NULL, red_waiter_main, &w), 0);
+  /* Refused everywhere at least twice (a round, its give-back of
+   * nothing, and another round after its pause). */
+  int64_t t0 = lu_now_ms();
+  for (int i = 0; i < NODES; i++)
+    while (script_calls(f.s[i]) < before[i] + 2 && lu_now_ms() - t0 < 20000)
+      lu_sleep_ms(5);
+  for (int i = 0; i < NODES; i++)
+    ASSERT_GE(script_calls(f.s[i]), before[i] + 2);
+  ASSERT_DLOCK_OK(dlock_unlock(f.red));
+  ASSERT_EQ(pthread_join(w.th, NULL), 0);
+  /* Granted within 30 s while the holder's lease had most of its minute
+   * to run: the unlock let it in. */
+  ASSERT_DLOCK_OK(w.rc);
+  ASSERT_EQ(nodes_holding(&f), NODES);
+  ASSERT_DLOCK_OK(dlock_unlock_as(g.red, WAITER));
+  ASSERT_EQ(wait_holding(&f, 0, 1000), 0);
+  rfix_close_clients(&g);
+  rfix_free(&f);
+}
+
 /* ---- watchdog -------------------------------------------------------------
  */
 

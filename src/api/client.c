@@ -514,10 +514,6 @@ static int open_client(const dlock_options_t *o, dlock_client_t **out,
                             o->command_timeout_ms, &route->cluster);
     if (rc == 0)
       route->conn = dlock__cluster_any(route->cluster);
-    /* A call the cluster refuses for now (TRYAGAIN) is sent again after
-     * the engine's pauses. */
-    if (rc == 0)
-      dlock__route_set_pause(route, dlock__busy_pause, c);
   } else if (rc == 0)
     rc = dlock__conn_new(&cfg, &route->conn);
   dlock__cluster_url_free(&cu);
@@ -545,8 +541,15 @@ static int open_client(const dlock_options_t *o, dlock_client_t **out,
       warn_if_evicting(c);
     /* Whether unlock messages travel on sharded pub/sub, asked once, as
      * Redisson does; a cluster that cannot be asked now keeps classic. */
-    if (rc == 0 && route->cluster != NULL)
-      (void)dlock__cluster_probe_sharded(route->cluster, open_deadline);
+    if (rc == 0 && route->cluster != NULL) {
+      /* Asked again after the busy back-off while the cluster refuses
+       * it for now (CLUSTERDOWN), within the open's time. */
+      int step = 0;
+      while (dlock__cluster_probe_sharded(route->cluster, open_deadline) ==
+                 DLOCK__CLUSTER_BUSY &&
+             dlock__busy_pause(c, &step, open_deadline) == 0) {
+      }
+    }
   }
   if (rc == 0)
     rc = dlock__pubsub_start(&c->ep, c->tls, route->sentinel, route->cluster,

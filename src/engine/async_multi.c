@@ -177,8 +177,8 @@ static void end_round(multi_op *mo) {
     finish(mo, dlock__record_composite(mo->l, mo->owner, mo->fresh));
     return;
   }
-  int wait_more = mo->err == DLOCK_ETIMEDOUT && mo->wait_ms != 0 &&
-                  dlock__now_us() < mo->deadline_us;
+  int wait_more =
+      dlock__multi_waits_for_part(mo->err, mo->wait_ms, mo->deadline_us);
   release_held(mo, wait_more ? RELEASE_THEN_WAIT : RELEASE_THEN_FAIL);
 }
 
@@ -211,12 +211,7 @@ static void end_unlock(multi_op *mo) {
     dlock__drop_composite(mo->l, mo->owner, 0);
   mo->detail[0] = '\0';
   int rc = other != 0 ? dlock__fail(other, "a part's unlock failed")
-           : lost > 0 ? dlock__fail(DLOCK_ELOST,
-                                    "%zu of the %zu locks were lost while held",
-                                    lost, n)
-           : notheld == n
-               ? dlock__fail(DLOCK_ENOTHELD, "none of the %zu locks is held", n)
-               : 0;
+                      : dlock__multi_unlock_outcome(n, lost, notheld);
   finish(mo, rc);
 }
 
@@ -243,8 +238,6 @@ static size_t red_round(multi_op *mo) {
   return mo->pending;
 }
 
-static size_t red_quorum(const multi_op *mo) { return mo->l->nsubs / 2 + 1; }
-
 /* Makes the granting nodes issue the same tokens from now on when theirs
  * differ (see dlock_get_red). */
 static void red_align_tokens(multi_op *mo) {
@@ -267,30 +260,16 @@ static void red_end_round(multi_op *mo) {
     granted += mo->state[i] == 0;
     answered += mo->state[i] == 0 || mo->state[i] == DLOCK_ETIMEDOUT;
   }
-  int64_t lease = mo->lease_ms == DLOCK_WATCHDOG
-                      ? mo->l->subs[0]->c->opt.watchdog_timeout_ms
-                      : mo->lease_ms;
-  int64_t elapsed_ms = (dlock__now_us() - mo->start_us) / 1000;
-  int64_t validity = lease - elapsed_ms - (lease / 100 + 2);
-  if (granted >= red_quorum(mo) && validity > 0) {
+  int64_t validity = dlock__red_validity_ms(mo->l, mo->lease_ms, mo->start_us);
+  mo->err = dlock__red_round_verdict(n, answered, granted, validity, mo->detail,
+                                     sizeof(mo->detail));
+  if (mo->err == 0) {
     red_align_tokens(mo);
     mo->detail[0] = '\0';
     finish(mo, dlock__record_composite(mo->l, mo->owner, mo->fresh));
     return;
   }
   /* Not held: what was granted is given back on every node. */
-  if (answered < red_quorum(mo)) {
-    mo->err = DLOCK_ENOQUORUM;
-    snprintf(mo->detail, sizeof(mo->detail),
-             "RedLock: only %zu of %zu nodes answered; %zu needed", answered, n,
-             red_quorum(mo));
-  } else {
-    mo->err = DLOCK_ETIMEDOUT;
-    snprintf(mo->detail, sizeof(mo->detail),
-             "RedLock: %zu of %zu nodes granted it (validity %lld ms); %zu "
-             "needed",
-             granted, n, (long long)validity, red_quorum(mo));
-  }
   mo->phase = RED_RELEASE;
   for (size_t i = 0; i < n; i++)
     if (mo->state[i] == 0 && part_release(mo, i) == 0)
@@ -329,7 +308,8 @@ static void red_retry(multi_op *mo) {
     finish(mo, dlock__fail(DLOCK_ECANCELED, "the client is closing"));
     return;
   }
-  int64_t delay_us = (5 + (int64_t)(dlock__jitter() % 45) + mo->rounds) * 1000;
+  int64_t delay_us =
+      dlock__red_retry_ms(mo->rounds, dlock__jitter(), -1) * 1000;
   int64_t at = dlock__now_us() + delay_us;
   memset(&mo->pause.op, 0, sizeof(mo->pause.op));
   mo->pause.mo = mo;

@@ -27,7 +27,7 @@ int64_t dlock__backoff_next(dlock_client_t *c, dlock__backoff *b,
                : now_us + base_us / 2 +
                      (int64_t)(dlock__jitter() % (uint64_t)(base_us / 2 + 1));
   if (b->after_reconnect) {
-    int64_t reconnect_at = dlock__client_retry_at(c);
+    int64_t reconnect_at = dlock__route_retry_at(&c->route);
     if (reconnect_at > at)
       at = reconnect_at;
   }
@@ -41,8 +41,7 @@ int dlock__backoff_pause(dlock_client_t *c, dlock__backoff *b,
   return dlock__check_canceled(c);
 }
 
-int dlock__busy_pause(void *client, int *step, int64_t until_us) {
-  dlock_client_t *c = client;
+int dlock__busy_pause(dlock_client_t *c, int *step, int64_t until_us) {
   dlock__backoff b = DLOCK__BACKOFF_BUSY;
   b.step = *step;
   int64_t now = dlock__now_us();

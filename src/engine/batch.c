@@ -278,6 +278,38 @@ static void group_collect(batch *b, batch_group *g) {
   g->got = NULL;
 }
 
+/* Takes every sent group's replies as they come, whichever server
+ * answers first, all waited for at once. */
+static void collect_all(batch *b, batch_group *g, size_t ng) {
+  dlock__pending **ps = dlock__calloc(ng, sizeof(*ps));
+  size_t left = 0;
+  for (size_t k = 0; k < ng; k++) {
+    if (!g[k].sent)
+      continue;
+    if (ps == NULL) {
+      /* Out of memory for the wait: one group after the other. */
+      group_collect(b, &g[k]);
+      continue;
+    }
+    ps[k] = &g[k].p;
+    left++;
+  }
+  /* Each group gives up at its own deadline: one always ends. The last
+   * (the only one, on one server) is waited for as a single call is. */
+  while (left > 1) {
+    int k = dlock__conn_wait_any(ps, ng, INT64_MAX);
+    if (k < 0)
+      break;
+    group_collect(b, &g[k]);
+    ps[k] = NULL;
+    left--;
+  }
+  for (size_t k = 0; ps != NULL && k < ng; k++)
+    if (ps[k] != NULL)
+      group_collect(b, &g[k]);
+  dlock__free(ps);
+}
+
 /*
  * Sends the calls of the batch (those with a script), every connection's
  * at once, and collects the replies; 'between' runs after the sends and
@@ -324,9 +356,7 @@ static void batch_run(batch *b, void (*between)(void *), void *arg) {
     group_send(b, &g[k]);
   if (between != NULL)
     between(arg);
-  for (size_t k = 0; k < ng; k++)
-    if (g[k].sent)
-      group_collect(b, &g[k]);
+  collect_all(b, g, ng);
   dlock__free(g);
   dlock__free(which);
 }

@@ -1,24 +1,33 @@
 /*
  * Plain commands on a client's connection, routed to the node of their key
- * on a cluster, and when that connection may be tried again.
+ * on a cluster (made again after a pause while the cluster refuses them
+ * for now).
  */
 #include "engine.h"
 
 #include "error.h"
+#include "monotime.h"
 #include "proto/format.h"
 
 #include <string.h>
 #include <strings.h>
 
-int64_t dlock__client_retry_at(dlock_client_t *c) {
-  return dlock__route_retry_at(&c->route);
-}
-
 int dlock__client_call(dlock_client_t *c, const char *key, size_t key_len,
                        size_t n, char *const *cmds, const size_t *lens,
                        redisReply **replies, int64_t deadline_us) {
-  return dlock__route_call(&c->route, key, key_len, n, cmds, lens, replies,
-                           deadline_us);
+  if (deadline_us == 0)
+    deadline_us = dlock__deadline_ms(c->opt.command_timeout_ms);
+  int rc, step = 0;
+  /* A cluster that refuses the commands for now has them made again after
+   * the busy back-off, within the deadline (its detail stands if not). */
+  while ((rc = dlock__route_call(&c->route, key, key_len, n, cmds, lens,
+                                 replies, deadline_us)) ==
+         DLOCK__CLUSTER_BUSY) {
+    int paused = dlock__busy_pause(c, &step, deadline_us);
+    if (paused != 0)
+      return paused == DLOCK_ETIMEDOUT ? DLOCK_EIO : paused;
+  }
+  return rc;
 }
 
 /* The argument that names the key of a plain command, for routing it (to

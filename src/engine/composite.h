@@ -3,7 +3,9 @@
  * (multi.c: making a composite, each owner's record of token and depth,
  * riding an outage, the queries), and the parallel per-server rounds in
  * which a MultiLock tries and gives back its parts (batch.c). The RedLock
- * (redlock.c) uses the first; it sends to its nodes itself.
+ * (redlock.c) uses the first; it sends to its nodes itself. The rules over
+ * the parts' outcomes, which the async composites (async_multi.c) share,
+ * are in quorum.c.
  */
 #ifndef DLOCK_COMPOSITE_H
 #define DLOCK_COMPOSITE_H
@@ -73,10 +75,43 @@ void dlock__release_each(dlock_t *l, uint64_t owner, const unsigned char *which,
  * the marks; the first failure's code, or 0. */
 int dlock__release_parts(dlock_t *l, uint64_t owner, unsigned char *held);
 
+/* ---- quorum.c: the rules over the parts' outcomes ------------------------ */
+
+/* How many of a RedLock's 'n' nodes make a majority. */
+size_t dlock__red_quorum(size_t n);
+
+/* How long a RedLock whose round started at 'start_us' stays valid: the
+ * lease its nodes keep (the watchdog's for DLOCK_WATCHDOG), less the time
+ * spent asking and an allowance for clock drift. */
+int64_t dlock__red_validity_ms(const dlock_t *l, int64_t lease_ms,
+                               int64_t start_us);
+
+/* A RedLock round's verdict, of 'n' nodes of which 'answered' said granted
+ * or taken and 'granted' granted: 0 held (a majority within the
+ * validity), DLOCK_ENOQUORUM (too few answered) or DLOCK_ETIMEDOUT (not a
+ * majority), with the failure's detail in 'detail'. */
+int dlock__red_round_verdict(size_t n, size_t answered, size_t granted,
+                             int64_t validity_ms, char *detail, size_t len);
+
+/* The random pause before a RedLock's next round, in ms: 'rounds' so far,
+ * 'jitter' a random number, never past 'ttl_ms' (a holder's lease, -1:
+ * not known). */
+int64_t dlock__red_retry_ms(int rounds, uint64_t jitter, int64_t ttl_ms);
+
 /* A RedLock's unlock over 'n' nodes, of which 'ok' released it, 'lost'
  * had lost it and 'failed' did not answer: 0 when a majority released
  * it, else DLOCK_ENOTHELD, DLOCK_ELOST or DLOCK_ENOQUORUM with the
- * detail (redlock.c). */
+ * detail. */
 int dlock__red_unlock_outcome(size_t n, size_t ok, size_t lost, size_t failed);
+
+/* Whether a MultiLock round that failed with 'err' waits for the part
+ * taken by another owner (holding nothing meanwhile): a part was taken,
+ * and there is time left. */
+int dlock__multi_waits_for_part(int err, int64_t wait_ms, int64_t deadline_us);
+
+/* A MultiLock's unlock over 'n' parts, of which 'lost' had been lost and
+ * 'notheld' were not held, when no part failed otherwise: 0, DLOCK_ELOST
+ * or DLOCK_ENOTHELD with the detail. */
+int dlock__multi_unlock_outcome(size_t n, size_t lost, size_t notheld);
 
 #endif

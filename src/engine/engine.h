@@ -22,10 +22,6 @@ int dlock__client_call(dlock_client_t *c, const char *key, size_t key_len,
                        size_t n, char *const *cmds, const size_t *lens,
                        redisReply **replies, int64_t deadline_us);
 
-/* When a connection of 'c' may be tried again (dlock__conn_retry_at; on a
- * cluster the earliest among its nodes). */
-int64_t dlock__client_retry_at(dlock_client_t *c);
-
 /* Runs one plain command given as argv; the reply is the caller's. */
 int dlock__command(dlock_client_t *c, int argc, const char **argv,
                    const size_t *lens, redisReply **out);
@@ -237,12 +233,12 @@ int64_t dlock__backoff_next(dlock_client_t *c, dlock__backoff *b,
 int dlock__backoff_pause(dlock_client_t *c, dlock__backoff *b,
                          int64_t until_us);
 
-/* The client's pause before a call refused with TRYAGAIN or CLUSTERDOWN
- * is sent again (dlock__cluster_pause, installed at open through
- * dlock__route_set_pause): the busy back-off (DLOCK__BACKOFF_BUSY) kept in
- * '*step'; DLOCK_ETIMEDOUT without waiting when it would end past
- * 'until_us'. 'client' is the dlock_client_t. */
-int dlock__busy_pause(void *client, int *step, int64_t until_us);
+/* The client's pause before a call that a cluster refused for now
+ * (TRYAGAIN or CLUSTERDOWN: DLOCK__CLUSTER_BUSY) is made again: the busy
+ * back-off (DLOCK__BACKOFF_BUSY) kept in '*step'; DLOCK_ETIMEDOUT without
+ * waiting when it would end past 'until_us', else 0 after it, or
+ * DLOCK_ECANCELED when the client shuts down meanwhile. */
+int dlock__busy_pause(dlock_client_t *c, int *step, int64_t until_us);
 
 /*
  * Riding out an outage: a call whose attempt failed with an error a

@@ -246,8 +246,7 @@ static int multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     if ((err == DLOCK_EIO || err == DLOCK_ENOSYNC) &&
         dlock__ride_on(l->subs[busy]->c, wait_ms, deadline_us, &ride, err) == 0)
       continue;
-    if (err != DLOCK_ETIMEDOUT || wait_ms == 0 ||
-        dlock__now_us() >= deadline_us) {
+    if (!dlock__multi_waits_for_part(err, wait_ms, deadline_us)) {
       rc = dlock__fail_text(err, detail);
       break;
     }
@@ -281,13 +280,7 @@ static int multi_release(dlock_t *l, uint64_t owner) {
     dlock__drop_composite(l, owner, 0);
   if (other != 0)
     return other;
-  if (lost > 0)
-    return dlock__fail(DLOCK_ELOST, "%d of the %zu locks were lost while held",
-                       lost, l->nsubs);
-  if ((size_t)notheld == l->nsubs)
-    return dlock__fail(DLOCK_ENOTHELD, "none of the %zu locks is held",
-                       l->nsubs);
-  return 0;
+  return dlock__multi_unlock_outcome(l->nsubs, (size_t)lost, (size_t)notheld);
 }
 
 const dlock__kind dlock__kind_multi =

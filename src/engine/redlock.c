@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "monotime.h"
+#include "sleep.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -26,11 +27,6 @@ static int parallel_part(const dlock_t *sub) {
          dlock__route_one_shard(&sub->c->route);
 }
 
-/* How long a wait on one node lasts before the next node's turn, while
- * several are awaited: replies are taken as they come, whichever node
- * answers first. */
-#define RED_TURN_US 1000
-
 /* Once a majority granted, how long the other nodes are still waited for:
  * three times as long as the majority took, and at least this, so that a
  * healthy node that is merely a little later (a busy machine) still counts.
@@ -45,15 +41,16 @@ static int parallel_part(const dlock_t *sub) {
  * (held by another owner) or an error. Returns how many nodes answered. */
 static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
                           int *state, int64_t *ttl_ms) {
-  size_t n = l->nsubs, answered = 0, granted = 0, quorum = n / 2 + 1;
+  size_t n = l->nsubs, answered = 0, granted = 0, quorum = dlock__red_quorum(n);
   dlock__call *args = dlock__calloc(n, sizeof(*args));
   dlock__pending *pend = dlock__calloc(n, sizeof(*pend));
   dlock__sync_call *sc = dlock__calloc(n, sizeof(*sc));
   unsigned char *awaited = dlock__calloc(n, 1);
   dlock__latch_call *lc = dlock__calloc(n, sizeof(*lc));
   const dlock__eval **sent = dlock__calloc(n, sizeof(*sent));
+  dlock__pending **ps = dlock__calloc(n, sizeof(*ps));
   if (args == NULL || pend == NULL || sc == NULL || awaited == NULL ||
-      lc == NULL || sent == NULL) {
+      lc == NULL || sent == NULL || ps == NULL) {
     for (size_t i = 0; i < n; i++)
       state[i] = DLOCK_ENOMEM;
     goto out;
@@ -104,33 +101,31 @@ static size_t red_attempt(dlock_t *l, uint64_t owner, int64_t lease_ms,
     if (state[i] == 1 && busy.ttl_ms > *ttl_ms)
       *ttl_ms = busy.ttl_ms;
   }
-  /* The replies as they come, each node waited for a turn at a time (a
-   * lone node until it answers), until every node answered or gave up. */
+  /* The replies as they come, whichever node answers first, every node
+   * waited for at once, until every node answered or gave up. */
   int64_t grace_end = INT64_MAX;
   while (left > 0) {
-    int expired = dlock__now_us() >= grace_end;
+    if (granted >= quorum && grace_end == INT64_MAX) {
+      int64_t now = dlock__now_us();
+      int64_t grace = (now - sent_us) * RED_GRACE_FACTOR;
+      grace_end = now + (grace > RED_GRACE_MIN_US ? grace : RED_GRACE_MIN_US);
+    }
+    for (size_t i = 0; i < n; i++)
+      ps[i] = awaited[i] ? &pend[i] : NULL;
+    int got = dlock__conn_wait_any(ps, n, grace_end);
     for (size_t i = 0; i < n && left > 0; i++) {
-      if (!awaited[i])
+      if (!awaited[i] || (got >= 0 && (size_t)got != i))
         continue;
       dlock_t *sub = l->subs[i];
-      int64_t now = dlock__now_us();
-      if (granted >= quorum && grace_end == INT64_MAX) {
-        int64_t grace = (now - sent_us) * RED_GRACE_FACTOR;
-        grace_end = now + (grace > RED_GRACE_MIN_US ? grace : RED_GRACE_MIN_US);
-      }
-      if (expired)
+      /* The grace is over: what came is taken, the rest given up on. */
+      if (got < 0)
         dlock__conn_expire(&pend[i]);
-      int64_t until = now + RED_TURN_US;
-      if (until > grace_end)
-        until = grace_end;
-      if (left == 1 && grace_end == INT64_MAX)
-        until = INT64_MAX;
       redisReply *reply;
       dlock__synced sy;
       int rc = dlock__eval_wait_synced_until(sub->c, sent[i], &pend[i], &sc[i],
-                                             &reply, until, &sy);
+                                             &reply, dlock__now_us(), &sy);
       if (rc == DLOCK__CONN_AGAIN)
-        continue;
+        continue; /* sent again (a script reload): awaited again */
       awaited[i] = 0;
       left--;
       dlock__busy busy = {-1, 0};
@@ -154,6 +149,7 @@ out:
   dlock__free(awaited);
   dlock__free(lc);
   dlock__free((void *)sent);
+  dlock__free(ps);
   return answered;
 }
 
@@ -200,28 +196,50 @@ static void red_release_all(dlock_t *l, uint64_t owner,
     dlock__eval_send(sub->c->route.conn, &args[i].eval, 0, &pend[i]);
     state[i] = 1; /* sent */
   }
+  /* The replies as they come, every node waited for at once (one after
+   * the other when out of memory for that). */
+  dlock__pending **ps = dlock__calloc(n, sizeof(*ps));
+  size_t left = 0;
   for (size_t i = 0; i < n; i++) {
-    if (state[i] == 1) {
-      dlock_t *sub = l->subs[i];
-      redisReply *reply;
-      state[i] = dlock__eval_wait(sub->c->route.conn, &args[i].eval, &pend[i],
-                                  &reply, 0);
-      if (state[i] == 0) {
-        /* Answered, and sent once: no copy of it can run any more, so its
-         * latch goes with a later call of that node's client, as a single
-         * lock's does (release.c), rather than stay for its lifetime. */
-        if (rel[i].latch != NULL) {
-          dlock__latch_done(sub->c, rel[i].latch, rel[i].latch_len);
-          rel[i].latch = NULL;
-        }
-        state[i] = dlock__finish_release(sub, owner, reply, &rel[i]);
-      } else {
-        dlock__release_failed(sub, owner);
-        /* A part found lost stays lost, whatever its node says now. */
-        if (rel[i].lost)
-          state[i] = DLOCK_ELOST;
+    if (state[i] != 1)
+      continue;
+    if (ps != NULL)
+      ps[i] = &pend[i];
+    left++;
+  }
+  for (; left > 0; left--) {
+    /* Each send gives up at its own deadline: one always ends. */
+    int got = ps != NULL ? dlock__conn_wait_any(ps, n, INT64_MAX) : -1;
+    size_t i = 0;
+    if (got >= 0)
+      i = (size_t)got;
+    else
+      while (state[i] != 1)
+        i++;
+    if (ps != NULL)
+      ps[i] = NULL;
+    dlock_t *sub = l->subs[i];
+    redisReply *reply;
+    state[i] = dlock__eval_wait(sub->c->route.conn, &args[i].eval, &pend[i],
+                                &reply, 0);
+    if (state[i] == 0) {
+      /* Answered, and sent once: no copy of it can run any more, so its
+       * latch goes with a later call of that node's client, as a single
+       * lock's does (release.c), rather than stay for its lifetime. */
+      if (rel[i].latch != NULL) {
+        dlock__latch_done(sub->c, rel[i].latch, rel[i].latch_len);
+        rel[i].latch = NULL;
       }
+      state[i] = dlock__finish_release(sub, owner, reply, &rel[i]);
+    } else {
+      dlock__release_failed(sub, owner);
+      /* A part found lost stays lost, whatever its node says now. */
+      if (rel[i].lost)
+        state[i] = DLOCK_ELOST;
     }
+  }
+  dlock__free(ps);
+  for (size_t i = 0; i < n; i++) {
     dlock__release_end(&rel[i]);
     if (state[i] == 2)
       continue;
@@ -313,7 +331,7 @@ static void note_unanswered(dlock_t *l, uint64_t owner, const int *state) {
 
 static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                        int64_t lease_ms, int64_t deadline_us) {
-  size_t n = l->nsubs, quorum = n / 2 + 1;
+  size_t n = l->nsubs;
   unsigned char *held = dlock__calloc(n, 1), *undo = dlock__calloc(n, 1);
   int *state = dlock__calloc(n, sizeof(*state));
   int rc;
@@ -344,14 +362,11 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
       undo[i] = state[i] == 0 || (state[i] < 0 && !held[i]);
       held[i] = state[i] == 0;
     }
-    /* The lease the nodes will keep, less the time spent asking and the
-     * allowance for clock drift between them. */
-    int64_t lease = lease_ms == DLOCK_WATCHDOG
-                        ? l->subs[0]->c->opt.watchdog_timeout_ms
-                        : lease_ms;
-    int64_t elapsed_ms = (dlock__now_us() - start) / 1000;
-    int64_t validity = lease - elapsed_ms - (lease / 100 + 2);
-    if (granted >= quorum && validity > 0) {
+    int64_t validity = dlock__red_validity_ms(l, lease_ms, start);
+    char why[256];
+    rc = dlock__red_round_verdict(n, answered, granted, validity, why,
+                                  sizeof(why));
+    if (rc == 0) {
       note_unanswered(l, owner, state);
       align_tokens(l, owner, held);
       rc = dlock__record_composite(l, owner, fresh);
@@ -360,42 +375,25 @@ static int red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
     red_outcome undone;
     red_release_all(l, owner, undo, &undone);
     note_unanswered(l, owner, state);
-    if (answered < quorum) {
-      rc = dlock__fail(DLOCK_ENOQUORUM,
-                       "RedLock: only %zu of %zu nodes answered; %zu needed",
-                       answered, n, quorum);
+    if (rc == DLOCK_ENOQUORUM) {
       /* Too many nodes unreachable or refusing (restarting, failing
        * over): asked again after the outage back-off within the wait, as
        * a single lock's wait rides an outage; ENOQUORUM when it ends. */
       if (dlock__ride_on(l->subs[0]->c, wait_ms, deadline_us, &ride,
                          DLOCK_ENOQUORUM) == 0)
         continue;
-      rc = dlock__fail(DLOCK_ENOQUORUM,
-                       "RedLock: only %zu of %zu nodes answered; %zu needed",
-                       answered, n, quorum);
+      rc = dlock__fail_text(rc, why);
       break;
     }
     if (wait_ms == 0 || dlock__now_us() >= deadline_us) {
-      rc = dlock__fail(DLOCK_ETIMEDOUT,
-                       "RedLock: %zu of %zu nodes granted it (validity %lld "
-                       "ms); %zu needed",
-                       granted, n, (long long)validity, quorum);
+      rc = dlock__fail_text(rc, why);
       break;
     }
-    /* Retry after a random delay, so that competing clients do not split
-     * the nodes between them again; never longer than the holder's lease. */
-    int64_t delay_ms = 5 + (int64_t)(dlock__now_us() % 45) + attempt;
-    if (ttl_ms >= 0 && ttl_ms < delay_ms)
-      delay_ms = ttl_ms;
-    int64_t until = dlock__deadline_ms(delay_ms);
+    int64_t until = dlock__deadline_ms(
+        dlock__red_retry_ms(attempt, dlock__jitter(), ttl_ms));
     if (until > deadline_us)
       until = deadline_us;
-    int64_t sleep_us = until - dlock__now_us();
-    if (sleep_us > 0) {
-      struct timespec ts = {(time_t)(sleep_us / 1000000),
-                            (long)(sleep_us % 1000000) * 1000};
-      nanosleep(&ts, NULL);
-    }
+    dlock__sleep_us(until - dlock__now_us());
   }
 out:
   dlock__free(held);
@@ -424,21 +422,6 @@ static int red_release(dlock_t *l, uint64_t owner) {
   dlock__drop_composite(l, owner, 0);
   return dlock__red_unlock_outcome(l->nsubs, (size_t)o.ok, (size_t)o.lost,
                                    (size_t)o.failed);
-}
-
-int dlock__red_unlock_outcome(size_t n, size_t ok, size_t lost, size_t failed) {
-  size_t quorum = n / 2 + 1;
-  if (ok >= quorum)
-    return 0;
-  if (ok == 0 && lost == 0 && failed == 0)
-    return dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
-  if (ok + failed < quorum && lost > 0)
-    return dlock__fail(DLOCK_ELOST,
-                       "RedLock lost: only %zu of %zu nodes still held it", ok,
-                       n);
-  return dlock__fail(DLOCK_ENOQUORUM,
-                     "RedLock released on %zu of %zu nodes; %zu unreachable",
-                     ok, n, failed);
 }
 
 const dlock__kind dlock__kind_red =

@@ -3,7 +3,9 @@
  */
 #include "replica.h"
 
+#include "alloc.h"
 #include "client.h"
+#include "engine.h"
 #include "error.h"
 #include "monotime.h"
 #include "observe.h"
@@ -55,6 +57,77 @@ int dlock__sync_wanted(dlock_client_t *c) {
   return dlock__route_replicas(&c->route, 0, NULL);
 }
 
+/* Frees what a call that ends in a failure had answered so far. */
+static void drop_replies(redisReply **replies, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (replies[i] != NULL)
+      freeReplyObject(replies[i]);
+    replies[i] = NULL;
+  }
+}
+
+/*
+ * The calls that a cluster refused for now (DLOCK__CLUSTER_BUSY: those
+ * whose reply is still NULL), made again after the busy back-off until
+ * every one is answered or the deadline would pass (DLOCK_EIO, with the
+ * cluster's detail); the replies, and the tail's, merge with what came.
+ */
+static int again_later(dlock_client_t *c, size_t n, const dlock__eval *calls,
+                       redisReply **replies, int64_t deadline_us,
+                       int64_t idle_ms, size_t ntail, const char *const *tail,
+                       const size_t *tail_lens, redisReply **tail_replies) {
+  int64_t until = deadline_us != 0
+                      ? deadline_us
+                      : dlock__deadline_ms(c->opt.command_timeout_ms);
+  dlock__eval *sub = dlock__calloc(n, sizeof(*sub));
+  redisReply **got = dlock__calloc(n, sizeof(*got));
+  size_t *which = dlock__calloc(n, sizeof(*which));
+  redisReply *got_tail[2] = {NULL, NULL};
+  int rc = sub != NULL && which != NULL && got != NULL && ntail <= 2
+               ? DLOCK__CLUSTER_BUSY
+               : dlock__fail(DLOCK_ENOMEM, "out of memory routing scripts");
+  for (int step = 0; rc == DLOCK__CLUSTER_BUSY;) {
+    int paused = dlock__busy_pause(c, &step, until);
+    if (paused != 0) {
+      rc = paused == DLOCK_ETIMEDOUT ? DLOCK_EIO : paused;
+      break;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+      if (replies[i] == NULL) {
+        which[m] = i;
+        sub[m++] = calls[i];
+      }
+    rc = dlock__route_eval(&c->route, m, sub, got, deadline_us, idle_ms, ntail,
+                           tail, tail_lens, got_tail);
+    for (size_t j = 0; j < m; j++)
+      replies[which[j]] = got[j];
+    dlock__cluster_keep_tail(tail_replies, got_tail, ntail);
+  }
+  if (rc != 0) {
+    drop_replies(replies, n);
+    drop_replies(tail_replies, ntail);
+  }
+  dlock__free(sub);
+  dlock__free(got);
+  dlock__free(which);
+  return rc;
+}
+
+/* dlock__route_eval, whose calls a cluster refuses for now made again
+ * after a pause. */
+static int routed_eval(dlock_client_t *c, size_t n, const dlock__eval *calls,
+                       redisReply **replies, int64_t deadline_us,
+                       int64_t idle_ms, size_t ntail, const char *const *tail,
+                       const size_t *tail_lens, redisReply **tail_replies) {
+  int rc = dlock__route_eval(&c->route, n, calls, replies, deadline_us, idle_ms,
+                             ntail, tail, tail_lens, tail_replies);
+  if (rc != DLOCK__CLUSTER_BUSY)
+    return rc;
+  return again_later(c, n, calls, replies, deadline_us, idle_ms, ntail, tail,
+                     tail_lens, tail_replies);
+}
+
 static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
                        redisReply **replies, int64_t deadline_us,
                        int64_t idle_ms, dlock__synced *out) {
@@ -77,8 +150,8 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
    * write (on a cluster, each shard's count is read at its next write). */
   int refresh = counted ? dlock__route_refresh(r, 0) : 0;
   if (wanted == 0 && !refresh)
-    return dlock__route_eval(r, n, calls, replies, deadline_us, idle_ms, 0,
-                             NULL, NULL, NULL);
+    return routed_eval(c, n, calls, replies, deadline_us, idle_ms, 0, NULL,
+                       NULL, NULL);
   char *tail[2];
   size_t lens[2], ntail = 0;
   redisReply *got[2] = {NULL, NULL};
@@ -107,8 +180,8 @@ static int write_round(dlock_client_t *c, size_t n, const dlock__eval *calls,
     idle_ms += extra_ms;
   else if (deadline_us == 0)
     deadline_us = dlock__deadline_ms(c->opt.command_timeout_ms + extra_ms);
-  rc = dlock__route_eval(r, n, calls, replies, deadline_us, idle_ms, ntail,
-                         (const char *const *)tail, lens, got);
+  rc = routed_eval(c, n, calls, replies, deadline_us, idle_ms, ntail,
+                   (const char *const *)tail, lens, got);
   for (size_t k = 0; k < ntail; k++)
     dlock__format_free(tail[k]);
   if (rc == 0 && wanted > 0) {

@@ -139,6 +139,9 @@ typedef struct dlock__caller {
   int want_ready;   /* dlock__conn_open: drives until the handshake is done */
   int want_idle;    /* dlock__conn_pump: drives while submissions are out */
   int64_t until_us; /* the end of this turn of waiting (wait_until) */
+  /* Waiting among others (dlock__conn_wait_any): a pipe that is written to
+   * whenever the caller is woken, so that one poll() hears it. NULL: none. */
+  const int *notify_fd;
   /* The first of its requests to fail: the code, and why (last: only
    * written with the code, it is not cleared for each call). */
   int err;
@@ -174,6 +177,19 @@ int dlock__conn_wait(dlock__pending *p, redisReply **replies);
 #define DLOCK__CONN_AGAIN 1
 int dlock__conn_wait_until(dlock__pending *p, redisReply **replies,
                            int64_t until_us);
+
+/*
+ * Waits on several sends at once, on the connections of different
+ * servers (or the same one): returns the index of one in 'ps' whose
+ * replies are all in (or that failed), to be taken with dlock__conn_wait
+ * without waiting, or -1 when 'until_us' passes first (the sends are
+ * still the caller's). NULL entries (taken already) are skipped. The
+ * caller reads every connection nobody else reads, all in one poll(),
+ * and is told through a pipe when a thread reading one of the others
+ * completes its requests or hands it the reading; a send past its own
+ * deadline is given up on, as dlock__conn_wait does.
+ */
+int dlock__conn_wait_any(dlock__pending *const *ps, size_t n, int64_t until_us);
 
 /* Moves the caller's deadline to now: the next wait takes the replies that
  * have come and gives up on the rest (as at a deadline: the requests stay

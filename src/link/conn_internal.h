@@ -237,6 +237,10 @@ void dlock__conn_write_out_locked(dlock__conn *c);
 /* Reads replies for everybody until 'me' has its own, or its wait limit
  * passes, or the connection dies; then passes the role on. */
 void dlock__conn_drive_locked(dlock__conn *c, caller *me);
+
+/* What dlock__conn_service does, with 'mu' held: by an event loop, or by
+ * a caller that holds the reading role (conn_many.c). */
+void dlock__conn_service_locked(dlock__conn *c);
 /* Completes the request of every complete reply in the read buffer: 0, or
  * DLOCK_EPROTO when the stream is out of step. */
 int dlock__conn_dispatch_locked(dlock__conn *c);

@@ -105,6 +105,11 @@ void dlock__conn_service(dlock__conn *c) {
   if (dlock__forked_since(c->fork_gen))
     return;
   pthread_mutex_lock(&c->mu);
+  dlock__conn_service_locked(c);
+  dlock__conn_unlock(c);
+}
+
+void dlock__conn_service_locked(dlock__conn *c) {
   if (c->broken_code != 0 && c->ctx != NULL) {
     dlock__conn_fail_all_locked(c, c->broken_code, c->last_err);
   } else if (c->ctx != NULL && !is_ready(c)) {
@@ -120,5 +125,4 @@ void dlock__conn_service(dlock__conn *c) {
       check_deadlines_locked(c);
     }
   }
-  dlock__conn_unlock(c);
 }

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 #ifdef __linux__
 #include <linux/futex.h>
 #include <stdatomic.h>
@@ -72,6 +73,23 @@ static void tell_relinks(dlock__conn *c, unsigned n) {
 }
 
 /* ---- waking callers ----------------------------------------------------- */
+
+/* The pipe of a caller waiting among others (conn_many.c), whose poll()
+ * hears of its wake-ups there, or -1. Read before the caller is told: a
+ * caller told that its replies are in may return at once, frame and all;
+ * one waiting among others takes 'mu' before it closes its pipe. */
+static int notify_fd(const caller *who) {
+  return who->notify_fd != NULL ? *who->notify_fd : -1;
+}
+
+static void notify_by_fd(int fd) {
+  if (fd < 0)
+    return;
+  char one = 1;
+  /* A full pipe has woken the waiter already. */
+  ssize_t w = write(fd, &one, 1);
+  (void)w;
+}
 
 #ifdef __linux__
 /*
@@ -145,7 +163,9 @@ void dlock__conn_notify_locked(dlock__conn *c, caller *who, uint32_t why) {
   assert(why != WAKE_DONE || who->remaining == 0);
   assert(why != WAKE_DRIVE || (who->remaining > 0 && who->waiting));
   _Atomic uint32_t *word = &who->slot->word;
+  int fd = notify_fd(who);
   atomic_store_explicit(word, why, memory_order_release);
+  notify_by_fd(fd);
   if (c->nwakes < WAKES_MAX)
     c->wakes[c->nwakes++] = word;
   else
@@ -226,6 +246,7 @@ void dlock__conn_notify_locked(dlock__conn *c, caller *who, uint32_t why) {
   (void)why;
   assert(why != WAKE_DONE || who->remaining == 0);
   assert(why != WAKE_DRIVE || (who->remaining > 0 && who->waiting));
+  notify_by_fd(notify_fd(who));
   pthread_cond_signal(&who->cv);
 }
 

@@ -44,7 +44,7 @@ enum dlock__wait_by { DLOCK__WAIT_PUBSUB, DLOCK__WAIT_BACKOFF };
 
 /* What an attempt that found the lock taken learned. */
 typedef struct dlock__busy {
-  int64_t ttl_ms; /* how long to sleep at most; -1 unknown */
+  int64_t ttl_ms; /* how long to wait at most; -1 unknown */
   /* The lock's fencing counter when the attempt ran (fair lock; 0 when
    * unknown). A hand-over message with a token no higher than this was sent
    * before the attempt, which took the lock up itself or found it given

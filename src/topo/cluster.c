@@ -53,10 +53,6 @@ struct dlock__cluster {
   /* The URL's sharded_pubsub=off: classic pub/sub whatever the cluster
    * runs. */
   int sharded_off;
-  /* The pause before a call refused with TRYAGAIN or CLUSTERDOWN is sent
-   * again (dlock__cluster_set_pause), or NULL. */
-  dlock__cluster_pause pause;
-  void *pause_ctx;
   dlock__stats *stats; /* the client's statistics, or NULL */
 };
 
@@ -645,24 +641,12 @@ static int follow(dlock__cluster *cl, const redisReply *r, int kind) {
   return idx;
 }
 
-void dlock__cluster_set_pause(dlock__cluster *cl, dlock__cluster_pause pause,
-                              void *ctx) {
-  cl->pause = pause;
-  cl->pause_ctx = ctx;
-}
-
-/* Waits out a TRYAGAIN/CLUSTERDOWN with the client's pause, '*step'
- * counting the pauses of the call; DLOCK_EIO when the deadline would pass
- * first (or no pause was given), else 0 or why the pause ended (a client
- * shutting down). */
-static int back_off(dlock__cluster *cl, int *step, int64_t deadline_us,
-                    const char *why) {
-  int rc = cl->pause != NULL ? cl->pause(cl->pause_ctx, step, deadline_us)
-                             : DLOCK_ETIMEDOUT;
-  if (rc == DLOCK_ETIMEDOUT)
-    return dlock__fail(DLOCK_EIO, "cluster still busy at the deadline (%s)",
-                       why);
-  return rc;
+/* A call the cluster refused for now (TRYAGAIN or CLUSTERDOWN, 'why'):
+ * the caller pauses and makes it again (see DLOCK__CLUSTER_BUSY), with the
+ * detail to report should its time run out first. */
+static int busy(const char *why) {
+  dlock__fail(DLOCK_EIO, "cluster still busy at the deadline (%s)", why);
+  return DLOCK__CLUSTER_BUSY;
 }
 
 /* ASKING and the call (as EVAL: the node importing the slot may not have
@@ -699,7 +683,8 @@ static int ask_eval(dlock__cluster *cl, int idx, const dlock__eval *call,
 }
 
 /* Keeps in 'best' the tail reply whose integer is the smallest. */
-static void keep_tail(redisReply **best, redisReply **got, size_t ntail) {
+void dlock__cluster_keep_tail(redisReply **best, redisReply **got,
+                              size_t ntail) {
   for (size_t k = 0; k < ntail; k++) {
     if (got[k] == NULL)
       continue;
@@ -769,12 +754,11 @@ int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
                  deadline_us, &rc);
   }
   int sharded = atomic_load(&cl->sharded);
-  int busy_step = 0;
-  /* Rounds that followed a MOVED or ASK; TRYAGAIN and CLUSTERDOWN are
-   * bounded by the deadline instead (back_off), however many they take. */
+  /* Rounds that followed a MOVED or ASK; TRYAGAIN and CLUSTERDOWN end
+   * the call, to be made again after the caller's pause. */
   int redirected = 0;
   while (rc == 0) {
-    int left = 0, busy = 0, moved = 0;
+    int left = 0, refused = 0, moved = 0;
     const char *busy_why = "";
     for (size_t i = 0; i < n; i++)
       left += target[i] != -2;
@@ -823,7 +807,7 @@ int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
           atomic_store(&cl->stale, 1);
         break;
       }
-      keep_tail(best, got_tail, ntail);
+      dlock__cluster_keep_tail(best, got_tail, ntail);
       for (size_t j = 0; j < m; j++) {
         size_t i = which[j];
         sent[i] = 1;
@@ -843,7 +827,7 @@ int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
           continue;
         }
         if (kind == DLOCK__REDIRECT_RETRY) {
-          busy = 1;
+          refused = 1;
           busy_why = r->len >= 8 && memcmp(r->str, "TRYAGAIN", 8) == 0
                          ? "TRYAGAIN"
                          : "CLUSTERDOWN";
@@ -863,17 +847,12 @@ int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
       }
     }
     redirected += moved;
-    if (rc == 0 && busy) {
-      rc = back_off(cl, &busy_step, deadline_us, busy_why);
-      for (size_t i = 0; rc == 0 && i < n; i++)
-        if (target[i] >= 0 && !ask[i])
-          target[i] =
-              owner_of(cl, dlock__key_slot(calls[i].argv[0], calls[i].lens[0]),
-                       deadline_us, &rc);
-    }
+    if (rc == 0 && refused)
+      rc = busy(busy_why);
   }
 out:
-  if (rc != 0) {
+  /* Refused for now: what was answered stays, for the caller's next go. */
+  if (rc != 0 && rc != DLOCK__CLUSTER_BUSY) {
     for (size_t i = 0; i < n; i++) {
       if (replies[i] != NULL)
         freeReplyObject(replies[i]);
@@ -910,7 +889,6 @@ int dlock__cluster_call(dlock__cluster *cl, int slot, size_t n,
   int rc = 0;
   int idx = owner_of(cl, slot, deadline_us, &rc);
   int with_ask = 0;
-  int busy_step = 0;
   /* As for script calls: only MOVED and ASK count. */
   int redirected = 0;
   while (rc == 0) {
@@ -955,9 +933,8 @@ int dlock__cluster_call(dlock__cluster *cl, int slot, size_t n,
       return 0;
     int kind = dlock__redirect_kind(redirect);
     if (kind == DLOCK__REDIRECT_RETRY) {
-      rc = back_off(cl, &busy_step, deadline_us, "TRYAGAIN or CLUSTERDOWN");
-      if (rc == 0)
-        idx = owner_of(cl, slot, deadline_us, &rc);
+      /* The whole batch is made again after the caller's pause. */
+      rc = busy("TRYAGAIN or CLUSTERDOWN");
     } else {
       int to = follow(cl, redirect, kind);
       if (to < 0)

@@ -35,18 +35,16 @@ int dlock__cluster_new(dlock__cluster_url *u, const dlock__tls *tls,
                        dlock__cluster **out);
 
 /*
- * The pause before a call that the cluster refused with TRYAGAIN or
- * CLUSTERDOWN (refusals made before it ran) is sent again: the topology
- * keeps no back-off of its own and never sleeps by itself, it takes the
- * client's. '*step' counts the pauses of one call (0 before its first) and
- * is moved on; returns 0 after the pause, DLOCK_ETIMEDOUT (without
- * waiting) when the pause would end past 'deadline_us', or another code
- * when the client is shutting down. Without one, such a call fails at
- * once.
+ * What dlock__cluster_eval and dlock__cluster_call return when the cluster
+ * refused a call for now, before it ran (TRYAGAIN or CLUSTERDOWN): the
+ * topology never waits, so its caller pauses (the engine's busy back-off)
+ * and makes the call again, within its deadline; the detail to report if
+ * that runs out first is set. dlock__cluster_eval keeps the calls answered
+ * already in 'replies' (NULL for those to make again) and the tail's
+ * replies so far in 'tail_replies' (see dlock__cluster_keep_tail);
+ * dlock__cluster_call keeps nothing, its whole batch is made again.
  */
-typedef int (*dlock__cluster_pause)(void *ctx, int *step, int64_t deadline_us);
-void dlock__cluster_set_pause(dlock__cluster *cl, dlock__cluster_pause pause,
-                              void *ctx);
+#define DLOCK__CLUSTER_BUSY 2
 
 /* Reads the slot map from the first node that answers (known masters,
  * then the seeds) before 'deadline_us' (0: a command timeout from now).
@@ -94,7 +92,8 @@ void dlock__cluster_mark_stale(dlock__cluster *cl);
  * SSUBSCRIBE on the master of the channel's slot, as Redisson's locks
  * publish and listen on such a cluster; else with PUBLISH and SUBSCRIBE.
  * A URL with sharded_pubsub=off keeps to those without asking. Returns 1
- * (sharded), 0 (classic) or why no node answered.
+ * (sharded), 0 (classic), DLOCK__CLUSTER_BUSY (to ask again after a
+ * pause) or why no node answered.
  */
 int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us);
 /* 1 once dlock__cluster_probe_sharded found sharded pub/sub. */
@@ -111,6 +110,12 @@ dlock__conn *dlock__cluster_any(dlock__cluster *cl);
  * each tail command, the reply of the node whose integer answer was the
  * smallest (a WAIT that fewest replicas acknowledged), else the last one.
  */
+/* Merges the tail replies 'got' of another round into 'best' (taking
+ * them): for each tail command, the one whose integer answer is the
+ * smallest is kept. */
+void dlock__cluster_keep_tail(redisReply **best, redisReply **got,
+                              size_t ntail);
+
 int dlock__cluster_eval(dlock__cluster *cl, size_t n, const dlock__eval *calls,
                         redisReply **replies, int64_t deadline_us,
                         int64_t idle_ms, size_t ntail, const char *const *tail,

@@ -38,12 +38,6 @@ void dlock__route_init(dlock__route *r, int64_t command_timeout_ms,
   atomic_store(&r->aof, 0);
 }
 
-void dlock__route_set_pause(dlock__route *r, dlock__cluster_pause pause,
-                            void *ctx) {
-  if (r->cluster != NULL)
-    dlock__cluster_set_pause(r->cluster, pause, ctx);
-}
-
 /* ---- routing ------------------------------------------------------------ */
 
 /* dlock__conn_call on the master of 'slot' on a cluster (redirections
@@ -284,6 +278,10 @@ static int master_replicas(dlock__route *r) {
    * again. */
   int rc = call_slot(r, 0, 1, &cmd, &slen, &reply, 0);
   dlock__format_free(cmd);
+  /* INFO names no key: a cluster refuses it for now only when something is
+   * wrong with the node, and the count is not worth a wait. */
+  if (rc == DLOCK__CLUSTER_BUSY)
+    rc = DLOCK_EIO;
   if (rc != 0)
     return rc;
   apply_info(r, reply);
@@ -312,6 +310,8 @@ static int shard_replicas(dlock__route *r, size_t n, const dlock__eval *calls) {
     redisReply *reply = NULL;
     int rc = dlock__cluster_call(r->cluster, slot, 1, &cmd, &len, &reply, 0);
     dlock__format_free(cmd);
+    if (rc == DLOCK__CLUSTER_BUSY)
+      rc = DLOCK_EIO; /* as for master_replicas */
     if (rc != 0)
       return rc;
     if (reply->type == REDIS_REPLY_STRING) {

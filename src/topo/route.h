@@ -71,13 +71,6 @@ void dlock__route_init(dlock__route *r, int64_t command_timeout_ms,
                        void (*warn)(void *data, const char *text),
                        void *warn_data);
 
-/* The pause before a call that the deployment refused for now (a
- * cluster's TRYAGAIN or CLUSTERDOWN) is sent again: the client's back-off
- * policy, as dlock__cluster_pause says (the topology never sleeps by
- * itself). Set once the links are made, before any call. */
-void dlock__route_set_pause(dlock__route *r, dlock__cluster_pause pause,
-                            void *ctx);
-
 /* ---- routing ------------------------------------------------------------ */
 
 /*
@@ -85,7 +78,9 @@ void dlock__route_set_pause(dlock__route *r, dlock__cluster_pause pause,
  * server, or each call on the master of its slot on a cluster (where
  * redirections are followed); 'idle_ms' > 0: paced, as
  * dlock__eval_run_paced. Inline: this is the path of every lock and
- * unlock.
+ * unlock. A cluster that refuses calls for now answers
+ * DLOCK__CLUSTER_BUSY, with what was answered kept (cluster.h): the
+ * caller pauses and makes the rest again.
  */
 static inline int
 dlock__route_eval(dlock__route *r, size_t n, const dlock__eval *calls,
@@ -106,7 +101,8 @@ dlock__route_eval(dlock__route *r, size_t n, const dlock__eval *calls,
 
 /* dlock__conn_call on the link for 'key' (the master of its slot on a
  * cluster, where redirections are followed; 'key' NULL: any node), for
- * commands on keys of one slot that a redirection leaves unapplied. */
+ * commands on keys of one slot that a redirection leaves unapplied; or
+ * DLOCK__CLUSTER_BUSY, to be made again after a pause. */
 int dlock__route_call(dlock__route *r, const char *key, size_t key_len,
                       size_t n, char *const *cmds, const size_t *lens,
                       redisReply **replies, int64_t deadline_us);
