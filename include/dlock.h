@@ -507,10 +507,7 @@ typedef struct dlock_options {
  * for; set replica_sync_replicas to wait for a fixed number, as for the
  * replicas connected). Both give an unsynced acquisition back; Redisson
  * then tries again, retryAttempts times (4 by default), even a tryLock
- * without a wait, where dlock_trylock with wait 0 does not retry. A
- * MultiLock's
- * acquisition sent as one pipeline (its reentrant and spin parts) still
- * waits with WAIT for every replica in this mode.
+ * without a wait, where dlock_trylock with wait 0 does not retry.
  *
  * WAIT holds up the
  * client's shared connection while it waits: a replica that stops

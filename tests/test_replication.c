@@ -414,6 +414,36 @@ TEST(replica_sync_any_one_replica_is_enough) {
   ASSERT_EQ(lu_exists(r[0], "rs:any"), 1);
   ASSERT_DLOCK_OK(dlock_unlock(la));
   ASSERT_EQ(lu_exists(m, "rs:any"), 0);
+  /* A MultiLock's parts, sent in one pipeline with one WAIT, are judged
+   * by the same rule. Both replicas are waited for (a fixed count: a
+   * replica stopped for over 2 s is no longer counted in step). */
+  dlock_options_t o;
+  lu_options(&o, m);
+  o.replica_sync_timeout_ms = 300;
+  o.replica_sync_replicas = 2;
+  o.replica_sync_mode = DLOCK_SYNC_ANY;
+  dlock_client_t *any2 = lu_client_opts(&o);
+  o.replica_sync_mode = DLOCK_SYNC_ALL;
+  dlock_client_t *all2 = lu_client_opts(&o);
+  dlock_t *pa[2] = {lu_get(any2, "rs:any:p1"), lu_get(any2, "rs:any:p2")};
+  dlock_t *pl[2] = {lu_get(all2, "rs:any:p1"), lu_get(all2, "rs:any:p2")};
+  dlock_t *ma = NULL, *ml = NULL;
+  ASSERT_DLOCK_OK(dlock_get_multi(pa, 2, &ma));
+  ASSERT_DLOCK_OK(dlock_get_multi(pl, 2, &ml));
+  ASSERT_EQ(dlock_trylock(ml, 0, 30000), DLOCK_ENOSYNC);
+  ASSERT_EQ(lu_exists(m, "rs:any:p1") + lu_exists(m, "rs:any:p2"), 0);
+  ASSERT_DLOCK_OK(dlock_trylock(ma, 0, 30000));
+  ASSERT_EQ(lu_exists(r[0], "rs:any:p1") + lu_exists(r[0], "rs:any:p2"), 2);
+  ASSERT_DLOCK_OK(dlock_unlock(ma));
+  ASSERT_EQ(lu_exists(m, "rs:any:p1") + lu_exists(m, "rs:any:p2"), 0);
+  dlock_free(ma);
+  dlock_free(ml);
+  for (int i = 0; i < 2; i++) {
+    dlock_free(pa[i]);
+    dlock_free(pl[i]);
+  }
+  dlock_client_close(any2);
+  dlock_client_close(all2);
 
   ASSERT_EQ(rp_pause(r[0]), 0);
   int rc = dlock_trylock(la, 0, 30000);

@@ -182,19 +182,15 @@ static int group_send(batch *b, batch_group *g) {
       break;
   size_t total = k;
   if (rc == 0 && g->wanted > 0) {
-    char nrep[DLOCK__DEC_MAX], tmo[DLOCK__DEC_MAX];
-    dlock__fmt_i64(nrep, g->wanted);
-    dlock__fmt_i64(tmo, g->c->sync.timeout_ms);
-    const char *argv[] = {"WAIT", nrep, tmo};
-    int len = dlock__format_argv(&cmds[total], 3, argv, NULL);
+    /* The same WAIT (or WAITAOF) as any synced write's. */
+    int len = dlock__sync_format_wait(g->c, g->wanted, &cmds[total]);
     if (len < 0)
       rc = DLOCK_ENOMEM;
     else
       lens[total++] = (size_t)len;
   }
   if (rc == 0 && g->refresh) {
-    const char *argv[] = {"INFO", "replication"};
-    int len = dlock__format_argv(&cmds[total], 2, argv, NULL);
+    int len = dlock__route_format_info(&g->c->route, &cmds[total]);
     if (len < 0)
       rc = DLOCK_ENOMEM;
     else
@@ -231,11 +227,9 @@ static void group_collect(batch *b, batch_group *g) {
   dlock__route_failed(&g->c->route, rc);
   dlock__synced sy = {1, 0, 0, 0};
   if (rc == 0 && g->wanted > 0) {
-    const redisReply *w = got[g->m];
-    sy.wanted = g->wanted;
-    sy.acked =
-        w != NULL && w->type == REDIS_REPLY_INTEGER ? (int)w->integer : 0;
-    sy.ok = sy.acked >= g->wanted;
+    /* Judged as any synced write is (all replicas, or with
+     * DLOCK_SYNC_ANY one). */
+    dlock__sync_judge(&g->c->sync, got[g->m], g->wanted, &sy);
     /* The master moved while the write waited: the replicas that
      * acknowledged it may drop it as they follow the new one. */
     if (dlock__route_moved(&g->c->route, g->gen)) {
@@ -244,9 +238,10 @@ static void group_collect(batch *b, batch_group *g) {
     }
   }
   dlock__sync *s = &g->c->sync;
-  if (s->on && s->fixed == 0 && (rc != 0 || !sy.ok)) {
-    /* As after any write that failed or fell short: the replicas are read
-     * again before the next. */
+  if (s->on && s->fixed == 0 && (rc != 0 || !sy.ok || sy.acked < sy.wanted)) {
+    /* As after any write that failed or fell short (with DLOCK_SYNC_ANY,
+     * synced by fewer than asked): the replicas are read again before the
+     * next. */
     dlock__route_forget_replicas(&g->c->route);
   }
   for (size_t j = 0; j < g->m; j++) {
