@@ -465,11 +465,6 @@ static int open_client(const dlock_options_t *o, dlock_client_t **out,
   dlock__route_init(&c->route, o->command_timeout_ms, o->on_warning,
                     o->on_warning_data);
   const char *url = o->url ? o->url : DEFAULT_URL;
-  if (rc == 0 && async && dlock__url_is_cluster(url))
-    rc = dlock__fail(DLOCK_EINVAL,
-                     "an async client serves one server or a Sentinel-managed "
-                     "master, not a cluster (\"%.100s\")",
-                     url);
   if (rc == 0 && (c->url = dlock__strdup(url)) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   c->opt.url = c->url;

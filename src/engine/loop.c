@@ -10,6 +10,7 @@
 #include "machine.h"
 #include "monotime.h"
 #include "proto/format.h"
+#include "proto/slot.h"
 
 #include <poll.h>
 #include <stdio.h>
@@ -73,6 +74,12 @@ static void unqueue(dlock__aop *op) {
 
 static void drop_answers(dlock__aop *op);
 
+static void drop_sent(dlock__aop *op) {
+  for (int i = 0; i < op->nsent; i++)
+    dlock__free(op->sent[i]);
+  op->nsent = 0;
+}
+
 void dlock__loop_remove(dlock__aop *op) {
   dlock__loop *lp = op->lp;
   unqueue(op);
@@ -84,6 +91,7 @@ void dlock__loop_remove(dlock__aop *op) {
     op->next->prev = op->prev;
   lp->nops--;
   drop_answers(op);
+  drop_sent(op);
   if (op->kept != NULL)
     freeReplyObject(op->kept);
   op->kept = NULL;
@@ -123,6 +131,15 @@ static void drop_answers(dlock__aop *op) {
 static void on_answer(dlock__request *r, redisReply *reply, int err,
                       const char *detail) {
   dlock__aop *op = r->arg;
+  if (op->skip > 0 && err == 0) {
+    /* ASKING's answer, before the command it lets through. */
+    op->skip--;
+    if (reply != NULL)
+      freeReplyObject(reply);
+    if (--op->in_flight == 0)
+      dlock__loop_ready(op);
+    return;
+  }
   int k = op->nanswered++;
   if (k == 0)
     op->reply = reply;
@@ -139,21 +156,169 @@ static void on_answer(dlock__request *r, redisReply *reply, int err,
     dlock__loop_ready(op);
 }
 
-/* Sends 'n' formatted commands (1..3) for 'op' in this order. 0, or an
+/* ---- a cluster's nodes -------------------------------------------------- */
+
+/* Finds out once whether the cluster's scripts publish with SPUBLISH (and
+ * its waiters listen with SSUBSCRIBE), as the blocking client does at its
+ * open: one round trip, within a command timeout. */
+static void probe(dlock__loop *lp) {
+  dlock__cluster *cl = lp->c->route.cluster;
+  if (cl == NULL || lp->probed)
+    return;
+  lp->probed = 1;
+  char keep[256];
+  snprintf(keep, sizeof(keep), "%s", dlock_last_error());
+  (void)dlock__cluster_probe_sharded(
+      cl, dlock__deadline_ms(lp->c->opt.command_timeout_ms));
+  dlock__fail_text(0, keep);
+}
+
+/* Grows the nodes watched to as many as the cluster knows: 0 or
+ * DLOCK_ENOMEM. */
+static int know_nodes(dlock__loop *lp) {
+  int n = dlock__cluster_nnodes(lp->c->route.cluster);
+  if (n <= lp->nnodes)
+    return 0;
+  dlock__lnode *x = dlock__realloc(lp->nodes, (size_t)n * sizeof(*x));
+  if (x == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory watching a cluster node");
+  for (int i = lp->nnodes; i < n; i++) {
+    memset(&x[i], 0, sizeof(x[i]));
+    x[i].fd[0] = x[i].fd[1] = -1;
+  }
+  lp->nodes = x;
+  lp->nnodes = n;
+  return 0;
+}
+
+/* The node of the master of 'slot', as the map says; the map is read
+ * (waiting, within a command timeout) when it does not say, or when a
+ * node failed since it was read. -1 with the error set. */
+static int owner(dlock__loop *lp, int slot) {
+  dlock__cluster *cl = lp->c->route.cluster;
+  int idx = lp->refresh_due ? -1 : dlock__cluster_known_owner(cl, slot);
+  if (idx < 0) {
+    lp->refresh_due = 0;
+    int rc = 0;
+    idx = dlock__cluster_owner(cl, slot, &rc);
+    if (idx < 0 && rc == 0)
+      dlock__fail(DLOCK_EIO, "no cluster node serves slot %d", slot);
+  }
+  return idx;
+}
+
+dlock__lsub *dlock__loop_sub_for(dlock__loop *lp, const char *channel,
+                                 size_t len) {
+  dlock__cluster *cl = lp->c->route.cluster;
+  probe(lp);
+  if (cl == NULL || !dlock__cluster_sharded(cl))
+    return lp->sub;
+  int idx = owner(lp, dlock__key_slot(channel, len));
+  if (idx < 0 || know_nodes(lp) != 0)
+    return lp->sub; /* heard by nobody: the waiter sleeps by the TTL */
+  dlock__lnode *nd = &lp->nodes[idx];
+  if (nd->sub == NULL) {
+    dlock_client_t *c = lp->c;
+    if (dlock__lsub_new(dlock__cluster_node_ep(cl, idx), c->tls, NULL,
+                        c->opt.connect_timeout_ms, c->opt.command_timeout_ms,
+                        &nd->sub) != 0)
+      return lp->sub;
+    dlock__lsub_set_sharded(nd->sub);
+  }
+  return nd->sub;
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+/* The slot of a formatted command's first argument (its key, for the
+ * commands a client sends about one key), or -1 when it has none. */
+static int slot_of_cmd(const char *cmd, size_t len) {
+  const char *end = cmd + len, *p = cmd;
+  if (p >= end || *p != '*' || strtol(p + 1, NULL, 10) < 2)
+    return -1;
+  for (int arg = 0; arg < 2; arg++) {
+    p = memchr(p, '\n', (size_t)(end - p));
+    if (p == NULL || ++p >= end || *p != '$')
+      return -1;
+    long n = strtol(p + 1, NULL, 10);
+    p = memchr(p, '\n', (size_t)(end - p));
+    if (p == NULL || n < 0 || (size_t)(end - ++p) < (size_t)n)
+      return -1;
+    if (arg == 1)
+      return dlock__key_slot(p, (size_t)n);
+    p += n;
+  }
+  return -1;
+}
+
+/* The connection 'op's requests go to: the client's, or on a cluster that
+ * of the node serving 'op->slot' ('ask' >= 0: the node an ASK named).
+ * NULL with the error set. */
+static dlock__conn *conn_for(dlock__aop *op, int ask, int *rc) {
+  dlock_client_t *c = op->lp->c;
+  dlock__cluster *cl = c->route.cluster;
+  *rc = 0;
+  if (cl == NULL || (op->slot < 0 && ask < 0))
+    return c->route.conn;
+  int idx = ask >= 0 ? ask : owner(op->lp, op->slot);
+  if (idx < 0) {
+    *rc = DLOCK_EIO;
+    return NULL;
+  }
+  *rc = know_nodes(op->lp);
+  return *rc == 0 ? dlock__cluster_node_conn(cl, idx) : NULL;
+}
+
+/* Keeps what is sent on a cluster, to send it again where a redirection
+ * says: 0 or DLOCK_ENOMEM. */
+static int keep_sent(dlock__aop *op, int n, char *const *cmds,
+                     const size_t *lens) {
+  if (op->lp->c->route.cluster == NULL || op->sent[0] == cmds[0])
+    return 0;
+  drop_sent(op);
+  for (int i = 0; i < n; i++) {
+    op->sent[i] = dlock__memdup(cmds[i], lens[i]);
+    if (op->sent[i] == NULL) {
+      drop_sent(op);
+      return dlock__fail(DLOCK_ENOMEM, "out of memory keeping a request");
+    }
+    op->sent_len[i] = lens[i];
+    op->nsent = i + 1;
+  }
+  return 0;
+}
+
+/* Sends 'n' formatted commands (1..3) for 'op' in this order, after
+ * ASKING when 'ask' (>= 0) names the node an ASK sent it to. 0, or an
  * error with nothing sent; when a later one cannot be sent, those sent
  * are answered and the answer carries the error. */
-static int send_all(dlock__aop *op, int n, char *const *cmds,
-                    const size_t *lens) {
-  dlock__conn *conn = op->lp->c->route.conn;
+static int send_to(dlock__aop *op, int n, char *const *cmds, const size_t *lens,
+                   int ask) {
+  int rc;
+  dlock__conn *conn = conn_for(op, ask, &rc);
+  if (conn == NULL)
+    return rc;
+  rc = keep_sent(op, n, cmds, lens);
+  if (rc != 0)
+    return rc;
   drop_answers(op);
   op->in_flight = 0;
+  op->skip = 0;
+  if (ask >= 0) {
+    static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+    rc = dlock__conn_submit(conn, asking, sizeof(asking) - 1, 0, on_answer, op);
+    if (rc != 0)
+      return rc;
+    op->in_flight++;
+    op->skip++;
+  }
   for (int i = 0; i < n; i++) {
     op->in_flight++;
     int rc = dlock__conn_submit(conn, cmds[i], lens[i], 0, on_answer, op);
     if (rc == 0)
       continue;
     op->in_flight--;
-    if (i == 0)
+    if (i == 0 && ask < 0)
       return rc;
     op->err = rc;
     snprintf(op->detail, sizeof(op->detail), "%s", dlock_last_error());
@@ -162,11 +327,84 @@ static int send_all(dlock__aop *op, int n, char *const *cmds,
   return 0;
 }
 
+static int send_all(dlock__aop *op, int n, char *const *cmds,
+                    const size_t *lens) {
+  op->redirects = 0;
+  op->resend_at = 0;
+  return send_to(op, n, cmds, lens, -1);
+}
+
 int dlock__loop_send(dlock__aop *op, const char *cmd, size_t len) {
   char *cmds[1] = {(char *)cmd};
   op->wanted = 0;
   op->wait_at = op->info_at = -1;
+  probe(op->lp);
+  op->slot = slot_of_cmd(cmd, len);
   return send_all(op, 1, cmds, &len);
+}
+
+/* ---- a cluster's redirections ------------------------------------------- */
+
+/* Redirections followed for one request before its answer is given as
+ * it came: a slot moves once, and an ASK during a migration adds one. */
+#define REDIRECTS_MAX 16
+
+/* Sends what 'op' sent again, to the node 'ask' (an ASK's) or to the
+ * master of its slot; a failure to send is its answer. */
+static void resend(dlock__aop *op, int ask) {
+  char *cmds[3];
+  size_t lens[3];
+  int n = op->nsent;
+  for (int i = 0; i < n; i++) {
+    cmds[i] = op->sent[i];
+    lens[i] = op->sent_len[i];
+  }
+  int rc = send_to(op, n, cmds, lens, ask);
+  if (rc != 0) {
+    drop_answers(op);
+    op->err = rc;
+    snprintf(op->detail, sizeof(op->detail), "%s", dlock_last_error());
+    dlock__loop_ready(op);
+  }
+}
+
+/* Before 'op' runs on a cluster: follows a MOVED or an ASK in its answer
+ * by sending its requests again where it says, and waits out a TRYAGAIN or
+ * a CLUSTERDOWN (refusals made before anything ran) before sending them
+ * again, never waiting in the loop. 1 when 'op' is not to run now. */
+static int redirected(dlock__aop *op) {
+  dlock__cluster *cl = op->lp->c->route.cluster;
+  if (op->resend_at != 0) {
+    if (dlock__now_us() < op->resend_at) {
+      op->at_us = op->resend_at;
+      return 1;
+    }
+    op->resend_at = 0;
+    resend(op, -1);
+    return 1;
+  }
+  if (op->err != 0 && (op->err == DLOCK_EIO || op->err == DLOCK_ETIMEDOUT))
+    op->lp->refresh_due = 1; /* a master may have failed over */
+  if (op->nsent == 0 || op->in_flight > 0 || op->err != 0 ||
+      op->redirects >= REDIRECTS_MAX)
+    return 0;
+  int kind = dlock__redirect_kind(op->reply);
+  if (kind == 0)
+    return 0;
+  op->redirects++;
+  if (kind == DLOCK__REDIRECT_RETRY) {
+    /* 10 ms, doubled at each refusal, at most a second. */
+    int shift = op->redirects < 7 ? op->redirects : 7;
+    op->resend_at = dlock__now_us() + (10000 << shift) / 2;
+    op->at_us = op->resend_at;
+    drop_answers(op);
+    return 1;
+  }
+  int idx = dlock__cluster_follow(cl, op->reply);
+  if (idx < 0)
+    return 0;
+  resend(op, kind == DLOCK__REDIRECT_ASK ? idx : -1);
+  return 1;
 }
 
 /* "WAIT n timeout", formatted: its length, or -1. */
@@ -196,6 +434,15 @@ static int send_eval(dlock__aop *op, const dlock__eval *call, int with_body,
   dlock_client_t *c = op->lp->c;
   char *cmds[3];
   size_t lens[3];
+  /* On a cluster: to the master of its key's slot, publishing where its
+   * waiters listen. */
+  probe(op->lp);
+  dlock__eval routed = *call;
+  routed.script = dlock__route_script(&c->route, call->script);
+  op->slot = c->route.cluster != NULL && call->nkeys > 0
+                 ? dlock__key_slot(call->argv[0], call->lens[0])
+                 : -1;
+  call = &routed;
   int n = 0, rc = dlock__eval_format(call, with_body, &cmds[0], &lens[0]);
   if (rc != 0)
     return rc;
@@ -251,6 +498,21 @@ static void apply_wait(dlock__aop *op, const redisReply *w, dlock__synced *sy) {
     dlock__route_forget_replicas(&c->route);
 }
 
+/* The replicas in step that the INFO replication 'info' which rode after
+ * 'op's write counted: on a cluster, those of the master of its slot,
+ * recorded for that shard. */
+static int take_info(dlock__aop *op, const redisReply *info) {
+  dlock__route *r = &op->lp->c->route;
+  if (r->cluster == NULL)
+    return dlock__route_take_info(r, info);
+  int n = info != NULL && info->type == REDIS_REPLY_STRING
+              ? dlock__route_count_info(info->str, info->len)
+              : -1;
+  if (n >= 0 && op->slot >= 0)
+    dlock__cluster_set_replicas(r->cluster, op->slot, n);
+  return n;
+}
+
 int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
                             redisReply **reply, dlock__synced *sy) {
   dlock__synced ignored;
@@ -295,7 +557,7 @@ int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
   }
   int counted = -1;
   if (op->info_at >= 0)
-    counted = dlock__route_take_info(&op->lp->c->route, op->tail[op->info_at]);
+    counted = take_info(op, op->tail[op->info_at]);
   if (op->wanted < 0 && counted > 0) {
     /* Counted only now: the WAIT goes after the write, on the same
      * connection. */
@@ -307,7 +569,10 @@ int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
       return dlock__fail(DLOCK_ENOMEM, "out of memory formatting WAIT");
     }
     op->kept = r;
-    int rc = dlock__loop_send(op, cmd, (size_t)len);
+    /* On the same node as the write (op->slot is kept). */
+    size_t wlen = (size_t)len;
+    op->wait_at = op->info_at = -1;
+    int rc = send_all(op, 1, &cmd, &wlen);
     dlock__format_free(cmd);
     op->wanted = counted;
     if (rc != 0) {
@@ -335,21 +600,65 @@ static int poll_to_what(short events) {
  * 'socket' on 'fd', for 'what' (0: not watched). A new socket on the
  * number of a closed one is removed and added again, so that the loop
  * does not go on watching what it registered for the closed one. */
-static void set_watch(dlock__loop *lp, int i, int fd, int what,
-                      unsigned socket) {
+static void set_watch_at(dlock__loop *lp, int *fdp, int *whatp,
+                         unsigned *socketp, int fd, int what, unsigned socket) {
   if (fd >= 0 && what == 0)
     fd = -1;
-  if (lp->fd[i] == fd && lp->what[i] == what && lp->socket[i] == socket)
+  if (*fdp == fd && *whatp == what && *socketp == socket)
     return;
-  if (lp->fd[i] >= 0 && (lp->fd[i] != fd || lp->socket[i] != socket)) {
-    lp->on_socket(lp->c, lp->fd[i], DLOCK_POLL_REMOVE, lp->data);
-    lp->what[i] = 0;
+  if (*fdp >= 0 && (*fdp != fd || *socketp != socket)) {
+    lp->on_socket(lp->c, *fdp, DLOCK_POLL_REMOVE, lp->data);
+    *whatp = 0;
   }
-  lp->fd[i] = fd;
-  lp->socket[i] = socket;
-  if (fd >= 0 && lp->what[i] != what)
+  *fdp = fd;
+  *socketp = socket;
+  if (fd >= 0 && *whatp != what)
     lp->on_socket(lp->c, fd, what, lp->data);
-  lp->what[i] = what;
+  *whatp = what;
+}
+
+static void set_watch(dlock__loop *lp, int i, int fd, int what,
+                      unsigned socket) {
+  set_watch_at(lp, &lp->fd[i], &lp->what[i], &lp->socket[i], fd, what, socket);
+}
+
+/* Each cluster node's descriptors (a command connection, a sharded
+ * pub/sub), every one of them forgotten when 'off'; returns the earliest
+ * time one of them needs. */
+static int64_t watch_nodes(dlock__loop *lp, int off) {
+  dlock__cluster *cl = lp->c->route.cluster;
+  int64_t at = INT64_MAX;
+  if (cl == NULL || (!off && know_nodes(lp) != 0))
+    return at;
+  for (int i = 0; i < lp->nnodes; i++) {
+    dlock__lnode *nd = &lp->nodes[i];
+    for (int k = 0; k < 2; k++) {
+      int fd = -1;
+      short events = 0;
+      int64_t until = INT64_MAX;
+      unsigned socket = nd->socket[k];
+      if (!off && k == 0)
+        dlock__conn_watch(dlock__cluster_node_conn(cl, i), &fd, &events, &until,
+                          &socket);
+      else if (!off && nd->sub != NULL)
+        dlock__lsub_watch(nd->sub, &fd, &events, &until, &socket);
+      set_watch_at(lp, &nd->fd[k], &nd->what[k], &nd->socket[k], fd,
+                   poll_to_what(events), socket);
+      if (until < at)
+        at = until;
+    }
+  }
+  return at;
+}
+
+/* Services each cluster node's connections. */
+static void service_nodes(dlock__loop *lp) {
+  dlock__cluster *cl = lp->c->route.cluster;
+  for (int i = 0; cl != NULL && i < lp->nnodes; i++) {
+    dlock__conn_service(dlock__cluster_node_conn(cl, i));
+    if (lp->nodes[i].sub != NULL)
+      dlock__lsub_service(lp->nodes[i].sub);
+  }
 }
 
 static int64_t earliest_op(const dlock__loop *lp) {
@@ -369,8 +678,13 @@ static void update_watch(dlock__loop *lp) {
   short events;
   unsigned socket;
   int64_t until, at = earliest_op(lp);
-  dlock__conn_watch(lp->c->route.conn, &fd, &events, &until, &socket);
-  set_watch(lp, 0, fd, poll_to_what(events), socket);
+  if (lp->c->route.cluster != NULL) {
+    /* The first seed's connection is node 0's, watched with the others. */
+    until = watch_nodes(lp, 0);
+  } else {
+    dlock__conn_watch(lp->c->route.conn, &fd, &events, &until, &socket);
+    set_watch(lp, 0, fd, poll_to_what(events), socket);
+  }
   if (until < at)
     at = until;
   dlock__lsub_watch(lp->sub, &fd, &events, &until, &socket);
@@ -427,6 +741,8 @@ static void run_ready(dlock__loop *lp) {
       lp->ready_tail = NULL;
     op->queued = 0;
     op->rnext = NULL;
+    if (lp->c->route.cluster != NULL && redirected(op))
+      continue;
     op->run(op);
   }
 }
@@ -451,7 +767,10 @@ void dlock__loop_action(dlock__loop *lp, int fd, int events) {
     dlock__route_watch_step(&lp->c->route, revents, &lp->watch);
     lp->watch_steps++;
   }
-  dlock__conn_service(lp->c->route.conn);
+  if (lp->c->route.cluster != NULL)
+    service_nodes(lp);
+  else
+    dlock__conn_service(lp->c->route.conn);
   dlock__lsub_service(lp->sub);
   ready_timers(lp);
   if (dlock__now_us() >= lp->renew_at)
@@ -477,6 +796,7 @@ void dlock__loop_cancel_all(dlock__loop *lp) {
     set_watch(lp, 0, -1, 0, lp->socket[0]);
     set_watch(lp, 1, -1, 0, lp->socket[1]);
     set_watch(lp, 2, -1, 0, lp->socket[2]);
+    (void)watch_nodes(lp, 1);
     if (lp->timer_at != INT64_MAX)
       lp->on_timer(lp->c, -1, lp->data);
     lp->timer_at = INT64_MAX;
@@ -484,8 +804,13 @@ void dlock__loop_cancel_all(dlock__loop *lp) {
   /* The answers already on their way come in first, so that what they
    * granted is given back: bounded by the command timeout. */
   dlock_client_t *c = lp->c;
-  (void)dlock__conn_pump(c->route.conn,
-                         dlock__deadline_ms(c->opt.command_timeout_ms));
+  int64_t until = dlock__deadline_ms(c->opt.command_timeout_ms);
+  if (c->route.cluster != NULL) {
+    for (int i = 0; i < lp->nnodes; i++)
+      (void)dlock__conn_pump(dlock__cluster_node_conn(c->route.cluster, i),
+                             until);
+  } else
+    (void)dlock__conn_pump(c->route.conn, until);
   /* Each cancel takes its operation out (and may add none: the verbs
    * refuse a closing client). */
   while (lp->ops != NULL)
@@ -501,6 +826,9 @@ void dlock__loop_free(dlock__loop *lp) {
     lp->on_socket(lp->c, -1, DLOCK_POLL_REMOVE, lp->data);
   dlock__route_watch_end(&lp->c->route);
   dlock__lsub_free(lp->sub);
+  for (int i = 0; i < lp->nnodes; i++)
+    dlock__lsub_free(lp->nodes[i].sub);
+  dlock__free(lp->nodes);
   dlock__free(lp);
 }
 

@@ -53,7 +53,27 @@ struct dlock__aop {
   int wanted;
   int wait_at, info_at;
   redisReply *kept;
+  /* On a cluster: the slot of the requests' key (-1: any node), the
+   * requests as sent (kept until answered, to be sent again where a
+   * redirection says), the redirections followed, replies to drop first
+   * (ASKING's), and the time a refused batch goes again (0: none). */
+  int slot;
+  int nsent;
+  char *sent[3];
+  size_t sent_len[3];
+  int redirects;
+  int skip;
+  int64_t resend_at;
 };
+
+/* What the application watches for one cluster node: its command
+ * connection's descriptor and its sharded pub/sub's. */
+typedef struct dlock__lnode {
+  int fd[2];
+  int what[2];
+  unsigned socket[2];
+  dlock__lsub *sub; /* sharded pub/sub on this node, or NULL */
+} dlock__lnode;
 
 struct dlock__loop {
   dlock_client_t *c;
@@ -82,7 +102,14 @@ struct dlock__loop {
   /* Runs a round (async_lock.c), given at the loop's making so that the
    * loop does not call up into the verbs that call it. */
   void (*renew)(dlock__loop *lp);
-  int renewing;        /* renewals of the round in flight */
+  int renewing; /* renewals of the round in flight */
+  /* On a cluster: what is watched per node (as many as the cluster
+   * knows), whether its pub/sub was probed (sharded or not), and a slot
+   * map to read again before the next request (a node failed). */
+  dlock__lnode *nodes;
+  int nnodes;
+  int probed;
+  int refresh_due;
 };
 
 /* Makes the loop of async client 'c', whose pub/sub connection finds its
@@ -133,6 +160,12 @@ int dlock__loop_eval_plain(dlock__aop *op, const dlock__eval *call);
  */
 int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
                             redisReply **reply, dlock__synced *sy);
+
+/* The pub/sub connection that carries 'channel': on a cluster with
+ * sharded pub/sub, that of the node serving its slot (made when new);
+ * else the client's one. */
+dlock__lsub *dlock__loop_sub_for(dlock__loop *lp, const char *channel,
+                                 size_t len);
 
 /* Tells the application what to watch after a verb started an
  * operation outside dlock__loop_action. */

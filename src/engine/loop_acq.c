@@ -29,15 +29,23 @@ static void on_channel(dlock__lwaiter *w, int ev) {
   }
 }
 
+/* The pub/sub connection the machine's channel is on: chosen at its
+ * join (a cluster's sharded channel is on its slot's node), and kept. */
+static dlock__lsub *sub_of(dlock__lacq *a) {
+  if (a->sub == NULL)
+    a->sub = dlock__loop_sub_for(a->op.lp, a->m.channel, a->m.channel_len);
+  return a->sub;
+}
+
 static int chan_join_active(dlock__acq *m, int *others) {
   dlock__lacq *a = dlock__lacq_of(m);
-  return dlock__lsub_join(a->op.lp->sub, m->channel, m->channel_len, m->wake, 0,
+  return dlock__lsub_join(sub_of(a), m->channel, m->channel_len, m->wake, 0,
                           &a->lw, 1, others);
 }
 
 static int chan_join(dlock__acq *m, int64_t deadline_us) {
   dlock__lacq *a = dlock__lacq_of(m);
-  int rc = dlock__lsub_join(a->op.lp->sub, m->channel, m->channel_len, m->wake,
+  int rc = dlock__lsub_join(sub_of(a), m->channel, m->channel_len, m->wake,
                             deadline_us, &a->lw, 0, NULL);
   return rc == 1 ? 0 : rc == 0 ? DLOCK__ACQ_INFLIGHT : rc;
 }
@@ -48,18 +56,20 @@ static void chan_leave(dlock__acq *m) {
    * attempt of its own, or out of time) goes to the next waiter, who
    * would otherwise sleep until the holder's TTL. */
   if (a->wake_ev == 1)
-    dlock__lsub_pass(a->op.lp->sub, &a->lw);
+    dlock__lsub_pass(sub_of(a), &a->lw);
   /* A hand-over that came after the wait ended is the machine's late
    * grant (see finish in machine.c). */
   if (a->wake_ev == 2)
     m->w.value = a->lw.value;
-  dlock__lsub_leave(a->op.lp->sub, &a->lw);
+  dlock__lsub_leave(sub_of(a), &a->lw);
+  /* A join after this one looks again (the slot may have moved). */
+  a->sub = NULL;
   a->wake_ev = 0;
 }
 
 static void chan_pass(dlock__acq *m) {
   dlock__lacq *a = dlock__lacq_of(m);
-  dlock__lsub_pass(a->op.lp->sub, &a->lw);
+  dlock__lsub_pass(sub_of(a), &a->lw);
 }
 
 static const dlock__acq_chan loop_chan = {chan_join_active, chan_join,
@@ -173,7 +183,7 @@ static void lacq_cancel(dlock__aop *op) {
   int attempt =
       !a->finished && m->state == DLOCK__ACQ_SENT && m->sent != DLOCK__ACQ_JOIN;
   if (a->lw.ch != NULL)
-    dlock__lsub_leave(op->lp->sub, &a->lw);
+    dlock__lsub_leave(sub_of(a), &a->lw);
   a->ops->give_back(a, a->finished && a->status == 0, attempt && !op->in_flight,
                     attempt && op->in_flight,
                     !a->finished && m->tried && m->wait_ms != 0);

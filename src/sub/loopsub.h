@@ -57,6 +57,9 @@ int dlock__lsub_new(const dlock__endpoint *ep, const dlock__tls *tls,
                     const dlock__locator *locator, int64_t connect_timeout_ms,
                     int64_t command_timeout_ms, dlock__lsub **out);
 
+/* Subscribes with SSUBSCRIBE (a cluster's sharded pub/sub, on the node
+ * serving the channels' slots), before the first join. */
+void dlock__lsub_set_sharded(dlock__lsub *s);
 /* Closes it; every waiter must have left. NULL is ignored. */
 void dlock__lsub_free(dlock__lsub *s);
 

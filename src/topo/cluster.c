@@ -645,6 +645,21 @@ static int follow(dlock__cluster *cl, const redisReply *r, int kind) {
   return idx;
 }
 
+int dlock__cluster_follow(dlock__cluster *cl, const redisReply *r) {
+  int kind = dlock__redirect_kind(r);
+  if (kind != DLOCK__REDIRECT_MOVED && kind != DLOCK__REDIRECT_ASK)
+    return -1;
+  return follow(cl, r, kind);
+}
+
+dlock__conn *dlock__cluster_node_conn(dlock__cluster *cl, int i) {
+  return i >= 0 && i < atomic_load(&cl->nnodes) ? cl->nodes[i]->conn : NULL;
+}
+
+int dlock__cluster_known_owner(dlock__cluster *cl, int slot) {
+  return atomic_load(&cl->owner[slot]);
+}
+
 void dlock__cluster_set_pause(dlock__cluster *cl, dlock__cluster_pause pause,
                               void *ctx) {
   cl->pause = pause;

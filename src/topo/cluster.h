@@ -136,6 +136,16 @@ const dlock__endpoint *dlock__cluster_node_ep(dlock__cluster *cl, int i);
  * or what answers is no cluster node). */
 int dlock__cluster_answered(dlock__cluster *cl);
 
+/* The node that redirection 'r' (a MOVED or an ASK error reply) names,
+ * added when new, for an event loop that sends the command again there
+ * itself; a MOVED also updates the map (and has it read again). -1 for
+ * any other reply. */
+int dlock__cluster_follow(dlock__cluster *cl, const redisReply *r);
+/* The connection to node 'i' (see dlock__cluster_nnodes), or NULL. */
+dlock__conn *dlock__cluster_node_conn(dlock__cluster *cl, int i);
+/* The node that the map says is the master of 'slot', without reading
+ * the map: -1 when not known. */
+int dlock__cluster_known_owner(dlock__cluster *cl, int slot);
 /* Number of masters in the map (for status output and tests). */
 int dlock__cluster_masters(dlock__cluster *cl);
 
