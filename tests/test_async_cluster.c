@@ -260,11 +260,17 @@ TEST(async_cluster_follows_a_slot_migration) {
   turn_until_step(&t, &m, 2);
   pthread_join(mt, NULL);
   ASSERT_EQ(m.rc, 0);
+  int64_t ended = lu_now_ms();
+  printf("migration ended; unlock answered: %d\n", u.calls);
   tl_run_until(&t, &u.calls, 30000);
   ASSERT_DLOCK_OK(u.status);
+  printf("unlock done %" PRId64 " ms after the migration ended\n",
+         lu_now_ms() - ended);
   /* The waiter gets it on the new master, with a later token. */
   tl_run_until(&t, &w.calls, 45000);
   ASSERT_DLOCK_OK(w.status);
+  printf("waiter got it %" PRId64 " ms after the migration ended\n",
+         lu_now_ms() - ended);
   ASSERT_GT(dlock_token_as(l, waiter), token);
   ASSERT_EQ(lu_exists(cg_node(g, m.to), name), 1);
   tl_done u2 = {0};

@@ -198,6 +198,8 @@ static int owner(dlock__loop *lp, int slot) {
   dlock__cluster *cl = lp->c->route.cluster;
   int idx = lp->refresh_due ? -1 : dlock__cluster_known_owner(cl, slot);
   if (idx < 0) {
+    if (lp->refresh_due)
+      dlock__cluster_mark_stale(cl);
     lp->refresh_due = 0;
     int rc = 0;
     idx = dlock__cluster_owner(cl, slot, &rc);

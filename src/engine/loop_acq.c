@@ -15,6 +15,15 @@
 
 static void on_channel(dlock__lwaiter *w, int ev) {
   dlock__lacq *a = w->arg;
+  if (ev == 3) {
+    a->rejoin = 1;
+    dlock__loop_ready(&a->op);
+    return;
+  }
+  if (ev <= 0 && a->rejoining) {
+    a->rejoining = 0; /* looked again already (see rejoin) */
+    return;
+  }
   if (ev <= 0) {
     a->join_done = 1;
     a->join_ev = ev;
@@ -167,8 +176,40 @@ static int take_event(dlock__lacq *a) {
   }
 }
 
+/* The channel moved to another node (its slot did): the waiter leaves
+ * it and joins it where the map now says it is, and makes an attempt,
+ * since a release may have come in between. Until the new join is
+ * answered, messages may be missed: the attempt and the TTL cover that. */
+static void rejoin(dlock__lacq *a) {
+  dlock__acq *m = &a->m;
+  a->rejoin = 0;
+  if (a->lw.ch == NULL || m->channel == NULL)
+    return;
+  dlock__lsub_leave(sub_of(a), &a->lw);
+  a->sub = NULL;
+  a->op.lp->refresh_due = 1;
+  int64_t by = dlock__deadline_ms(a->op.lp->c->opt.command_timeout_ms);
+  int rc = dlock__lsub_join(sub_of(a), m->channel, m->channel_len, m->wake, by,
+                            &a->lw, 0, NULL);
+  if (m->state == DLOCK__ACQ_SENT && m->sent == DLOCK__ACQ_JOIN) {
+    /* Its first join, still unanswered: answered by this one. */
+    if (rc != 0) {
+      a->join_done = 1;
+      a->join_ev = rc == 1 ? 0 : rc;
+    }
+    return;
+  }
+  a->rejoining = rc == 0;
+  if (a->wake_ev == 0)
+    a->wake_ev = 1;
+  if (m->state == DLOCK__ACQ_WAIT)
+    a->op.at_us = INT64_MAX;
+}
+
 static void lacq_run(dlock__aop *op) {
   dlock__lacq *a = (dlock__lacq *)op;
+  if (a->rejoin && !a->finished)
+    rejoin(a);
   if (a->finished)
     report(a);
   else if (take_event(a) == 0)

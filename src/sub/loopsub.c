@@ -259,6 +259,13 @@ static void refused(dlock__lsub *s, const redisReply *r) {
     if (s->outstanding > 0)
       s->outstanding--;
     ch->subscribed = 0;
+    if (s->sharded && r->len > 6 && memcmp(r->str, "MOVED ", 6) == 0) {
+      /* Asked of a node that no longer serves the channel's slot: its
+       * waiters join again where the map, read again, says it is. */
+      for (dlock__lwaiter *w = ch->head; w != NULL; w = w->next)
+        tell(w, 3);
+      return;
+    }
     answer_joins(ch, DLOCK_ESERVER);
     return;
   }
@@ -289,10 +296,11 @@ static void on_frame(dlock__lsub *s, const redisReply *r) {
   } else if (is_str(kind, "sunsubscribe") && ch->pending == 0 &&
              ch->subscribed) {
     /* Unasked: the node no longer serves the channel's slot (a failover
-     * or a migration). Its waiters may have missed a message: they look
-     * again, and sleep by their TTLs from then on. */
+     * or a migration). Its waiters may have missed a message: they are
+     * told to join again where the channel is now (and look again). */
     ch->subscribed = 0;
-    wake_all(ch);
+    for (dlock__lwaiter *w = ch->head; w != NULL; w = w->next)
+      tell(w, 3);
   } else if (is_str(kind, "subscribe") || is_str(kind, "unsubscribe") ||
              is_str(kind, "ssubscribe") || is_str(kind, "sunsubscribe")) {
     confirmed(s, ch);
