@@ -920,8 +920,9 @@ DLOCK_EXPORT void dlock_reply_free(dlock_reply_t *r);
  * Ready-made adapters: <dlock/adapters/libuv.h> and
  * <dlock/adapters/libevent.h>. The README has a plain epoll loop.
  *
- * An async client serves one server (redis://, rediss://, unix://) or a
- * Sentinel-managed master (redis-sentinel://), and
+ * An async client serves one server (redis://, rediss://, unix://), a
+ * Sentinel-managed master (redis-sentinel://) or a Redis Cluster
+ * (redis-cluster://: a descriptor per node), and
  * the single-lock kinds (reentrant, fair, read, write, spin), MultiLocks and
  * RedLocks whose parts are all on async clients (driven by one thread),
  * semaphores, expirable-permit semaphores and latches; the blocking
