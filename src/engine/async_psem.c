@@ -39,6 +39,8 @@ static int check(dlock_psem_t *s, int has_cb) {
  * no answer): sent, its answer dropped. */
 typedef struct detached {
   dlock__aop op;
+  unsigned char id[DLOCK__PERMIT_ID_BYTES]; /* the call's (sent again on
+                                               NOSCRIPT) */
   dlock__counter_call call;
 } detached;
 
@@ -64,7 +66,8 @@ static void give_back_detached(dlock_psem_t *s, const unsigned char *id) {
   detached *d = dlock__calloc(1, sizeof(*d));
   if (d == NULL)
     return; /* the permit comes back when its lease ends */
-  dlock__psem_release_call(&s->o.n, id, &d->call);
+  memcpy(d->id, id, sizeof(d->id));
+  dlock__psem_release_call(&s->o.n, d->id, &d->call);
   d->op.run = detached_run;
   d->op.cancel = detached_free;
   dlock__loop_add(s->o.c->loop, &d->op);
@@ -247,6 +250,8 @@ typedef struct psem_rel {
   dlock__aop op;
   dlock_psem_t *s;
   char id[DLOCK_PERMIT_ID_MAX];
+  unsigned char raw[DLOCK__PERMIT_ID_BYTES]; /* the call's (sent again on
+                                                NOSCRIPT) */
   uint64_t owner;
   int known; /* a permit of this client, with a record */
   dlock__counter_call call;
@@ -321,8 +326,9 @@ int dlock_psem_release_async(dlock_psem_t *s, const char *id, dlock_psem_cb cb,
   t->owner = owner;
   t->cb = cb;
   t->data = data;
+  memcpy(t->raw, raw, sizeof(t->raw));
   dlock__permit_hex(raw, sizeof(raw), t->id);
-  dlock__psem_release_call(&s->o.n, raw, &t->call);
+  dlock__psem_release_call(&s->o.n, t->raw, &t->call);
   /* A permit of this client has a record: the watchdog stops renewing
    * it, and its loss, if it was found lost, is reported. */
   if (ours) {
