@@ -55,10 +55,18 @@ static int64_t shardnumsub(cg_group_t *g, int i, const char *chan) {
   return n;
 }
 
+/* A plain command's end: its status, and its integer reply (else -1). */
+typedef struct cmd_done {
+  int calls, status;
+  int64_t integer;
+} cmd_done;
+
 static void reply_done(dlock_client_t *c, int status, dlock_reply_t *reply,
                        void *data) {
-  tl_done *d = data;
+  cmd_done *d = data;
   (void)c;
+  d->integer =
+      reply != NULL && reply->type == DLOCK_REPLY_INTEGER ? reply->integer : -1;
   dlock_reply_free(reply);
   d->calls++;
   d->status = status;
@@ -103,7 +111,7 @@ TEST(async_cluster_routes_each_key_and_wakes_by_sharded_message) {
 
   /* A plain command goes to the master of its key's slot. */
   const char *set[] = {"SET", names[4], "v"};
-  tl_done sd = {0};
+  cmd_done sd = {0};
   ASSERT_DLOCK_OK(
       dlock_client_command_async(ac, 3, set, NULL, reply_done, &sd));
   tl_run_until(&t, &sd.calls, 30000);
@@ -215,11 +223,12 @@ TEST(async_cluster_follows_a_slot_migration) {
   r = rp_cmd(cg_node(g, m.from), "CLUSTER COUNTKEYSINSLOT %d", m.slot);
   ASSERT_EQ(lu_reply_int(r), 0);
   const char *pttl[] = {"PTTL", name};
-  tl_done q = {0};
+  cmd_done q = {0};
   ASSERT_DLOCK_OK(
       dlock_client_command_async(ac, 2, pttl, NULL, reply_done, &q));
   tl_run_until(&t, &q.calls, 30000);
   ASSERT_DLOCK_OK(q.status);
+  ASSERT_GT(q.integer, 0); /* the lock's remaining lease, found */
   ASSERT_EQ(w.calls, 0);
   /* The unlock meets TRYAGAIN (a script on keys of a slot in migration)
    * until the migration ends, then MOVED; the loop keeps turning. */
@@ -320,6 +329,7 @@ TEST(async_cluster_failover_under_a_holder_and_a_waiter) {
   /* The waiter gets it on the new master, with a later token. */
   tl_run_until(&t, &w.calls, 45000);
   ASSERT_DLOCK_OK(w.status);
+  printf("waiter got it %" PRId64 " ms after the unlock\n", w.at_ms - u.at_ms);
   ASSERT_GT(dlock_token_as(l, waiter), token);
   ASSERT_EQ(lu_exists(cg_node(g, f.replica), name), 1);
   tl_done u2 = {0};
