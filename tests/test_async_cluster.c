@@ -341,3 +341,62 @@ TEST(async_cluster_failover_under_a_holder_and_a_waiter) {
   tl_close(&t);
   cg_free(g);
 }
+
+TEST(async_cluster_master_killed_under_a_holder_and_a_waiter) {
+  cg_group_t *g = cluster();
+  tl_loop t;
+  dlock_client_t *ac = async_cluster(g, &t, 20000);
+  /* A name on node 0, the first seed, whose connection every node-less
+   * request would use. */
+  char name[32];
+  for (int i = 0;; i++) {
+    snprintf(name, sizeof(name), "akill%d", i);
+    if (cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name))) == 0)
+      break;
+  }
+  int slot = dlock__key_slot(name, strlen(name));
+  dlock_t *l = lu_get(ac, name);
+  uint64_t holder = dlock_owner_new(), waiter = dlock_owner_new();
+  tl_done h = {0}, w = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(l, holder, DLOCK_WATCHDOG, tl_done_cb, &h));
+  tl_run_until(&t, &h.calls, 30000);
+  ASSERT_DLOCK_OK(h.status);
+  uint64_t token = dlock_token_as(l, holder);
+  ASSERT_DLOCK_OK(dlock_lock_async(l, waiter, 60000, tl_done_cb, &w));
+  tl_run_for(&t, 300);
+
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(rp_kill(cg_node(g, 0)), 0);
+  int promoted = -1;
+  while (promoted < 0) {
+    ASSERT_LT(lu_now_ms() - t0, 30000);
+    tl_turn(&t, 100);
+    int m = cg_master_of_slot(g, 1, slot);
+    if (m > 0 && cg_wait_agree(g, slot, 1000) == 0)
+      promoted = m;
+  }
+  printf("replica %d promoted %" PRId64 " ms after the kill\n", promoted,
+         lu_now_ms() - t0);
+  ASSERT_EQ(lu_exists(cg_node(g, promoted), name), 1);
+  ASSERT_EQ(w.calls, 0);
+  /* The unlock reaches the new master, and the waiter gets the lock
+   * there, with a later token. */
+  tl_done u = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, holder, tl_done_cb, &u));
+  tl_run_until(&t, &u.calls, 30000);
+  ASSERT_DLOCK_OK(u.status);
+  tl_run_until(&t, &w.calls, 45000);
+  ASSERT_DLOCK_OK(w.status);
+  printf("waiter got it %" PRId64 " ms after the unlock\n", w.at_ms - u.at_ms);
+  ASSERT_GT(dlock_token_as(l, waiter), token);
+  ASSERT_EQ(lu_exists(cg_node(g, promoted), name), 1);
+  tl_done u2 = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, waiter, tl_done_cb, &u2));
+  tl_run_until(&t, &u2.calls, 30000);
+  ASSERT_DLOCK_OK(u2.status);
+  ASSERT_EQ(lu_exists(cg_node(g, promoted), name), 0);
+  dlock_free(l);
+  dlock_client_close(ac);
+  tl_close(&t);
+  cg_free(g);
+}

@@ -192,11 +192,20 @@ static int know_nodes(dlock__loop *lp) {
 }
 
 /* The node of the master of 'slot', as the map says; the map is read
- * (waiting, within a command timeout) when it does not say, or when a
- * node failed since it was read. -1 with the error set. */
+ * (waiting, within a command timeout) when it does not say, when a node
+ * failed since it was read, or when that master's connection failed. -1
+ * with the error set. */
 static int owner(dlock__loop *lp, int slot) {
   dlock__cluster *cl = lp->c->route.cluster;
   int idx = lp->refresh_due ? -1 : dlock__cluster_known_owner(cl, slot);
+  /* A master whose connection failed and waits to connect again may have
+   * failed over: the map is read again (not more often than the cluster
+   * allows). */
+  if (idx >= 0 && dlock__conn_retry_at(dlock__cluster_node_conn(cl, idx)) >
+                      dlock__now_us()) {
+    lp->refresh_due = 1;
+    idx = -1;
+  }
   if (idx < 0) {
     if (lp->refresh_due)
       dlock__cluster_mark_stale(cl);

@@ -161,8 +161,15 @@ static void disconnect(dlock__lsub *s) {
     ch->pending = 0;
     ch->resync = 1;
     /* Messages may be lost until it is subscribed again: the waiters try
-     * again now, and sleep by their locks' TTLs meanwhile. */
-    wake_all(ch);
+     * again now, and sleep by their locks' TTLs meanwhile. A cluster
+     * node's waiters are told to join again where the map puts their
+     * channel: the node may be gone for good (a master that failed over). */
+    if (!s->sharded) {
+      wake_all(ch);
+      continue;
+    }
+    for (dlock__lwaiter *w = ch->head; w != NULL; w = w->next)
+      tell(w, 3);
   }
 }
 
