@@ -385,6 +385,7 @@ TEST(async_cluster_master_killed_under_a_holder_and_a_waiter) {
   ASSERT_DLOCK_OK(dlock_unlock_async(l, holder, tl_done_cb, &u));
   tl_run_until(&t, &u.calls, 30000);
   ASSERT_DLOCK_OK(u.status);
+  printf("unlock done %" PRId64 " ms after the kill\n", u.at_ms - t0);
   tl_run_until(&t, &w.calls, 45000);
   ASSERT_DLOCK_OK(w.status);
   printf("waiter got it %" PRId64 " ms after the unlock\n", w.at_ms - u.at_ms);

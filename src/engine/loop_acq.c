@@ -48,12 +48,14 @@ static dlock__lsub *sub_of(dlock__lacq *a) {
 
 static int chan_join_active(dlock__acq *m, int *others) {
   dlock__lacq *a = dlock__lacq_of(m);
+  a->rejoining = 0; /* this join's answer is the machine's */
   return dlock__lsub_join(sub_of(a), m->channel, m->channel_len, m->wake, 0,
                           &a->lw, 1, others);
 }
 
 static int chan_join(dlock__acq *m, int64_t deadline_us) {
   dlock__lacq *a = dlock__lacq_of(m);
+  a->rejoining = 0; /* this join's answer is the machine's */
   int rc = dlock__lsub_join(sub_of(a), m->channel, m->channel_len, m->wake,
                             deadline_us, &a->lw, 0, NULL);
   return rc == 1 ? 0 : rc == 0 ? DLOCK__ACQ_INFLIGHT : rc;
@@ -71,8 +73,10 @@ static void chan_leave(dlock__acq *m) {
   if (a->wake_ev == 2)
     m->w.value = a->lw.value;
   dlock__lsub_leave(sub_of(a), &a->lw);
-  /* A join after this one looks again (the slot may have moved). */
+  /* A join after this one looks again (the slot may have moved), and its
+   * answer is the machine's. */
   a->sub = NULL;
+  a->rejoining = 0;
   a->wake_ev = 0;
 }
 
