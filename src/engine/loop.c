@@ -191,31 +191,79 @@ static int know_nodes(dlock__loop *lp) {
   return 0;
 }
 
-/* The node of the master of 'slot', as the map says; the map is read
- * (waiting, within a command timeout) when it does not say, when a node
- * failed since it was read, or when that master's connection failed. -1
- * with the error set. */
+/* A read of the slot map (CLUSTER SLOTS) by the loop, from one node: its
+ * answer is applied to the map when it comes; requests meanwhile go where
+ * the map said, and are redirected from there. */
+#define MAP_EVERY_US 100000 /* at most once per 100 ms */
+
+static void map_done(dlock__aop *op) {
+  op->lp->mapping = 0;
+  dlock__loop_remove(op);
+  dlock__free(op);
+}
+
+static void map_run(dlock__aop *op) {
+  dlock__loop *lp = op->lp;
+  if (op->in_flight)
+    return;
+  if (op->err != 0 || op->reply == NULL ||
+      dlock__cluster_take_slots(lp->c->route.cluster, op->slot, op->reply) != 0)
+    lp->refresh_due = 1; /* another node is asked next time */
+  map_done(op);
+}
+
+/* Sends a read of the map to the next node not waiting to reconnect,
+ * unless one is in flight or was sent less than MAP_EVERY_US ago. */
+static void read_map(dlock__loop *lp) {
+  dlock__cluster *cl = lp->c->route.cluster;
+  int64_t now = dlock__now_us();
+  if (lp->mapping || now - lp->mapped_us < MAP_EVERY_US || know_nodes(lp) != 0)
+    return;
+  int n = lp->nnodes, idx = -1;
+  for (int k = 0; k < n && idx < 0; k++) {
+    int i = (lp->map_next + k) % n;
+    if (dlock__conn_retry_at(dlock__cluster_node_conn(cl, i)) <= now)
+      idx = i;
+  }
+  if (idx < 0)
+    return; /* every node waits to reconnect: asked again later */
+  dlock__aop *op = dlock__calloc(1, sizeof(*op));
+  if (op == NULL)
+    return;
+  op->run = map_run;
+  op->cancel = map_done;
+  op->slot = idx; /* the node asked */
+  dlock__loop_add(lp, op);
+  op->in_flight = 1;
+  if (dlock__conn_submit(
+          dlock__cluster_node_conn(cl, idx), dlock__cluster_slots_cmd,
+          strlen(dlock__cluster_slots_cmd), 0, on_answer, op) != 0) {
+    op->in_flight = 0;
+    lp->map_next = idx + 1;
+    map_done(op);
+    return;
+  }
+  lp->mapping = 1;
+  lp->mapped_us = now;
+  lp->map_next = idx + 1;
+  lp->refresh_due = 0;
+}
+
+/* The node of the master of 'slot', as the map says: never waits. The map
+ * is read again (by the loop, see read_map) when it does not say, when a
+ * node failed since it was read, or when that master's connection failed
+ * and waits to connect again (it may have failed over); until the answer
+ * comes, a slot with no known master goes to the first seed, whose MOVED
+ * names it. */
 static int owner(dlock__loop *lp, int slot) {
   dlock__cluster *cl = lp->c->route.cluster;
-  int idx = lp->refresh_due ? -1 : dlock__cluster_known_owner(cl, slot);
-  /* A master whose connection failed and waits to connect again may have
-   * failed over: the map is read again (not more often than the cluster
-   * allows). */
-  if (idx >= 0 && dlock__conn_retry_at(dlock__cluster_node_conn(cl, idx)) >
-                      dlock__now_us()) {
+  int idx = dlock__cluster_known_owner(cl, slot);
+  if (idx < 0 ||
+      dlock__conn_retry_at(dlock__cluster_node_conn(cl, idx)) > dlock__now_us())
     lp->refresh_due = 1;
-    idx = -1;
-  }
-  if (idx < 0) {
-    if (lp->refresh_due)
-      dlock__cluster_mark_stale(cl);
-    lp->refresh_due = 0;
-    int rc = 0;
-    idx = dlock__cluster_owner(cl, slot, &rc);
-    if (idx < 0 && rc == 0)
-      dlock__fail(DLOCK_EIO, "no cluster node serves slot %d", slot);
-  }
-  return idx;
+  if (lp->refresh_due)
+    read_map(lp);
+  return idx >= 0 ? idx : 0;
 }
 
 dlock__lsub *dlock__loop_sub_for(dlock__loop *lp, const char *channel,
@@ -299,6 +347,27 @@ static int keep_sent(dlock__aop *op, int n, char *const *cmds,
   return 0;
 }
 
+/* On a cluster, a request for a master whose connection failed and waits
+ * to reconnect is held (on the loop's timer, looking again every 20 ms)
+ * while the map is read again, since the master may have failed over, for
+ * up to a command timeout: then it is sent, and fails as on one server.
+ * 1 when 'op' is held. */
+static int parked(dlock__aop *op, dlock__conn *conn) {
+  int64_t now = dlock__now_us();
+  if (op->lp->c->route.cluster == NULL || dlock__conn_retry_at(conn) <= now)
+    return 0;
+  if (op->parked_us == 0)
+    op->parked_us = now;
+  if (now - op->parked_us >= dlock__ms_to_us(op->lp->c->opt.command_timeout_ms))
+    return 0;
+  drop_answers(op);
+  op->in_flight = 0;
+  op->skip = 0;
+  op->resend_at = now + 20000;
+  op->at_us = op->resend_at;
+  return 1;
+}
+
 /* Sends 'n' formatted commands (1..3) for 'op' in this order, after
  * ASKING when 'ask' (>= 0) names the node an ASK sent it to. 0, or an
  * error with nothing sent; when a later one cannot be sent, those sent
@@ -312,6 +381,8 @@ static int send_to(dlock__aop *op, int n, char *const *cmds, const size_t *lens,
   rc = keep_sent(op, n, cmds, lens);
   if (rc != 0)
     return rc;
+  if (ask < 0 && op->slot >= 0 && parked(op, conn))
+    return 0;
   drop_answers(op);
   op->in_flight = 0;
   op->skip = 0;
@@ -342,6 +413,7 @@ static int send_all(dlock__aop *op, int n, char *const *cmds,
                     const size_t *lens) {
   op->redirects = 0;
   op->resend_at = 0;
+  op->parked_us = 0;
   return send_to(op, n, cmds, lens, -1);
 }
 

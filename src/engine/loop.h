@@ -64,6 +64,7 @@ struct dlock__aop {
   int redirects;
   int skip;
   int64_t resend_at;
+  int64_t parked_us; /* held for a master that waits to reconnect since */
 };
 
 /* What the application watches for one cluster node: its command
@@ -104,12 +105,16 @@ struct dlock__loop {
   void (*renew)(dlock__loop *lp);
   int renewing; /* renewals of the round in flight */
   /* On a cluster: what is watched per node (as many as the cluster
-   * knows), whether its pub/sub was probed (sharded or not), and a slot
-   * map to read again before the next request (a node failed). */
+   * knows), whether its pub/sub was probed (sharded or not), and the
+   * reads of the slot map: due (a node failed), in flight, when, and
+   * from which node next. */
   dlock__lnode *nodes;
   int nnodes;
   int probed;
   int refresh_due;
+  int mapping;       /* a read of the slot map is in flight */
+  int64_t mapped_us; /* when the last one was sent */
+  int map_next;      /* the node asked next */
 };
 
 /* Makes the loop of async client 'c', whose pub/sub connection finds its

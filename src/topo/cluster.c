@@ -315,7 +315,8 @@ static int parse_slots(dlock__cluster *cl, const redisReply *r, short *map,
 }
 
 static const char shards_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n";
-static const char slots_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+const char dlock__cluster_slots_cmd[] =
+    "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
 
 /* Sends the map command 'what' to node 'idx'; its reply in '*r'. */
 static int ask_map(dlock__cluster *cl, int idx, const char *what,
@@ -342,7 +343,7 @@ static int fill_holes(dlock__cluster *cl, int idx, short *map,
   if (!holes)
     return 0;
   redisReply *r = NULL;
-  int rc = ask_map(cl, idx, slots_cmd, deadline_us, &r);
+  int rc = ask_map(cl, idx, dlock__cluster_slots_cmd, deadline_us, &r);
   if (rc != 0)
     return rc;
   if (r->type != REDIS_REPLY_ARRAY) {
@@ -390,7 +391,7 @@ static int refresh_from(dlock__cluster *cl, int idx, int64_t deadline_us) {
     /* Before Redis 7 there is no CLUSTER SHARDS. */
     freeReplyObject(r);
     use_slots = 1;
-    rc = ask_map(cl, idx, slots_cmd, deadline_us, &r);
+    rc = ask_map(cl, idx, dlock__cluster_slots_cmd, deadline_us, &r);
   }
   if (rc != 0)
     return rc;
@@ -643,6 +644,31 @@ static int follow(dlock__cluster *cl, const redisReply *r, int kind) {
     atomic_store(&cl->stale, 1);
   }
   return idx;
+}
+
+int dlock__cluster_take_slots(dlock__cluster *cl, int idx,
+                              const redisReply *r) {
+  if (r == NULL || r->type != REDIS_REPLY_ARRAY)
+    return dlock__fail(DLOCK_EPROTO, "cluster map is not an array");
+  short *map = dlock__malloc(DLOCK__SLOTS * sizeof(*map));
+  if (map == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory reading a cluster map");
+  for (int s = 0; s < DLOCK__SLOTS; s++)
+    map[s] = -1;
+  int ranges = 0;
+  int rc = parse_slots(cl, r, map, idx, &ranges);
+  if (rc == 0 && ranges > 0) {
+    /* As refresh_from: slots no master serves keep their last owner. */
+    for (int s = 0; s < DLOCK__SLOTS; s++)
+      if (map[s] >= 0)
+        atomic_store(&cl->owner[s], map[s]);
+    atomic_store(&cl->masters, count_owners(cl, map));
+    atomic_store(&cl->answered, 1);
+    atomic_store(&cl->stale, 0);
+    atomic_store(&cl->refreshed_us, dlock__now_us());
+  }
+  dlock__free(map);
+  return rc;
 }
 
 int dlock__cluster_follow(dlock__cluster *cl, const redisReply *r) {

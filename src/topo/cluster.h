@@ -141,6 +141,11 @@ int dlock__cluster_answered(dlock__cluster *cl);
  * itself; a MOVED also updates the map (and has it read again). -1 for
  * any other reply. */
 int dlock__cluster_follow(dlock__cluster *cl, const redisReply *r);
+/* The formatted CLUSTER SLOTS, for an event loop that reads the map
+ * itself: sent to node 'idx', its reply applied by
+ * dlock__cluster_take_slots (0, or why the reply is no map). */
+extern const char dlock__cluster_slots_cmd[];
+int dlock__cluster_take_slots(dlock__cluster *cl, int idx, const redisReply *r);
 /* The connection to node 'i' (see dlock__cluster_nnodes), or NULL. */
 dlock__conn *dlock__cluster_node_conn(dlock__cluster *cl, int i);
 /* The node that the map says is the master of 'slot', without reading
