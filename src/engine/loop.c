@@ -158,21 +158,6 @@ static void on_answer(dlock__request *r, redisReply *reply, int err,
 
 /* ---- a cluster's nodes -------------------------------------------------- */
 
-/* Finds out once whether the cluster's scripts publish with SPUBLISH (and
- * its waiters listen with SSUBSCRIBE), as the blocking client does at its
- * open: one round trip, within a command timeout. */
-static void probe(dlock__loop *lp) {
-  dlock__cluster *cl = lp->c->route.cluster;
-  if (cl == NULL || lp->probed)
-    return;
-  lp->probed = 1;
-  char keep[256];
-  snprintf(keep, sizeof(keep), "%s", dlock_last_error());
-  (void)dlock__cluster_probe_sharded(
-      cl, dlock__deadline_ms(lp->c->opt.command_timeout_ms));
-  dlock__fail_text(0, keep);
-}
-
 /* Grows the nodes watched to as many as the cluster knows: 0 or
  * DLOCK_ENOMEM. */
 static int know_nodes(dlock__loop *lp) {
@@ -264,6 +249,76 @@ static int owner(dlock__loop *lp, int slot) {
   if (lp->refresh_due)
     read_map(lp);
   return idx >= 0 ? idx : 0;
+}
+
+/* ---- the cluster's kind of pub/sub --------------------------------------- */
+
+static int send_all(dlock__aop *op, int n, char *const *cmds,
+                    const size_t *lens);
+
+static void probe_end(dlock__aop *op) {
+  dlock__loop *lp = op->lp;
+  lp->probed = 2;
+  lp->probe_op = NULL;
+  dlock__loop_remove(op);
+  dlock__free(op);
+}
+
+static void probe_run(dlock__aop *op) {
+  if (op->in_flight)
+    return;
+  /* Without an answer, classic pub/sub is kept, as at a blocking open. */
+  (void)dlock__cluster_take_probe(op->lp->c->route.cluster,
+                                  op->err == 0 ? op->reply : NULL,
+                                  op->err == 0 ? op->tail[0] : NULL);
+  probe_end(op);
+}
+
+/* Finds out once whether the cluster's scripts publish with SPUBLISH (and
+ * its waiters listen with SSUBSCRIBE), as the blocking client does at its
+ * open: a request of the loop to the master of slot 0; the requests made
+ * meanwhile are held (see held_for_probe). */
+static void probe(dlock__loop *lp) {
+  dlock__cluster *cl = lp->c->route.cluster;
+  if (cl == NULL || lp->probed != 0)
+    return;
+  lp->probed = 2;
+  char *cmds[2];
+  size_t lens[2];
+  int n = dlock__cluster_probe_cmds(cl, cmds, lens);
+  dlock__aop *op = n > 0 ? dlock__calloc(1, sizeof(*op)) : NULL;
+  if (op == NULL)
+    return; /* nothing to ask, or no memory to ask: classic */
+  op->run = probe_run;
+  op->cancel = probe_end;
+  dlock__loop_add(lp, op);
+  op->slot = 0;
+  if (send_all(op, n, cmds, lens) != 0) {
+    probe_end(op);
+    return;
+  }
+  lp->probed = 1;
+  lp->probe_op = op;
+}
+
+/* Holds 'op' on the loop's timer for 'us', its answers dropped. */
+static void hold(dlock__aop *op, int64_t us) {
+  drop_answers(op);
+  op->in_flight = 0;
+  op->skip = 0;
+  op->resend_at = dlock__now_us() + us;
+  op->at_us = op->resend_at;
+}
+
+/* 1 when 'op' is to wait for the pub/sub probe's answer (looking again
+ * every 10 ms): a script's variant depends on it. */
+static int held_for_probe(dlock__aop *op) {
+  dlock__loop *lp = op->lp;
+  probe(lp);
+  if (lp->probed != 1 || op == lp->probe_op)
+    return 0;
+  hold(op, 10000);
+  return 1;
 }
 
 dlock__lsub *dlock__loop_sub_for(dlock__loop *lp, const char *channel,
@@ -360,11 +415,7 @@ static int parked(dlock__aop *op, dlock__conn *conn) {
     op->parked_us = now;
   if (now - op->parked_us >= dlock__ms_to_us(op->lp->c->opt.command_timeout_ms))
     return 0;
-  drop_answers(op);
-  op->in_flight = 0;
-  op->skip = 0;
-  op->resend_at = now + 20000;
-  op->at_us = op->resend_at;
+  hold(op, 20000);
   return 1;
 }
 
@@ -381,7 +432,7 @@ static int send_to(dlock__aop *op, int n, char *const *cmds, const size_t *lens,
   rc = keep_sent(op, n, cmds, lens);
   if (rc != 0)
     return rc;
-  if (ask < 0 && op->slot >= 0 && parked(op, conn))
+  if (held_for_probe(op) || (ask < 0 && op->slot >= 0 && parked(op, conn)))
     return 0;
   drop_answers(op);
   op->in_flight = 0;
@@ -421,7 +472,6 @@ int dlock__loop_send(dlock__aop *op, const char *cmd, size_t len) {
   char *cmds[1] = {(char *)cmd};
   op->wanted = 0;
   op->wait_at = op->info_at = -1;
-  probe(op->lp);
   op->slot = slot_of_cmd(cmd, len);
   return send_all(op, 1, cmds, &len);
 }
@@ -434,6 +484,15 @@ int dlock__loop_send(dlock__aop *op, const char *cmd, size_t len) {
 
 /* Sends what 'op' sent again, to the node 'ask' (an ASK's) or to the
  * master of its slot; a failure to send is its answer. */
+/* A request that could not be sent again: its failure 'rc' (with the
+ * detail set) is its answer. */
+static void answer_failure(dlock__aop *op, int rc) {
+  drop_answers(op);
+  op->err = rc;
+  snprintf(op->detail, sizeof(op->detail), "%s", dlock_last_error());
+  dlock__loop_ready(op);
+}
+
 static void resend(dlock__aop *op, int ask) {
   char *cmds[3];
   size_t lens[3];
@@ -443,13 +502,12 @@ static void resend(dlock__aop *op, int ask) {
     lens[i] = op->sent_len[i];
   }
   int rc = send_to(op, n, cmds, lens, ask);
-  if (rc != 0) {
-    drop_answers(op);
-    op->err = rc;
-    snprintf(op->detail, sizeof(op->detail), "%s", dlock_last_error());
-    dlock__loop_ready(op);
-  }
+  if (rc != 0)
+    answer_failure(op, rc);
 }
+
+static int send_eval(dlock__aop *op, const dlock__eval *call, int with_body,
+                     int synced);
 
 /* Before 'op' runs on a cluster: follows a MOVED or an ASK in its answer
  * by sending its requests again where it says, and waits out a TRYAGAIN or
@@ -463,7 +521,13 @@ static int redirected(dlock__aop *op) {
       return 1;
     }
     op->resend_at = 0;
-    resend(op, -1);
+    const dlock__eval *call = op->eval_call;
+    op->eval_call = NULL;
+    int rc = 0;
+    if (call == NULL)
+      resend(op, -1);
+    else if ((rc = send_eval(op, call, op->eval_body, op->eval_synced)) != 0)
+      answer_failure(op, rc);
     return 1;
   }
   if (op->err != 0 && (op->err == DLOCK_EIO || op->err == DLOCK_ETIMEDOUT))
@@ -518,8 +582,18 @@ static int send_eval(dlock__aop *op, const dlock__eval *call, int with_body,
   char *cmds[3];
   size_t lens[3];
   /* On a cluster: to the master of its key's slot, publishing where its
-   * waiters listen. */
-  probe(op->lp);
+   * waiters listen (formatted once that is known). */
+  if (c->route.cluster != NULL) {
+    op->redirects = 0;
+    op->parked_us = 0;
+    op->eval_call = NULL;
+    if (held_for_probe(op)) {
+      op->eval_call = call;
+      op->eval_body = with_body;
+      op->eval_synced = synced;
+      return 0;
+    }
+  }
   dlock__eval routed = *call;
   routed.script = dlock__route_script(&c->route, call->script);
   op->slot = c->route.cluster != NULL && call->nkeys > 0

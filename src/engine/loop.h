@@ -65,6 +65,10 @@ struct dlock__aop {
   int skip;
   int64_t resend_at;
   int64_t parked_us; /* held for a master that waits to reconnect since */
+  /* A script call held until the cluster's pub/sub is known (its variant
+   * depends on it), formatted and sent then. */
+  const dlock__eval *eval_call;
+  int eval_body, eval_synced;
 };
 
 /* What the application watches for one cluster node: its command
@@ -110,7 +114,8 @@ struct dlock__loop {
    * from which node next. */
   dlock__lnode *nodes;
   int nnodes;
-  int probed;
+  int probed; /* 0: not asked; 1: asked by 'probe_op'; 2: known */
+  dlock__aop *probe_op;
   int refresh_due;
   int mapping;       /* a read of the slot map is in flight */
   int64_t mapped_us; /* when the last one was sent */

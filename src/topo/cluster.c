@@ -566,7 +566,7 @@ int dlock__cluster_sharded(dlock__cluster *cl) {
   return atomic_load(&cl->sharded);
 }
 
-int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us) {
+int dlock__cluster_probe_cmds(dlock__cluster *cl, char **cmds, size_t *lens) {
   /* Redisson (shardedSubscriptionMode AUTO) decides at start by whether a
    * node answers PUBSUB SHARDNUMSUB (with a channel: without one, some
    * services hang); that is asked here too, so that both sides pick the
@@ -585,16 +585,34 @@ int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us) {
   static const char numsub[] =
       "*3\r\n$6\r\nPUBSUB\r\n$11\r\nSHARDNUMSUB\r\n$1\r\n0\r\n";
   static const char publish[] = "*3\r\n$8\r\nSPUBLISH\r\n$0\r\n\r\n$0\r\n\r\n";
-  char *cmds[2] = {(char *)numsub, (char *)publish};
-  size_t lens[2] = {sizeof(numsub) - 1, sizeof(publish) - 1};
+  cmds[0] = (char *)numsub;
+  cmds[1] = (char *)publish;
+  lens[0] = sizeof(numsub) - 1;
+  lens[1] = sizeof(publish) - 1;
+  return 2;
+}
+
+int dlock__cluster_take_probe(dlock__cluster *cl, const redisReply *numsub,
+                              const redisReply *publish) {
+  int on = numsub != NULL && publish != NULL &&
+           numsub->type == REDIS_REPLY_ARRAY &&
+           publish->type == REDIS_REPLY_INTEGER;
+  atomic_store(&cl->sharded, on);
+  return on;
+}
+
+int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us) {
+  char *cmds[2];
+  size_t lens[2];
+  if (dlock__cluster_probe_cmds(cl, cmds, lens) == 0)
+    return 0;
   redisReply *r[2] = {NULL, NULL};
   int rc = dlock__cluster_call(cl, 0, 2, cmds, lens, r, deadline_us);
   if (rc != 0)
     return rc;
-  int on = r[0]->type == REDIS_REPLY_ARRAY && r[1]->type == REDIS_REPLY_INTEGER;
+  int on = dlock__cluster_take_probe(cl, r[0], r[1]);
   freeReplyObject(r[0]);
   freeReplyObject(r[1]);
-  atomic_store(&cl->sharded, on);
   return on;
 }
 

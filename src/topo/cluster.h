@@ -97,6 +97,14 @@ void dlock__cluster_mark_stale(dlock__cluster *cl);
  * (sharded), 0 (classic) or why no node answered.
  */
 int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us);
+/* The same in two halves, for an event loop that sends the commands
+ * itself: the commands to send to the master of slot 0 (into 'cmds' and
+ * 'lens', room for 2; static), how many (0: nothing to ask, classic pub/sub
+ * is kept); then their replies (NULL: none came, classic is kept), what
+ * dlock__cluster_probe_sharded returns. */
+int dlock__cluster_probe_cmds(dlock__cluster *cl, char **cmds, size_t *lens);
+int dlock__cluster_take_probe(dlock__cluster *cl, const redisReply *numsub,
+                              const redisReply *publish);
 /* 1 once dlock__cluster_probe_sharded found sharded pub/sub. */
 int dlock__cluster_sharded(dlock__cluster *cl);
 /* The connection to some node (the first seed), for commands that name no
