@@ -7,8 +7,9 @@
  * message on sharded pub/sub (subscribed on the node of its channel's
  * slot, the holder's lease far longer than the test); a slot migrated
  * while its lock is held and waited on (ASK, TRYAGAIN, then MOVED,
- * followed by the loop); and CLUSTER FAILOVER under a holder renewed by
- * the loop's watchdog and a waiter.
+ * followed by the loop); CLUSTER FAILOVER, and a master killed, under a
+ * holder renewed by the loop's watchdog and a waiter; and a cluster
+ * without sharded pub/sub, where waiters listen with SUBSCRIBE.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -130,7 +131,7 @@ TEST(async_cluster_routes_each_key_and_wakes_by_sharded_message) {
   uint64_t token = dlock_token(bk);
   tl_done w = {0};
   ASSERT_DLOCK_OK(dlock_lock_async(l[k], me, 60000, tl_done_cb, &w));
-  char chan[96];
+  char chan[128];
   snprintf(chan, sizeof(chan), "redisson_lock__channel:{%s}", names[k]);
   int64_t end = lu_now_ms() + 30000;
   while (shardnumsub(g, owner[k], chan) < 1) {
@@ -398,6 +399,50 @@ TEST(async_cluster_master_killed_under_a_holder_and_a_waiter) {
   ASSERT_EQ(lu_exists(cg_node(g, promoted), name), 0);
   dlock_free(l);
   dlock_client_close(ac);
+  tl_close(&t);
+  cg_free(g);
+}
+
+TEST(async_cluster_without_sharded_pubsub_wakes_by_classic_message) {
+  cg_group_t *g = NULL;
+  ASSERT_EQ(cg_start_conf(CG_NO_SHARDED_PUBSUB, &g), 0);
+  tl_loop t;
+  dlock_client_t *ac = async_cluster(g, &t, 30000);
+  dlock_client_t *bc = blocking_cluster(g);
+  char names[3][32];
+  int owner[3];
+  spread_names(g, "acls", 1, names, owner);
+  /* On a master other than the first seed, where the waiter listens. */
+  int k = owner[0] != 0 ? 0 : owner[1] != 0 ? 1 : 2;
+  dlock_t *l = lu_get(ac, names[k]), *b = lu_get(bc, names[k]);
+  ASSERT_DLOCK_OK(dlock_lock(b, 600000));
+  uint64_t me = dlock_owner_new(), token = dlock_token(b);
+  tl_done w = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(l, me, 60000, tl_done_cb, &w));
+  /* Subscribed with SUBSCRIBE on the first seed: a PUBLISH there reaches
+   * every node's subscribers. */
+  char chan[128];
+  snprintf(chan, sizeof(chan), "redisson_lock__channel:{%s}", names[k]);
+  int64_t end = lu_now_ms() + 30000;
+  while (lu_numsub(cg_node(g, 0), chan, strlen(chan)) < 1) {
+    ASSERT_LT(lu_now_ms(), end);
+    tl_turn(&t, 20);
+  }
+  ASSERT_EQ(w.calls, 0);
+  ASSERT_DLOCK_OK(dlock_unlock(b));
+  tl_run_until(&t, &w.calls, 30000);
+  ASSERT_DLOCK_OK(w.status);
+  ASSERT_GT(dlock_token_as(l, me), token);
+  /* Its unlock publishes with PUBLISH (SPUBLISH is unknown there). */
+  tl_done u = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, me, tl_done_cb, &u));
+  tl_run_until(&t, &u.calls, 30000);
+  ASSERT_DLOCK_OK(u.status);
+  ASSERT_EQ(lu_exists(cg_node(g, owner[k]), names[k]), 0);
+  dlock_free(l);
+  dlock_free(b);
+  dlock_client_close(ac);
+  dlock_client_close(bc);
   tl_close(&t);
   cg_free(g);
 }
