@@ -181,6 +181,19 @@ dlock__lsub *dlock__loop_sub_for(dlock__loop *lp, const char *channel,
  * operation outside dlock__loop_action. */
 void dlock__loop_poke(dlock__loop *lp);
 
+/* ---- what the application watches (loop_watch.c) ----------------------- */
+
+/* Tells the application what to watch now: the descriptors and the timer
+ * (the earliest time an operation, the watchdog or a connection needs). */
+void dlock__loop_update_watch(dlock__loop *lp);
+/* Tells it to forget every descriptor and the timer (at the close). */
+void dlock__loop_unwatch(dlock__loop *lp);
+/* Services every connection: does what can be done without waiting. */
+void dlock__loop_service(dlock__loop *lp);
+/* Grows the cluster nodes watched to as many as the cluster knows: 0 or
+ * DLOCK_ENOMEM. */
+int dlock__loop_know_nodes(dlock__loop *lp);
+
 /* Starts the watchdog's rounds, if they have not started, once a hold
  * with a watchdog was recorded: the next round is due a third of the
  * watchdog's timeout from now. */
