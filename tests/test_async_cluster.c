@@ -264,6 +264,45 @@ TEST(async_cluster_follows_a_slot_migration) {
   cg_free(g);
 }
 
+/* 'holder' takes 'l' with the watchdog, and 'waiter' waits for it ('w'):
+ * the holder's token. */
+static uint64_t hold_and_wait(tl_loop *t, dlock_t *l, uint64_t holder,
+                              uint64_t waiter, tl_done *w) {
+  tl_done h = {0};
+  ASSERT_DLOCK_OK(dlock_lock_async(l, holder, DLOCK_WATCHDOG, tl_done_cb, &h));
+  tl_run_until(t, &h.calls, 30000);
+  ASSERT_DLOCK_OK(h.status);
+  ASSERT_DLOCK_OK(dlock_lock_async(l, waiter, 60000, tl_done_cb, w));
+  tl_run_for(t, 300);
+  ASSERT_EQ(w->calls, 0);
+  return dlock_token_as(l, holder);
+}
+
+/* After the master changed: the holder's unlock reaches the new master,
+ * 'node', and the waiter gets the lock there with a later token than
+ * 'token', and gives it back ('t0': when the change began). */
+static void hand_over(cg_group_t *g, tl_loop *t, dlock_t *l, uint64_t holder,
+                      uint64_t waiter, tl_done *w, uint64_t token, int node,
+                      int64_t t0) {
+  size_t len = 0;
+  const char *name = dlock_name(l, &len);
+  ASSERT_EQ(w->calls, 0);
+  tl_done u = {0}, u2 = {0};
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, holder, tl_done_cb, &u));
+  tl_run_until(t, &u.calls, 30000);
+  ASSERT_DLOCK_OK(u.status);
+  printf("unlock done %" PRId64 " ms after the change began\n", u.at_ms - t0);
+  tl_run_until(t, &w->calls, 45000);
+  ASSERT_DLOCK_OK(w->status);
+  printf("waiter got it %" PRId64 " ms after the unlock\n", w->at_ms - u.at_ms);
+  ASSERT_GT(dlock_token_as(l, waiter), token);
+  ASSERT_EQ(lu_exists_n(cg_node(g, node), name, len), 1);
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, waiter, tl_done_cb, &u2));
+  tl_run_until(t, &u2.calls, 30000);
+  ASSERT_DLOCK_OK(u2.status);
+  ASSERT_EQ(lu_exists_n(cg_node(g, node), name, len), 0);
+}
+
 /* CLUSTER FAILOVER, run beside the loop. */
 typedef struct failer {
   cg_group_t *g;
@@ -293,13 +332,8 @@ TEST(async_cluster_failover_under_a_holder_and_a_waiter) {
   ASSERT_GE(f.replica, 0);
   dlock_t *l = lu_get(ac, name);
   uint64_t holder = dlock_owner_new(), waiter = dlock_owner_new();
-  tl_done h = {0}, w = {0};
-  ASSERT_DLOCK_OK(dlock_lock_async(l, holder, DLOCK_WATCHDOG, tl_done_cb, &h));
-  tl_run_until(&t, &h.calls, 30000);
-  ASSERT_DLOCK_OK(h.status);
-  uint64_t token = dlock_token_as(l, holder);
-  ASSERT_DLOCK_OK(dlock_lock_async(l, waiter, 60000, tl_done_cb, &w));
-  tl_run_for(&t, 300);
+  tl_done w = {0};
+  uint64_t token = hold_and_wait(&t, l, holder, waiter, &w);
 
   pthread_t ft;
   int64_t t0 = lu_now_ms();
@@ -322,21 +356,7 @@ TEST(async_cluster_failover_under_a_holder_and_a_waiter) {
   tl_run_for(&t, 7000);
   ASSERT_EQ(lu_exists(cg_node(g, f.replica), name), 1);
   ASSERT_GT(lu_pttl(cg_node(g, f.replica), name), 4500);
-  ASSERT_EQ(w.calls, 0);
-  tl_done u = {0};
-  ASSERT_DLOCK_OK(dlock_unlock_async(l, holder, tl_done_cb, &u));
-  tl_run_until(&t, &u.calls, 30000);
-  ASSERT_DLOCK_OK(u.status);
-  /* The waiter gets it on the new master, with a later token. */
-  tl_run_until(&t, &w.calls, 45000);
-  ASSERT_DLOCK_OK(w.status);
-  printf("waiter got it %" PRId64 " ms after the unlock\n", w.at_ms - u.at_ms);
-  ASSERT_GT(dlock_token_as(l, waiter), token);
-  ASSERT_EQ(lu_exists(cg_node(g, f.replica), name), 1);
-  tl_done u2 = {0};
-  ASSERT_DLOCK_OK(dlock_unlock_async(l, waiter, tl_done_cb, &u2));
-  tl_run_until(&t, &u2.calls, 30000);
-  ASSERT_DLOCK_OK(u2.status);
+  hand_over(g, &t, l, holder, waiter, &w, token, f.replica, t0);
   dlock_free(l);
   dlock_client_close(ac);
   tl_close(&t);
@@ -358,13 +378,8 @@ TEST(async_cluster_master_killed_under_a_holder_and_a_waiter) {
   int slot = dlock__key_slot(name, strlen(name));
   dlock_t *l = lu_get(ac, name);
   uint64_t holder = dlock_owner_new(), waiter = dlock_owner_new();
-  tl_done h = {0}, w = {0};
-  ASSERT_DLOCK_OK(dlock_lock_async(l, holder, DLOCK_WATCHDOG, tl_done_cb, &h));
-  tl_run_until(&t, &h.calls, 30000);
-  ASSERT_DLOCK_OK(h.status);
-  uint64_t token = dlock_token_as(l, holder);
-  ASSERT_DLOCK_OK(dlock_lock_async(l, waiter, 60000, tl_done_cb, &w));
-  tl_run_for(&t, 300);
+  tl_done w = {0};
+  uint64_t token = hold_and_wait(&t, l, holder, waiter, &w);
 
   int64_t t0 = lu_now_ms();
   ASSERT_EQ(rp_kill(cg_node(g, 0)), 0);
@@ -379,24 +394,7 @@ TEST(async_cluster_master_killed_under_a_holder_and_a_waiter) {
   printf("replica %d promoted %" PRId64 " ms after the kill\n", promoted,
          lu_now_ms() - t0);
   ASSERT_EQ(lu_exists(cg_node(g, promoted), name), 1);
-  ASSERT_EQ(w.calls, 0);
-  /* The unlock reaches the new master, and the waiter gets the lock
-   * there, with a later token. */
-  tl_done u = {0};
-  ASSERT_DLOCK_OK(dlock_unlock_async(l, holder, tl_done_cb, &u));
-  tl_run_until(&t, &u.calls, 30000);
-  ASSERT_DLOCK_OK(u.status);
-  printf("unlock done %" PRId64 " ms after the kill\n", u.at_ms - t0);
-  tl_run_until(&t, &w.calls, 45000);
-  ASSERT_DLOCK_OK(w.status);
-  printf("waiter got it %" PRId64 " ms after the unlock\n", w.at_ms - u.at_ms);
-  ASSERT_GT(dlock_token_as(l, waiter), token);
-  ASSERT_EQ(lu_exists(cg_node(g, promoted), name), 1);
-  tl_done u2 = {0};
-  ASSERT_DLOCK_OK(dlock_unlock_async(l, waiter, tl_done_cb, &u2));
-  tl_run_until(&t, &u2.calls, 30000);
-  ASSERT_DLOCK_OK(u2.status);
-  ASSERT_EQ(lu_exists(cg_node(g, promoted), name), 0);
+  hand_over(g, &t, l, holder, waiter, &w, token, promoted, t0);
   dlock_free(l);
   dlock_client_close(ac);
   tl_close(&t);
