@@ -1012,11 +1012,12 @@ DLOCK_EXPORT void dlock_reply_free(dlock_reply_t *r);
  * Ready-made adapters: <dlock/adapters/libuv.h> and
  * <dlock/adapters/libevent.h>. The README has a plain epoll loop.
  *
- * An async client serves one server (redis://, rediss://, unix://) or a
- * Sentinel-managed master (redis-sentinel://), and
+ * An async client serves one server (redis://, rediss://, unix://), a
+ * Sentinel-managed master (redis-sentinel://) or a Redis Cluster
+ * (redis-cluster://: a descriptor per node), and
  * the single-lock kinds (reentrant, fair, read, write, spin), MultiLocks and
  * RedLocks whose parts are all on async clients (driven by one thread),
- * semaphores and latches; the blocking
+ * semaphores, expirable-permit semaphores and latches; the blocking
  * verbs on it fail with DLOCK_EINVAL rather than block the loop, as do the
  * async verbs on a blocking client. Locks are owned by explicit owners
  * (dlock_owner_new()), since one loop thread serves many.
@@ -1307,6 +1308,23 @@ DLOCK_EXPORT int dlock_latch_await_async(dlock_latch_t *l, int64_t wait_ms,
                                          dlock_latch_cb cb, void *data);
 DLOCK_EXPORT int dlock_latch_count_down_async(dlock_latch_t *l,
                                               dlock_latch_cb cb, void *data);
+
+/* The end of an expirable-permit semaphore's operation on an async client:
+ * 'status' as for dlock_sem_cb; 'permit' is the permit taken when an
+ * acquisition succeeded (valid while the callback runs: copy what is
+ * kept), else NULL. */
+typedef void (*dlock_psem_cb)(dlock_psem_t *s, int status,
+                              const dlock_permit_t *permit, void *data);
+
+/* dlock_psem_acquire(): one permit, its id, token and lease end given to
+ * 'cb'. With DLOCK_WATCHDOG the loop's watchdog renews it. A permit
+ * granted and not yet reported when the client is closed is given back. */
+DLOCK_EXPORT int dlock_psem_acquire_async(dlock_psem_t *s, int64_t wait_ms,
+                                          int64_t lease_ms, dlock_psem_cb cb,
+                                          void *data);
+/* dlock_psem_release(): the same answers, by 'cb' (with 'permit' NULL). */
+DLOCK_EXPORT int dlock_psem_release_async(dlock_psem_t *s, const char *id,
+                                          dlock_psem_cb cb, void *data);
 
 /* ---- inspection ---- */
 

@@ -105,13 +105,6 @@ TEST(async_and_blocking_verbs_refuse_the_other_client) {
   ASSERT_DLOCK_ERR(dlock_loop_action(bc, DLOCK_SOCKET_TIMEOUT, 0),
                    DLOCK_EINVAL);
   ASSERT_EQ(d.calls, 0);
-  /* No Cluster URL for an async client yet: said plainly. */
-  dlock_options_t o;
-  dlock_options_init(&o);
-  o.url = "redis-cluster://127.0.0.1:1";
-  dlock_client_t *x = NULL;
-  ASSERT_DLOCK_ERR(dlock_client_open_async(&o, &x), DLOCK_EINVAL);
-  ASSERT_NULL(x);
   dlock_free(al);
   dlock_free(bl);
   dlock_client_close(ac);

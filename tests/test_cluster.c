@@ -20,18 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../src/proto/slot.h"
-#include "harness/cluster_group.h"
-#include "lock_util.h"
+#include "cluster_util.h"
 #include "redisson_sim.h"
-
-static cg_group_t *cluster(void) {
-  cg_group_t *g = NULL;
-  int64_t t0 = lu_now_ms();
-  ASSERT_EQ(cg_start(&g), 0);
-  printf("cluster up in %" PRId64 " ms: %s\n", lu_now_ms() - t0, cg_url(g));
-  return g;
-}
 
 static dlock_client_t *cluster_client(cg_group_t *g, int64_t watchdog_ms) {
   dlock_options_t o;
@@ -41,28 +31,6 @@ static dlock_client_t *cluster_client(cg_group_t *g, int64_t watchdog_ms) {
   o.command_timeout_ms = 5000;
   o.watchdog_timeout_ms = watchdog_ms;
   return lu_client_opts(&o);
-}
-
-/* Fills 'names' with 'per' names on each of the 3 masters ("<prefix>N"),
- * and 'owner' with the node that serves each. Returns how many. */
-static int spread_names(cg_group_t *g, const char *prefix, int per,
-                        char names[][32], int *owner) {
-  int masters[6], nm = cg_masters(g, masters), n = 0;
-  ASSERT_EQ(nm, 3);
-  int count[6] = {0};
-  for (int i = 0; n < 3 * per && i < 10000; i++) {
-    char name[32];
-    snprintf(name, sizeof(name), "%s%d", prefix, i);
-    int m = cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name)));
-    ASSERT_GE(m, 0);
-    if (count[m] >= per)
-      continue;
-    count[m]++;
-    snprintf(names[n], 32, "%s", name);
-    owner[n++] = m;
-  }
-  ASSERT_EQ(n, 3 * per);
-  return n;
 }
 
 TEST(cluster_every_kind) {

@@ -478,11 +478,6 @@ static int open_client(const dlock_options_t *o, dlock_client_t **out,
                     o->on_warning_data);
   c->route.info_all = c->sync.any;
   const char *url = o->url ? o->url : DEFAULT_URL;
-  if (rc == 0 && async && dlock__url_is_cluster(url))
-    rc = dlock__fail(DLOCK_EINVAL,
-                     "an async client serves one server or a Sentinel-managed "
-                     "master, not a cluster (\"%.100s\")",
-                     url);
   if (rc == 0 && (c->url = dlock__strdup(url)) == NULL)
     rc = dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   c->opt.url = c->url;

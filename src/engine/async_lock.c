@@ -12,6 +12,7 @@
 #include "observe.h"
 #include "proto/format.h"
 #include "reply.h"
+#include "sem_kinds.h"
 
 #include "alloc.h"
 #include "error.h"
@@ -538,7 +539,7 @@ static void renew_one(dlock__hold *h, void *arg) {
       (h->kind != DLOCK_REENTRANT && h->kind != DLOCK_FAIR &&
        h->kind != DLOCK_READ && h->kind != DLOCK_WRITE &&
        h->kind != DLOCK_SPIN && h->kind != DLOCK_NONREENTRANT &&
-       h->kind != DLOCK_NONREENTRANT_FAIR))
+       h->kind != DLOCK_NONREENTRANT_FAIR && h->kind != DLOCK__KIND_PERMIT))
     return;
   col->n++;
   renew_op *r = dlock__calloc(1, sizeof(*r));
@@ -551,15 +552,32 @@ static void renew_one(dlock__hold *h, void *arg) {
   r->owner = h->owner;
   r->seq = h->seq;
   r->kind = h->kind;
-  r->field_len = dlock__owner_field(c, h->owner, r->field);
+  if (h->kind == DLOCK__KIND_PERMIT) {
+    /* A permit is renewed by its id in its semaphore's zset. */
+    dlock__permit_id(c, h->owner, (unsigned char *)r->field);
+    r->field_len = DLOCK__PERMIT_ID_BYTES;
+  } else
+    r->field_len = dlock__owner_field(c, h->owner, r->field);
   if (h->kind == DLOCK_WRITE) {
     memcpy(r->field + r->field_len, ":write", 7);
     r->field_len += 6;
   }
   snprintf(r->lease, sizeof(r->lease), "%" PRId64, c->opt.watchdog_timeout_ms);
   int n = 0;
-  r->argv[n] = r->name;
-  r->lens[n++] = r->name_len;
+  if (h->kind == DLOCK__KIND_PERMIT) {
+    /* Its key is the zset "{name}:timeout", not the semaphore. */
+    if (dlock__permit_zset(h->name, h->name_len, &r->prefix, &r->prefix_len) !=
+        0) {
+      dlock__free(r->name);
+      dlock__free(r);
+      return;
+    }
+    r->argv[n] = r->prefix;
+    r->lens[n++] = r->prefix_len;
+  } else {
+    r->argv[n] = r->name;
+    r->lens[n++] = r->name_len;
+  }
   if (h->kind == DLOCK_READ) {
     /* "{name}", where the read holds' timeout keys live. */
     if (dlock__suffixed(h->name, h->name_len, "", 0, &r->prefix,
@@ -577,9 +595,11 @@ static void renew_one(dlock__hold *h, void *arg) {
   r->lens[n++] = strlen(r->lease);
   r->argv[n] = r->field;
   r->lens[n++] = r->field_len;
-  r->call = (dlock__eval){h->kind == DLOCK_READ ? &dlock__script_renew_read
-                                                : &dlock__script_renew,
-                          nkeys, 2, r->argv, r->lens};
+  r->call =
+      (dlock__eval){h->kind == DLOCK_READ           ? &dlock__script_renew_read
+                    : h->kind == DLOCK__KIND_PERMIT ? &dlock__script_psem_renew
+                                                    : &dlock__script_renew,
+                    nkeys, 2, r->argv, r->lens};
   r->op.run = renew_run;
   r->op.cancel = renew_cancel;
   dlock__loop_add(lp, &r->op);

@@ -110,6 +110,17 @@ int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
                     dlock__attempt_fn attempt, dlock__retry_fn may_retry,
                     void *arg, const char *what, int *waited);
 
+/* A fresh random owner number for a permit of 's', unused by the client's
+ * other permits, so that its id says nothing about the holder: 0, or
+ * DLOCK_EIO when no random number could be read. */
+int dlock__psem_new_owner(dlock_psem_t *s, uint64_t *out);
+
+/* Records permit 'owner' of 's' just taken with 'token' (the attempt sent
+ * at 'sent_us', for 'lease_ms' as given: DLOCK_WATCHDOG or ms), for its
+ * renewal and its release: 0 or DLOCK_ENOMEM. */
+int dlock__psem_record(dlock_psem_t *s, uint64_t owner, int64_t lease_ms,
+                       uint64_t token, int64_t sent_us);
+
 /* Adds 'n' (negative: takes away) to the permits the client holds of
  * semaphore 's'. 0, or DLOCK_ENOMEM. */
 int dlock__sem_note_held(dlock_sem_t *s, int64_t n);

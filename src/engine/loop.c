@@ -1,7 +1,8 @@
 /*
- * An async client's loop (see loop.h): what the application watches, the
- * operations in progress and their ready queue, and requests whose answer
- * comes back to an operation.
+ * An async client's loop (see loop.h): the operations in progress and
+ * their ready queue, and requests whose answer comes back to an operation,
+ * routed on a cluster to the node of their slot and sent again where a
+ * redirection says. What the application watches is loop_watch.c's.
  */
 #include "loop.h"
 
@@ -10,6 +11,7 @@
 #include "machine.h"
 #include "monotime.h"
 #include "proto/format.h"
+#include "proto/slot.h"
 #include "replica.h"
 
 #include <poll.h>
@@ -77,6 +79,12 @@ static void unqueue(dlock__aop *op) {
 
 static void drop_answers(dlock__aop *op);
 
+static void drop_sent(dlock__aop *op) {
+  for (int i = 0; i < op->nsent; i++)
+    dlock__free(op->sent[i]);
+  op->nsent = 0;
+}
+
 void dlock__loop_remove(dlock__aop *op) {
   dlock__loop *lp = op->lp;
   unqueue(op);
@@ -90,6 +98,7 @@ void dlock__loop_remove(dlock__aop *op) {
     lp->ops_tail = op->prev;
   lp->nops--;
   drop_answers(op);
+  drop_sent(op);
   if (op->kept != NULL)
     freeReplyObject(op->kept);
   op->kept = NULL;
@@ -129,6 +138,15 @@ static void drop_answers(dlock__aop *op) {
 static void on_answer(dlock__request *r, redisReply *reply, int err,
                       const char *detail) {
   dlock__aop *op = r->arg;
+  if (op->skip > 0 && err == 0) {
+    /* ASKING's answer, before the command it lets through. */
+    op->skip--;
+    if (reply != NULL)
+      freeReplyObject(reply);
+    if (--op->in_flight == 0)
+      dlock__loop_ready(op);
+    return;
+  }
   int k = op->nanswered++;
   if (k == 0)
     op->reply = reply;
@@ -145,21 +163,285 @@ static void on_answer(dlock__request *r, redisReply *reply, int err,
     dlock__loop_ready(op);
 }
 
-/* Sends 'n' formatted commands (1..3) for 'op' in this order. 0, or an
- * error with nothing sent; when a later one cannot be sent, those sent
- * are answered and the answer carries the error. */
+/* ---- a cluster's nodes -------------------------------------------------- */
+
+/* A read of the slot map (CLUSTER SLOTS) by the loop, from one node: its
+ * answer is applied to the map when it comes; requests meanwhile go where
+ * the map said, and are redirected from there. */
+#define MAP_EVERY_US 100000 /* at most once per 100 ms */
+
+static void map_done(dlock__aop *op) {
+  op->lp->mapping = 0;
+  dlock__loop_remove(op);
+  dlock__free(op);
+}
+
+static void map_run(dlock__aop *op) {
+  dlock__loop *lp = op->lp;
+  if (op->in_flight)
+    return;
+  if (op->err != 0 || op->reply == NULL ||
+      dlock__cluster_take_slots(lp->c->route.cluster, op->slot, op->reply) != 0)
+    lp->refresh_due = 1; /* another node is asked next time */
+  map_done(op);
+}
+
+/* Sends a read of the map to the next node not waiting to reconnect,
+ * unless one is in flight or was sent less than MAP_EVERY_US ago. */
+static void read_map(dlock__loop *lp) {
+  dlock__cluster *cl = lp->c->route.cluster;
+  int64_t now = dlock__now_us();
+  if (lp->mapping || now - lp->mapped_us < MAP_EVERY_US ||
+      dlock__loop_know_nodes(lp) != 0)
+    return;
+  int n = lp->nnodes, idx = -1;
+  for (int k = 0; k < n && idx < 0; k++) {
+    int i = (lp->map_next + k) % n;
+    if (dlock__conn_retry_at(dlock__cluster_node_conn(cl, i)) <= now)
+      idx = i;
+  }
+  if (idx < 0)
+    return; /* every node waits to reconnect: asked again later */
+  dlock__aop *op = dlock__calloc(1, sizeof(*op));
+  if (op == NULL)
+    return;
+  op->run = map_run;
+  op->cancel = map_done;
+  op->slot = idx; /* the node asked */
+  dlock__loop_add(lp, op);
+  op->in_flight = 1;
+  if (dlock__conn_submit(
+          dlock__cluster_node_conn(cl, idx), dlock__cluster_slots_cmd,
+          strlen(dlock__cluster_slots_cmd), 0, on_answer, op) != 0) {
+    op->in_flight = 0;
+    lp->map_next = idx + 1;
+    map_done(op);
+    return;
+  }
+  lp->mapping = 1;
+  lp->mapped_us = now;
+  lp->map_next = idx + 1;
+  lp->refresh_due = 0;
+}
+
+/* The node of the master of 'slot', as the map says: never waits. The map
+ * is read again (by the loop, see read_map) when it does not say, when a
+ * node failed since it was read, or when that master's connection failed
+ * and waits to connect again (it may have failed over); until the answer
+ * comes, a slot with no known master goes to the first seed, whose MOVED
+ * names it. */
+static int owner(dlock__loop *lp, int slot) {
+  dlock__cluster *cl = lp->c->route.cluster;
+  int idx = dlock__cluster_known_owner(cl, slot);
+  if (idx < 0 ||
+      dlock__conn_retry_at(dlock__cluster_node_conn(cl, idx)) > dlock__now_us())
+    lp->refresh_due = 1;
+  if (lp->refresh_due)
+    read_map(lp);
+  return idx >= 0 ? idx : 0;
+}
+
+/* ---- the cluster's kind of pub/sub --------------------------------------- */
+
 static int send_all(dlock__aop *op, int n, char *const *cmds,
-                    const size_t *lens) {
-  dlock__conn *conn = op->lp->c->route.conn;
+                    const size_t *lens);
+
+static void probe_end(dlock__aop *op) {
+  dlock__loop *lp = op->lp;
+  lp->probed = 2;
+  lp->probe_op = NULL;
+  dlock__loop_remove(op);
+  dlock__free(op);
+}
+
+static void probe_run(dlock__aop *op) {
+  if (op->in_flight)
+    return;
+  /* Without an answer, classic pub/sub is kept, as at a blocking open. */
+  (void)dlock__cluster_take_probe(op->lp->c->route.cluster,
+                                  op->err == 0 ? op->reply : NULL,
+                                  op->err == 0 ? op->tail[0] : NULL);
+  probe_end(op);
+}
+
+/* Finds out once whether the cluster's scripts publish with SPUBLISH (and
+ * its waiters listen with SSUBSCRIBE), as the blocking client does at its
+ * open: a request of the loop to the master of slot 0; the requests made
+ * meanwhile are held (see held_for_probe). */
+static void probe(dlock__loop *lp) {
+  dlock__cluster *cl = lp->c->route.cluster;
+  if (cl == NULL || lp->probed != 0)
+    return;
+  lp->probed = 2;
+  char *cmds[2];
+  size_t lens[2];
+  int n = dlock__cluster_probe_cmds(cl, cmds, lens);
+  dlock__aop *op = n > 0 ? dlock__calloc(1, sizeof(*op)) : NULL;
+  if (op == NULL)
+    return; /* nothing to ask, or no memory to ask: classic */
+  op->run = probe_run;
+  op->cancel = probe_end;
+  dlock__loop_add(lp, op);
+  op->slot = 0;
+  if (send_all(op, n, cmds, lens) != 0) {
+    probe_end(op);
+    return;
+  }
+  lp->probed = 1;
+  lp->probe_op = op;
+}
+
+/* Holds 'op' on the loop's timer for 'us', its answers dropped. */
+static void hold(dlock__aop *op, int64_t us) {
   drop_answers(op);
   op->in_flight = 0;
+  op->skip = 0;
+  op->resend_at = dlock__now_us() + us;
+  op->at_us = op->resend_at;
+}
+
+/* 1 when 'op' is to wait for the pub/sub probe's answer (looking again
+ * every 10 ms): a script's variant depends on it. */
+static int held_for_probe(dlock__aop *op) {
+  dlock__loop *lp = op->lp;
+  probe(lp);
+  if (lp->probed != 1 || op == lp->probe_op)
+    return 0;
+  hold(op, 10000);
+  return 1;
+}
+
+dlock__lsub *dlock__loop_sub_for(dlock__loop *lp, const char *channel,
+                                 size_t len) {
+  dlock__cluster *cl = lp->c->route.cluster;
+  probe(lp);
+  if (cl == NULL || !dlock__cluster_sharded(cl))
+    return lp->sub;
+  int idx = owner(lp, dlock__key_slot(channel, len));
+  if (idx < 0 || dlock__loop_know_nodes(lp) != 0)
+    return lp->sub; /* heard by nobody: the waiter sleeps by the TTL */
+  dlock__lnode *nd = &lp->nodes[idx];
+  if (nd->sub == NULL) {
+    dlock_client_t *c = lp->c;
+    if (dlock__lsub_new(dlock__cluster_node_ep(cl, idx), c->tls, NULL,
+                        c->opt.connect_timeout_ms, c->opt.command_timeout_ms,
+                        &nd->sub) != 0)
+      return lp->sub;
+    dlock__lsub_set_sharded(nd->sub);
+  }
+  return nd->sub;
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+/* The slot of a formatted command's first argument (its key, for the
+ * commands a client sends about one key), or -1 when it has none. */
+static int slot_of_cmd(const char *cmd, size_t len) {
+  const char *end = cmd + len, *p = cmd;
+  if (p >= end || *p != '*' || strtol(p + 1, NULL, 10) < 2)
+    return -1;
+  for (int arg = 0; arg < 2; arg++) {
+    p = memchr(p, '\n', (size_t)(end - p));
+    if (p == NULL || ++p >= end || *p != '$')
+      return -1;
+    long n = strtol(p + 1, NULL, 10);
+    p = memchr(p, '\n', (size_t)(end - p));
+    if (p == NULL || n < 0 || (size_t)(end - ++p) < (size_t)n)
+      return -1;
+    if (arg == 1)
+      return dlock__key_slot(p, (size_t)n);
+    p += n;
+  }
+  return -1;
+}
+
+/* The connection 'op's requests go to: the client's, or on a cluster that
+ * of the node serving 'op->slot' ('ask' >= 0: the node an ASK named).
+ * NULL with the error set. */
+static dlock__conn *conn_for(dlock__aop *op, int ask, int *rc) {
+  dlock_client_t *c = op->lp->c;
+  dlock__cluster *cl = c->route.cluster;
+  *rc = 0;
+  if (cl == NULL || (op->slot < 0 && ask < 0))
+    return c->route.conn;
+  int idx = ask >= 0 ? ask : owner(op->lp, op->slot);
+  if (idx < 0) {
+    *rc = DLOCK_EIO;
+    return NULL;
+  }
+  *rc = dlock__loop_know_nodes(op->lp);
+  return *rc == 0 ? dlock__cluster_node_conn(cl, idx) : NULL;
+}
+
+/* Keeps what is sent on a cluster, to send it again where a redirection
+ * says: 0 or DLOCK_ENOMEM. */
+static int keep_sent(dlock__aop *op, int n, char *const *cmds,
+                     const size_t *lens) {
+  if (op->lp->c->route.cluster == NULL || op->sent[0] == cmds[0])
+    return 0;
+  drop_sent(op);
+  for (int i = 0; i < n; i++) {
+    op->sent[i] = dlock__memdup(cmds[i], lens[i]);
+    if (op->sent[i] == NULL) {
+      drop_sent(op);
+      return dlock__fail(DLOCK_ENOMEM, "out of memory keeping a request");
+    }
+    op->sent_len[i] = lens[i];
+    op->nsent = i + 1;
+  }
+  return 0;
+}
+
+/* On a cluster, a request for a master whose connection failed and waits
+ * to reconnect is held (on the loop's timer, looking again every 20 ms)
+ * while the map is read again, since the master may have failed over, for
+ * up to a command timeout: then it is sent, and fails as on one server.
+ * 1 when 'op' is held. */
+static int parked(dlock__aop *op, dlock__conn *conn) {
+  int64_t now = dlock__now_us();
+  if (op->lp->c->route.cluster == NULL || dlock__conn_retry_at(conn) <= now)
+    return 0;
+  if (op->parked_us == 0)
+    op->parked_us = now;
+  if (now - op->parked_us >= dlock__ms_to_us(op->lp->c->opt.command_timeout_ms))
+    return 0;
+  hold(op, 20000);
+  return 1;
+}
+
+/* Sends 'n' formatted commands (1..3) for 'op' in this order, after
+ * ASKING when 'ask' (>= 0) names the node an ASK sent it to. 0, or an
+ * error with nothing sent; when a later one cannot be sent, those sent
+ * are answered and the answer carries the error. */
+static int send_to(dlock__aop *op, int n, char *const *cmds, const size_t *lens,
+                   int ask) {
+  int rc;
+  dlock__conn *conn = conn_for(op, ask, &rc);
+  if (conn == NULL)
+    return rc;
+  rc = keep_sent(op, n, cmds, lens);
+  if (rc != 0)
+    return rc;
+  if (held_for_probe(op) || (ask < 0 && op->slot >= 0 && parked(op, conn)))
+    return 0;
+  drop_answers(op);
+  op->in_flight = 0;
+  op->skip = 0;
+  if (ask >= 0) {
+    static const char asking[] = "*1\r\n$6\r\nASKING\r\n";
+    rc = dlock__conn_submit(conn, asking, sizeof(asking) - 1, 0, on_answer, op);
+    if (rc != 0)
+      return rc;
+    op->in_flight++;
+    op->skip++;
+  }
   for (int i = 0; i < n; i++) {
     op->in_flight++;
     int rc = dlock__conn_submit(conn, cmds[i], lens[i], 0, on_answer, op);
     if (rc == 0)
       continue;
     op->in_flight--;
-    if (i == 0)
+    if (i == 0 && ask < 0)
       return rc;
     op->err = rc;
     snprintf(op->detail, sizeof(op->detail), "%s", dlock_last_error());
@@ -168,11 +450,98 @@ static int send_all(dlock__aop *op, int n, char *const *cmds,
   return 0;
 }
 
+static int send_all(dlock__aop *op, int n, char *const *cmds,
+                    const size_t *lens) {
+  op->redirects = 0;
+  op->resend_at = 0;
+  op->parked_us = 0;
+  return send_to(op, n, cmds, lens, -1);
+}
+
 int dlock__loop_send(dlock__aop *op, const char *cmd, size_t len) {
   char *cmds[1] = {(char *)cmd};
   op->wanted = 0;
   op->wait_at = op->info_at = -1;
+  op->slot = slot_of_cmd(cmd, len);
   return send_all(op, 1, cmds, &len);
+}
+
+/* ---- a cluster's redirections ------------------------------------------- */
+
+/* Redirections followed for one request before its answer is given as
+ * it came: a slot moves once, and an ASK during a migration adds one. */
+#define REDIRECTS_MAX 16
+
+/* Sends what 'op' sent again, to the node 'ask' (an ASK's) or to the
+ * master of its slot; a failure to send is its answer. */
+/* A request that could not be sent again: its failure 'rc' (with the
+ * detail set) is its answer. */
+static void answer_failure(dlock__aop *op, int rc) {
+  drop_answers(op);
+  op->err = rc;
+  snprintf(op->detail, sizeof(op->detail), "%s", dlock_last_error());
+  dlock__loop_ready(op);
+}
+
+static void resend(dlock__aop *op, int ask) {
+  char *cmds[3];
+  size_t lens[3];
+  int n = op->nsent;
+  for (int i = 0; i < n; i++) {
+    cmds[i] = op->sent[i];
+    lens[i] = op->sent_len[i];
+  }
+  int rc = send_to(op, n, cmds, lens, ask);
+  if (rc != 0)
+    answer_failure(op, rc);
+}
+
+static int send_eval(dlock__aop *op, const dlock__eval *call, int with_body,
+                     int synced);
+
+/* Before 'op' runs on a cluster: follows a MOVED or an ASK in its answer
+ * by sending its requests again where it says, and waits out a TRYAGAIN or
+ * a CLUSTERDOWN (refusals made before anything ran) before sending them
+ * again, never waiting in the loop. 1 when 'op' is not to run now. */
+static int redirected(dlock__aop *op) {
+  dlock__cluster *cl = op->lp->c->route.cluster;
+  if (op->resend_at != 0) {
+    if (dlock__now_us() < op->resend_at) {
+      op->at_us = op->resend_at;
+      return 1;
+    }
+    op->resend_at = 0;
+    const dlock__eval *call = op->eval_call;
+    op->eval_call = NULL;
+    int rc = 0;
+    if (call == NULL)
+      resend(op, -1);
+    else if ((rc = send_eval(op, call, op->eval_body, op->eval_synced)) != 0)
+      answer_failure(op, rc);
+    return 1;
+  }
+  if (op->err != 0 && (op->err == DLOCK_EIO || op->err == DLOCK_ETIMEDOUT))
+    op->lp->refresh_due = 1; /* a master may have failed over */
+  if (op->nsent == 0 || op->in_flight > 0 || op->err != 0 ||
+      op->redirects >= REDIRECTS_MAX)
+    return 0;
+  int kind = dlock__redirect_kind(op->reply);
+  if (kind == 0)
+    return 0;
+  op->redirects++;
+  if (kind == DLOCK__REDIRECT_RETRY) {
+    /* 10 ms, doubled at each refusal, at most a second. */
+    int shift = op->redirects < 7 ? op->redirects : 7;
+    op->resend_at = dlock__now_us() + (10000 << shift) / 2;
+    op->at_us = op->resend_at;
+    drop_answers(op);
+    return 1;
+  }
+  int idx = dlock__cluster_follow(cl, op->reply);
+  if (idx < 0)
+    return 0;
+  resend(op, kind == DLOCK__REDIRECT_ASK ? idx : -1);
+  return 1;
 }
 
 /* The replicas a synced write of 'call' waits for: as many as asked, or
@@ -193,6 +562,25 @@ static int send_eval(dlock__aop *op, const dlock__eval *call, int with_body,
   dlock_client_t *c = op->lp->c;
   char *cmds[3];
   size_t lens[3];
+  /* On a cluster: to the master of its key's slot, publishing where its
+   * waiters listen (formatted once that is known). */
+  if (c->route.cluster != NULL) {
+    op->redirects = 0;
+    op->parked_us = 0;
+    op->eval_call = NULL;
+    if (held_for_probe(op)) {
+      op->eval_call = call;
+      op->eval_body = with_body;
+      op->eval_synced = synced;
+      return 0;
+    }
+  }
+  dlock__eval routed = *call;
+  routed.script = dlock__route_script(&c->route, call->script);
+  op->slot = c->route.cluster != NULL && call->nkeys > 0
+                 ? dlock__key_slot(call->argv[0], call->lens[0])
+                 : -1;
+  call = &routed;
   int n = 0, rc = dlock__eval_format(call, with_body, &cmds[0], &lens[0]);
   if (rc != 0)
     return rc;
@@ -245,6 +633,21 @@ static void apply_wait(dlock__aop *op, const redisReply *w, dlock__synced *sy) {
     dlock__route_forget_replicas(&c->route);
 }
 
+/* The replicas in step that the INFO replication 'info' which rode after
+ * 'op's write counted: on a cluster, those of the master of its slot,
+ * recorded for that shard. */
+static int take_info(dlock__aop *op, const redisReply *info) {
+  dlock__route *r = &op->lp->c->route;
+  if (r->cluster == NULL)
+    return dlock__route_take_info(r, info);
+  int n = info != NULL && info->type == REDIS_REPLY_STRING
+              ? dlock__route_count_info(info->str, info->len)
+              : -1;
+  if (n >= 0 && op->slot >= 0)
+    dlock__cluster_set_replicas(r->cluster, op->slot, n);
+  return n;
+}
+
 int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
                             redisReply **reply, dlock__synced *sy) {
   dlock__synced ignored;
@@ -289,7 +692,7 @@ int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
   }
   int counted = -1;
   if (op->info_at >= 0)
-    counted = dlock__route_take_info(&op->lp->c->route, op->tail[op->info_at]);
+    counted = take_info(op, op->tail[op->info_at]);
   if (op->wanted < 0 && counted > 0) {
     /* Counted only now: the WAIT goes after the write, on the same
      * connection. */
@@ -301,7 +704,10 @@ int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
       return dlock__fail(DLOCK_ENOMEM, "out of memory formatting WAIT");
     }
     op->kept = r;
-    int rc = dlock__loop_send(op, cmd, (size_t)len);
+    /* On the same node as the write (op->slot is kept). */
+    size_t wlen = (size_t)len;
+    op->wait_at = op->info_at = -1;
+    int rc = send_all(op, 1, &cmd, &wlen);
     dlock__format_free(cmd);
     op->wanted = counted;
     if (rc != 0) {
@@ -318,76 +724,6 @@ int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
   return 0;
 }
 
-/* ---- what the application watches --------------------------------------- */
-
-static int poll_to_what(short events) {
-  return ((events & POLLIN) ? DLOCK_POLL_IN : 0) |
-         ((events & POLLOUT) ? DLOCK_POLL_OUT : 0);
-}
-
-/* Tells the application that descriptor slot 'i' is now socket number
- * 'socket' on 'fd', for 'what' (0: not watched). A new socket on the
- * number of a closed one is removed and added again, so that the loop
- * does not go on watching what it registered for the closed one. */
-static void set_watch(dlock__loop *lp, int i, int fd, int what,
-                      unsigned socket) {
-  if (fd >= 0 && what == 0)
-    fd = -1;
-  if (lp->fd[i] == fd && lp->what[i] == what && lp->socket[i] == socket)
-    return;
-  if (lp->fd[i] >= 0 && (lp->fd[i] != fd || lp->socket[i] != socket)) {
-    lp->on_socket(lp->c, lp->fd[i], DLOCK_POLL_REMOVE, lp->data);
-    lp->what[i] = 0;
-  }
-  lp->fd[i] = fd;
-  lp->socket[i] = socket;
-  if (fd >= 0 && lp->what[i] != what)
-    lp->on_socket(lp->c, fd, what, lp->data);
-  lp->what[i] = what;
-}
-
-static int64_t earliest_op(const dlock__loop *lp) {
-  int64_t at = lp->ready != NULL ? 0 : INT64_MAX;
-  for (const dlock__aop *op = lp->ops; op != NULL; op = op->next) {
-    if (op->at_us < at)
-      at = op->at_us;
-  }
-  return at < lp->renew_at ? at : lp->renew_at;
-}
-
-/* Tells the application what to watch now. */
-static void update_watch(dlock__loop *lp) {
-  if (!lp->attached)
-    return;
-  int fd;
-  short events;
-  unsigned socket;
-  int64_t until, at = earliest_op(lp);
-  dlock__conn_watch(lp->c->route.conn, &fd, &events, &until, &socket);
-  set_watch(lp, 0, fd, poll_to_what(events), socket);
-  if (until < at)
-    at = until;
-  dlock__lsub_watch(lp->sub, &fd, &events, &until, &socket);
-  set_watch(lp, 1, fd, poll_to_what(events), socket);
-  if (until < at)
-    at = until;
-  /* The watcher may open another connection at any step: its descriptor
-   * is registered again after each. */
-  set_watch(lp, 2, lp->watch.fd, poll_to_what(lp->watch.events),
-            lp->watch_steps);
-  if (lp->watch.until_us < at)
-    at = lp->watch.until_us;
-  if (at == lp->timer_at)
-    return;
-  lp->timer_at = at;
-  int64_t ms = -1;
-  if (at != INT64_MAX) {
-    int64_t now = dlock__now_us();
-    ms = at <= now ? 0 : (at - now + 999) / 1000;
-  }
-  lp->on_timer(lp->c, ms, lp->data);
-}
-
 int dlock__loop_attach(dlock__loop *lp, dlock_socket_cb on_socket,
                        dlock_timer_cb on_timer, void *data) {
   if (lp->attached)
@@ -397,7 +733,7 @@ int dlock__loop_attach(dlock__loop *lp, dlock_socket_cb on_socket,
   lp->data = data;
   lp->attached = 1;
   lp->timer_at = INT64_MIN; /* tell it, whatever it is */
-  update_watch(lp);
+  dlock__loop_update_watch(lp);
   return 0;
 }
 
@@ -421,6 +757,8 @@ static void run_ready(dlock__loop *lp) {
       lp->ready_tail = NULL;
     op->queued = 0;
     op->rnext = NULL;
+    if (lp->c->route.cluster != NULL && redirected(op))
+      continue;
     op->run(op);
   }
 }
@@ -445,20 +783,19 @@ void dlock__loop_action(dlock__loop *lp, int fd, int events) {
     dlock__route_watch_step(&lp->c->route, revents, &lp->watch);
     lp->watch_steps++;
   }
-  dlock__conn_service(lp->c->route.conn);
-  dlock__lsub_service(lp->sub);
+  dlock__loop_service(lp);
   ready_timers(lp);
   if (dlock__now_us() >= lp->renew_at)
     lp->renew(lp);
   run_ready(lp);
   lp->dispatching = 0;
   if (!lp->closing)
-    update_watch(lp);
+    dlock__loop_update_watch(lp);
 }
 
 void dlock__loop_poke(dlock__loop *lp) {
   if (!lp->dispatching)
-    update_watch(lp);
+    dlock__loop_update_watch(lp);
 }
 
 /* ---- closing ------------------------------------------------------------ */
@@ -475,21 +812,20 @@ void dlock__loop_cancel_all(dlock__loop *lp) {
   if (lp->closing)
     return;
   lp->closing = 1;
-  if (lp->attached) {
-    set_watch(lp, 0, -1, 0, lp->socket[0]);
-    set_watch(lp, 1, -1, 0, lp->socket[1]);
-    set_watch(lp, 2, -1, 0, lp->socket[2]);
-    if (lp->timer_at != INT64_MAX)
-      lp->on_timer(lp->c, -1, lp->data);
-    lp->timer_at = INT64_MAX;
-  }
+  dlock__loop_unwatch(lp);
   /* The answers already on their way come in first, so that what they
    * granted is given back: bounded by the command timeout. Plain commands
    * alone are not worth that wait. */
   dlock_client_t *c = lp->c;
-  if (awaits_grants(lp))
-    (void)dlock__conn_pump(c->route.conn,
-                           dlock__deadline_ms(c->opt.command_timeout_ms));
+  if (awaits_grants(lp)) {
+    int64_t until = dlock__deadline_ms(c->opt.command_timeout_ms);
+    if (c->route.cluster != NULL) {
+      for (int i = 0; i < lp->nnodes; i++)
+        (void)dlock__conn_pump(dlock__cluster_node_conn(c->route.cluster, i),
+                               until);
+    } else
+      (void)dlock__conn_pump(c->route.conn, until);
+  }
   /* Each cancel takes its operation out (and may add none: the verbs
    * refuse a closing client); the oldest ends first, as it would have. */
   while (lp->ops != NULL)
@@ -505,6 +841,9 @@ void dlock__loop_free(dlock__loop *lp) {
     lp->on_socket(lp->c, -1, DLOCK_POLL_REMOVE, lp->data);
   dlock__route_watch_end(&lp->c->route);
   dlock__lsub_free(lp->sub);
+  for (int i = 0; i < lp->nnodes; i++)
+    dlock__lsub_free(lp->nodes[i].sub);
+  dlock__free(lp->nodes);
   dlock__free(lp);
 }
 

@@ -56,7 +56,32 @@ struct dlock__aop {
   int wanted;
   int wait_at, info_at;
   redisReply *kept;
+  /* On a cluster: the slot of the requests' key (-1: any node), the
+   * requests as sent (kept until answered, to be sent again where a
+   * redirection says), the redirections followed, replies to drop first
+   * (ASKING's), and the time a refused batch goes again (0: none). */
+  int slot;
+  int nsent;
+  char *sent[3];
+  size_t sent_len[3];
+  int redirects;
+  int skip;
+  int64_t resend_at;
+  int64_t parked_us; /* held for a master that waits to reconnect since */
+  /* A script call held until the cluster's pub/sub is known (its variant
+   * depends on it), formatted and sent then. */
+  const dlock__eval *eval_call;
+  int eval_body, eval_synced;
 };
+
+/* What the application watches for one cluster node: its command
+ * connection's descriptor and its sharded pub/sub's. */
+typedef struct dlock__lnode {
+  int fd[2];
+  int what[2];
+  unsigned socket[2];
+  dlock__lsub *sub; /* sharded pub/sub on this node, or NULL */
+} dlock__lnode;
 
 struct dlock__loop {
   dlock_client_t *c;
@@ -86,6 +111,18 @@ struct dlock__loop {
    * loop does not call up into the verbs that call it. */
   void (*renew)(dlock__loop *lp);
   int renewing; /* renewals of the round in flight */
+  /* On a cluster: what is watched per node (as many as the cluster
+   * knows), whether its pub/sub was probed (sharded or not), and the
+   * reads of the slot map: due (a node failed), in flight, when, and
+   * from which node next. */
+  dlock__lnode *nodes;
+  int nnodes;
+  int probed; /* 0: not asked; 1: asked by 'probe_op'; 2: known */
+  dlock__aop *probe_op;
+  int refresh_due;
+  int mapping;       /* a read of the slot map is in flight */
+  int64_t mapped_us; /* when the last one was sent */
+  int map_next;      /* the node asked next */
 };
 
 /* Makes the loop of async client 'c', whose pub/sub connection finds its
@@ -137,9 +174,28 @@ int dlock__loop_eval_plain(dlock__aop *op, const dlock__eval *call);
 int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
                             redisReply **reply, dlock__synced *sy);
 
+/* The pub/sub connection that carries 'channel': on a cluster with
+ * sharded pub/sub, that of the node serving its slot (made when new);
+ * else the client's one. */
+dlock__lsub *dlock__loop_sub_for(dlock__loop *lp, const char *channel,
+                                 size_t len);
+
 /* Tells the application what to watch after a verb started an
  * operation outside dlock__loop_action. */
 void dlock__loop_poke(dlock__loop *lp);
+
+/* ---- what the application watches (loop_watch.c) ----------------------- */
+
+/* Tells the application what to watch now: the descriptors and the timer
+ * (the earliest time an operation, the watchdog or a connection needs). */
+void dlock__loop_update_watch(dlock__loop *lp);
+/* Tells it to forget every descriptor and the timer (at the close). */
+void dlock__loop_unwatch(dlock__loop *lp);
+/* Services every connection: does what can be done without waiting. */
+void dlock__loop_service(dlock__loop *lp);
+/* Grows the cluster nodes watched to as many as the cluster knows: 0 or
+ * DLOCK_ENOMEM. */
+int dlock__loop_know_nodes(dlock__loop *lp);
 
 /* Starts the watchdog's rounds, if they have not started, once a hold
  * with a watchdog was recorded: the next round is due a third of the

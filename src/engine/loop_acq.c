@@ -15,6 +15,15 @@
 
 static void on_channel(dlock__lwaiter *w, int ev) {
   dlock__lacq *a = w->arg;
+  if (ev == 3) {
+    a->rejoin = 1;
+    dlock__loop_ready(&a->op);
+    return;
+  }
+  if (ev <= 0 && a->rejoining) {
+    a->rejoining = 0; /* looked again already (see rejoin) */
+    return;
+  }
   if (ev <= 0) {
     a->join_done = 1;
     a->join_ev = ev;
@@ -29,15 +38,25 @@ static void on_channel(dlock__lwaiter *w, int ev) {
   }
 }
 
+/* The pub/sub connection the machine's channel is on: chosen at its
+ * join (a cluster's sharded channel is on its slot's node), and kept. */
+static dlock__lsub *sub_of(dlock__lacq *a) {
+  if (a->sub == NULL)
+    a->sub = dlock__loop_sub_for(a->op.lp, a->m.channel, a->m.channel_len);
+  return a->sub;
+}
+
 static int chan_join_active(dlock__acq *m, int *others) {
   dlock__lacq *a = dlock__lacq_of(m);
-  return dlock__lsub_join(a->op.lp->sub, m->channel, m->channel_len, m->wake, 0,
+  a->rejoining = 0; /* this join's answer is the machine's */
+  return dlock__lsub_join(sub_of(a), m->channel, m->channel_len, m->wake, 0,
                           &a->lw, 1, others);
 }
 
 static int chan_join(dlock__acq *m, int64_t deadline_us) {
   dlock__lacq *a = dlock__lacq_of(m);
-  int rc = dlock__lsub_join(a->op.lp->sub, m->channel, m->channel_len, m->wake,
+  a->rejoining = 0; /* this join's answer is the machine's */
+  int rc = dlock__lsub_join(sub_of(a), m->channel, m->channel_len, m->wake,
                             deadline_us, &a->lw, 0, NULL);
   return rc == 1 ? 0 : rc == 0 ? DLOCK__ACQ_INFLIGHT : rc;
 }
@@ -48,18 +67,22 @@ static void chan_leave(dlock__acq *m) {
    * attempt of its own, or out of time) goes to the next waiter, who
    * would otherwise sleep until the holder's TTL. */
   if (a->wake_ev == 1)
-    dlock__lsub_pass(a->op.lp->sub, &a->lw);
+    dlock__lsub_pass(sub_of(a), &a->lw);
   /* A hand-over that came after the wait ended is the machine's late
    * grant (see finish in machine.c). */
   if (a->wake_ev == 2)
     m->w.value = a->lw.value;
-  dlock__lsub_leave(a->op.lp->sub, &a->lw);
+  dlock__lsub_leave(sub_of(a), &a->lw);
+  /* A join after this one looks again (the slot may have moved), and its
+   * answer is the machine's. */
+  a->sub = NULL;
+  a->rejoining = 0;
   a->wake_ev = 0;
 }
 
 static void chan_pass(dlock__acq *m) {
   dlock__lacq *a = dlock__lacq_of(m);
-  dlock__lsub_pass(a->op.lp->sub, &a->lw);
+  dlock__lsub_pass(sub_of(a), &a->lw);
 }
 
 static const dlock__acq_chan loop_chan = {chan_join_active, chan_join,
@@ -157,8 +180,40 @@ static int take_event(dlock__lacq *a) {
   }
 }
 
+/* The channel moved to another node (its slot did): the waiter leaves
+ * it and joins it where the map now says it is, and makes an attempt,
+ * since a release may have come in between. Until the new join is
+ * answered, messages may be missed: the attempt and the TTL cover that. */
+static void rejoin(dlock__lacq *a) {
+  dlock__acq *m = &a->m;
+  a->rejoin = 0;
+  if (a->lw.ch == NULL || m->channel == NULL)
+    return;
+  dlock__lsub_leave(sub_of(a), &a->lw);
+  a->sub = NULL;
+  a->op.lp->refresh_due = 1;
+  int64_t by = dlock__deadline_ms(a->op.lp->c->opt.command_timeout_ms);
+  int rc = dlock__lsub_join(sub_of(a), m->channel, m->channel_len, m->wake, by,
+                            &a->lw, 0, NULL);
+  if (m->state == DLOCK__ACQ_SENT && m->sent == DLOCK__ACQ_JOIN) {
+    /* Its first join, still unanswered: answered by this one. */
+    if (rc != 0) {
+      a->join_done = 1;
+      a->join_ev = rc == 1 ? 0 : rc;
+    }
+    return;
+  }
+  a->rejoining = rc == 0;
+  if (a->wake_ev == 0)
+    a->wake_ev = 1;
+  if (m->state == DLOCK__ACQ_WAIT)
+    a->op.at_us = INT64_MAX;
+}
+
 static void lacq_run(dlock__aop *op) {
   dlock__lacq *a = (dlock__lacq *)op;
+  if (a->rejoin && !a->finished)
+    rejoin(a);
   if (a->finished)
     report(a);
   else if (take_event(a) == 0)
@@ -173,7 +228,7 @@ static void lacq_cancel(dlock__aop *op) {
   int attempt =
       !a->finished && m->state == DLOCK__ACQ_SENT && m->sent != DLOCK__ACQ_JOIN;
   if (a->lw.ch != NULL)
-    dlock__lsub_leave(op->lp->sub, &a->lw);
+    dlock__lsub_leave(sub_of(a), &a->lw);
   a->ops->give_back(a, a->finished && a->status == 0, attempt && !op->in_flight,
                     attempt && op->in_flight,
                     !a->finished && m->tried && m->wait_ms != 0);

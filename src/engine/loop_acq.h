@@ -35,8 +35,11 @@ struct dlock__lacq {
   const dlock__lacq_ops *ops;
   dlock__acq m; /* 'm.arg' is this struct (or the one it begins) */
   dlock__lwaiter lw;
-  int wake_ev;   /* a wake-up kept until the machine waits */
-  int join_done; /* the join's answer came: 'join_ev' */
+  dlock__lsub *sub; /* where 'lw' joined (dlock__loop_sub_for) */
+  int rejoin;       /* the channel moved: join it again where it is */
+  int rejoining;    /* ... and that join's answer is awaited */
+  int wake_ev;      /* a wake-up kept until the machine waits */
+  int join_done;    /* the join's answer came: 'join_ev' */
   int join_ev;
   int finished, status;
   char detail[256];

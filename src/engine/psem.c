@@ -36,9 +36,7 @@ int dlock_psem_add_permits(dlock_psem_t *s, int64_t delta,
   return dlock__counter_add(&s->o, delta, free_after);
 }
 
-/* A fresh random owner number for a permit, unused by the client's other
- * permits, so that its id says nothing about the holder. */
-static int new_permit_owner(dlock_psem_t *s, uint64_t *out) {
+int dlock__psem_new_owner(dlock_psem_t *s, uint64_t *out) {
   dlock_client_t *c = s->o.c;
   for (;;) {
     uint64_t v = 0;
@@ -71,17 +69,17 @@ typedef struct psem_try {
   dlock_permit_t *out;
 } psem_try;
 
-/* Records a permit just taken, for its renewal and its release. */
-static int record_permit(psem_try *t, uint64_t token, int64_t sent_us) {
-  dlock_client_t *c = t->s->o.c;
+int dlock__psem_record(dlock_psem_t *s, uint64_t owner, int64_t lease_ms,
+                       uint64_t token, int64_t sent_us) {
+  dlock_client_t *c = s->o.c;
   pthread_mutex_lock(&c->mu);
-  dlock__hold *h = dlock__holds_put(&c->holds, t->s->o.n.name, t->s->o.n.len,
-                                    t->owner, DLOCK__KIND_PERMIT);
+  dlock__hold *h = dlock__holds_put(&c->holds, s->o.n.name, s->o.n.len, owner,
+                                    DLOCK__KIND_PERMIT);
   if (h != NULL) {
     h->count = 1;
     h->token = token;
-    h->watchdog = t->lease_ms == DLOCK_WATCHDOG;
-    h->lease_ms = h->watchdog ? c->opt.watchdog_timeout_ms : t->lease_ms;
+    h->watchdog = lease_ms == DLOCK_WATCHDOG;
+    h->lease_ms = h->watchdog ? c->opt.watchdog_timeout_ms : lease_ms;
     h->lost = 0;
     h->abandoned = 0;
     h->confirmed_us = sent_us;
@@ -122,7 +120,7 @@ static int psem_attempt(void *arg, int64_t *sleep_ms, int *pass) {
     return dlock__sync_fail(s->o.c, &sy, "semaphore", s->o.n.name, s->o.n.len);
   }
   if (rc == 0) {
-    rc = record_permit(t, got.token, sent_us);
+    rc = dlock__psem_record(s, t->owner, t->lease_ms, got.token, sent_us);
     if (rc != 0) {
       /* Not recorded means never renewed nor released: given back now. */
       int64_t ignored;
@@ -156,7 +154,7 @@ static int psem_may_retry(void *arg, int rc) {
   int64_t ignored;
   if (dlock__check_object(t->s->o.c) == 0)
     psem_give_back(t->s, t->id, &ignored);
-  if (new_permit_owner(t->s, &t->owner) != 0)
+  if (dlock__psem_new_owner(t->s, &t->owner) != 0)
     return 0;
   dlock__permit_id(t->s->o.c, t->owner, t->id);
   dlock__fail_text(rc, why);
@@ -182,7 +180,7 @@ int dlock_psem_acquire(dlock_psem_t *s, int64_t wait_ms, int64_t lease_ms,
   t.lease =
       lease_ms == DLOCK_WATCHDOG ? s->o.c->opt.watchdog_timeout_ms : lease_ms;
   int64_t start_us = dlock__obs_begin(s->o.c);
-  rc = new_permit_owner(s, &t.owner);
+  rc = dlock__psem_new_owner(s, &t.owner);
   if (rc != 0)
     return rc;
   dlock__permit_id(s->o.c, t.owner, t.id);

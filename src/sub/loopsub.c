@@ -43,11 +43,14 @@ struct dlock__lsub {
   int64_t awaiting_since; /* the oldest confirmation awaited was asked */
   int outstanding;        /* confirmations awaited on the connection */
   unsigned sockets;       /* streams made so far (tells sockets apart) */
+  int sharded;            /* SSUBSCRIBE on a cluster's node */
   lchan *chans;
   dlock__stats *stats; /* the client's statistics, or NULL */
 };
 
 void dlock__lsub_set_stats(dlock__lsub *s, dlock__stats *st) { s->stats = st; }
+
+void dlock__lsub_set_sharded(dlock__lsub *s) { s->sharded = 1; }
 
 int dlock__lsub_new(const dlock__endpoint *ep, const dlock__tls *tls,
                     const dlock__locator *locator, int64_t connect_timeout_ms,
@@ -131,8 +134,11 @@ static void answer_joins(lchan *ch, int ev) {
 /* ---- the connection ----------------------------------------------------- */
 
 static void send_cmd(dlock__lsub *s, lchan *ch, int subscribe) {
-  const char *argv[2] = {subscribe ? "SUBSCRIBE" : "UNSUBSCRIBE", ch->name};
-  const size_t lens[2] = {subscribe ? 9u : 11u, ch->len};
+  static const char *const verbs[2][2] = {{"UNSUBSCRIBE", "SUBSCRIBE"},
+                                          {"SUNSUBSCRIBE", "SSUBSCRIBE"}};
+  const char *verb = verbs[s->sharded][subscribe != 0];
+  const char *argv[2] = {verb, ch->name};
+  const size_t lens[2] = {strlen(verb), ch->len};
   ch->subscribed = subscribe;
   if (!is_ready(s))
     return; /* sent when the connection is ready */
@@ -158,8 +164,15 @@ static void disconnect(dlock__lsub *s) {
     ch->pending = 0;
     ch->resync = 1;
     /* Messages may be lost until it is subscribed again: the waiters try
-     * again now, and sleep by their locks' TTLs meanwhile. */
-    wake_all(ch);
+     * again now, and sleep by their locks' TTLs meanwhile. A cluster
+     * node's waiters are told to join again where the map puts their
+     * channel: the node may be gone for good (a master that failed over). */
+    if (!s->sharded) {
+      wake_all(ch);
+      continue;
+    }
+    for (dlock__lwaiter *w = ch->head; w != NULL; w = w->next)
+      tell(w, 3);
   }
 }
 
@@ -261,6 +274,13 @@ static void refused(dlock__lsub *s, const redisReply *r) {
     if (s->outstanding > 0)
       s->outstanding--;
     ch->subscribed = 0;
+    if (s->sharded && r->len > 6 && memcmp(r->str, "MOVED ", 6) == 0) {
+      /* Asked of a node that no longer serves the channel's slot: its
+       * waiters join again where the map, read again, says it is. */
+      for (dlock__lwaiter *w = ch->head; w != NULL; w = w->next)
+        tell(w, 3);
+      return;
+    }
     answer_joins(ch, DLOCK_ESERVER);
     return;
   }
@@ -278,7 +298,7 @@ static void on_frame(dlock__lsub *s, const redisReply *r) {
   if (ch == NULL)
     return;
   const redisReply *kind = r->element[0];
-  if (is_str(kind, "message")) {
+  if (is_str(kind, "message") || is_str(kind, "smessage")) {
     const redisReply *m = r->element[2];
     dlock__wakeup wu = ch->wake(m->type == REDIS_REPLY_STRING ? m->str : NULL,
                                 m->type == REDIS_REPLY_STRING ? m->len : 0);
@@ -288,7 +308,16 @@ static void on_frame(dlock__lsub *s, const redisReply *r) {
       wake_first(ch, 1, wu.value, NULL);
     else if (wu.how == DLOCK__WAKE_SOME)
       wake_first(ch, wu.count, 0, NULL);
-  } else if (is_str(kind, "subscribe") || is_str(kind, "unsubscribe")) {
+  } else if (is_str(kind, "sunsubscribe") && ch->pending == 0 &&
+             ch->subscribed) {
+    /* Unasked: the node no longer serves the channel's slot (a failover
+     * or a migration). Its waiters may have missed a message: they are
+     * told to join again where the channel is now (and look again). */
+    ch->subscribed = 0;
+    for (dlock__lwaiter *w = ch->head; w != NULL; w = w->next)
+      tell(w, 3);
+  } else if (is_str(kind, "subscribe") || is_str(kind, "unsubscribe") ||
+             is_str(kind, "ssubscribe") || is_str(kind, "sunsubscribe")) {
     confirmed(s, ch);
   }
 }

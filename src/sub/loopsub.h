@@ -33,7 +33,9 @@ struct dlock__lchan;
  * once the
  * waiter's join is answered (the subscription is confirmed, or could not
  * be in time: the waiter then sleeps by its lock's TTL), 1 when a message
- * wakes it, 2 when the wake-up carries 'value', or a negative code when
+ * wakes it, 2 when the wake-up carries 'value', 3 when the server dropped the
+ * channel (a sharded channel whose slot moved to another node: the waiter
+ * is to leave and join again where it is now), or a negative code when
  * Redis refuses the subscription. 'on' must not call into the lsub.
  */
 typedef struct dlock__lwaiter {
@@ -57,6 +59,9 @@ int dlock__lsub_new(const dlock__endpoint *ep, const dlock__tls *tls,
                     const dlock__locator *locator, int64_t connect_timeout_ms,
                     int64_t command_timeout_ms, dlock__lsub **out);
 
+/* Subscribes with SSUBSCRIBE (a cluster's sharded pub/sub, on the node
+ * serving the channels' slots), before the first join. */
+void dlock__lsub_set_sharded(dlock__lsub *s);
 /* Closes it; every waiter must have left. NULL is ignored. */
 void dlock__lsub_free(dlock__lsub *s);
 

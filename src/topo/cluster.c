@@ -311,7 +311,8 @@ static int parse_slots(dlock__cluster *cl, const redisReply *r, short *map,
 }
 
 static const char shards_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$6\r\nSHARDS\r\n";
-static const char slots_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+const char dlock__cluster_slots_cmd[] =
+    "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
 
 /* Sends the map command 'what' to node 'idx'; its reply in '*r'. */
 static int ask_map(dlock__cluster *cl, int idx, const char *what,
@@ -338,7 +339,7 @@ static int fill_holes(dlock__cluster *cl, int idx, short *map,
   if (!holes)
     return 0;
   redisReply *r = NULL;
-  int rc = ask_map(cl, idx, slots_cmd, deadline_us, &r);
+  int rc = ask_map(cl, idx, dlock__cluster_slots_cmd, deadline_us, &r);
   if (rc != 0)
     return rc;
   if (r->type != REDIS_REPLY_ARRAY) {
@@ -386,7 +387,7 @@ static int refresh_from(dlock__cluster *cl, int idx, int64_t deadline_us) {
     /* Before Redis 7 there is no CLUSTER SHARDS. */
     freeReplyObject(r);
     use_slots = 1;
-    rc = ask_map(cl, idx, slots_cmd, deadline_us, &r);
+    rc = ask_map(cl, idx, dlock__cluster_slots_cmd, deadline_us, &r);
   }
   if (rc != 0)
     return rc;
@@ -561,7 +562,7 @@ int dlock__cluster_sharded(dlock__cluster *cl) {
   return atomic_load(&cl->sharded);
 }
 
-int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us) {
+int dlock__cluster_probe_cmds(dlock__cluster *cl, char **cmds, size_t *lens) {
   /* Redisson (shardedSubscriptionMode AUTO) decides at start by whether a
    * node answers PUBSUB SHARDNUMSUB (with a channel: without one, some
    * services hang); that is asked here too, so that both sides pick the
@@ -580,16 +581,34 @@ int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us) {
   static const char numsub[] =
       "*3\r\n$6\r\nPUBSUB\r\n$11\r\nSHARDNUMSUB\r\n$1\r\n0\r\n";
   static const char publish[] = "*3\r\n$8\r\nSPUBLISH\r\n$0\r\n\r\n$0\r\n\r\n";
-  char *cmds[2] = {(char *)numsub, (char *)publish};
-  size_t lens[2] = {sizeof(numsub) - 1, sizeof(publish) - 1};
+  cmds[0] = (char *)numsub;
+  cmds[1] = (char *)publish;
+  lens[0] = sizeof(numsub) - 1;
+  lens[1] = sizeof(publish) - 1;
+  return 2;
+}
+
+int dlock__cluster_take_probe(dlock__cluster *cl, const redisReply *numsub,
+                              const redisReply *publish) {
+  int on = numsub != NULL && publish != NULL &&
+           numsub->type == REDIS_REPLY_ARRAY &&
+           publish->type == REDIS_REPLY_INTEGER;
+  atomic_store(&cl->sharded, on);
+  return on;
+}
+
+int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us) {
+  char *cmds[2];
+  size_t lens[2];
+  if (dlock__cluster_probe_cmds(cl, cmds, lens) == 0)
+    return 0;
   redisReply *r[2] = {NULL, NULL};
   int rc = dlock__cluster_call(cl, 0, 2, cmds, lens, r, deadline_us);
   if (rc != 0)
     return rc;
-  int on = r[0]->type == REDIS_REPLY_ARRAY && r[1]->type == REDIS_REPLY_INTEGER;
+  int on = dlock__cluster_take_probe(cl, r[0], r[1]);
   freeReplyObject(r[0]);
   freeReplyObject(r[1]);
-  atomic_store(&cl->sharded, on);
   return on;
 }
 
@@ -639,6 +658,46 @@ static int follow(dlock__cluster *cl, const redisReply *r, int kind) {
     atomic_store(&cl->stale, 1);
   }
   return idx;
+}
+
+int dlock__cluster_take_slots(dlock__cluster *cl, int idx,
+                              const redisReply *r) {
+  if (r == NULL || r->type != REDIS_REPLY_ARRAY)
+    return dlock__fail(DLOCK_EPROTO, "cluster map is not an array");
+  short *map = dlock__malloc(DLOCK__SLOTS * sizeof(*map));
+  if (map == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory reading a cluster map");
+  for (int s = 0; s < DLOCK__SLOTS; s++)
+    map[s] = -1;
+  int ranges = 0;
+  int rc = parse_slots(cl, r, map, idx, &ranges);
+  if (rc == 0 && ranges > 0) {
+    /* As refresh_from: slots no master serves keep their last owner. */
+    for (int s = 0; s < DLOCK__SLOTS; s++)
+      if (map[s] >= 0)
+        atomic_store(&cl->owner[s], map[s]);
+    atomic_store(&cl->masters, count_owners(cl, map));
+    atomic_store(&cl->answered, 1);
+    atomic_store(&cl->stale, 0);
+    atomic_store(&cl->refreshed_us, dlock__now_us());
+  }
+  dlock__free(map);
+  return rc;
+}
+
+int dlock__cluster_follow(dlock__cluster *cl, const redisReply *r) {
+  int kind = dlock__redirect_kind(r);
+  if (kind != DLOCK__REDIRECT_MOVED && kind != DLOCK__REDIRECT_ASK)
+    return -1;
+  return follow(cl, r, kind);
+}
+
+dlock__conn *dlock__cluster_node_conn(dlock__cluster *cl, int i) {
+  return i >= 0 && i < atomic_load(&cl->nnodes) ? cl->nodes[i]->conn : NULL;
+}
+
+int dlock__cluster_known_owner(dlock__cluster *cl, int slot) {
+  return atomic_load(&cl->owner[slot]);
 }
 
 /* A call the cluster refused for now (TRYAGAIN or CLUSTERDOWN, 'why'):

@@ -96,6 +96,14 @@ void dlock__cluster_mark_stale(dlock__cluster *cl);
  * pause) or why no node answered.
  */
 int dlock__cluster_probe_sharded(dlock__cluster *cl, int64_t deadline_us);
+/* The same in two halves, for an event loop that sends the commands
+ * itself: the commands to send to the master of slot 0 (into 'cmds' and
+ * 'lens', room for 2; static), how many (0: nothing to ask, classic pub/sub
+ * is kept); then their replies (NULL: none came, classic is kept), what
+ * dlock__cluster_probe_sharded returns. */
+int dlock__cluster_probe_cmds(dlock__cluster *cl, char **cmds, size_t *lens);
+int dlock__cluster_take_probe(dlock__cluster *cl, const redisReply *numsub,
+                              const redisReply *publish);
 /* 1 once dlock__cluster_probe_sharded found sharded pub/sub. */
 int dlock__cluster_sharded(dlock__cluster *cl);
 /* The connection to some node (the first seed), for commands that name no
@@ -141,6 +149,21 @@ const dlock__endpoint *dlock__cluster_node_ep(dlock__cluster *cl, int i);
  * or what answers is no cluster node). */
 int dlock__cluster_answered(dlock__cluster *cl);
 
+/* The node that redirection 'r' (a MOVED or an ASK error reply) names,
+ * added when new, for an event loop that sends the command again there
+ * itself; a MOVED also updates the map (and has it read again). -1 for
+ * any other reply. */
+int dlock__cluster_follow(dlock__cluster *cl, const redisReply *r);
+/* The formatted CLUSTER SLOTS, for an event loop that reads the map
+ * itself: sent to node 'idx', its reply applied by
+ * dlock__cluster_take_slots (0, or why the reply is no map). */
+extern const char dlock__cluster_slots_cmd[];
+int dlock__cluster_take_slots(dlock__cluster *cl, int idx, const redisReply *r);
+/* The connection to node 'i' (see dlock__cluster_nnodes), or NULL. */
+dlock__conn *dlock__cluster_node_conn(dlock__cluster *cl, int i);
+/* The node that the map says is the master of 'slot', without reading
+ * the map: -1 when not known. */
+int dlock__cluster_known_owner(dlock__cluster *cl, int slot);
 /* Number of masters in the map (for status output and tests). */
 int dlock__cluster_masters(dlock__cluster *cl);
 
