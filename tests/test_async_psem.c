@@ -150,6 +150,14 @@ TEST(async_psem_acquire_and_release) {
   /* Given back already. */
   ASSERT_EQ(release_through_loop(&f, a.permit.id), DLOCK_ENOTHELD);
   ASSERT_EQ(free_permits(f.bs), 1);
+  /* Counted as expirable permits, not as locks: one granted, one refused,
+   * one given back and one release that found it gone. */
+  dlock_stats_t st;
+  dlock_client_stats(f.ac, &st);
+  ASSERT_EQ(st.psem.acquired, 1);
+  ASSERT_EQ(st.psem.refused, 1);
+  ASSERT_EQ(st.psem.released, 1);
+  ASSERT_EQ(st.acquired, 0);
   ASSERT_EQ(dlock_loop_pending(f.ac), 0);
   dlock_client_close(f.ac);
   f.ac = NULL;

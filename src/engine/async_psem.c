@@ -12,6 +12,7 @@
 #include "error.h"
 #include "loop_acq.h"
 #include "monotime.h"
+#include "observe.h"
 #include "reply.h"
 
 #include <stdio.h>
@@ -98,6 +99,7 @@ typedef struct psem_acq {
   unsigned char id[DLOCK__PERMIT_ID_BYTES];
   dlock__counter_call call;
   int64_t sent_us;
+  int64_t obs_start_us;  /* for the statistics (dlock__obs_begin) */
   dlock_permit_t permit; /* filled by a grant */
   dlock_psem_cb cb;
   void *data;
@@ -191,6 +193,10 @@ static void p_report(dlock__lacq *a, int status) {
   dlock_psem_cb cb = t->cb;
   void *data = t->data;
   dlock_permit_t permit = t->permit;
+  dlock__obs_what w = {DLOCK_STATS_PSEM, s->o.n.name,  s->o.n.len,
+                       t->owner,         permit.token, 1};
+  status = dlock__obs_taken(s->o.c, &w, t->wait_ms, t->obs_start_us,
+                            a->m.waited, status);
   dlock__free(t);
   cb(s, status, status == 0 ? &permit : NULL, data);
 }
@@ -235,6 +241,7 @@ int dlock_psem_acquire_async(dlock_psem_t *s, int64_t wait_ms, int64_t lease_ms,
       lease_ms == DLOCK_WATCHDOG ? s->o.c->opt.watchdog_timeout_ms : lease_ms;
   t->cb = cb;
   t->data = data;
+  t->obs_start_us = dlock__obs_begin(s->o.c);
   dlock__permit_id(s->o.c, t->owner, t->id);
   dlock__acq *m = &t->a.m;
   dlock__acq_init(m, &psem_acq_ops, t, s->o.c, wait_ms, DLOCK__ACQ_BY_PUBSUB,
@@ -253,7 +260,9 @@ typedef struct psem_rel {
   unsigned char raw[DLOCK__PERMIT_ID_BYTES]; /* the call's (sent again on
                                                 NOSCRIPT) */
   uint64_t owner;
-  int known; /* a permit of this client, with a record */
+  int known;        /* a permit of this client, with a record */
+  int64_t since_us; /* when it was taken (0: not known here) */
+  uint64_t token;
   dlock__counter_call call;
   dlock_psem_cb cb;
   void *data;
@@ -266,6 +275,9 @@ static void rel_done(psem_rel *t, int status) {
   dlock_psem_t *s = t->s;
   dlock_psem_cb cb = t->cb;
   void *data = t->data;
+  dlock__obs_what w = {DLOCK_STATS_PSEM, s->o.n.name, s->o.n.len,
+                       t->owner,         t->token,    1};
+  status = dlock__obs_given(s->o.c, &w, t->since_us, status);
   if (t->known)
     forget(s, t->owner);
   dlock__loop_remove(&t->op);
@@ -337,8 +349,11 @@ int dlock_psem_release_async(dlock_psem_t *s, const char *id, dlock_psem_cb cb,
     dlock__hold *h = dlock__holds_find(&c->holds, s->o.n.name, s->o.n.len,
                                        owner, DLOCK__KIND_PERMIT);
     t->known = h != NULL;
-    if (h != NULL)
+    if (h != NULL) {
       h->releasing++;
+      t->since_us = h->held_us;
+      t->token = h->token;
+    }
     pthread_mutex_unlock(&c->mu);
   }
   t->op.run = rel_run;
