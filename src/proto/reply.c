@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int dlock__decode_integer(const redisReply *r, int64_t *out) {
   if (r == NULL || r->type != REDIS_REPLY_INTEGER)
@@ -67,4 +68,30 @@ int dlock__decode_acquire(const redisReply *r, dlock__acquired *out) {
     return 0;
   }
   return dlock__fail(DLOCK_EPROTO, "acquire script gave a bad reply");
+}
+
+int dlock__reply_is(const redisReply *r, const char *s) {
+  size_t n = strlen(s);
+  return r != NULL &&
+         (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
+         r->len == n && strncasecmp(r->str, s, n) == 0;
+}
+
+long long dlock__reply_int(const redisReply *r) {
+  if (r == NULL)
+    return -1;
+  if (r->type == REDIS_REPLY_INTEGER)
+    return r->integer;
+  if (r->type == REDIS_REPLY_STRING)
+    return atoll(r->str);
+  return -1;
+}
+
+const redisReply *dlock__reply_map_get(const redisReply *m, const char *key) {
+  if (m == NULL || m->type != REDIS_REPLY_ARRAY)
+    return NULL;
+  for (size_t i = 0; i + 1 < m->elements; i += 2)
+    if (dlock__reply_is(m->element[i], key))
+      return m->element[i + 1];
+  return NULL;
 }

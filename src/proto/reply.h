@@ -30,4 +30,16 @@ int dlock__decode_integer(const redisReply *r, int64_t *out);
 /* Decodes an integer, a numeric string (HGET) or nil (as 'nil_value'). */
 int dlock__decode_number(const redisReply *r, int64_t nil_value, int64_t *out);
 
+/* Whether 'r' is a string or status reply that says 's' (ASCII case
+ * ignored: Redis's own words, such as "message" or "slots"). NULL: no. */
+int dlock__reply_is(const redisReply *r, const char *s);
+
+/* An integer reply's value, or a string's read as one; -1 for anything
+ * else (NULL included). */
+long long dlock__reply_int(const redisReply *r);
+
+/* The value of 'key' in a flat key/value array (RESP2's form of a map),
+ * or NULL. */
+const redisReply *dlock__reply_map_get(const redisReply *m, const char *key);
+
 #endif

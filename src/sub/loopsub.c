@@ -8,6 +8,7 @@
 #include "error.h"
 #include "link/stream.h"
 #include "monotime.h"
+#include "reply.h"
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
@@ -242,11 +243,6 @@ static lchan *find(dlock__lsub *s, const char *name, size_t len) {
   return NULL;
 }
 
-static int is_str(const redisReply *r, const char *s) {
-  return r->type == REDIS_REPLY_STRING && strlen(s) == r->len &&
-         strncasecmp(r->str, s, r->len) == 0;
-}
-
 /* A confirmation of (un)subscribing 'ch' came. */
 static void confirmed(dlock__lsub *s, lchan *ch) {
   if (ch->pending > 0)
@@ -298,7 +294,7 @@ static void on_frame(dlock__lsub *s, const redisReply *r) {
   if (ch == NULL)
     return;
   const redisReply *kind = r->element[0];
-  if (is_str(kind, "message") || is_str(kind, "smessage")) {
+  if (dlock__reply_is(kind, "message") || dlock__reply_is(kind, "smessage")) {
     const redisReply *m = r->element[2];
     dlock__wakeup wu = ch->wake(m->type == REDIS_REPLY_STRING ? m->str : NULL,
                                 m->type == REDIS_REPLY_STRING ? m->len : 0);
@@ -308,7 +304,7 @@ static void on_frame(dlock__lsub *s, const redisReply *r) {
       wake_first(ch, 1, wu.value, NULL);
     else if (wu.how == DLOCK__WAKE_SOME)
       wake_first(ch, wu.count, 0, NULL);
-  } else if (is_str(kind, "sunsubscribe") && ch->pending == 0 &&
+  } else if (dlock__reply_is(kind, "sunsubscribe") && ch->pending == 0 &&
              ch->subscribed) {
     /* Unasked: the node no longer serves the channel's slot (a failover
      * or a migration). Its waiters may have missed a message: they are
@@ -316,8 +312,10 @@ static void on_frame(dlock__lsub *s, const redisReply *r) {
     ch->subscribed = 0;
     for (dlock__lwaiter *w = ch->head; w != NULL; w = w->next)
       tell(w, 3);
-  } else if (is_str(kind, "subscribe") || is_str(kind, "unsubscribe") ||
-             is_str(kind, "ssubscribe") || is_str(kind, "sunsubscribe")) {
+  } else if (dlock__reply_is(kind, "subscribe") ||
+             dlock__reply_is(kind, "unsubscribe") ||
+             dlock__reply_is(kind, "ssubscribe") ||
+             dlock__reply_is(kind, "sunsubscribe")) {
     confirmed(s, ch);
   }
 }

@@ -18,6 +18,7 @@
 
 #include "error.h"
 #include "monotime.h"
+#include "reply.h"
 
 #include <hiredis/hiredis.h>
 #include <poll.h>
@@ -59,11 +60,6 @@ void dlock__sub_on_disconnect_locked(dlock__pubsub *ps) {
     pthread_cond_broadcast(&s->ready);
     dlock__sub_check_locked(ps, s);
   }
-}
-
-static int is_str(const redisReply *r, const char *s) {
-  return (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
-         r->len == strlen(s) && memcmp(r->str, s, r->len) == 0;
 }
 
 /* An error reply answers the SUBSCRIBE in flight (a user without the
@@ -161,10 +157,10 @@ static int handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
       return 0;
     }
   }
-  if (is_str(kind, "message")) {
+  if (dlock__reply_is(kind, "message")) {
     dlock__stat(dlock__sub_stats(ps), DLOCK__ST_MESSAGES);
     deliver_locked(s, r->element[2]);
-  } else if (is_str(kind, "subscribe")) {
+  } else if (dlock__reply_is(kind, "subscribe")) {
     /* SENT, or NONE after a refusal of another SUBSCRIBE in flight: Redis
      * says it is subscribed, and it is (the linger drops it if nobody
      * waits). A confirmation while ACTIVE or LEAVING answers nothing sent:
@@ -177,7 +173,7 @@ static int handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
       s->resync = 0;
       dlock__sub_wake_all_locked(s);
     }
-  } else if (is_str(kind, "unsubscribe")) {
+  } else if (dlock__reply_is(kind, "unsubscribe")) {
     if (s->state != SUB_LEAVING)
       return -1;
     s->state = SUB_NONE;

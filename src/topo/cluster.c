@@ -7,6 +7,7 @@
 #include "error.h"
 #include "monotime.h"
 #include "proto/format.h"
+#include "proto/reply.h"
 #include "proto/slot.h"
 
 #include <pthread.h>
@@ -208,33 +209,6 @@ int dlock__cluster_masters(dlock__cluster *cl) {
 
 /* ---- reading the map ---------------------------------------------------- */
 
-static int is_str(const redisReply *r, const char *s) {
-  size_t n = strlen(s);
-  return r != NULL &&
-         (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS) &&
-         r->len == n && memcmp(r->str, s, n) == 0;
-}
-
-static long long int_of(const redisReply *r) {
-  if (r == NULL)
-    return -1;
-  if (r->type == REDIS_REPLY_INTEGER)
-    return r->integer;
-  if (r->type == REDIS_REPLY_STRING)
-    return atoll(r->str);
-  return -1;
-}
-
-/* The value of 'key' in a flat key/value array (RESP2's form of a map). */
-static const redisReply *map_get(const redisReply *m, const char *key) {
-  if (m == NULL || m->type != REDIS_REPLY_ARRAY)
-    return NULL;
-  for (size_t i = 0; i + 1 < m->elements; i += 2)
-    if (is_str(m->element[i], key))
-      return m->element[i + 1];
-  return NULL;
-}
-
 /* Sets slots [lo, hi] of 'map' to the node at host:port ('host' empty:
  * the node that was asked, 'asked'). */
 static int assign(dlock__cluster *cl, short *map, long long lo, long long hi,
@@ -243,7 +217,7 @@ static int assign(dlock__cluster *cl, short *map, long long lo, long long hi,
     return dlock__fail(DLOCK_EPROTO, "cluster gave a bad slot range");
   int idx = asked;
   if (host != NULL && host->type == REDIS_REPLY_STRING && host->len > 0 &&
-      !is_str(host, "?"))
+      !dlock__reply_is(host, "?"))
     idx = node_get(cl, host->str, host->len, (int)port);
   else
     idx = node_get(cl, cl->nodes[asked]->ep.host,
@@ -261,8 +235,8 @@ static int parse_shards(dlock__cluster *cl, const redisReply *r, short *map,
                         int asked, int *masters) {
   for (size_t i = 0; i < r->elements; i++) {
     const redisReply *shard = r->element[i];
-    const redisReply *slots = map_get(shard, "slots");
-    const redisReply *nodes = map_get(shard, "nodes");
+    const redisReply *slots = dlock__reply_map_get(shard, "slots");
+    const redisReply *nodes = dlock__reply_map_get(shard, "nodes");
     if (slots == NULL || nodes == NULL || slots->type != REDIS_REPLY_ARRAY ||
         nodes->type != REDIS_REPLY_ARRAY)
       return dlock__fail(DLOCK_EPROTO, "CLUSTER SHARDS gave a bad shard");
@@ -270,21 +244,25 @@ static int parse_shards(dlock__cluster *cl, const redisReply *r, short *map,
       continue; /* a master without slots (yet) */
     const redisReply *master = NULL;
     for (size_t k = 0; k < nodes->elements && master == NULL; k++)
-      if (is_str(map_get(nodes->element[k], "role"), "master") &&
-          !is_str(map_get(nodes->element[k], "health"), "fail"))
+      if (dlock__reply_is(dlock__reply_map_get(nodes->element[k], "role"),
+                          "master") &&
+          !dlock__reply_is(dlock__reply_map_get(nodes->element[k], "health"),
+                           "fail"))
         master = nodes->element[k];
     if (master == NULL)
       continue; /* no master now: its slots stay unknown */
-    const redisReply *port = cl->data.tls && map_get(master, "tls-port") != NULL
-                                 ? map_get(master, "tls-port")
-                                 : map_get(master, "port");
-    const redisReply *ip = map_get(master, "ip");
+    const redisReply *port =
+        cl->data.tls && dlock__reply_map_get(master, "tls-port") != NULL
+            ? dlock__reply_map_get(master, "tls-port")
+            : dlock__reply_map_get(master, "port");
+    const redisReply *ip = dlock__reply_map_get(master, "ip");
     if (ip == NULL || ip->len == 0)
-      ip = map_get(master, "endpoint");
+      ip = dlock__reply_map_get(master, "endpoint");
     (*masters)++;
     for (size_t k = 0; k + 1 < slots->elements; k += 2) {
-      int rc = assign(cl, map, int_of(slots->element[k]),
-                      int_of(slots->element[k + 1]), ip, int_of(port), asked);
+      int rc = assign(cl, map, dlock__reply_int(slots->element[k]),
+                      dlock__reply_int(slots->element[k + 1]), ip,
+                      dlock__reply_int(port), asked);
       if (rc != 0)
         return rc;
     }
@@ -301,8 +279,9 @@ static int parse_slots(dlock__cluster *cl, const redisReply *r, short *map,
         e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
       return dlock__fail(DLOCK_EPROTO, "CLUSTER SLOTS gave a bad range");
     const redisReply *m = e->element[2];
-    int rc = assign(cl, map, int_of(e->element[0]), int_of(e->element[1]),
-                    m->element[0], int_of(m->element[1]), asked);
+    int rc = assign(cl, map, dlock__reply_int(e->element[0]),
+                    dlock__reply_int(e->element[1]), m->element[0],
+                    dlock__reply_int(m->element[1]), asked);
     if (rc != 0)
       return rc;
     (*masters)++;
