@@ -56,6 +56,8 @@ static int nprocs = 1, nthreads = 1, distinct, work, fair, herd;
 static int no_sync;
 /* --no-stats: clients keep no statistics (the A/B of their cost). */
 static int no_stats;
+/* --spin-us N: the clients' spin_us (-1: the default). */
+static long long spin_us = -1;
 static int64_t lease_ms = DLOCK_WATCHDOG;
 static double seconds = 2.0, herd_timeout = 120.0;
 
@@ -170,6 +172,8 @@ static void run_child(int proc, int in, int out) {
   o.tls_ca_file = cacert;
   o.replica_sync = !no_sync;
   o.stats_off = no_stats;
+  if (spin_us >= 0)
+    o.spin_us = spin_us;
   if ((rc = dlock_client_open(&o, &client)) < 0)
     bench_die("client_open", rc);
   if (!distinct && (rc = open_lock(client, prefix, &shared)) < 0)
@@ -256,7 +260,8 @@ static void usage(void) {
           "         [--mode loop|herd] [--procs P]\n"
           "         [--threads T] [--distinct] [--work] [--fair]\n"
           "         [--seconds S] [--timeout S] [--lease MS] [--name NAME]\n"
-          "         [--dist PREFIX] [--probe] [--no-sync] [--no-stats]\n");
+          "         [--dist PREFIX] [--probe] [--no-sync] [--no-stats]\n"
+          "         [--spin-us N]\n");
   exit(2);
 }
 
@@ -286,6 +291,8 @@ int main(int argc, char **argv) {
       no_sync = 1;
     else if (strcmp(a, "--no-stats") == 0)
       no_stats = 1;
+    else if (strcmp(a, "--spin-us") == 0 && i + 1 < argc)
+      spin_us = atoll(argv[++i]);
     else if (v == NULL)
       usage();
     else if (strcmp(a, "--url") == 0)

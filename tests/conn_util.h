@@ -20,7 +20,7 @@ static inline void tc_new(tconn *t, const char *url, int64_t connect_ms,
                           int64_t command_ms) {
   memset(t, 0, sizeof(*t));
   ASSERT_DLOCK_OK(dlock__url_parse(url, &t->ep));
-  dlock__conn_cfg cfg = {&t->ep, connect_ms, command_ms, NULL, NULL, NULL};
+  dlock__conn_cfg cfg = {&t->ep, connect_ms, command_ms, NULL, NULL, NULL, 50};
   ASSERT_DLOCK_OK(dlock__conn_new(&cfg, &t->c));
 }
 

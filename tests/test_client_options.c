@@ -5,6 +5,7 @@
  */
 #include "harness/redis_proc.h"
 #include "harness/test.h"
+#include "lock_util.h"
 
 #include <dlock.h>
 #include <pthread.h>
@@ -167,6 +168,34 @@ TEST(expired_lease_records_are_forgotten) {
   test_sleep_ms(1200); /* past lease + the one-second grace */
   dlock__watchdog_renew_now(c);
   ASSERT_EQ(hold_count(c), 0);
+  dlock_client_close(c);
+  rp_free(s);
+}
+
+/* spin_us: out of its range it is refused, naming it; within it, the
+ * waits that look at the socket first take every reply as the ones that
+ * sleep do (a lone caller's and many threads' at once). */
+TEST(spin_us_checked_and_lone_callers_take_replies_while_looking) {
+  rp_server_t *s = lu_server(0);
+  dlock_options_t o;
+  lu_options(&o, s);
+  dlock_client_t *bad = NULL;
+  o.spin_us = -1;
+  ASSERT_DLOCK_ERR(dlock_client_open(&o, &bad), DLOCK_EINVAL);
+  ASSERT(strstr(dlock_last_error(), "spin_us") != NULL);
+  o.spin_us = DLOCK_SPIN_US_MAX + 1;
+  ASSERT_DLOCK_ERR(dlock_client_open(&o, &bad), DLOCK_EINVAL);
+  ASSERT_NULL(bad);
+  o.spin_us = DLOCK_SPIN_US_MAX;
+  dlock_client_t *c = lu_client_opts(&o);
+  dlock_t *l = lu_get(c, "spin-us");
+  for (int i = 0; i < 200; i++) {
+    ASSERT_DLOCK_OK(dlock_trylock(l, 0, 30000));
+    ASSERT_EQ(dlock_token(l) > 0, 1);
+    ASSERT_DLOCK_OK(dlock_unlock(l));
+  }
+  ASSERT_EQ(lu_exists(s, "spin-us"), 0);
+  dlock_free(l);
   dlock_client_close(c);
   rp_free(s);
 }

@@ -161,6 +161,10 @@ static int check_options(const dlock_options_t *o) {
                        "spin_backoff must be DLOCK_BACKOFF_EXPONENTIAL or "
                        "DLOCK_BACKOFF_CONSTANT, got %d",
                        o->spin_backoff);
+  if (o->spin_us < 0 || o->spin_us > DLOCK_SPIN_US_MAX)
+    return dlock__fail(DLOCK_EINVAL,
+                       "spin_us must be 0..DLOCK_SPIN_US_MAX (%d), got %lld",
+                       DLOCK_SPIN_US_MAX, (long long)o->spin_us);
   if (o->unlock_retries < 0 || o->unlock_retries > DLOCK_UNLOCK_RETRIES_MAX)
     return dlock__fail(DLOCK_EINVAL,
                        "unlock_retries must be 0..DLOCK_UNLOCK_RETRIES_MAX "
@@ -502,7 +506,8 @@ static int open_client(const dlock_options_t *o, dlock_client_t **out,
                          o->command_timeout_ms,
                          c->tls,
                          route->sentinel != NULL ? &c->locator : NULL,
-                         c->stats};
+                         c->stats,
+                         o->spin_us};
   cu.stats = c->stats;
   if (rc == 0 && cu.n > 0) {
     rc = dlock__cluster_new(&cu, c->tls, o->connect_timeout_ms,

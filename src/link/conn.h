@@ -46,6 +46,9 @@ typedef struct dlock__conn_cfg {
   const dlock__locator *locator;
   /* The client's statistics, or NULL; not copied. */
   dlock__stats *stats;
+  /* How long a caller waiting for a reply looks at the socket before it
+   * sleeps, in us (0: never; see spin_us in dlock.h). */
+  int64_t spin_us;
 } dlock__conn_cfg;
 
 /* The statistics the connection counts in (its cfg's), or NULL. */

@@ -112,6 +112,37 @@ int64_t dlock__conn_dead_at(const dlock__conn *c) {
 #define READ_SLICE_MS 100
 #define READ_BUF 16384
 
+/* A look at the socket before sleeping that caught nothing this many
+ * times in a row is not made for the next SPIN_REST waits: replies that
+ * take longer than the look (a busy server, a slow link) would only burn
+ * the processor. */
+#define SPIN_MISSES_MAX 4
+#define SPIN_REST 64
+
+/* How long this wait looks at the socket before it sleeps (0: not). Only
+ * a wait for a lone request looks: with more in flight the server is busy
+ * with them, and a processor spent looking would be taken from it. */
+static int64_t spin_now(dlock__conn *c) {
+  if (c->cfg.spin_us <= 0 || c->head == NULL || c->head->next != NULL)
+    return 0;
+  if (c->spin_skip > 0) {
+    c->spin_skip--;
+    return 0;
+  }
+  return c->cfg.spin_us;
+}
+
+/* What the look of the last wait found: 1 the reply, -1 nothing, 0 no
+ * look was made. */
+static void spin_learn(dlock__conn *c, int spun) {
+  if (spun > 0)
+    c->spin_misses = 0;
+  else if (spun < 0 && ++c->spin_misses >= SPIN_MISSES_MAX) {
+    c->spin_misses = 0;
+    c->spin_skip = SPIN_REST;
+  }
+}
+
 static int may_wait_in_recv(dlock__conn *c, int64_t wake) {
   return !(c->socket_full && has_output(c)) &&
          wake - dlock__now_us() > READ_SLICE_MS * 1000 &&
@@ -184,6 +215,8 @@ void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
                          : dlock__stream_events(c->ctx)},
         {.fd = c->wake_fd[0], .events = POLLIN}};
     int in_recv = ready && may_wait_in_recv(c, wake);
+    int64_t spin = in_recv ? spin_now(c) : 0;
+    int spun = 0;
     dlock__stream *ctx = c->ctx;
     char buf[READ_BUF];
     long got = 0;
@@ -192,7 +225,10 @@ void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
     if (in_recv) {
       /* What poll() would have said: readable (bytes, the end of the
        * stream or an error, for the read below), or nothing in time. */
-      got = dlock__stream_recv_wait(ctx, buf, sizeof(buf), &got_errno);
+      int caught = 0;
+      got = dlock__stream_recv_wait(ctx, buf, sizeof(buf), spin, &caught,
+                                    &got_errno);
+      spun = spin > 0 ? (caught ? 1 : -1) : 0;
       n = got < 0 && (got_errno == EAGAIN || got_errno == EWOULDBLOCK ||
                       got_errno == EINTR)
               ? 0
@@ -208,6 +244,7 @@ void dlock__conn_drive_locked(dlock__conn *c, caller *me) {
     }
     pthread_mutex_lock(&c->mu);
     polled = 1;
+    spin_learn(c, spun);
     if (n < 0 && poll_errno != EINTR) {
       snprintf(why, sizeof(why), "poll: %s", strerror(poll_errno));
       dlock__conn_fail_all_locked(c, DLOCK_EIO, why);

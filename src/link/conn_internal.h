@@ -54,16 +54,21 @@ typedef struct dlock__wake_slot dlock__wake_slot;
 struct dlock__conn {
   pthread_mutex_t mu;
   dlock__conn_cfg cfg;
-  dlock__stream *ctx;     /* NULL while disconnected */
-  unsigned gen;           /* the Sentinel generation 'ctx' was made in */
-  unsigned sockets;       /* streams made so far (tells sockets apart) */
-  int discovering;        /* a thread looks the master up, outside 'mu' */
-  request *head, *tail;   /* sent, awaiting replies, oldest first */
-  int driving;            /* a thread is reading replies */
-  caller *driver;         /* the caller reading them */
-  size_t nsubmitted;      /* dlock__conn_submit's requests in line */
-  int writing;            /* a thread is writing 'wbuf' (conn_write.c) */
-  int socket_full;        /* the last write stopped at a full socket */
+  dlock__stream *ctx;   /* NULL while disconnected */
+  unsigned gen;         /* the Sentinel generation 'ctx' was made in */
+  unsigned sockets;     /* streams made so far (tells sockets apart) */
+  int discovering;      /* a thread looks the master up, outside 'mu' */
+  request *head, *tail; /* sent, awaiting replies, oldest first */
+  int driving;          /* a thread is reading replies */
+  caller *driver;       /* the caller reading them */
+  size_t nsubmitted;    /* dlock__conn_submit's requests in line */
+  int writing;          /* a thread is writing 'wbuf' (conn_write.c) */
+  int socket_full;      /* the last write stopped at a full socket */
+  /* The driver's look at the socket before it sleeps (cfg.spin_us): the
+   * looks in a row that caught nothing, and the waits left to sleep at
+   * once after too many of those. */
+  int spin_misses;
+  int spin_skip;
   sds wbuf;               /* output taken from ctx->obuf, to go out first */
   dlock__stream *sending; /* the stream a send() is under way on, if any */
   dlock__stream *zombie;  /* failed during that send; the writer frees it */

@@ -101,8 +101,8 @@ int dlock__stream_block_reads(dlock__stream *s, int64_t slice_ms) {
 }
 
 long dlock__stream_recv_wait(const dlock__stream *s, char *buf, size_t cap,
-                             int *err) {
-  return dlock__net_recv_wait(s->net, buf, cap, err);
+                             int64_t spin_us, int *caught, int *err) {
+  return dlock__net_recv_wait(s->net, buf, cap, spin_us, caught, err);
 }
 
 int dlock__stream_take(dlock__stream *s, long r, int err, const char *buf,

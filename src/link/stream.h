@@ -168,7 +168,7 @@ int dlock__stream_read(dlock__stream *s);
  */
 int dlock__stream_block_reads(dlock__stream *s, int64_t slice_ms);
 long dlock__stream_recv_wait(const dlock__stream *s, char *buf, size_t cap,
-                             int *err);
+                             int64_t spin_us, int *caught, int *err);
 int dlock__stream_take(dlock__stream *s, long r, int err, const char *buf,
                        size_t cap);
 

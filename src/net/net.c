@@ -18,6 +18,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -371,9 +372,47 @@ int dlock__net_block_reads(dlock__net *n, int64_t slice_ms) {
   return 0;
 }
 
+/* Threads of this process looking at their sockets without sleeping: at
+ * most one less than the processors online, so that one is always left to
+ * whatever they wait for (Redis itself, on a small machine). */
+static atomic_int spinners;
+
+static int may_spin(void) {
+  static atomic_int limit;
+  int max = atomic_load_explicit(&limit, memory_order_relaxed);
+  if (max == 0) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    max = cpus > 2 ? (int)cpus - 1 : 1;
+    atomic_store_explicit(&limit, max, memory_order_relaxed);
+  }
+  if (atomic_fetch_add_explicit(&spinners, 1, memory_order_relaxed) < max)
+    return 1;
+  atomic_fetch_sub_explicit(&spinners, 1, memory_order_relaxed);
+  return 0;
+}
+
 long dlock__net_recv_wait(const dlock__net *n, void *buf, size_t cap,
-                          int *err) {
+                          int64_t spin_us, int *caught, int *err) {
   assert(n->blocking_reads > 0);
+  *caught = 0;
+  if (spin_us > 0 && may_spin()) {
+    /* A reply that comes within a few tens of us is taken without the
+     * sleep and the wake-up, which cost a thread about as much again on
+     * an idle machine (more on a virtual one). */
+    int64_t end = dlock__now_us() + spin_us;
+    ssize_t r;
+    do
+      r = recv(n->fd, buf, cap, MSG_DONTWAIT);
+    while (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+           dlock__now_us() < end);
+    int e = errno;
+    atomic_fetch_sub_explicit(&spinners, 1, memory_order_relaxed);
+    if (r >= 0 || (e != EAGAIN && e != EWOULDBLOCK)) {
+      *caught = 1;
+      *err = r < 0 ? e : 0;
+      return (long)r;
+    }
+  }
   ssize_t r = recv(n->fd, buf, cap, 0);
   *err = r < 0 ? errno : 0;
   return (long)r;

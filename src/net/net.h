@@ -132,7 +132,10 @@ int dlock__net_read(dlock__net *n, void *buf, size_t cap, size_t *got);
  * 0, or -1 when the stream cannot (TLS, not ready, a failed setsockopt or
  * fcntl: poll() then). Asked again, it answers as the first time.
  *
- * dlock__net_recv_wait is that recv(): up to 'cap' bytes, recv()'s result,
+ * dlock__net_recv_wait is that recv(), after first looking without
+ * waiting for up to 'spin_us' (0: not at all; see spin_us in dlock.h),
+ * '*caught' set when what it returns came during that look: up to 'cap'
+ * bytes, recv()'s result,
  * and its errno in '*err'. It touches nothing of 'n' but the socket, so
  * another thread may hold whatever guards 'n' meanwhile, as long as the
  * socket stays open; shutting it down ends the wait. Then
@@ -141,7 +144,8 @@ int dlock__net_read(dlock__net *n, void *buf, size_t cap, size_t *got);
  * DLOCK__NET_AGAIN when the slice passed first, or an error.
  */
 int dlock__net_block_reads(dlock__net *n, int64_t slice_ms);
-long dlock__net_recv_wait(const dlock__net *n, void *buf, size_t cap, int *err);
+long dlock__net_recv_wait(const dlock__net *n, void *buf, size_t cap,
+                          int64_t spin_us, int *caught, int *err);
 int dlock__net_take(dlock__net *n, long r, int err, const void *buf,
                     size_t *got);
 
