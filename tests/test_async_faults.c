@@ -52,110 +52,111 @@ static void echo(dlock_client_t *c, const char *word, seen *s, int *counter) {
   ASSERT_DLOCK_OK(echo_try(c, word, s, counter));
 }
 
-static dlock_client_t *open_on(fs_server_t *fs, int64_t command_ms) {
+/* A fake server, an async client of it with 'command_ms' as its command
+ * timeout, and the loop that drives it. */
+typedef struct scene {
+  fs_server_t *fs;
+  dlock_client_t *c;
+  tl_loop t;
+  int n; /* completions so far */
+} scene;
+
+static void up(scene *x, int64_t command_ms) {
+  x->fs = fs_start();
   dlock_options_t o;
   dlock_options_init(&o);
-  o.url = fs_url(fs);
+  o.url = fs_url(x->fs);
   o.connect_timeout_ms = 5000;
   o.command_timeout_ms = command_ms;
-  return tl_client_opts(&o);
+  x->c = tl_client_opts(&o);
+  tl_init(&x->t, x->c);
+  x->n = 0;
+}
+
+static void down(scene *x) {
+  if (x->c != NULL)
+    dlock_client_close(x->c);
+  tl_close(&x->t);
+  fs_free(x->fs);
+}
+
+/* 's' came once, with 'word' as its answer. */
+static void answered(const seen *s, const char *word) {
+  ASSERT_EQ(s->calls, 1);
+  ASSERT_DLOCK_OK(s->status);
+  ASSERT_STR_EQ(s->reply, word);
 }
 
 TEST(async_held_back_reply_keeps_the_order) {
-  fs_server_t *fs = fs_start();
-  dlock_client_t *c = open_on(fs, 30000);
-  tl_loop t;
-  tl_init(&t, c);
-  int n = 0;
+  scene x;
+  up(&x, 30000);
   seen a, b;
   /* The first answer waits; the second, due at once, must not pass it. */
-  fs_set(fs, "ECHO", &(fs_action_t){.delay_ms = 300, .times = 1});
-  echo(c, "first", &a, &n);
-  echo(c, "second", &b, &n);
-  tl_run_until(&t, &b.calls, 30000);
-  ASSERT_EQ(a.calls, 1);
-  ASSERT_EQ(b.calls, 1);
-  ASSERT_DLOCK_OK(a.status);
-  ASSERT_DLOCK_OK(b.status);
-  ASSERT_STR_EQ(a.reply, "first");
-  ASSERT_STR_EQ(b.reply, "second");
+  fs_set(x.fs, "ECHO", &(fs_action_t){.delay_ms = 300, .times = 1});
+  echo(x.c, "first", &a, &x.n);
+  echo(x.c, "second", &b, &x.n);
+  tl_run_until(&x.t, &b.calls, 30000);
+  answered(&a, "first");
+  answered(&b, "second");
   ASSERT_EQ(a.order, 1);
   ASSERT_EQ(b.order, 2);
-  tl_run_for(&t, 50);
+  tl_run_for(&x.t, 50);
   ASSERT_EQ(a.calls + b.calls, 2);
-  dlock_client_close(c);
-  tl_close(&t);
-  fs_free(fs);
+  down(&x);
 }
 
 TEST(async_reply_in_single_bytes_arrives_whole) {
-  fs_server_t *fs = fs_start();
-  dlock_client_t *c = open_on(fs, 30000);
-  tl_loop t;
-  tl_init(&t, c);
-  int n = 0;
+  scene x;
+  up(&x, 30000);
   seen a, b;
   /* Every byte of the answer is a read of its own for the client. */
-  fs_set(fs, "ECHO", &(fs_action_t){.how = FS_TRICKLE, .every_ms = 2});
-  echo(c, "a-word-of-some-length-in-pieces", &a, &n);
-  echo(c, "and-another", &b, &n);
-  tl_run_until(&t, &b.calls, 60000);
-  ASSERT_DLOCK_OK(a.status);
-  ASSERT_DLOCK_OK(b.status);
-  ASSERT_STR_EQ(a.reply, "a-word-of-some-length-in-pieces");
-  ASSERT_STR_EQ(b.reply, "and-another");
+  fs_set(x.fs, "ECHO", &(fs_action_t){.how = FS_TRICKLE, .every_ms = 2});
+  echo(x.c, "a-word-of-some-length-in-pieces", &a, &x.n);
+  echo(x.c, "and-another", &b, &x.n);
+  tl_run_until(&x.t, &b.calls, 60000);
+  answered(&a, "a-word-of-some-length-in-pieces");
+  answered(&b, "and-another");
   ASSERT_EQ(a.order, 1);
-  ASSERT_EQ(fs_accepted(fs), 1);
-  dlock_client_close(c);
-  tl_close(&t);
-  fs_free(fs);
+  ASSERT_EQ(fs_accepted(x.fs), 1);
+  down(&x);
 }
 
 TEST(async_close_mid_reply_fails_once_and_comes_back) {
-  fs_server_t *fs = fs_start();
-  dlock_client_t *c = open_on(fs, 30000);
-  tl_loop t;
-  tl_init(&t, c);
-  int n = 0;
+  scene x;
+  up(&x, 30000);
   seen a, b, later;
-  echo(c, "warm", &a, &n);
-  tl_run_until(&t, &a.calls, 30000);
+  echo(x.c, "warm", &a, &x.n);
+  tl_run_until(&x.t, &a.calls, 30000);
   ASSERT_DLOCK_OK(a.status);
   /* Half an answer, then the server hangs up: the command fails with the
    * connection's reason, and so does the one queued behind it. */
-  fs_set(fs, "ECHO", &(fs_action_t){.how = FS_CLOSE_MID, .times = 1});
-  echo(c, "cut-in-the-middle", &a, &n);
-  echo(c, "behind-it", &b, &n);
-  tl_run_until(&t, &b.calls, 30000);
+  fs_set(x.fs, "ECHO", &(fs_action_t){.how = FS_CLOSE_MID, .times = 1});
+  echo(x.c, "cut-in-the-middle", &a, &x.n);
+  echo(x.c, "behind-it", &b, &x.n);
+  tl_run_until(&x.t, &b.calls, 30000);
   ASSERT_EQ(a.calls, 1);
   ASSERT_DLOCK_ERR(a.status, DLOCK_EIO);
   ASSERT(a.detail[0] != '\0');
   ASSERT_EQ(b.calls, 1);
   ASSERT(b.status == 0 || b.status == DLOCK_EIO);
   /* The next command reconnects by itself. */
-  echo(c, "again", &later, &n);
-  tl_run_until(&t, &later.calls, 30000);
-  ASSERT_DLOCK_OK(later.status);
-  ASSERT_STR_EQ(later.reply, "again");
-  ASSERT_GE(fs_accepted(fs), 2);
-  tl_run_for(&t, 50);
+  echo(x.c, "again", &later, &x.n);
+  tl_run_until(&x.t, &later.calls, 30000);
+  answered(&later, "again");
+  ASSERT_GE(fs_accepted(x.fs), 2);
+  tl_run_for(&x.t, 50);
   ASSERT_EQ(a.calls + b.calls + later.calls, 3);
-  dlock_client_close(c);
-  tl_close(&t);
-  fs_free(fs);
+  down(&x);
 }
 
 TEST(async_silent_server_fails_at_the_command_timeout) {
-  fs_server_t *fs = fs_start();
-  dlock_client_t *c = open_on(fs, 300);
-  tl_loop t;
-  tl_init(&t, c);
-  int n = 0;
+  scene x;
+  up(&x, 300);
   seen a, later;
-  fs_set(fs, "ECHO", &(fs_action_t){.how = FS_SILENT, .times = 1});
+  fs_set(x.fs, "ECHO", &(fs_action_t){.how = FS_SILENT, .times = 1});
   int64_t t0 = lu_now_ms();
-  echo(c, "into-the-void", &a, &n);
-  tl_run_until(&t, &a.calls, 30000);
+  echo(x.c, "into-the-void", &a, &x.n);
+  tl_run_until(&x.t, &a.calls, 30000);
   /* Not before the command timeout: the loop's timer, not a busy wait,
    * ends it. */
   ASSERT_GE(lu_now_ms() - t0, 250);
@@ -163,43 +164,38 @@ TEST(async_silent_server_fails_at_the_command_timeout) {
   ASSERT(strstr(a.detail, "300 ms") != NULL);
   /* Until the reconnect's back-off has passed, a command is refused at
    * once, with the reason and the wait (its callback never runs). */
-  int rc = echo_try(c, "after-the-silence", &later, &n);
+  int rc = echo_try(x.c, "after-the-silence", &later, &x.n);
   if (rc != 0) {
     ASSERT_DLOCK_ERR(rc, DLOCK_EIO);
     ASSERT(strstr(dlock_last_error(), "reconnect") != NULL);
     int64_t until = lu_now_ms() + 30000;
-    while ((rc = echo_try(c, "after-the-silence", &later, &n)) != 0) {
+    while ((rc = echo_try(x.c, "after-the-silence", &later, &x.n)) != 0) {
       ASSERT_DLOCK_ERR(rc, DLOCK_EIO);
       ASSERT_LT(lu_now_ms(), until);
-      tl_run_for(&t, 20);
+      tl_run_for(&x.t, 20);
     }
   }
-  tl_run_until(&t, &later.calls, 30000);
-  ASSERT_DLOCK_OK(later.status);
-  ASSERT_STR_EQ(later.reply, "after-the-silence");
+  tl_run_until(&x.t, &later.calls, 30000);
+  answered(&later, "after-the-silence");
   ASSERT_EQ(a.calls, 1);
-  dlock_client_close(c);
-  tl_close(&t);
-  fs_free(fs);
+  down(&x);
 }
 
 TEST(async_close_ends_a_command_the_server_holds) {
-  fs_server_t *fs = fs_start();
-  dlock_client_t *c = open_on(fs, 30000);
-  tl_loop t;
-  tl_init(&t, c);
-  int n = 0;
+  scene x;
+  up(&x, 30000);
   seen a, b;
-  fs_set(fs, "ECHO", &(fs_action_t){.how = FS_SILENT});
-  echo(c, "never-answered", &a, &n);
-  echo(c, "never-sent-or-answered", &b, &n);
+  fs_set(x.fs, "ECHO", &(fs_action_t){.how = FS_SILENT});
+  echo(x.c, "never-answered", &a, &x.n);
+  echo(x.c, "never-sent-or-answered", &b, &x.n);
   /* Until the server has the first, so that one is surely on the wire. */
-  while (fs_count(fs, "ECHO") < 1)
-    tl_turn(&t, 20);
-  tl_run_for(&t, 50);
+  while (fs_count(x.fs, "ECHO") < 1)
+    tl_turn(&x.t, 20);
+  tl_run_for(&x.t, 50);
   ASSERT_EQ(a.calls + b.calls, 0);
   int64_t t0 = lu_now_ms();
-  dlock_client_close(c);
+  dlock_client_close(x.c);
+  x.c = NULL;
   /* Plain commands give nothing back: the close does not wait for their
    * answers (a command timeout, 30 s here). */
   ASSERT_LT(lu_now_ms() - t0, 20000);
@@ -208,37 +204,30 @@ TEST(async_close_ends_a_command_the_server_holds) {
   ASSERT_DLOCK_ERR(a.status, DLOCK_ECANCELED);
   ASSERT_DLOCK_ERR(b.status, DLOCK_ECANCELED);
   ASSERT_EQ(a.order, 1);
-  tl_close(&t);
-  fs_free(fs);
+  down(&x);
 }
 
 TEST(async_server_gone_fails_commands_until_it_is_back) {
-  fs_server_t *fs = fs_start();
-  dlock_client_t *c = open_on(fs, 30000);
-  tl_loop t;
-  tl_init(&t, c);
-  int n = 0;
+  scene x;
+  up(&x, 30000);
   seen a;
-  echo(c, "before", &a, &n);
-  tl_run_until(&t, &a.calls, 30000);
+  echo(x.c, "before", &a, &x.n);
+  tl_run_until(&x.t, &a.calls, 30000);
   ASSERT_DLOCK_OK(a.status);
   /* Every connection dropped while idle: the next command finds out and
    * still gets its answer, on a new connection. */
-  fs_close_all(fs);
-  tl_run_for(&t, 100);
-  echo(c, "after", &a, &n);
-  tl_run_until(&t, &a.calls, 30000);
+  fs_close_all(x.fs);
+  tl_run_for(&x.t, 100);
+  echo(x.c, "after", &a, &x.n);
+  tl_run_until(&x.t, &a.calls, 30000);
   if (a.status != 0) {
     /* It may have been written to the dead socket before the loop saw
      * the hang-up; then it fails with the reason, and the next one works. */
     ASSERT_DLOCK_ERR(a.status, DLOCK_EIO);
-    echo(c, "after", &a, &n);
-    tl_run_until(&t, &a.calls, 30000);
+    echo(x.c, "after", &a, &x.n);
+    tl_run_until(&x.t, &a.calls, 30000);
   }
-  ASSERT_DLOCK_OK(a.status);
-  ASSERT_STR_EQ(a.reply, "after");
-  ASSERT_GE(fs_accepted(fs), 2);
-  dlock_client_close(c);
-  tl_close(&t);
-  fs_free(fs);
+  answered(&a, "after");
+  ASSERT_GE(fs_accepted(x.fs), 2);
+  down(&x);
 }
