@@ -259,29 +259,37 @@ static int sentinel_replicas(dlock__route *r) {
 
 /* The client's master's count (not per shard), read first when not
  * known. */
+/* The INFO that replica sync reads (dlock__route_format_info) from the
+ * master of 'slot' (on one server: the server), through the routing
+ * ('routed') or straight from the cluster's map. INFO names no key: a
+ * cluster refuses it for now only when something is wrong with the node,
+ * and the count is not worth a wait. */
+static int read_info(dlock__route *r, int slot, int routed,
+                     redisReply **reply) {
+  char *cmd;
+  int len = dlock__route_format_info(r, &cmd);
+  if (len < 0)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory formatting INFO");
+  size_t slen = (size_t)len;
+  int rc =
+      routed ? call_slot(r, slot, 1, &cmd, &slen, reply, 0)
+             : dlock__cluster_call(r->cluster, slot, 1, &cmd, &slen, reply, 0);
+  dlock__format_free(cmd);
+  return rc == DLOCK__CLUSTER_BUSY ? DLOCK_EIO : rc;
+}
+
 static int master_replicas(dlock__route *r) {
   if (r->sentinel != NULL)
     return sentinel_replicas(r);
   int n = atomic_load(&r->replicas);
   if (n >= 0)
     return n;
-  /* Not known: read now, a round trip before the write. */
-  char *cmd;
-  int len = dlock__route_format_info(r, &cmd);
-  if (len < 0)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory formatting INFO");
-  size_t slen = (size_t)len;
+  /* Not known: read now, a round trip before the write. On a cluster,
+   * the master of slot 0 stands for every shard: their replicas are set
+   * up alike (see "Redis Cluster" in the README). Asked through the
+   * routing, so that a master that failed gets the map read again. */
   redisReply *reply = NULL;
-  /* On a cluster, the master of slot 0 stands for every shard: their
-   * replicas are set up alike (see "Redis Cluster" in the README). Asked
-   * through the routing, so that a master that failed gets the map read
-   * again. */
-  int rc = call_slot(r, 0, 1, &cmd, &slen, &reply, 0);
-  dlock__format_free(cmd);
-  /* INFO names no key: a cluster refuses it for now only when something is
-   * wrong with the node, and the count is not worth a wait. */
-  if (rc == DLOCK__CLUSTER_BUSY)
-    rc = DLOCK_EIO;
+  int rc = read_info(r, 0, 1, &reply);
   if (rc != 0)
     return rc;
   apply_info(r, reply);
@@ -302,16 +310,8 @@ static int shard_replicas(dlock__route *r, size_t n, const dlock__eval *calls) {
     int slot = dlock__cluster_unknown_replicas(r->cluster, n, calls);
     if (slot < 0)
       break;
-    char *cmd;
-    int flen = dlock__route_format_info(r, &cmd);
-    if (flen < 0)
-      return dlock__fail(DLOCK_ENOMEM, "out of memory formatting INFO");
-    size_t len = (size_t)flen;
     redisReply *reply = NULL;
-    int rc = dlock__cluster_call(r->cluster, slot, 1, &cmd, &len, &reply, 0);
-    dlock__format_free(cmd);
-    if (rc == DLOCK__CLUSTER_BUSY)
-      rc = DLOCK_EIO; /* as for master_replicas */
+    int rc = read_info(r, slot, 0, &reply);
     if (rc != 0)
       return rc;
     if (reply->type == REDIS_REPLY_STRING) {
