@@ -85,8 +85,25 @@ static void drop_sent(dlock__aop *op) {
   op->nsent = 0;
 }
 
+/* The requests of 'op' still in flight are forgotten by the connections
+ * they went to (on a cluster, any node's): 'op' is about to be freed. */
+static void abandon_requests(dlock__aop *op) {
+  dlock_client_t *c = op->lp->c;
+  if (c->route.conn != NULL)
+    dlock__conn_abandon(c->route.conn, op);
+  if (c->route.cluster != NULL)
+    for (int i = 0; i < dlock__cluster_nnodes(c->route.cluster); i++) {
+      dlock__conn *n = dlock__cluster_node_conn(c->route.cluster, i);
+      if (n != NULL)
+        dlock__conn_abandon(n, op);
+    }
+  op->in_flight = 0;
+}
+
 void dlock__loop_remove(dlock__aop *op) {
   dlock__loop *lp = op->lp;
+  if (op->in_flight > 0)
+    abandon_requests(op);
   unqueue(op);
   if (op->prev != NULL)
     op->prev->next = op->next;

@@ -227,6 +227,11 @@ int dlock__conn_send_paced(dlock__conn *c, size_t n, char *const *cmds,
 int dlock__conn_submit(dlock__conn *c, const char *cmd, size_t len,
                        int64_t deadline_us, dlock__conn_done done, void *arg);
 
+/* Forgets the submitted requests in flight whose 'arg' is 'arg' (an
+ * operation that ends before their answers): their completion is never
+ * called, and their replies are dropped when they come. */
+void dlock__conn_abandon(dlock__conn *c, const void *arg);
+
 /* Reads replies and completes submitted requests (at their deadlines too)
  * until none is left in flight (0) or 'until_us' passes
  * (DLOCK__CONN_AGAIN). When another thread reads, it completes them and

@@ -48,6 +48,18 @@ int dlock__conn_submit(dlock__conn *c, const char *cmd, size_t len,
   return rc;
 }
 
+void dlock__conn_abandon(dlock__conn *c, const void *arg) {
+  pthread_mutex_lock(&c->mu);
+  for (request *r = c->head; r != NULL; r = r->next)
+    if (r->owned && r->done != NULL && r->arg == arg) {
+      /* As a request given up on: it keeps its place in line, so that the
+       * replies still pair up, and is freed when its reply comes. */
+      r->done = NULL;
+      c->nsubmitted--;
+    }
+  dlock__conn_unlock(c);
+}
+
 int dlock__conn_pump(dlock__conn *c, int64_t until_us) {
   if (dlock__forked_since(c->fork_gen))
     return dlock__fail_forked();
