@@ -408,17 +408,17 @@ typedef struct dlock_options {
    * looking at its socket before it sleeps: 0 (the default) never, at
    * most DLOCK_SPIN_US_MAX. On loopback or a fast network most replies
    * come within 50 us, and taking them without the sleep and the wake-up
-   * more than halves a lone caller's round trip on an idle machine (more
-   * on a virtual one: 183 to 69 us per lock+unlock pair, 2.5 x the pairs
-   * per second, on a 2-core VM). It costs processor time while it looks,
-   * so the client looks only while a single request is in flight on the
-   * connection, in at most one thread less than the processors online
-   * per process, and stops looking for a while after a few looks that
-   * caught nothing; but processes that look side by side on a busy
-   * machine take processor time from each other and from Redis (4
-   * processes of 4 threads on one lock, 2 cores: 0.87 x), which is why it
-   * is off unless asked for. A client on Redis Cluster, and an async
-   * client, never look. */
+   * can more than halve a lone caller's round trip on an idle machine
+   * (50 us gave 2.5 x the lock+unlock pairs per second of one thread on a
+   * 2-core VM; see the README's "Performance"). It costs processor time
+   * while it looks, so the client looks only while a single request is in
+   * flight on the connection, in at most one thread less than the
+   * processors online per process, and stops looking for a while after a
+   * few looks that caught nothing; but processes that look side by side
+   * on a busy machine take processor time from each other and from Redis
+   * (4 processes of 4 threads on one lock, 2 cores, measured slower in a
+   * run that was not quiet), which is why it is off unless asked for. A
+   * client on Redis Cluster, and an async client, never look. */
   int64_t spin_us;
 } dlock_options_t;
 
