@@ -11,7 +11,8 @@
 # "AB_ARGS_A=--no-stats bench/ab.sh build build" puts a client without
 # statistics (A) against one with them (B). AB_WORKLOADS picks the
 # workloads to run (default "solo spread contended"), so that a noisy one
-# can be given more rounds on its own.
+# can be given more rounds on its own. AB_PROG=bench_async compares the
+# event-loop API (one loop thread per process) instead of the threads.
 #
 # BUILD_A and BUILD_B are build trees holding bench_lock (for example a
 # worktree of the old commit built with "make", and build/). Prints the load
@@ -25,8 +26,9 @@ a=${1:?usage: bench/ab.sh BUILD_A BUILD_B [ROUNDS] [SECONDS]}
 b=${2:?usage: bench/ab.sh BUILD_A BUILD_B [ROUNDS] [SECONDS]}
 rounds=${3:-3}
 seconds=${4:-3}
+prog=${AB_PROG:-bench_lock}
 for d in "$a" "$b"; do
-  [ -x "$d/bench_lock" ] || { echo "ab.sh: no bench_lock in $d" >&2; exit 2; }
+  [ -x "$d/$prog" ] || { echo "ab.sh: no $prog in $d" >&2; exit 2; }
 done
 
 dir=$(mktemp -d)
@@ -69,7 +71,7 @@ for r in $(seq "$rounds"); do
       fi
       # shellcheck disable=SC2086
       cpu0=$(server_cpu_us)
-      out=$("$build/bench_lock" --url "$url" --mode loop ${!var} \
+      out=$("$build/$prog" --url "$url" --mode loop ${!var} \
         --seconds "$seconds" --name "ab:$w" $extra)
       cpu1=$(server_cpu_us)
       rate=$(sed -n 's/.*\brate=\([0-9.]*\).*/\1/p' <<<"$out")

@@ -1,8 +1,9 @@
 /*
  * An async client's loop (see loop.h): the operations in progress and
  * their ready queue, and requests whose answer comes back to an operation,
- * routed on a cluster to the node of their slot and sent again where a
- * redirection says. What the application watches is loop_watch.c's.
+ * sent on the link the routing names for their shard (topo/links.c) and
+ * sent again where a redirection says. What the application watches is
+ * loop_watch.c's.
  */
 #include "loop.h"
 
@@ -11,7 +12,6 @@
 #include "machine.h"
 #include "monotime.h"
 #include "proto/format.h"
-#include "proto/slot.h"
 #include "replica.h"
 
 #include <poll.h>
@@ -24,7 +24,7 @@ int dlock__loop_new(dlock_client_t *c, const dlock__locator *locator,
   if (lp == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory opening a client");
   lp->c = c;
-  lp->fd[0] = lp->fd[1] = lp->fd[2] = -1;
+  lp->fd[DLOCK__LOOP_SUB] = lp->fd[DLOCK__LOOP_WATCHER] = -1;
   /* The watcher's first step is due at once (it asks for nothing where
    * there is nothing to watch). */
   lp->watch = (dlock__watch_io){-1, 0, 0};
@@ -85,18 +85,15 @@ static void drop_sent(dlock__aop *op) {
   op->nsent = 0;
 }
 
-/* The requests of 'op' still in flight are forgotten by the connections
- * they went to (on a cluster, any node's): 'op' is about to be freed. */
+/* The requests of 'op' still in flight are forgotten by the links they
+ * went to (any of them): 'op' is about to be freed. */
 static void abandon_requests(dlock__aop *op) {
-  dlock_client_t *c = op->lp->c;
-  if (c->route.conn != NULL)
-    dlock__conn_abandon(c->route.conn, op);
-  if (c->route.cluster != NULL)
-    for (int i = 0; i < dlock__cluster_nnodes(c->route.cluster); i++) {
-      dlock__conn *n = dlock__cluster_node_conn(c->route.cluster, i);
-      if (n != NULL)
-        dlock__conn_abandon(n, op);
-    }
+  dlock__route *r = &op->lp->c->route;
+  for (int i = 0; i < dlock__route_nlinks(r); i++) {
+    dlock__conn *link = dlock__route_link(r, i);
+    if (link != NULL)
+      dlock__conn_abandon(link, op);
+  }
   op->in_flight = 0;
 }
 
@@ -180,11 +177,11 @@ static void on_answer(dlock__request *r, redisReply *reply, int err,
     dlock__loop_ready(op);
 }
 
-/* ---- a cluster's nodes -------------------------------------------------- */
+/* ---- the links of the shards --------------------------------------------- */
 
-/* A read of the slot map (CLUSTER SLOTS) by the loop, from one node: its
- * answer is applied to the map when it comes; requests meanwhile go where
- * the map said, and are redirected from there. */
+/* A read of the slot map (where the deployment has one) by the loop, from
+ * one link: its answer is applied to the map when it comes; requests
+ * meanwhile go where the map said, and are redirected from there. */
 #define MAP_EVERY_US 100000 /* at most once per 100 ms */
 
 static void map_done(dlock__aop *op) {
@@ -198,23 +195,25 @@ static void map_run(dlock__aop *op) {
   if (op->in_flight)
     return;
   if (op->err != 0 || op->reply == NULL ||
-      dlock__cluster_take_slots(lp->c->route.cluster, op->slot, op->reply) != 0)
-    lp->refresh_due = 1; /* another node is asked next time */
+      dlock__route_take_map(&lp->c->route, op->slot, op->reply) != 0)
+    lp->refresh_due = 1; /* another link is asked next time */
   map_done(op);
 }
 
-/* Sends a read of the map to the next node not waiting to reconnect,
+/* Sends a read of the map to the next link not waiting to reconnect,
  * unless one is in flight or was sent less than MAP_EVERY_US ago. */
 static void read_map(dlock__loop *lp) {
-  dlock__cluster *cl = lp->c->route.cluster;
+  dlock__route *r = &lp->c->route;
   int64_t now = dlock__now_us();
-  if (lp->mapping || now - lp->mapped_us < MAP_EVERY_US ||
+  size_t len;
+  const char *cmd = dlock__route_map_cmd(r, &len);
+  if (cmd == NULL || lp->mapping || now - lp->mapped_us < MAP_EVERY_US ||
       dlock__loop_know_nodes(lp) != 0)
     return;
   int n = lp->nnodes, idx = -1;
   for (int k = 0; k < n && idx < 0; k++) {
     int i = (lp->map_next + k) % n;
-    if (dlock__conn_retry_at(dlock__cluster_node_conn(cl, i)) <= now)
+    if (dlock__conn_retry_at(dlock__route_link(r, i)) <= now)
       idx = i;
   }
   if (idx < 0)
@@ -224,12 +223,11 @@ static void read_map(dlock__loop *lp) {
     return;
   op->run = map_run;
   op->cancel = map_done;
-  op->slot = idx; /* the node asked */
+  op->slot = idx; /* the link asked */
   dlock__loop_add(lp, op);
   op->in_flight = 1;
-  if (dlock__conn_submit(
-          dlock__cluster_node_conn(cl, idx), dlock__cluster_slots_cmd,
-          strlen(dlock__cluster_slots_cmd), 0, on_answer, op) != 0) {
+  if (dlock__conn_submit(dlock__route_link(r, idx), cmd, len, 0, on_answer,
+                         op) != 0) {
     op->in_flight = 0;
     lp->map_next = idx + 1;
     map_done(op);
@@ -241,24 +239,25 @@ static void read_map(dlock__loop *lp) {
   lp->refresh_due = 0;
 }
 
-/* The node of the master of 'slot', as the map says: never waits. The map
- * is read again (by the loop, see read_map) when it does not say, when a
- * node failed since it was read, or when that master's connection failed
- * and waits to connect again (it may have failed over); until the answer
- * comes, a slot with no known master goes to the first seed, whose MOVED
- * names it. */
-static int owner(dlock__loop *lp, int slot) {
-  dlock__cluster *cl = lp->c->route.cluster;
-  int idx = dlock__cluster_known_owner(cl, slot);
+/* The link of the master of 'shard', as the map says: never waits. The
+ * map is read again (by the loop, see read_map) when it does not say, when
+ * a link failed since it was read, or when that master's link failed and
+ * waits to connect again (it may have failed over); until the answer
+ * comes, a shard with no known master goes to link 0 (a cluster's first
+ * seed), whose MOVED names it. */
+static int owner(dlock__loop *lp, int shard) {
+  dlock__route *r = &lp->c->route;
+  int idx = dlock__route_link_known(r, shard);
   if (idx < 0 ||
-      dlock__conn_retry_at(dlock__cluster_node_conn(cl, idx)) > dlock__now_us())
+      dlock__conn_retry_at(dlock__route_link(r, idx)) > dlock__now_us())
     lp->refresh_due = 1;
   if (lp->refresh_due)
     read_map(lp);
   return idx >= 0 ? idx : 0;
 }
 
-/* ---- the cluster's kind of pub/sub --------------------------------------- */
+/* ---- where waiters listen -------------------------------------------------
+ */
 
 static int send_all(dlock__aop *op, int n, char *const *cmds,
                     const size_t *lens);
@@ -275,24 +274,22 @@ static void probe_run(dlock__aop *op) {
   if (op->in_flight)
     return;
   /* Without an answer, classic pub/sub is kept, as at a blocking open. */
-  (void)dlock__cluster_take_probe(op->lp->c->route.cluster,
-                                  op->err == 0 ? op->reply : NULL,
-                                  op->err == 0 ? op->tail[0] : NULL);
+  dlock__route_take_probe(&op->lp->c->route, op->err == 0 ? op->reply : NULL,
+                          op->err == 0 ? op->tail[0] : NULL);
   probe_end(op);
 }
 
-/* Finds out once whether the cluster's scripts publish with SPUBLISH (and
- * its waiters listen with SSUBSCRIBE), as the blocking client does at its
- * open: a request of the loop to the master of slot 0; the requests made
- * meanwhile are held (see held_for_probe). */
+/* Finds out once whether the scripts publish with SPUBLISH (and waiters
+ * listen with SSUBSCRIBE), as the blocking client does at its open,
+ * where the routing has that to ask: a request of the loop to the link of
+ * shard 0; the requests made meanwhile are held (see held_for_probe). */
 static void probe(dlock__loop *lp) {
-  dlock__cluster *cl = lp->c->route.cluster;
-  if (cl == NULL || lp->probed != 0)
+  if (lp->probed != 0)
     return;
   lp->probed = 2;
   char *cmds[2];
   size_t lens[2];
-  int n = dlock__cluster_probe_cmds(cl, cmds, lens);
+  int n = dlock__route_probe_cmds(&lp->c->route, cmds, lens);
   dlock__aop *op = n > 0 ? dlock__calloc(1, sizeof(*op)) : NULL;
   if (op == NULL)
     return; /* nothing to ask, or no memory to ask: classic */
@@ -330,17 +327,17 @@ static int held_for_probe(dlock__aop *op) {
 
 dlock__lsub *dlock__loop_sub_for(dlock__loop *lp, const char *channel,
                                  size_t len) {
-  dlock__cluster *cl = lp->c->route.cluster;
+  dlock__route *r = &lp->c->route;
   probe(lp);
-  if (cl == NULL || !dlock__cluster_sharded(cl))
+  if (!dlock__route_sharded(r))
     return lp->sub;
-  int idx = owner(lp, dlock__key_slot(channel, len));
+  int idx = owner(lp, dlock__route_shard(r, channel, len));
   if (idx < 0 || dlock__loop_know_nodes(lp) != 0)
     return lp->sub; /* heard by nobody: the waiter sleeps by the TTL */
   dlock__lnode *nd = &lp->nodes[idx];
   if (nd->sub == NULL) {
     dlock_client_t *c = lp->c;
-    if (dlock__lsub_new(dlock__cluster_node_ep(cl, idx), c->tls, NULL,
+    if (dlock__lsub_new(dlock__route_link_ep(r, idx), c->tls, NULL,
                         c->opt.connect_timeout_ms, c->opt.command_timeout_ms,
                         &nd->sub) != 0)
       return lp->sub;
@@ -351,50 +348,26 @@ dlock__lsub *dlock__loop_sub_for(dlock__loop *lp, const char *channel,
 
 /* ---- sending ------------------------------------------------------------ */
 
-/* The slot of a formatted command's first argument (its key, for the
- * commands a client sends about one key), or -1 when it has none. */
-static int slot_of_cmd(const char *cmd, size_t len) {
-  const char *end = cmd + len, *p = cmd;
-  if (p >= end || *p != '*' || strtol(p + 1, NULL, 10) < 2)
-    return -1;
-  for (int arg = 0; arg < 2; arg++) {
-    p = memchr(p, '\n', (size_t)(end - p));
-    if (p == NULL || ++p >= end || *p != '$')
-      return -1;
-    long n = strtol(p + 1, NULL, 10);
-    p = memchr(p, '\n', (size_t)(end - p));
-    if (p == NULL || n < 0 || (size_t)(end - ++p) < (size_t)n)
-      return -1;
-    if (arg == 1)
-      return dlock__key_slot(p, (size_t)n);
-    p += n;
-  }
-  return -1;
-}
-
-/* The connection 'op's requests go to: the client's, or on a cluster that
- * of the node serving 'op->slot' ('ask' >= 0: the node an ASK named).
- * NULL with the error set. */
+/* The link 'op's requests go to: that of the shard 'op->slot' ('ask'
+ * >= 0: the link an ASK named; a request with no key, or on one server,
+ * link 0). NULL with the error set. */
 static dlock__conn *conn_for(dlock__aop *op, int ask, int *rc) {
-  dlock_client_t *c = op->lp->c;
-  dlock__cluster *cl = c->route.cluster;
-  *rc = 0;
-  if (cl == NULL || (op->slot < 0 && ask < 0))
-    return c->route.conn;
-  int idx = ask >= 0 ? ask : owner(op->lp, op->slot);
-  if (idx < 0) {
-    *rc = DLOCK_EIO;
-    return NULL;
-  }
+  int idx = ask >= 0 ? ask : op->slot >= 0 ? owner(op->lp, op->slot) : 0;
   *rc = dlock__loop_know_nodes(op->lp);
-  return *rc == 0 ? dlock__cluster_node_conn(cl, idx) : NULL;
+  if (*rc != 0)
+    return NULL;
+  dlock__conn *link = dlock__route_link(&op->lp->c->route, idx);
+  if (link == NULL)
+    *rc = dlock__fail(DLOCK_EIO, "no connection to the node of slot %d",
+                      op->slot);
+  return link;
 }
 
-/* Keeps what is sent on a cluster, to send it again where a redirection
- * says: 0 or DLOCK_ENOMEM. */
+/* Keeps what is sent for a shard of its own, to send it again where a
+ * redirection says: 0 or DLOCK_ENOMEM. */
 static int keep_sent(dlock__aop *op, int n, char *const *cmds,
                      const size_t *lens) {
-  if (op->lp->c->route.cluster == NULL || op->sent[0] == cmds[0])
+  if (op->slot < 0 || op->sent[0] == cmds[0])
     return 0;
   drop_sent(op);
   for (int i = 0; i < n; i++) {
@@ -409,14 +382,14 @@ static int keep_sent(dlock__aop *op, int n, char *const *cmds,
   return 0;
 }
 
-/* On a cluster, a request for a master whose connection failed and waits
- * to reconnect is held (on the loop's timer, looking again every 20 ms)
- * while the map is read again, since the master may have failed over, for
- * up to a command timeout: then it is sent, and fails as on one server.
- * 1 when 'op' is held. */
+/* A request for a shard of its own (on a cluster) whose master's link
+ * failed and waits to reconnect is held (on the loop's timer, looking
+ * again every 20 ms) while the map is read again, since the master may
+ * have failed over, for up to a command timeout: then it is sent, and
+ * fails as on one server. 1 when 'op' is held. */
 static int parked(dlock__aop *op, dlock__conn *conn) {
   int64_t now = dlock__now_us();
-  if (op->lp->c->route.cluster == NULL || dlock__conn_retry_at(conn) <= now)
+  if (dlock__conn_retry_at(conn) <= now)
     return 0;
   if (op->parked_us == 0)
     op->parked_us = now;
@@ -479,18 +452,16 @@ int dlock__loop_send(dlock__aop *op, const char *cmd, size_t len) {
   char *cmds[1] = {(char *)cmd};
   op->wanted = 0;
   op->wait_at = op->info_at = -1;
-  op->slot = slot_of_cmd(cmd, len);
+  op->slot = dlock__route_cmd_shard(&op->lp->c->route, cmd, len);
   return send_all(op, 1, cmds, &len);
 }
 
-/* ---- a cluster's redirections ------------------------------------------- */
+/* ---- redirections -------------------------------------------------------- */
 
 /* Redirections followed for one request before its answer is given as
  * it came: a slot moves once, and an ASK during a migration adds one. */
 #define REDIRECTS_MAX 16
 
-/* Sends what 'op' sent again, to the node 'ask' (an ASK's) or to the
- * master of its slot; a failure to send is its answer. */
 /* A request that could not be sent again: its failure 'rc' (with the
  * detail set) is its answer. */
 static void answer_failure(dlock__aop *op, int rc) {
@@ -500,6 +471,8 @@ static void answer_failure(dlock__aop *op, int rc) {
   dlock__loop_ready(op);
 }
 
+/* Sends what 'op' sent again, to the link 'ask' (an ASK's) or to that of
+ * the master of its slot; a failure to send is its answer. */
 static void resend(dlock__aop *op, int ask) {
   char *cmds[3];
   size_t lens[3];
@@ -516,12 +489,11 @@ static void resend(dlock__aop *op, int ask) {
 static int send_eval(dlock__aop *op, const dlock__eval *call, int with_body,
                      int synced);
 
-/* Before 'op' runs on a cluster: follows a MOVED or an ASK in its answer
+/* Before 'op' runs: follows a MOVED or an ASK in its answer
  * by sending its requests again where it says, and waits out a TRYAGAIN or
  * a CLUSTERDOWN (refusals made before anything ran) before sending them
  * again, never waiting in the loop. 1 when 'op' is not to run now. */
 static int redirected(dlock__aop *op) {
-  dlock__cluster *cl = op->lp->c->route.cluster;
   if (op->resend_at != 0) {
     if (dlock__now_us() < op->resend_at) {
       op->at_us = op->resend_at;
@@ -554,7 +526,7 @@ static int redirected(dlock__aop *op) {
     drop_answers(op);
     return 1;
   }
-  int idx = dlock__cluster_follow(cl, op->reply);
+  int idx = dlock__route_follow(&op->lp->c->route, op->reply);
   if (idx < 0)
     return 0;
   resend(op, kind == DLOCK__REDIRECT_ASK ? idx : -1);
@@ -579,23 +551,21 @@ static int send_eval(dlock__aop *op, const dlock__eval *call, int with_body,
   dlock_client_t *c = op->lp->c;
   char *cmds[3];
   size_t lens[3];
-  /* On a cluster: to the master of its key's slot, publishing where its
-   * waiters listen (formatted once that is known). */
-  if (c->route.cluster != NULL) {
-    op->redirects = 0;
-    op->parked_us = 0;
-    op->eval_call = NULL;
-    if (held_for_probe(op)) {
-      op->eval_call = call;
-      op->eval_body = with_body;
-      op->eval_synced = synced;
-      return 0;
-    }
+  /* To the master of its key's shard, publishing where its waiters listen
+   * (formatted once that is known). */
+  op->redirects = 0;
+  op->parked_us = 0;
+  op->eval_call = NULL;
+  if (held_for_probe(op)) {
+    op->eval_call = call;
+    op->eval_body = with_body;
+    op->eval_synced = synced;
+    return 0;
   }
   dlock__eval routed = *call;
   routed.script = dlock__route_script(&c->route, call->script);
-  op->slot = c->route.cluster != NULL && call->nkeys > 0
-                 ? dlock__key_slot(call->argv[0], call->lens[0])
+  op->slot = call->nkeys > 0
+                 ? dlock__route_shard(&c->route, call->argv[0], call->lens[0])
                  : -1;
   call = &routed;
   int n = 0, rc = dlock__eval_format(call, with_body, &cmds[0], &lens[0]);
@@ -650,21 +620,6 @@ static void apply_wait(dlock__aop *op, const redisReply *w, dlock__synced *sy) {
     dlock__route_forget_replicas(&c->route);
 }
 
-/* The replicas in step that the INFO replication 'info' which rode after
- * 'op's write counted: on a cluster, those of the master of its slot,
- * recorded for that shard. */
-static int take_info(dlock__aop *op, const redisReply *info) {
-  dlock__route *r = &op->lp->c->route;
-  if (r->cluster == NULL)
-    return dlock__route_take_info(r, info);
-  int n = info != NULL && info->type == REDIS_REPLY_STRING
-              ? dlock__route_count_info(info->str, info->len)
-              : -1;
-  if (n >= 0 && op->slot >= 0)
-    dlock__cluster_set_replicas(r->cluster, op->slot, n);
-  return n;
-}
-
 int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
                             redisReply **reply, dlock__synced *sy) {
   dlock__synced ignored;
@@ -709,7 +664,8 @@ int dlock__loop_eval_answer(dlock__aop *op, const dlock__eval *call,
   }
   int counted = -1;
   if (op->info_at >= 0)
-    counted = take_info(op, op->tail[op->info_at]);
+    counted = dlock__route_take_shard_info(&op->lp->c->route, op->slot,
+                                           op->tail[op->info_at]);
   if (op->wanted < 0 && counted > 0) {
     /* Counted only now: the WAIT goes after the write, on the same
      * connection. */
@@ -774,7 +730,7 @@ static void run_ready(dlock__loop *lp) {
       lp->ready_tail = NULL;
     op->queued = 0;
     op->rnext = NULL;
-    if (lp->c->route.cluster != NULL && redirected(op))
+    if (redirected(op))
       continue;
     op->run(op);
   }
@@ -792,11 +748,11 @@ void dlock__loop_action(dlock__loop *lp, int fd, int events) {
   lp->dispatching = 1;
   /* Both connections are serviced whatever the descriptor: servicing
    * one that has nothing to do costs a look at its state only. */
-  if ((fd >= 0 && fd == lp->fd[2]) || dlock__now_us() >= lp->watch.until_us) {
-    short revents = fd >= 0 && fd == lp->fd[2]
-                        ? (short)(((events & DLOCK_POLL_IN) ? POLLIN : 0) |
-                                  ((events & DLOCK_POLL_OUT) ? POLLOUT : 0))
-                        : 0;
+  int watcher = fd >= 0 && fd == lp->fd[DLOCK__LOOP_WATCHER];
+  if (watcher || dlock__now_us() >= lp->watch.until_us) {
+    short revents = watcher ? (short)(((events & DLOCK_POLL_IN) ? POLLIN : 0) |
+                                      ((events & DLOCK_POLL_OUT) ? POLLOUT : 0))
+                            : 0;
     dlock__route_watch_step(&lp->c->route, revents, &lp->watch);
     lp->watch_steps++;
   }
@@ -836,12 +792,11 @@ void dlock__loop_cancel_all(dlock__loop *lp) {
   dlock_client_t *c = lp->c;
   if (awaits_grants(lp)) {
     int64_t until = dlock__deadline_ms(c->opt.command_timeout_ms);
-    if (c->route.cluster != NULL) {
-      for (int i = 0; i < lp->nnodes; i++)
-        (void)dlock__conn_pump(dlock__cluster_node_conn(c->route.cluster, i),
-                               until);
-    } else
-      (void)dlock__conn_pump(c->route.conn, until);
+    for (int i = 0; i < dlock__route_nlinks(&c->route); i++) {
+      dlock__conn *link = dlock__route_link(&c->route, i);
+      if (link != NULL)
+        (void)dlock__conn_pump(link, until);
+    }
   }
   /* Each cancel takes its operation out (and may add none: the verbs
    * refuse a closing client); the oldest ends first, as it would have. */

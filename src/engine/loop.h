@@ -24,6 +24,10 @@
 #include <hiredis/hiredis.h>
 
 typedef struct dlock__loop dlock__loop;
+
+/* The descriptors a loop watches besides its links' (dlock__loop.fd). */
+#define DLOCK__LOOP_SUB 0
+#define DLOCK__LOOP_WATCHER 1
 typedef struct dlock__aop dlock__aop;
 
 struct dlock__aop {
@@ -74,8 +78,9 @@ struct dlock__aop {
   int eval_body, eval_synced;
 };
 
-/* What the application watches for one cluster node: its command
- * connection's descriptor and its sharded pub/sub's. */
+/* What the application watches for one link of the routing (the one
+ * server's, or a cluster node's): its descriptor and, on a cluster with
+ * sharded pub/sub, that of its node's pub/sub connection. */
 typedef struct dlock__lnode {
   int fd[2];
   int what[2];
@@ -90,13 +95,13 @@ struct dlock__loop {
   dlock_timer_cb on_timer;
   void *data;
   int attached;
-  /* What the application watches now: the command connection's
-   * descriptor and the pub/sub one's, and the timer it was given. */
-  /* The command connection's, the pub/sub one's and the Sentinel
-   * watcher's. */
-  int fd[3];
-  int what[3];
-  unsigned socket[3];
+  /* What the application watches now besides the links' descriptors
+   * ('nodes'): the pub/sub connection's and the Sentinel watcher's
+   * (indexed by DLOCK__LOOP_SUB and DLOCK__LOOP_WATCHER), and the timer it
+   * was given. */
+  int fd[2];
+  int what[2];
+  unsigned socket[2];
   dlock__watch_io watch; /* what the watcher waits for */
   unsigned watch_steps;
   int64_t timer_at;
@@ -111,10 +116,10 @@ struct dlock__loop {
    * loop does not call up into the verbs that call it. */
   void (*renew)(dlock__loop *lp);
   int renewing; /* renewals of the round in flight */
-  /* On a cluster: what is watched per node (as many as the cluster
-   * knows), whether its pub/sub was probed (sharded or not), and the
-   * reads of the slot map: due (a node failed), in flight, when, and
-   * from which node next. */
+  /* What is watched per link (as many as the routing knows), whether
+   * the pub/sub was probed (sharded or not), and the reads of the slot
+   * map where there is one: due (a link failed), in flight, when, and
+   * from which link next. */
   dlock__lnode *nodes;
   int nnodes;
   int probed; /* 0: not asked; 1: asked by 'probe_op'; 2: known */
@@ -193,7 +198,7 @@ void dlock__loop_update_watch(dlock__loop *lp);
 void dlock__loop_unwatch(dlock__loop *lp);
 /* Services every connection: does what can be done without waiting. */
 void dlock__loop_service(dlock__loop *lp);
-/* Grows the cluster nodes watched to as many as the cluster knows: 0 or
+/* Grows the links watched to as many as the routing knows: 0 or
  * DLOCK_ENOMEM. */
 int dlock__loop_know_nodes(dlock__loop *lp);
 

@@ -126,7 +126,7 @@ static void drive(dlock__lacq *a) {
   for (;;) {
     switch (dlock__acq_step(m)) {
     case DLOCK__ACQ_DONE:
-      finish(a, m->rc);
+      finish(a, dlock__acq_report(m));
       return;
     case DLOCK__ACQ_SENT:
       return;

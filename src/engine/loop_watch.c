@@ -1,7 +1,7 @@
 /*
  * What the application watches for an async client's loop (see loop.h):
- * the command connection's descriptor (on a cluster, every node's, and
- * each node's sharded pub/sub), the pub/sub one's and the Sentinel
+ * each link's descriptor (the one server's, or every cluster node's, with
+ * each node's sharded pub/sub), the pub/sub connection's and the Sentinel
  * watcher's, and the timer; and the servicing of those connections.
  */
 #include "loop.h"
@@ -14,12 +14,12 @@
 #include <string.h>
 
 int dlock__loop_know_nodes(dlock__loop *lp) {
-  int n = dlock__cluster_nnodes(lp->c->route.cluster);
+  int n = dlock__route_nlinks(&lp->c->route);
   if (n <= lp->nnodes)
     return 0;
   dlock__lnode *x = dlock__realloc(lp->nodes, (size_t)n * sizeof(*x));
   if (x == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory watching a cluster node");
+    return dlock__fail(DLOCK_ENOMEM, "out of memory watching a connection");
   for (int i = lp->nnodes; i < n; i++) {
     memset(&x[i], 0, sizeof(x[i]));
     x[i].fd[0] = x[i].fd[1] = -1;
@@ -60,13 +60,12 @@ static void set_watch(dlock__loop *lp, int i, int fd, int what,
   set_watch_at(lp, &lp->fd[i], &lp->what[i], &lp->socket[i], fd, what, socket);
 }
 
-/* Each cluster node's descriptors (a command connection, a sharded
- * pub/sub), every one of them forgotten when 'off'; returns the earliest
- * time one of them needs. */
+/* Each link's descriptors (its connection, its node's sharded pub/sub),
+ * every one of them forgotten when 'off'; returns the earliest time one of
+ * them needs. */
 static int64_t watch_nodes(dlock__loop *lp, int off) {
-  dlock__cluster *cl = lp->c->route.cluster;
   int64_t at = INT64_MAX;
-  if (cl == NULL || (!off && dlock__loop_know_nodes(lp) != 0))
+  if (!off && dlock__loop_know_nodes(lp) != 0)
     return at;
   for (int i = 0; i < lp->nnodes; i++) {
     dlock__lnode *nd = &lp->nodes[i];
@@ -76,8 +75,8 @@ static int64_t watch_nodes(dlock__loop *lp, int off) {
       int64_t until = INT64_MAX;
       unsigned socket = nd->socket[k];
       if (!off && k == 0)
-        dlock__conn_watch(dlock__cluster_node_conn(cl, i), &fd, &events, &until,
-                          &socket);
+        dlock__conn_watch(dlock__route_link(&lp->c->route, i), &fd, &events,
+                          &until, &socket);
       else if (!off && nd->sub != NULL)
         dlock__lsub_watch(nd->sub, &fd, &events, &until, &socket);
       set_watch_at(lp, &nd->fd[k], &nd->what[k], &nd->socket[k], fd,
@@ -89,11 +88,11 @@ static int64_t watch_nodes(dlock__loop *lp, int off) {
   return at;
 }
 
-/* Services each cluster node's connections. */
+/* Services each link's connections. */
 static void service_nodes(dlock__loop *lp) {
-  dlock__cluster *cl = lp->c->route.cluster;
-  for (int i = 0; cl != NULL && i < lp->nnodes; i++) {
-    dlock__conn_service(dlock__cluster_node_conn(cl, i));
+  (void)dlock__loop_know_nodes(lp);
+  for (int i = 0; i < lp->nnodes; i++) {
+    dlock__conn_service(dlock__route_link(&lp->c->route, i));
     if (lp->nodes[i].sub != NULL)
       dlock__lsub_service(lp->nodes[i].sub);
   }
@@ -115,23 +114,17 @@ void dlock__loop_update_watch(dlock__loop *lp) {
   short events;
   unsigned socket;
   int64_t until, at = earliest_op(lp);
-  if (lp->c->route.cluster != NULL) {
-    /* The first seed's connection is node 0's, watched with the others. */
-    until = watch_nodes(lp, 0);
-  } else {
-    dlock__conn_watch(lp->c->route.conn, &fd, &events, &until, &socket);
-    set_watch(lp, 0, fd, poll_to_what(events), socket);
-  }
+  until = watch_nodes(lp, 0);
   if (until < at)
     at = until;
   dlock__lsub_watch(lp->sub, &fd, &events, &until, &socket);
-  set_watch(lp, 1, fd, poll_to_what(events), socket);
+  set_watch(lp, DLOCK__LOOP_SUB, fd, poll_to_what(events), socket);
   if (until < at)
     at = until;
   /* The watcher may open another connection at any step: its descriptor
    * is registered again after each. */
-  set_watch(lp, 2, lp->watch.fd, poll_to_what(lp->watch.events),
-            lp->watch_steps);
+  set_watch(lp, DLOCK__LOOP_WATCHER, lp->watch.fd,
+            poll_to_what(lp->watch.events), lp->watch_steps);
   if (lp->watch.until_us < at)
     at = lp->watch.until_us;
   if (at == lp->timer_at)
@@ -146,19 +139,15 @@ void dlock__loop_update_watch(dlock__loop *lp) {
 }
 
 void dlock__loop_service(dlock__loop *lp) {
-  if (lp->c->route.cluster != NULL)
-    service_nodes(lp);
-  else
-    dlock__conn_service(lp->c->route.conn);
+  service_nodes(lp);
   dlock__lsub_service(lp->sub);
 }
 
 void dlock__loop_unwatch(dlock__loop *lp) {
   if (!lp->attached)
     return;
-  set_watch(lp, 0, -1, 0, lp->socket[0]);
-  set_watch(lp, 1, -1, 0, lp->socket[1]);
-  set_watch(lp, 2, -1, 0, lp->socket[2]);
+  set_watch(lp, DLOCK__LOOP_SUB, -1, 0, lp->socket[DLOCK__LOOP_SUB]);
+  set_watch(lp, DLOCK__LOOP_WATCHER, -1, 0, lp->socket[DLOCK__LOOP_WATCHER]);
   (void)watch_nodes(lp, 1);
   if (lp->timer_at != INT64_MAX)
     lp->on_timer(lp->c, -1, lp->data);

@@ -69,9 +69,23 @@ static void chan_pass(dlock__acq *m) {
     dlock__pubsub_pass(m->c->ps, &m->w);
 }
 
+/* The machine fails with 'rc', whose detail the calling thread's last
+ * failure holds now: kept with the machine. */
+static void failed(dlock__acq *m, int rc) {
+  m->rc = rc;
+  if (rc < 0)
+    snprintf(m->detail, sizeof(m->detail), "%s", dlock_last_error());
+}
+
+int dlock__acq_report(const dlock__acq *m) {
+  if (m->rc < 0)
+    dlock__fail_text(m->rc, m->detail);
+  return m->rc;
+}
+
 /* Ends the machine's run with 'rc' (leaving, giving up: see finish). */
 static int to_finish(dlock__acq *m, int rc) {
-  m->rc = rc;
+  failed(m, rc);
   return DLOCK__ACQ_FINISH;
 }
 
@@ -277,7 +291,7 @@ static int answered(dlock__acq *m) {
  * one: it says how long it tried. */
 static int done_riding(dlock__acq *m) {
   if (rides_out(m->rc))
-    m->rc = dlock__outage_end(&m->ride, m->rc);
+    failed(m, dlock__outage_end(&m->ride, m->rc));
   return DLOCK__ACQ_DONE;
 }
 
@@ -285,8 +299,10 @@ static int done_riding(dlock__acq *m) {
  * queue place; then rides an outage, or is done. */
 static int finish(dlock__acq *m) {
   int rc = m->rc;
-  if (rc == 1)
+  if (rc == 1) {
     rc = m->ops->timed_out(m);
+    failed(m, rc);
+  }
   if (m->joined) {
     chan_leave(m);
     m->joined = 0;
@@ -315,7 +331,7 @@ static int finish(dlock__acq *m) {
  * last error then stands). */
 static int rode(dlock__acq *m) {
   if (dlock__now_us() >= m->ride.until_us) {
-    dlock__fail_text(m->rc, m->ride.why);
+    failed(m, dlock__fail_text(m->rc, m->ride.why));
     return m->ride_restarts ? done_riding(m) : to_finish(m, m->rc);
   }
   return m->ride_restarts ? DLOCK__ACQ_PREPARE : DLOCK__ACQ_ATTEMPT;
@@ -364,7 +380,7 @@ int dlock__acq_run(dlock__acq *m) {
       dlock__sleep_us(m->until_us - dlock__now_us());
       int rc = state == DLOCK__ACQ_RIDE ? dlock__check_canceled(m->c) : 0;
       if (rc != 0) {
-        m->rc = rc;
+        failed(m, rc);
         break;
       }
     }
@@ -372,5 +388,5 @@ int dlock__acq_run(dlock__acq *m) {
   if (m->free_channel)
     dlock__free(m->channel);
   m->channel = NULL;
-  return m->rc;
+  return dlock__acq_report(m);
 }

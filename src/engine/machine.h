@@ -139,6 +139,11 @@ struct dlock__acq {
   int waited;    /* it waited for another holder at least once */
   dlock__backoff spin;
   dlock__riding ride; /* riding an outage */
+  /* The detail of the failure 'rc' says, kept from when it happened: what
+   * runs after it (leaving the channel, giving up a queue place, settling)
+   * may fail too, and must not change what the caller is told. The
+   * drivers hand it to the caller (dlock_last_error()) at the end. */
+  char detail[256];
 };
 
 /* The 'ttl_ms' of a machine that has not tried yet. */
@@ -162,8 +167,12 @@ void dlock__acq_init(dlock__acq *m, const dlock__acq_ops *ops, void *arg,
  * answer. */
 int dlock__acq_step(dlock__acq *m);
 
+/* Makes the machine's failure the calling thread's dlock_last_error(), as
+ * its drivers do once it is done: returns 'm->rc'. */
+int dlock__acq_report(const dlock__acq *m);
+
 /* The blocking driver: runs 'm' to the end, waiting where it waits, and
- * frees what it holds. Returns its answer. */
+ * frees what it holds. Returns its answer, with its detail set. */
 int dlock__acq_run(dlock__acq *m);
 
 #endif

@@ -6,6 +6,7 @@
 #include "slot.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 static uint16_t table[256];
@@ -41,4 +42,23 @@ int dlock__key_slot(const char *key, size_t len) {
              (DLOCK__SLOTS - 1);
   }
   return dlock__crc16(key, len) & (DLOCK__SLOTS - 1);
+}
+
+int dlock__cmd_slot(const char *cmd, size_t len) {
+  const char *end = cmd + len, *p = cmd;
+  if (p >= end || *p != '*' || strtol(p + 1, NULL, 10) < 2)
+    return -1;
+  for (int arg = 0; arg < 2; arg++) {
+    p = memchr(p, '\n', (size_t)(end - p));
+    if (p == NULL || ++p >= end || *p != '$')
+      return -1;
+    long n = strtol(p + 1, NULL, 10);
+    p = memchr(p, '\n', (size_t)(end - p));
+    if (p == NULL || n < 0 || (size_t)(end - ++p) < (size_t)n)
+      return -1;
+    if (arg == 1)
+      return dlock__key_slot(p, (size_t)n);
+    p += n;
+  }
+  return -1;
 }

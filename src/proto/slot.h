@@ -20,4 +20,9 @@ uint16_t dlock__crc16(const char *buf, size_t len);
  */
 int dlock__key_slot(const char *key, size_t len);
 
+/* The slot of a formatted command's first argument (its key, for the
+ * commands a client sends about one key), or -1 when it has none or the
+ * text is not a whole RESP array of bulk strings. */
+int dlock__cmd_slot(const char *cmd, size_t len);
+
 #endif

@@ -157,6 +157,53 @@ static inline int dlock__route_moved(dlock__route *r, unsigned gen) {
   return r->sentinel != NULL && dlock__sentinel_gen(r->sentinel) != gen;
 }
 
+/* ---- links by number, for an event loop (links.c) ---------------------- */
+
+/*
+ * An event loop sends on the links itself and never waits: it asks here
+ * which links there are and which one serves a shard as known now, and
+ * hands back what they answered to the routing's questions (a slot map, a
+ * redirection, the pub/sub probe, a shard's INFO). On one server, or the
+ * master found through Sentinel, there is one link, number 0, serving
+ * every shard, and nothing to read, follow or probe.
+ */
+
+/* How many links there are now (a cluster learns nodes as it goes), and
+ * link 'i' (NULL when there is none such). */
+int dlock__route_nlinks(dlock__route *r);
+dlock__conn *dlock__route_link(dlock__route *r, int i);
+/* The address of link 'i', for a pub/sub connection to the same node of
+ * a cluster with sharded pub/sub (NULL elsewhere). */
+const dlock__endpoint *dlock__route_link_ep(dlock__route *r, int i);
+
+/* The shard of a formatted command's key, as dlock__route_shard says; -1
+ * for a command with no key. */
+int dlock__route_cmd_shard(const dlock__route *r, const char *cmd, size_t len);
+/* The link serving 'shard' as known now, never reading anything: -1 when
+ * the slot map does not say (read it, dlock__route_map_cmd). */
+int dlock__route_link_known(dlock__route *r, int shard);
+
+/* The command that reads the slot map (static; NULL: there is none), and
+ * the reply to it from link 'link' applied: 0, or why it is no map. */
+const char *dlock__route_map_cmd(dlock__route *r, size_t *len);
+int dlock__route_take_map(dlock__route *r, int link, const redisReply *reply);
+
+/* The link a redirection (a MOVED or an ASK error reply) names, added
+ * when new, the call to be sent again there (after ASKING for an ASK); a
+ * MOVED also updates the map. -1 for any other reply. */
+int dlock__route_follow(dlock__route *r, const redisReply *reply);
+
+/* The commands that find out once whether waiters listen with SSUBSCRIBE
+ * (see dlock__cluster_probe_sharded), to send to the link of shard 0
+ * (room for 2 in 'cmds' and 'lens'): how many, 0 when nothing is to be
+ * asked; their replies (NULL: none came) are then handed back. */
+int dlock__route_probe_cmds(dlock__route *r, char **cmds, size_t *lens);
+void dlock__route_take_probe(dlock__route *r, const redisReply *numsub,
+                             const redisReply *publish);
+/* 1 when waiters listen on the link of their channel's shard (SSUBSCRIBE
+ * on a cluster that has it); 0: on the client's one pub/sub connection. */
+int dlock__route_sharded(dlock__route *r);
+
 /* ---- replica counts (see above and sync.h) ------------------------------ */
 
 /* The replicas in step behind the master(s) serving 'calls' ('n' 0: the
@@ -184,6 +231,11 @@ int dlock__route_refresh(dlock__route *r, int defer_shards);
  * from the reply of an INFO replication that rode after a write; returns
  * the count waited for now on one server (-1: not known). */
 int dlock__route_take_info(dlock__route *r, const redisReply *reply);
+
+/* The same for the INFO replication that rode after a write to 'shard':
+ * on a cluster, the count of that shard's master, recorded for it. */
+int dlock__route_take_shard_info(dlock__route *r, int shard,
+                                 const redisReply *info);
 
 /* A write failed (the next connection may reach another master) or fell
  * short (a replica gone): every count is read again before the next. */
