@@ -102,7 +102,7 @@ static int again_later(dlock_client_t *c, size_t n, const dlock__eval *calls,
                            tail, tail_lens, got_tail);
     for (size_t j = 0; j < m; j++)
       replies[which[j]] = got[j];
-    dlock__cluster_keep_tail(tail_replies, got_tail, ntail);
+    dlock__route_keep_tail(tail_replies, got_tail, ntail);
   }
   if (rc != 0) {
     drop_replies(replies, n);

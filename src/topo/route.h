@@ -99,6 +99,15 @@ dlock__route_eval(dlock__route *r, size_t n, const dlock__eval *calls,
                      : dlock__eval_run(r->conn, n, calls, replies, deadline_us);
 }
 
+/* Merges the tail replies 'got' of a round made again after
+ * DLOCK__CLUSTER_BUSY into those of the rounds before ('best'), keeping
+ * for each tail command the reply that acknowledged least (see
+ * dlock__cluster_keep_tail). */
+static inline void dlock__route_keep_tail(redisReply **best, redisReply **got,
+                                          size_t ntail) {
+  dlock__cluster_keep_tail(best, got, ntail);
+}
+
 /* dlock__conn_call on the link for 'key' (the master of its slot on a
  * cluster, where redirections are followed; 'key' NULL: any node), for
  * commands on keys of one slot that a redirection leaves unapplied; or
