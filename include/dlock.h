@@ -1066,7 +1066,11 @@ DLOCK_EXPORT int dlock_loop_attach(dlock_client_t *c, dlock_socket_cb on_socket,
  * Returns 0, or DLOCK_EINVAL for a client that is not async. */
 DLOCK_EXPORT int dlock_loop_action(dlock_client_t *c, int fd, int events);
 
-/* How many operations are pending (started, callback not yet run). */
+/* How many operations are in progress on the loop: those the application
+ * started whose callback has not run yet (a MultiLock or RedLock counts
+ * once per part), and the loop's own (watchdog renewals, give-backs of
+ * what a cancelled operation was granted, a cluster's slot-map reads).
+ * 0 means that the loop has nothing left to do but wait for wake-ups. */
 DLOCK_EXPORT size_t dlock_loop_pending(const dlock_client_t *c);
 
 /* The end of an operation on 'l' for 'owner': 'status' 0 or a DLOCK_E*
