@@ -831,6 +831,141 @@ TEST(async_redlock_needs_a_majority_of_servers) {
   }
 }
 
+/* What an operation's callback saw, with a failure's detail. */
+typedef struct said {
+  int calls, status;
+  int64_t at_ms;
+  char detail[512];
+} said;
+
+static void said_cb(dlock_t *l, uint64_t owner, int status, void *data) {
+  said *d = data;
+  (void)l;
+  (void)owner;
+  d->calls++;
+  d->status = status;
+  d->at_ms = lu_now_ms();
+  snprintf(d->detail, sizeof(d->detail), "%s",
+           status != 0 ? dlock_last_error() : "");
+}
+
+/* Turns every loop in turn for 'ms'. */
+static void turn_all_for(tl_loop *ls, size_t n, int64_t ms) {
+  int64_t end = lu_now_ms() + ms;
+  while (lu_now_ms() < end)
+    for (size_t i = 0; i < n; i++)
+      tl_turn(&ls[i], 2);
+}
+
+/* Takes 'l' for 'owner' with 'wait_ms' and lets it go, through the loops:
+ * the acquisition's outcome. */
+static int take_and_give_back(tl_loop *ls, size_t n, dlock_t *l, uint64_t owner,
+                              int64_t wait_ms) {
+  said a = {0}, u = {0};
+  ASSERT_DLOCK_OK(dlock_trylock_async(l, owner, wait_ms, 30000, said_cb, &a));
+  turn_all_until(ls, n, &a.calls, 60000);
+  if (a.status != 0)
+    return a.status;
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, owner, said_cb, &u));
+  turn_all_until(ls, n, &u.calls, 30000);
+  ASSERT_DLOCK_OK(u.status);
+  return 0;
+}
+
+/*
+ * A MultiLock whose part's server is down, and a RedLock with a majority
+ * of its nodes down, when the acquisition starts (as test_replication's
+ * outage test does with the blocking verbs): with a wait, both ride the
+ * outage through the loops, as a single lock does, and succeed once the
+ * servers are back; their unlock leaves no key anywhere. A part whose
+ * server never answered fails the MultiLock with DLOCK_EIO, at once
+ * without a wait, else once the wait is over, saying it tried again, and
+ * what the other part got is given back.
+ */
+TEST(async_multi_and_red_locks_ride_a_restart) {
+  const char *key = "async-out:comp";
+  rp_server_t *srv[RED_N];
+  tl_loop ls[RED_N + 1];
+  dlock_client_t *ac[RED_N + 1];
+  dlock_t *ap[RED_N];
+  for (int i = 0; i < RED_N; i++) {
+    srv[i] = lu_server(0);
+    ac[i] = async_client(srv[i], &ls[i]);
+    ap[i] = lu_get(ac[i], key);
+  }
+  for (int red = 0; red < 2; red++) {
+    dlock_t *l = NULL;
+    ASSERT_DLOCK_OK(red ? dlock_get_red(ap, RED_N, &l)
+                        : dlock_get_multi(ap, 2, &l));
+    /* Its clients have worked: what follows is an outage. */
+    ASSERT_DLOCK_OK(take_and_give_back(ls, RED_N, l, dlock_owner_new(), 0));
+    /* The MultiLock's second part's server; two of the RedLock's three. */
+    int down = red ? 2 : 1;
+    for (int i = 0; i < down; i++)
+      ASSERT_EQ(rp_kill(srv[2 - i - (red ? 0 : 1)]), 0);
+    uint64_t owner = dlock_owner_new();
+    said d = {0};
+    int64_t t0 = lu_now_ms();
+    ASSERT_DLOCK_OK(dlock_trylock_async(l, owner, 15000, 30000, said_cb, &d));
+    turn_all_for(ls, RED_N, 1500);
+    /* Not failed while there is time left. */
+    ASSERT_EQ(d.calls, 0);
+    for (int i = 0; i < down; i++)
+      ASSERT_EQ(rp_restart(srv[2 - i - (red ? 0 : 1)]), 0);
+    turn_all_until(ls, RED_N, &d.calls, 60000);
+    printf("async %s trylock(15 s) through a 1.5 s outage: %s after %" PRId64
+           " ms\n",
+           red ? "RedLock" : "MultiLock", dlock_err_name(d.status),
+           d.at_ms - t0);
+    ASSERT_DLOCK_OK(d.status);
+    ASSERT_GE(d.at_ms - t0, 1400);
+    ASSERT_GT(dlock_token_as(l, owner), 0);
+    int held = 0;
+    for (int i = 0; i < (red ? RED_N : 2); i++)
+      held += (int)lu_exists(srv[i], key);
+    ASSERT_GE(held, 2);
+    said u = {0};
+    ASSERT_DLOCK_OK(dlock_unlock_async(l, owner, said_cb, &u));
+    turn_all_until(ls, RED_N, &u.calls, 30000);
+    ASSERT_DLOCK_OK(u.status);
+    for (int i = 0; i < RED_N; i++)
+      ASSERT_EQ(lu_exists(srv[i], key), 0);
+    dlock_free(l);
+  }
+
+  /* A client of a server that is down before it ever connected. */
+  ASSERT_EQ(rp_kill(srv[2]), 0);
+  ac[RED_N] = async_client(srv[2], &ls[RED_N]);
+  dlock_t *pair[2] = {lu_get(ac[0], "async-out:never"),
+                      lu_get(ac[RED_N], "async-out:never")};
+  dlock_t *m = NULL;
+  ASSERT_DLOCK_OK(dlock_get_multi(pair, 2, &m));
+  ASSERT_EQ(take_and_give_back(ls, RED_N + 1, m, 5, 0), DLOCK_EIO);
+  int64_t t1 = lu_now_ms();
+  said f = {0};
+  ASSERT_DLOCK_OK(dlock_trylock_async(m, 5, 500, 30000, said_cb, &f));
+  turn_all_until(ls, RED_N + 1, &f.calls, 60000);
+  printf("async MultiLock, a part's server never up, trylock(500 ms): %s "
+         "after %" PRId64 " ms: %s\n",
+         dlock_err_name(f.status), f.at_ms - t1, f.detail);
+  ASSERT_EQ(f.status, DLOCK_EIO);
+  ASSERT_GE(f.at_ms - t1, 400);
+  ASSERT_NOT_NULL(strstr(f.detail, "tried"));
+  ASSERT_EQ(lu_exists(srv[0], "async-out:never"), 0);
+
+  dlock_free(m);
+  dlock_free(pair[0]);
+  dlock_free(pair[1]);
+  for (int i = 0; i <= RED_N; i++) {
+    if (i < RED_N)
+      dlock_free(ap[i]);
+    dlock_client_close(ac[i]);
+    tl_close(&ls[i]);
+    if (i < RED_N)
+      rp_free(srv[i]);
+  }
+}
+
 /* ---- replica sync ------------------------------------------------------- */
 
 static int replica_up(rp_server_t *replica) {
