@@ -471,9 +471,12 @@ static void part_done(dlock_t *part, uint64_t owner, int status, void *data) {
       end_round(mo);
     return;
   case UNLOCK:
+  case RED_UNLOCK:
     mo->state[ref->i] = status;
-    if (mo->pending == 0)
+    if (mo->pending == 0 && mo->phase == UNLOCK)
       end_unlock(mo);
+    else if (mo->pending == 0)
+      red_end_unlock(mo);
     return;
   case RED_ATTEMPT:
     mo->state[ref->i] = status;
@@ -484,11 +487,6 @@ static void part_done(dlock_t *part, uint64_t owner, int status, void *data) {
   case RED_RELEASE:
     if (mo->pending == 0)
       red_retry(mo);
-    return;
-  case RED_UNLOCK:
-    mo->state[ref->i] = status;
-    if (mo->pending == 0)
-      red_end_unlock(mo);
     return;
   default: /* a release before waiting, riding or failing */
     if (mo->pending == 0)
