@@ -880,7 +880,8 @@ static int take_and_give_back(tl_loop *ls, size_t n, dlock_t *l, uint64_t owner,
  * servers are back; their unlock leaves no key anywhere. A part whose
  * server never answered fails the MultiLock with DLOCK_EIO, at once
  * without a wait, else once the wait is over, saying it tried again, and
- * what the other part got is given back.
+ * what the other part got is given back; the same for a RedLock with too
+ * few nodes up, with DLOCK_ENOQUORUM.
  */
 TEST(async_multi_and_red_locks_ride_a_restart) {
   const char *key = "async-out:comp";
@@ -952,7 +953,28 @@ TEST(async_multi_and_red_locks_ride_a_restart) {
   ASSERT_GE(f.at_ms - t1, 400);
   ASSERT_NOT_NULL(strstr(f.detail, "tried"));
   ASSERT_EQ(lu_exists(srv[0], "async-out:never"), 0);
+  /* A RedLock with that node and one more down: DLOCK_ENOQUORUM, naming
+   * a node that did not answer and why, once its wait is over; what the
+   * node that is up granted is given back. */
+  ASSERT_EQ(rp_kill(srv[1]), 0);
+  dlock_t *nodes[RED_N] = {pair[0], lu_get(ac[1], "async-out:never"), pair[1]};
+  dlock_t *r = NULL;
+  ASSERT_DLOCK_OK(dlock_get_red(nodes, RED_N, &r));
+  int64_t t2 = lu_now_ms();
+  said q = {0};
+  ASSERT_DLOCK_OK(dlock_trylock_async(r, 6, 500, 30000, said_cb, &q));
+  turn_all_until(ls, RED_N + 1, &q.calls, 60000);
+  printf("async RedLock, two of three nodes down, trylock(500 ms): %s after "
+         "%" PRId64 " ms: %s\n",
+         dlock_err_name(q.status), q.at_ms - t2, q.detail);
+  ASSERT_EQ(q.status, DLOCK_ENOQUORUM);
+  ASSERT_GE(q.at_ms - t2, 400);
+  ASSERT_NOT_NULL(strstr(q.detail, "node"));
+  ASSERT_NOT_NULL(strstr(q.detail, "tried"));
+  ASSERT_EQ(lu_exists(srv[0], "async-out:never"), 0);
 
+  dlock_free(r);
+  dlock_free(nodes[1]);
   dlock_free(m);
   dlock_free(pair[0]);
   dlock_free(pair[1]);
