@@ -831,24 +831,6 @@ TEST(async_redlock_needs_a_majority_of_servers) {
   }
 }
 
-/* What an operation's callback saw, with a failure's detail. */
-typedef struct said {
-  int calls, status;
-  int64_t at_ms;
-  char detail[512];
-} said;
-
-static void said_cb(dlock_t *l, uint64_t owner, int status, void *data) {
-  said *d = data;
-  (void)l;
-  (void)owner;
-  d->calls++;
-  d->status = status;
-  d->at_ms = lu_now_ms();
-  snprintf(d->detail, sizeof(d->detail), "%s",
-           status != 0 ? dlock_last_error() : "");
-}
-
 /* Turns every loop in turn for 'ms'. */
 static void turn_all_for(tl_loop *ls, size_t n, int64_t ms) {
   int64_t end = lu_now_ms() + ms;
@@ -861,15 +843,33 @@ static void turn_all_for(tl_loop *ls, size_t n, int64_t ms) {
  * the acquisition's outcome. */
 static int take_and_give_back(tl_loop *ls, size_t n, dlock_t *l, uint64_t owner,
                               int64_t wait_ms) {
-  said a = {0}, u = {0};
-  ASSERT_DLOCK_OK(dlock_trylock_async(l, owner, wait_ms, 30000, said_cb, &a));
+  tl_done a = {0}, u = {0};
+  ASSERT_DLOCK_OK(
+      dlock_trylock_async(l, owner, wait_ms, 30000, tl_done_cb, &a));
   turn_all_until(ls, n, &a.calls, 60000);
   if (a.status != 0)
     return a.status;
-  ASSERT_DLOCK_OK(dlock_unlock_async(l, owner, said_cb, &u));
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, owner, tl_done_cb, &u));
   turn_all_until(ls, n, &u.calls, 30000);
   ASSERT_DLOCK_OK(u.status);
   return 0;
+}
+
+/* Takes 'l' for 'owner' with a wait of 500 ms through 'n' loops, with
+ * servers down: it fails with 'want' once the wait is over, saying that it
+ * tried again. What its callback saw. */
+static tl_done rides_then_fails(tl_loop *ls, size_t n, dlock_t *l,
+                                uint64_t owner, int want, const char *what) {
+  int64_t t = lu_now_ms();
+  tl_done d = {0};
+  ASSERT_DLOCK_OK(dlock_trylock_async(l, owner, 500, 30000, tl_done_cb, &d));
+  turn_all_until(ls, n, &d.calls, 60000);
+  printf("async %s, trylock(500 ms): %s after %" PRId64 " ms: %s\n", what,
+         dlock_err_name(d.status), d.at_ms - t, d.detail);
+  ASSERT_EQ(d.status, want);
+  ASSERT_GE(d.at_ms - t, 400);
+  ASSERT_NOT_NULL(strstr(d.detail, "tried"));
+  return d;
 }
 
 /*
@@ -905,9 +905,10 @@ TEST(async_multi_and_red_locks_ride_a_restart) {
     for (int i = 0; i < down; i++)
       ASSERT_EQ(rp_kill(srv[2 - i - (red ? 0 : 1)]), 0);
     uint64_t owner = dlock_owner_new();
-    said d = {0};
+    tl_done d = {0};
     int64_t t0 = lu_now_ms();
-    ASSERT_DLOCK_OK(dlock_trylock_async(l, owner, 15000, 30000, said_cb, &d));
+    ASSERT_DLOCK_OK(
+        dlock_trylock_async(l, owner, 15000, 30000, tl_done_cb, &d));
     turn_all_for(ls, RED_N, 1500);
     /* Not failed while there is time left. */
     ASSERT_EQ(d.calls, 0);
@@ -925,8 +926,8 @@ TEST(async_multi_and_red_locks_ride_a_restart) {
     for (int i = 0; i < (red ? RED_N : 2); i++)
       held += (int)lu_exists(srv[i], key);
     ASSERT_GE(held, 2);
-    said u = {0};
-    ASSERT_DLOCK_OK(dlock_unlock_async(l, owner, said_cb, &u));
+    tl_done u = {0};
+    ASSERT_DLOCK_OK(dlock_unlock_async(l, owner, tl_done_cb, &u));
     turn_all_until(ls, RED_N, &u.calls, 30000);
     ASSERT_DLOCK_OK(u.status);
     for (int i = 0; i < RED_N; i++)
@@ -942,16 +943,8 @@ TEST(async_multi_and_red_locks_ride_a_restart) {
   dlock_t *m = NULL;
   ASSERT_DLOCK_OK(dlock_get_multi(pair, 2, &m));
   ASSERT_EQ(take_and_give_back(ls, RED_N + 1, m, 5, 0), DLOCK_EIO);
-  int64_t t1 = lu_now_ms();
-  said f = {0};
-  ASSERT_DLOCK_OK(dlock_trylock_async(m, 5, 500, 30000, said_cb, &f));
-  turn_all_until(ls, RED_N + 1, &f.calls, 60000);
-  printf("async MultiLock, a part's server never up, trylock(500 ms): %s "
-         "after %" PRId64 " ms: %s\n",
-         dlock_err_name(f.status), f.at_ms - t1, f.detail);
-  ASSERT_EQ(f.status, DLOCK_EIO);
-  ASSERT_GE(f.at_ms - t1, 400);
-  ASSERT_NOT_NULL(strstr(f.detail, "tried"));
+  rides_then_fails(ls, RED_N + 1, m, 5, DLOCK_EIO,
+                   "MultiLock, a part's server never up");
   ASSERT_EQ(lu_exists(srv[0], "async-out:never"), 0);
   /* A RedLock with that node and one more down: DLOCK_ENOQUORUM, naming
    * a node that did not answer and why, once its wait is over; what the
@@ -960,17 +953,9 @@ TEST(async_multi_and_red_locks_ride_a_restart) {
   dlock_t *nodes[RED_N] = {pair[0], lu_get(ac[1], "async-out:never"), pair[1]};
   dlock_t *r = NULL;
   ASSERT_DLOCK_OK(dlock_get_red(nodes, RED_N, &r));
-  int64_t t2 = lu_now_ms();
-  said q = {0};
-  ASSERT_DLOCK_OK(dlock_trylock_async(r, 6, 500, 30000, said_cb, &q));
-  turn_all_until(ls, RED_N + 1, &q.calls, 60000);
-  printf("async RedLock, two of three nodes down, trylock(500 ms): %s after "
-         "%" PRId64 " ms: %s\n",
-         dlock_err_name(q.status), q.at_ms - t2, q.detail);
-  ASSERT_EQ(q.status, DLOCK_ENOQUORUM);
-  ASSERT_GE(q.at_ms - t2, 400);
+  tl_done q = rides_then_fails(ls, RED_N + 1, r, 6, DLOCK_ENOQUORUM,
+                               "RedLock, two of three nodes down");
   ASSERT_NOT_NULL(strstr(q.detail, "node"));
-  ASSERT_NOT_NULL(strstr(q.detail, "tried"));
   ASSERT_EQ(lu_exists(srv[0], "async-out:never"), 0);
 
   dlock_free(r);
