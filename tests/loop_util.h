@@ -102,11 +102,12 @@ static inline dlock_client_t *tl_client_opts(const dlock_options_t *o) {
   return c;
 }
 
-/* The result of one operation. */
+/* The result of one operation, with a failure's detail. */
 typedef struct tl_done {
   int calls;
   int status;
   int64_t at_ms;
+  char detail[512];
 } tl_done;
 
 static inline void tl_done_cb(dlock_t *l, uint64_t owner, int status,
@@ -117,6 +118,8 @@ static inline void tl_done_cb(dlock_t *l, uint64_t owner, int status,
   d->calls++;
   d->status = status;
   d->at_ms = lu_now_ms();
+  snprintf(d->detail, sizeof(d->detail), "%s",
+           status != 0 ? dlock_last_error() : "");
 }
 
 #endif

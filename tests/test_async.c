@@ -831,6 +831,148 @@ TEST(async_redlock_needs_a_majority_of_servers) {
   }
 }
 
+/* Turns every loop in turn for 'ms'. */
+static void turn_all_for(tl_loop *ls, size_t n, int64_t ms) {
+  int64_t end = lu_now_ms() + ms;
+  while (lu_now_ms() < end)
+    for (size_t i = 0; i < n; i++)
+      tl_turn(&ls[i], 2);
+}
+
+/* Takes 'l' for 'owner' with 'wait_ms' and lets it go, through the loops:
+ * the acquisition's outcome. */
+static int take_and_give_back(tl_loop *ls, size_t n, dlock_t *l, uint64_t owner,
+                              int64_t wait_ms) {
+  tl_done a = {0}, u = {0};
+  ASSERT_DLOCK_OK(
+      dlock_trylock_async(l, owner, wait_ms, 30000, tl_done_cb, &a));
+  turn_all_until(ls, n, &a.calls, 60000);
+  if (a.status != 0)
+    return a.status;
+  ASSERT_DLOCK_OK(dlock_unlock_async(l, owner, tl_done_cb, &u));
+  turn_all_until(ls, n, &u.calls, 30000);
+  ASSERT_DLOCK_OK(u.status);
+  return 0;
+}
+
+/* Takes 'l' for 'owner' with a wait of 500 ms through 'n' loops, with
+ * servers down: it fails with 'want' once the wait is over, saying that it
+ * tried again. What its callback saw. */
+static tl_done rides_then_fails(tl_loop *ls, size_t n, dlock_t *l,
+                                uint64_t owner, int want, const char *what) {
+  int64_t t = lu_now_ms();
+  tl_done d = {0};
+  ASSERT_DLOCK_OK(dlock_trylock_async(l, owner, 500, 30000, tl_done_cb, &d));
+  turn_all_until(ls, n, &d.calls, 60000);
+  printf("async %s, trylock(500 ms): %s after %" PRId64 " ms: %s\n", what,
+         dlock_err_name(d.status), d.at_ms - t, d.detail);
+  ASSERT_EQ(d.status, want);
+  ASSERT_GE(d.at_ms - t, 400);
+  ASSERT_NOT_NULL(strstr(d.detail, "tried"));
+  return d;
+}
+
+/*
+ * A MultiLock whose part's server is down, and a RedLock with a majority
+ * of its nodes down, when the acquisition starts (as test_replication's
+ * outage test does with the blocking verbs): with a wait, both ride the
+ * outage through the loops, as a single lock does, and succeed once the
+ * servers are back; their unlock leaves no key anywhere. A part whose
+ * server never answered fails the MultiLock with DLOCK_EIO, at once
+ * without a wait, else once the wait is over, saying it tried again, and
+ * what the other part got is given back; the same for a RedLock with too
+ * few nodes up, with DLOCK_ENOQUORUM.
+ */
+TEST(async_multi_and_red_locks_ride_a_restart) {
+  const char *key = "async-out:comp";
+  rp_server_t *srv[RED_N];
+  tl_loop ls[RED_N + 1];
+  dlock_client_t *ac[RED_N + 1];
+  dlock_t *ap[RED_N];
+  for (int i = 0; i < RED_N; i++) {
+    srv[i] = lu_server(0);
+    ac[i] = async_client(srv[i], &ls[i]);
+    ap[i] = lu_get(ac[i], key);
+  }
+  for (int red = 0; red < 2; red++) {
+    dlock_t *l = NULL;
+    ASSERT_DLOCK_OK(red ? dlock_get_red(ap, RED_N, &l)
+                        : dlock_get_multi(ap, 2, &l));
+    /* Its clients have worked: what follows is an outage. */
+    ASSERT_DLOCK_OK(take_and_give_back(ls, RED_N, l, dlock_owner_new(), 0));
+    /* The MultiLock's second part's server; two of the RedLock's three. */
+    int down = red ? 2 : 1;
+    for (int i = 0; i < down; i++)
+      ASSERT_EQ(rp_kill(srv[2 - i - (red ? 0 : 1)]), 0);
+    uint64_t owner = dlock_owner_new();
+    tl_done d = {0};
+    int64_t t0 = lu_now_ms();
+    ASSERT_DLOCK_OK(
+        dlock_trylock_async(l, owner, 15000, 30000, tl_done_cb, &d));
+    turn_all_for(ls, RED_N, 1500);
+    /* Not failed while there is time left. */
+    ASSERT_EQ(d.calls, 0);
+    for (int i = 0; i < down; i++)
+      ASSERT_EQ(rp_restart(srv[2 - i - (red ? 0 : 1)]), 0);
+    turn_all_until(ls, RED_N, &d.calls, 60000);
+    printf("async %s trylock(15 s) through a 1.5 s outage: %s after %" PRId64
+           " ms\n",
+           red ? "RedLock" : "MultiLock", dlock_err_name(d.status),
+           d.at_ms - t0);
+    ASSERT_DLOCK_OK(d.status);
+    ASSERT_GE(d.at_ms - t0, 1400);
+    ASSERT_GT(dlock_token_as(l, owner), 0);
+    int held = 0;
+    for (int i = 0; i < (red ? RED_N : 2); i++)
+      held += (int)lu_exists(srv[i], key);
+    ASSERT_GE(held, 2);
+    tl_done u = {0};
+    ASSERT_DLOCK_OK(dlock_unlock_async(l, owner, tl_done_cb, &u));
+    turn_all_until(ls, RED_N, &u.calls, 30000);
+    ASSERT_DLOCK_OK(u.status);
+    for (int i = 0; i < RED_N; i++)
+      ASSERT_EQ(lu_exists(srv[i], key), 0);
+    dlock_free(l);
+  }
+
+  /* A client of a server that is down before it ever connected. */
+  ASSERT_EQ(rp_kill(srv[2]), 0);
+  ac[RED_N] = async_client(srv[2], &ls[RED_N]);
+  dlock_t *pair[2] = {lu_get(ac[0], "async-out:never"),
+                      lu_get(ac[RED_N], "async-out:never")};
+  dlock_t *m = NULL;
+  ASSERT_DLOCK_OK(dlock_get_multi(pair, 2, &m));
+  ASSERT_EQ(take_and_give_back(ls, RED_N + 1, m, 5, 0), DLOCK_EIO);
+  rides_then_fails(ls, RED_N + 1, m, 5, DLOCK_EIO,
+                   "MultiLock, a part's server never up");
+  ASSERT_EQ(lu_exists(srv[0], "async-out:never"), 0);
+  /* A RedLock with that node and one more down: DLOCK_ENOQUORUM, naming
+   * a node that did not answer and why, once its wait is over; what the
+   * node that is up granted is given back. */
+  ASSERT_EQ(rp_kill(srv[1]), 0);
+  dlock_t *nodes[RED_N] = {pair[0], lu_get(ac[1], "async-out:never"), pair[1]};
+  dlock_t *r = NULL;
+  ASSERT_DLOCK_OK(dlock_get_red(nodes, RED_N, &r));
+  tl_done q = rides_then_fails(ls, RED_N + 1, r, 6, DLOCK_ENOQUORUM,
+                               "RedLock, two of three nodes down");
+  ASSERT_NOT_NULL(strstr(q.detail, "node"));
+  ASSERT_EQ(lu_exists(srv[0], "async-out:never"), 0);
+
+  dlock_free(r);
+  dlock_free(nodes[1]);
+  dlock_free(m);
+  dlock_free(pair[0]);
+  dlock_free(pair[1]);
+  for (int i = 0; i <= RED_N; i++) {
+    if (i < RED_N)
+      dlock_free(ap[i]);
+    dlock_client_close(ac[i]);
+    tl_close(&ls[i]);
+    if (i < RED_N)
+      rp_free(srv[i]);
+  }
+}
+
 /* ---- replica sync ------------------------------------------------------- */
 
 static int replica_up(rp_server_t *replica) {

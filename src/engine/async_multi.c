@@ -5,8 +5,12 @@
  * success; when one is taken by someone else, every part held is let go,
  * that one alone is waited for (holding nothing, so that two owners with
  * overlapping sets in any order cannot deadlock), and the round starts
- * again holding it. The coordinator is driven by its parts' callbacks, so
- * it runs from their loops, and reports from them.
+ * again holding it. A round that fails with an error an outage causes (a
+ * server down or restarting) is made again after the outage back-off,
+ * holding nothing meanwhile, within the wait, as a single lock's wait
+ * rides it (machine.c); so is a RedLock round that too few nodes
+ * answered. The coordinator is driven by its parts' callbacks and its
+ * pauses, so it runs from their loops, and reports from them.
  */
 #include "async.h"
 
@@ -24,6 +28,7 @@ enum {
   ATTEMPT,
   RELEASE_THEN_WAIT,
   RELEASE_THEN_FAIL,
+  RELEASE_THEN_RIDE,
   WAIT_ONE,
   UNLOCK,
   RED_ATTEMPT,
@@ -48,19 +53,24 @@ struct multi_op {
   size_t pending; /* parts' callbacks still to come */
   size_t busy;    /* the part waited for alone */
   int err;        /* what ends a failed acquisition, with 'detail' */
-  char detail[256];
+  char detail[512];
   unsigned char *held;
   int *state; /* each part's outcome in this round */
   part_ref *refs;
-  /* A RedLock's: when its round started, how many rounds, and the pause
-   * between two rounds (a timer of its first part's loop). */
+  /* A RedLock's: when its round started, and how many rounds. */
   int64_t start_us;
   int rounds;
+  /* Riding an outage: the ride (its end and back-off), and when the
+   * pause before the next round ends. */
+  dlock__riding ride;
+  int64_t ride_at;
   /* For the statistics: when the operation began, whether a part was
    * waited for, and since when an unlock's whole was held. */
   int64_t obs_start_us, obs_since_us;
   int obs_waited;
-  struct red_pause {
+  /* The pause before the next round (a RedLock's, or a ride's): a timer
+   * of the loop of one of the parts. */
+  struct op_pause {
     dlock__aop op;
     multi_op *mo;
   } pause;
@@ -86,12 +96,10 @@ static void finish(multi_op *mo, int status) {
   status = dlock__obs_whole_done(
       mo->l, mo->owner, mo->phase == UNLOCK || mo->phase == RED_UNLOCK,
       mo->wait_ms, mo->obs_start_us, mo->obs_waited, mo->obs_since_us, status);
-  dlock_done_cb cb = mo->cb;
-  dlock_t *l = mo->l;
-  uint64_t owner = mo->owner;
-  void *data = mo->data;
+  /* What the callback is given outlives the operation's record. */
+  multi_op end = *mo;
   free_op(mo);
-  cb(l, owner, status, data);
+  end.cb(end.l, end.owner, status, end.data);
 }
 
 /* Remembers the first failure of a round, with its detail. */
@@ -106,27 +114,89 @@ static void note_failure(multi_op *mo, size_t i, int status) {
 
 static void part_done(dlock_t *part, uint64_t owner, int status, void *data);
 
+static dlock__loop *loop_of_part(const multi_op *mo, size_t i) {
+  return mo->l->subs[i]->c->loop;
+}
+
 /* Part 'i' acquired or released, counted with the whole (observe.h). */
 static int part_acquire(multi_op *mo, size_t i, int64_t wait_ms) {
   dlock__obs_parts(1);
-  int rc =
-      dlock__async_acquire(mo->l->subs[i]->c->loop, mo->l->subs[i], mo->owner,
-                           wait_ms, mo->lease_ms, part_done, &mo->refs[i]);
+  int rc = dlock__async_acquire(loop_of_part(mo, i), mo->l->subs[i], mo->owner,
+                                wait_ms, mo->lease_ms, part_done, &mo->refs[i]);
   dlock__obs_parts(0);
   return rc;
 }
 
 static int part_release(multi_op *mo, size_t i) {
   dlock__obs_parts(1);
-  int rc = dlock__async_release(mo->l->subs[i]->c->loop, mo->l->subs[i],
-                                mo->owner, part_done, &mo->refs[i]);
+  int rc = dlock__async_release(loop_of_part(mo, i), mo->l->subs[i], mo->owner,
+                                part_done, &mo->refs[i]);
   dlock__obs_parts(0);
   return rc;
 }
 
-static dlock__loop *loop_of_part(const multi_op *mo, size_t i) {
-  return mo->l->subs[i]->c->loop;
+/* ---- riding an outage, and the pause before a round ---------------------- */
+
+/* Errors that a failover or a restart causes, and that go away: those a
+ * single lock's acquisition rides (machine.c). */
+static int outage_error(int err) {
+  return err == DLOCK_EIO || err == DLOCK_ENOSYNC;
 }
+
+/* A ride that ends: the last failure stands, saying how many more times
+ * it was tried and for how long. */
+static void ride_over(multi_op *mo) {
+  dlock__fail_text(mo->err, mo->detail);
+  (void)dlock__outage_end(&mo->ride, mo->err);
+  snprintf(mo->detail, sizeof(mo->detail), "%s", dlock_last_error());
+}
+
+/*
+ * Whether a round that failed with 'mo->err' (its detail in 'mo->detail'),
+ * an error an outage causes on part 'i', is made again, as the blocking
+ * composites ride it (dlock__ride_on): only with a wait, within it (or
+ * outage_wait_ms for a wait without end), unless riding is switched off.
+ * 1 with the end of the pause before the next round in 'mo->ride_at',
+ * by the outage back-off on that part's client (not before it may
+ * connect again); else 0, the ride over.
+ */
+static int ride_on(multi_op *mo, size_t i) {
+  dlock_client_t *c = mo->l->subs[i]->c;
+  if (mo->wait_ms == 0 || c->opt.outage_wait_ms == 0)
+    return 0;
+  /* The ride keeps the detail of the failure that starts its pause. */
+  dlock__fail_text(mo->err, mo->detail);
+  mo->ride_at = dlock__outage_plan(
+      c, &mo->ride, dlock__outage_until(c, mo->wait_ms, mo->deadline_us));
+  if (mo->ride_at != 0)
+    return 1;
+  ride_over(mo);
+  return 0;
+}
+
+static void pause_over(dlock__aop *op);
+static void pause_cancel(dlock__aop *op);
+
+/* Pauses, holding nothing, until 'at' (never past the deadline) on the
+ * loop of part 'i', which then makes the next round (pause_over). */
+static void pause_until(multi_op *mo, size_t i, int64_t at) {
+  dlock__loop *lp = loop_of_part(mo, i);
+  if (lp->closing) {
+    mo->detail[0] = '\0';
+    finish(mo, dlock__fail(DLOCK_ECANCELED, "the client is closing"));
+    return;
+  }
+  memset(&mo->pause.op, 0, sizeof(mo->pause.op));
+  mo->pause.mo = mo;
+  mo->pause.op.run = pause_over;
+  mo->pause.op.cancel = pause_cancel;
+  dlock__loop_add(lp, &mo->pause.op);
+  mo->pause.op.at_us = at < mo->deadline_us ? at : mo->deadline_us;
+  /* From another loop's callback, this loop is told of its new timer. */
+  dlock__loop_poke(lp);
+}
+
+/* ---- MultiLock ----------------------------------------------------------- */
 
 /* Starts a round: every part not held yet, at once, without waiting.
  * Returns how many are in flight. */
@@ -155,6 +225,10 @@ static void after_release(multi_op *mo) {
     finish(mo, mo->err);
     return;
   }
+  if (mo->phase == RELEASE_THEN_RIDE) {
+    pause_until(mo, mo->busy, mo->ride_at);
+    return;
+  }
   /* Waits for the busy part alone, within what is left of the wait. */
   mo->phase = WAIT_ONE;
   mo->obs_waited = 1;
@@ -175,6 +249,13 @@ static void after_release(multi_op *mo) {
 static void end_round(multi_op *mo) {
   if (mo->err == 0) {
     finish(mo, dlock__record_composite(mo->l, mo->owner, mo->fresh));
+    return;
+  }
+  /* A part's server down or restarting: every part is let go, and the
+   * round made again, every part from the start, after the outage
+   * back-off, as the blocking MultiLock does. */
+  if (outage_error(mo->err) && ride_on(mo, mo->busy)) {
+    release_held(mo, RELEASE_THEN_RIDE);
     return;
   }
   int wait_more =
@@ -217,15 +298,22 @@ static void end_unlock(multi_op *mo) {
 
 /* ---- RedLock ------------------------------------------------------------ */
 
-static void red_end_round(multi_op *mo);
-static void red_retry(multi_op *mo);
-static void red_end_unlock(multi_op *mo);
+/* Node 'i' did not answer the round with a grant or a refusal: the first
+ * such node, and its failure's detail, are kept ('mo->busy'), to say why
+ * too few answered and on which client to ride an outage. */
+static void red_no_answer(multi_op *mo, size_t i, int status) {
+  if (status == 0 || status == DLOCK_ETIMEDOUT || mo->busy < mo->l->nsubs)
+    return;
+  mo->busy = i;
+  snprintf(mo->detail, sizeof(mo->detail), "%s", dlock_last_error());
+}
 
 /* Asks every node at once, without waiting. Returns how many are in
  * flight. */
 static size_t red_round(multi_op *mo) {
   mo->phase = RED_ATTEMPT;
   mo->err = 0;
+  mo->busy = mo->l->nsubs;
   mo->detail[0] = '\0';
   mo->start_us = dlock__now_us();
   mo->rounds++;
@@ -234,6 +322,8 @@ static size_t red_round(multi_op *mo) {
     mo->state[i] = rc;
     if (rc == 0)
       mo->pending++;
+    else
+      red_no_answer(mo, i, rc);
   }
   return mo->pending;
 }
@@ -254,12 +344,16 @@ static void red_align_tokens(multi_op *mo) {
       dlock__async_raise_token(loop_of_part(mo, i), mo->l->subs[i], hi);
 }
 
+static void red_retry(multi_op *mo);
+
 static void red_end_round(multi_op *mo) {
   size_t n = mo->l->nsubs, granted = 0, answered = 0;
   for (size_t i = 0; i < n; i++) {
     granted += mo->state[i] == 0;
     answered += mo->state[i] == 0 || mo->state[i] == DLOCK_ETIMEDOUT;
   }
+  char cause[sizeof(mo->detail)];
+  snprintf(cause, sizeof(cause), "%s", mo->detail);
   int64_t validity = dlock__red_validity_ms(mo->l, mo->lease_ms, mo->start_us);
   mo->err = dlock__red_round_verdict(n, answered, granted, validity, mo->detail,
                                      sizeof(mo->detail));
@@ -268,6 +362,12 @@ static void red_end_round(multi_op *mo) {
     mo->detail[0] = '\0';
     finish(mo, dlock__record_composite(mo->l, mo->owner, mo->fresh));
     return;
+  }
+  if (mo->err == DLOCK_ENOQUORUM && mo->busy < n) {
+    /* Why too few answered: the first node that did not. */
+    size_t len = strlen(mo->detail);
+    snprintf(mo->detail + len, sizeof(mo->detail) - len, "; node %zu: %s",
+             mo->busy, cause);
   }
   /* Not held: what was granted is given back on every node. */
   mo->phase = RED_RELEASE;
@@ -278,47 +378,27 @@ static void red_end_round(multi_op *mo) {
     red_retry(mo);
 }
 
-static void red_pause_over(dlock__aop *op) {
-  multi_op *mo = ((struct red_pause *)op)->mo;
-  if (op->at_us != INT64_MAX)
-    return;
-  dlock__loop_remove(op);
-  if (red_round(mo) == 0)
-    finish(mo, mo->state[0]);
-}
-
-static void red_pause_cancel(dlock__aop *op) {
-  multi_op *mo = ((struct red_pause *)op)->mo;
-  dlock__loop_remove(op);
-  mo->detail[0] = '\0';
-  finish(mo, dlock__fail(DLOCK_ECANCELED, "the client was closed"));
-}
-
-/* After a round that did not hold it: another after a random pause,
- * within the wait (never longer than a holder's lease would be), or the
- * round's failure. */
+/* After a round that did not hold it, and gave back what it got. Too many
+ * nodes down or refusing (restarting, failing over): asked again after
+ * the outage back-off, within the wait, as the blocking RedLock rides it.
+ * Not a majority: another round after a random pause, within the wait.
+ * Else the round's failure. */
 static void red_retry(multi_op *mo) {
-  if (mo->err == DLOCK_ENOQUORUM || mo->wait_ms == 0 ||
-      dlock__now_us() >= mo->deadline_us) {
+  if (mo->err == DLOCK_ENOQUORUM) {
+    size_t i = mo->busy < mo->l->nsubs ? mo->busy : 0;
+    if (ride_on(mo, i))
+      pause_until(mo, i, mo->ride_at);
+    else
+      finish(mo, mo->err);
+    return;
+  }
+  if (mo->wait_ms == 0 || dlock__now_us() >= mo->deadline_us) {
     finish(mo, mo->err);
     return;
   }
-  dlock__loop *lp = loop_of_part(mo, 0);
-  if (lp->closing) {
-    finish(mo, dlock__fail(DLOCK_ECANCELED, "the client is closing"));
-    return;
-  }
-  int64_t delay_us =
-      dlock__red_retry_ms(mo->rounds, dlock__jitter(), -1) * 1000;
-  int64_t at = dlock__now_us() + delay_us;
-  memset(&mo->pause.op, 0, sizeof(mo->pause.op));
-  mo->pause.mo = mo;
-  mo->pause.op.run = red_pause_over;
-  mo->pause.op.cancel = red_pause_cancel;
-  dlock__loop_add(lp, &mo->pause.op);
-  mo->pause.op.at_us = at < mo->deadline_us ? at : mo->deadline_us;
-  /* From another loop's callback, this loop is told of its new timer. */
-  dlock__loop_poke(lp);
+  pause_until(mo, 0,
+              dlock__now_us() +
+                  dlock__red_retry_ms(mo->rounds, dlock__jitter(), -1) * 1000);
 }
 
 /* The end of a RedLock's unlock: as the blocking one says it. */
@@ -333,6 +413,36 @@ static void red_end_unlock(multi_op *mo) {
   dlock__drop_composite(mo->l, mo->owner, 0);
   mo->detail[0] = '\0';
   finish(mo, dlock__red_unlock_outcome(n, ok, lost, failed));
+}
+
+/* ---- what drives them ---------------------------------------------------- */
+
+/* The pause is over: the next round, unless it was a ride's that reached
+ * the ride's end (the last failure then stands). */
+static void pause_over(dlock__aop *op) {
+  multi_op *mo = ((struct op_pause *)op)->mo;
+  if (op->at_us != INT64_MAX)
+    return;
+  dlock__loop_remove(op);
+  int red = mo->l->kind->id == DLOCK_RED;
+  int riding = !red || mo->err == DLOCK_ENOQUORUM;
+  if (riding && dlock__now_us() >= mo->ride.until_us) {
+    ride_over(mo);
+    finish(mo, mo->err);
+  } else if (!red) {
+    if (start_round(mo) == 0)
+      end_round(mo);
+  } else if (red_round(mo) == 0) {
+    finish(mo, mo->state[0]);
+  }
+}
+
+/* At the client's close, during a pause: nothing is held then. */
+static void pause_cancel(dlock__aop *op) {
+  multi_op *mo = ((struct op_pause *)op)->mo;
+  dlock__loop_remove(op);
+  mo->detail[0] = '\0';
+  finish(mo, dlock__fail(DLOCK_ECANCELED, "the client was closed"));
 }
 
 static void part_done(dlock_t *part, uint64_t owner, int status, void *data) {
@@ -361,14 +471,16 @@ static void part_done(dlock_t *part, uint64_t owner, int status, void *data) {
       end_round(mo);
     return;
   case UNLOCK:
+  case RED_UNLOCK:
     mo->state[ref->i] = status;
-    if (mo->pending == 0)
+    if (mo->pending == 0 && mo->phase == UNLOCK)
       end_unlock(mo);
+    else if (mo->pending == 0)
+      red_end_unlock(mo);
     return;
   case RED_ATTEMPT:
     mo->state[ref->i] = status;
-    if (status != 0 && mo->err == 0)
-      snprintf(mo->detail, sizeof(mo->detail), "%s", dlock_last_error());
+    red_no_answer(mo, ref->i, status);
     if (mo->pending == 0)
       red_end_round(mo);
     return;
@@ -376,16 +488,17 @@ static void part_done(dlock_t *part, uint64_t owner, int status, void *data) {
     if (mo->pending == 0)
       red_retry(mo);
     return;
-  case RED_UNLOCK:
-    mo->state[ref->i] = status;
-    if (mo->pending == 0)
-      red_end_unlock(mo);
-    return;
-  default: /* a release before waiting or failing */
+  default: /* a release before waiting, riding or failing */
     if (mo->pending == 0)
       after_release(mo);
     return;
   }
+}
+
+/* ---- the verbs ----------------------------------------------------------- */
+
+static const char *kind_name(const dlock_t *l) {
+  return l->kind->id == DLOCK_RED ? "RedLock" : "MultiLock";
 }
 
 static multi_op *new_op(dlock_t *l, uint64_t owner, dlock_done_cb cb,
@@ -410,85 +523,59 @@ static multi_op *new_op(dlock_t *l, uint64_t owner, dlock_done_cb cb,
   return mo;
 }
 
-int dlock__async_multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
-                               int64_t lease_ms, dlock_done_cb cb, void *data) {
+/* Starts an acquisition with its first round ('round'). When no part
+ * could even be asked, it is said at once, the callback never called. */
+static int start_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                         int64_t lease_ms, dlock_done_cb cb, void *data,
+                         size_t (*round)(multi_op *mo)) {
   multi_op *mo = new_op(l, owner, cb, data);
   if (mo == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory starting a MultiLock");
+    return dlock__fail(DLOCK_ENOMEM, "out of memory starting a %s",
+                       kind_name(l));
   mo->wait_ms = wait_ms;
   mo->lease_ms = lease_ms;
   mo->deadline_us =
       wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
   mo->fresh = !dlock__holds_any_part(l, owner);
-  if (start_round(mo) == 0) {
-    /* Nothing started (no part could be asked): said at once, the
-     * callback never called. */
-    return abandon(mo, mo->err);
+  /* Every part failed: the first's code is the round's. */
+  return round(mo) == 0 ? abandon(mo, mo->state[0]) : 0;
+}
+
+/* Starts an unlock ('phase'), every part at once. When no part could even
+ * be asked, it is said at once, the callback never called. */
+static int start_unlock(dlock_t *l, uint64_t owner, dlock_done_cb cb,
+                        void *data, int phase) {
+  multi_op *mo = new_op(l, owner, cb, data);
+  if (mo == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory starting a %s",
+                       kind_name(l));
+  mo->phase = phase;
+  mo->obs_since_us = dlock__obs_whole_since(l, owner);
+  for (size_t i = 0; i < l->nsubs; i++) {
+    mo->state[i] = part_release(mo, i);
+    mo->pending += mo->state[i] == 0;
   }
-  return 0;
+  return mo->pending == 0 ? abandon(mo, mo->state[0]) : 0;
+}
+
+int dlock__async_multi_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
+                               int64_t lease_ms, dlock_done_cb cb, void *data) {
+  return start_acquire(l, owner, wait_ms, lease_ms, cb, data, start_round);
 }
 
 int dlock__async_multi_release(dlock_t *l, uint64_t owner, dlock_done_cb cb,
                                void *data) {
-  multi_op *mo = new_op(l, owner, cb, data);
-  if (mo == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory starting a MultiLock");
-  mo->phase = UNLOCK;
-  mo->obs_since_us = dlock__obs_whole_since(l, owner);
-  for (size_t i = 0; i < l->nsubs; i++) {
-    int rc = part_release(mo, i);
-    if (rc != 0)
-      mo->state[i] = rc;
-    else
-      mo->pending++;
-  }
-  if (mo->pending == 0) {
-    return abandon(mo, mo->state[0]);
-  }
-  return 0;
+  return start_unlock(l, owner, cb, data, UNLOCK);
 }
 
 int dlock__async_red_acquire(dlock_t *l, uint64_t owner, int64_t wait_ms,
                              int64_t lease_ms, dlock_done_cb cb, void *data) {
-  multi_op *mo = new_op(l, owner, cb, data);
-  if (mo == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory starting a RedLock");
-  mo->wait_ms = wait_ms;
-  mo->lease_ms = lease_ms;
-  mo->deadline_us =
-      wait_ms == DLOCK_WAIT_FOREVER ? INT64_MAX : dlock__deadline_ms(wait_ms);
-  mo->fresh = !dlock__holds_any_part(l, owner);
-  if (red_round(mo) == 0) {
-    return abandon(mo, mo->state[0]);
-  }
-  return 0;
+  return start_acquire(l, owner, wait_ms, lease_ms, cb, data, red_round);
 }
 
 int dlock__async_red_release(dlock_t *l, uint64_t owner, dlock_done_cb cb,
                              void *data) {
-  /* Nothing to ask the nodes when no part was ever taken here: said at
-   * once, as the blocking RedLock says it, quick and exact while nodes are
-   * down. */
-  size_t known = 0;
-  for (size_t i = 0; i < l->nsubs; i++)
-    known += dlock__has_hold(l->subs[i], owner);
-  if (known == 0) {
-    dlock__drop_composite(l, owner, 1);
-    return dlock__fail(DLOCK_ENOTHELD, "RedLock is not held by this owner");
-  }
-  multi_op *mo = new_op(l, owner, cb, data);
-  if (mo == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory starting a RedLock");
-  mo->phase = RED_UNLOCK;
-  mo->obs_since_us = dlock__obs_whole_since(l, owner);
-  for (size_t i = 0; i < l->nsubs; i++) {
-    int rc = part_release(mo, i);
-    mo->state[i] = rc;
-    if (rc == 0)
-      mo->pending++;
-  }
-  if (mo->pending == 0) {
-    return abandon(mo, mo->state[0]);
-  }
-  return 0;
+  /* Nothing to ask the nodes when no part was ever taken here. */
+  int rc = dlock__red_unlock_known(l, owner);
+  return rc != 0 ? rc : start_unlock(l, owner, cb, data, RED_UNLOCK);
 }

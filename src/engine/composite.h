@@ -3,7 +3,8 @@
  * (multi.c: making a composite, each owner's record of token and depth,
  * riding an outage, the queries), and the parallel per-server rounds in
  * which a MultiLock tries and gives back its parts (batch.c). The RedLock
- * (redlock.c) uses the first; it sends to its nodes itself. The rules over
+ * (redlock.c) uses the first; it sends to its nodes itself, and says
+ * whether its unlock has anything to ask them. The rules over
  * the parts' outcomes, which the async composites (async_multi.c) share,
  * are in quorum.c.
  */
@@ -51,6 +52,12 @@ uint64_t dlock__composite_token(dlock_t *l, uint64_t owner);
     .acquire = (ACQUIRE), .query = dlock__composite_query,                     \
     .token = dlock__composite_token, .dispose = dlock__composite_free          \
   }
+
+/* ---- redlock.c --------------------------------------------------------- */
+
+/* Before a RedLock's unlock by 'owner': 0 when it took a part here, else
+ * DLOCK_ENOTHELD (said at once, and any stale record of 'owner' dropped). */
+int dlock__red_unlock_known(dlock_t *l, uint64_t owner);
 
 /* ---- batch.c: a MultiLock's parts, every server's at once --------------- */
 
