@@ -127,6 +127,28 @@ static int check_ms(const char *what, int64_t v, int64_t min) {
                      (long long)v);
 }
 
+/* A count option: 0..'max', named 'max_name' in the message as dlock.h
+ * names it. */
+static int check_upto(const char *what, long long v, long long max,
+                      const char *max_name) {
+  if (v >= 0 && v <= max)
+    return 0;
+  return dlock__fail(DLOCK_EINVAL, "%s must be 0..%s (%lld), got %lld", what,
+                     max_name, max, v);
+}
+#define CHECK_UPTO(what, v, max) check_upto(what, v, max, #max)
+
+/* An option that is one of the constants 'a' and 'b', named in the message
+ * as dlock.h names them. */
+static int check_either(const char *what, int v, int a, const char *a_name,
+                        int b, const char *b_name) {
+  if (v == a || v == b)
+    return 0;
+  return dlock__fail(DLOCK_EINVAL, "%s must be %s or %s, got %d", what, a_name,
+                     b_name, v);
+}
+#define CHECK_EITHER(what, v, a, b) check_either(what, v, a, #a, b, #b)
+
 static int check_options(const dlock_options_t *o) {
   int rc = check_ms("connect_timeout_ms", o->connect_timeout_ms, 1);
   if (rc == 0)
@@ -141,35 +163,22 @@ static int check_options(const dlock_options_t *o) {
   /* 0 is allowed: no riding through outages. */
   if (rc == 0)
     rc = check_ms("outage_wait_ms", o->outage_wait_ms, 0);
+  if (rc == 0)
+    rc = CHECK_UPTO("replica_sync_replicas", o->replica_sync_replicas,
+                    DLOCK_REPLICAS_MAX);
+  if (rc == 0)
+    rc = CHECK_EITHER("replica_sync_mode", o->replica_sync_mode, DLOCK_SYNC_ALL,
+                      DLOCK_SYNC_ANY);
+  if (rc == 0)
+    rc = CHECK_EITHER("spin_backoff", o->spin_backoff,
+                      DLOCK_BACKOFF_EXPONENTIAL, DLOCK_BACKOFF_CONSTANT);
+  if (rc == 0)
+    rc = CHECK_UPTO("spin_us", o->spin_us, DLOCK_SPIN_US_MAX);
+  if (rc == 0)
+    rc = CHECK_UPTO("unlock_retries", o->unlock_retries,
+                    DLOCK_UNLOCK_RETRIES_MAX);
   if (rc != 0)
     return rc;
-  if (o->replica_sync_replicas < 0 ||
-      o->replica_sync_replicas > DLOCK_REPLICAS_MAX)
-    return dlock__fail(DLOCK_EINVAL,
-                       "replica_sync_replicas must be 0..DLOCK_REPLICAS_MAX "
-                       "(%d), got %d",
-                       DLOCK_REPLICAS_MAX, o->replica_sync_replicas);
-  if (o->replica_sync_mode != DLOCK_SYNC_ALL &&
-      o->replica_sync_mode != DLOCK_SYNC_ANY)
-    return dlock__fail(DLOCK_EINVAL,
-                       "replica_sync_mode must be DLOCK_SYNC_ALL or "
-                       "DLOCK_SYNC_ANY, got %d",
-                       o->replica_sync_mode);
-  if (o->spin_backoff != DLOCK_BACKOFF_EXPONENTIAL &&
-      o->spin_backoff != DLOCK_BACKOFF_CONSTANT)
-    return dlock__fail(DLOCK_EINVAL,
-                       "spin_backoff must be DLOCK_BACKOFF_EXPONENTIAL or "
-                       "DLOCK_BACKOFF_CONSTANT, got %d",
-                       o->spin_backoff);
-  if (o->spin_us < 0 || o->spin_us > DLOCK_SPIN_US_MAX)
-    return dlock__fail(DLOCK_EINVAL,
-                       "spin_us must be 0..DLOCK_SPIN_US_MAX (%d), got %lld",
-                       DLOCK_SPIN_US_MAX, (long long)o->spin_us);
-  if (o->unlock_retries < 0 || o->unlock_retries > DLOCK_UNLOCK_RETRIES_MAX)
-    return dlock__fail(DLOCK_EINVAL,
-                       "unlock_retries must be 0..DLOCK_UNLOCK_RETRIES_MAX "
-                       "(%d), got %d",
-                       DLOCK_UNLOCK_RETRIES_MAX, o->unlock_retries);
   if (o->client_id != NULL &&
       (o->client_id[0] == '\0' || strlen(o->client_id) > DLOCK__CLIENT_ID_MAX))
     return dlock__fail(DLOCK_EINVAL, "client_id must be 1..%d bytes",

@@ -6,6 +6,7 @@
 #ifndef DLOCK_MONOTIME_H
 #define DLOCK_MONOTIME_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -53,6 +54,17 @@ static inline struct timespec dlock__timespec_at(int64_t at_us) {
   ts.tv_sec = (time_t)(at_us / 1000000);
   ts.tv_nsec = (long)(at_us % 1000000) * 1000;
   return ts;
+}
+
+/* Initializes 'cv' so that its timed waits count on CLOCK_MONOTONIC, the
+ * clock of dlock__timespec_at; returns what pthread_cond_init does. */
+static inline int dlock__cond_init_monotonic(pthread_cond_t *cv) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  int rc = pthread_cond_init(cv, &attr);
+  pthread_condattr_destroy(&attr);
+  return rc;
 }
 
 /* Milliseconds from now until 'at_us', rounded up, never negative: poll()

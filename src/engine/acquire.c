@@ -43,14 +43,8 @@ static int record_hold(dlock_t *l, uint64_t owner, const dlock__acquired *a,
 
 /* Marks the owner's hold lost: each of its 'count' unlocks will say so. */
 static void mark_lost(dlock_t *l, uint64_t owner) {
-  dlock_client_t *c = l->c;
-  pthread_mutex_lock(&c->mu);
-  dlock__hold *h =
-      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
-  if (h != NULL)
-    h->lost = 1;
-  pthread_mutex_unlock(&c->mu);
-  dlock__obs_lost(c->stats, l->name, l->len, owner);
+  dlock__mark_hold(l, owner, DLOCK__MARK_LOST);
+  dlock__obs_lost(l->c->stats, l->name, l->len, owner);
 }
 
 int dlock__settle_before_acquire(dlock_t *l, uint64_t owner) {

@@ -208,27 +208,22 @@ static void c_give_back(dlock__lacq *a, int granted, int answered, int unknown,
 static const dlock__lacq_ops counter_lacq_ops = {c_answer, c_report,
                                                  c_give_back};
 
-static int start_acquire(dlock__counter *o, void *handle, int latch,
-                         int64_t permits, int64_t wait_ms, dlock_sem_cb sem_cb,
-                         dlock_latch_cb latch_cb, void *data) {
-  counter_acq *t = dlock__calloc(1, sizeof(*t));
+/* Starts the acquisition 'asked', whose fields up to 'data' are set (a
+ * semaphore's with 'sem_cb', a latch's with 'latch_cb') and the rest
+ * zero. */
+static int start_acquire(const counter_acq *asked) {
+  counter_acq *t = dlock__malloc(sizeof(*t));
   if (t == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting a wait");
-  t->o = o;
-  t->handle = handle;
-  t->latch = latch;
-  t->permits = permits;
-  t->wait_ms = wait_ms;
-  t->sem_cb = sem_cb;
-  t->latch_cb = latch_cb;
-  t->data = data;
+  *t = *asked;
+  dlock__counter *o = t->o;
   t->c = o->c;
   t->obs_start_us = dlock__obs_begin(o->c);
   dlock__acq *m = &t->a.m;
-  dlock__acq_init(m, &counter_acq_ops, t, o->c, wait_ms, DLOCK__ACQ_BY_PUBSUB,
-                  o->n.channel, o->n.channel_len);
-  m->wake = latch ? dlock__wake_latch : dlock__wake_count;
-  m->who.permits = permits;
+  dlock__acq_init(m, &counter_acq_ops, t, o->c, t->wait_ms,
+                  DLOCK__ACQ_BY_PUBSUB, o->n.channel, o->n.channel_len);
+  m->wake = t->latch ? dlock__wake_latch : dlock__wake_count;
+  m->who.permits = t->permits;
   dlock__lacq_start(o->c->loop, &t->a, &counter_lacq_ops);
   return 0;
 }
@@ -243,7 +238,12 @@ int dlock_sem_acquire_async(dlock_sem_t *s, int64_t permits, int64_t wait_ms,
   if (rc == 0)
     rc = dlock__check_wait(wait_ms);
   return rc != 0 ? rc
-                 : start_acquire(&s->o, s, 0, permits, wait_ms, cb, NULL, data);
+                 : start_acquire(&(counter_acq){.o = &s->o,
+                                                .handle = s,
+                                                .permits = permits,
+                                                .wait_ms = wait_ms,
+                                                .sem_cb = cb,
+                                                .data = data});
 }
 
 int dlock_latch_await_async(dlock_latch_t *l, int64_t wait_ms,
@@ -253,7 +253,13 @@ int dlock_latch_await_async(dlock_latch_t *l, int64_t wait_ms,
   int rc = check(&l->o, cb != NULL);
   if (rc == 0)
     rc = dlock__check_wait(wait_ms);
-  return rc != 0 ? rc : start_acquire(&l->o, l, 1, 0, wait_ms, NULL, cb, data);
+  return rc != 0 ? rc
+                 : start_acquire(&(counter_acq){.o = &l->o,
+                                                .handle = l,
+                                                .latch = 1,
+                                                .wait_ms = wait_ms,
+                                                .latch_cb = cb,
+                                                .data = data});
 }
 
 /* ---- one call: a release, a count-down ---------------------------------- */

@@ -13,6 +13,7 @@
 #include "proto/format.h"
 #include "reply.h"
 #include "sem_kinds.h"
+#include "watchdog.h"
 
 #include "alloc.h"
 #include "error.h"
@@ -47,6 +48,22 @@ typedef struct lock_op {
 } lock_op;
 
 static lock_op *of_machine(dlock__acq *m) { return m->arg; }
+
+/* A new lock or unlock ('what') of 'owner' on 'l', which ends by calling
+ * 'cb' with 'data'; NULL, with the failure set, when memory is short. */
+static lock_op *new_op(dlock_t *l, uint64_t owner, dlock_done_cb cb, void *data,
+                       const char *what) {
+  lock_op *o = dlock__calloc(1, sizeof(*o));
+  if (o == NULL) {
+    dlock__fail(DLOCK_ENOMEM, "out of memory starting %s", what);
+    return NULL;
+  }
+  o->l = l;
+  o->owner = owner;
+  o->cb = cb;
+  o->data = data;
+  return o;
+}
 
 static dlock__loop *loop_of(lock_op *o) { return o->a.op.lp; }
 
@@ -326,15 +343,11 @@ static const dlock__lacq_ops lock_lacq_ops = {attempt_answer, lock_report,
 int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
                          int64_t wait_ms, int64_t lease_ms, dlock_done_cb cb,
                          void *data) {
-  lock_op *o = dlock__calloc(1, sizeof(*o));
+  lock_op *o = new_op(l, owner, cb, data, "a lock");
   if (o == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory starting a lock");
-  o->l = l;
-  o->owner = owner;
+    return DLOCK_ENOMEM;
   o->wait_ms = wait_ms;
   o->lease_ms = lease_ms;
-  o->cb = cb;
-  o->data = data;
   o->obs_start_us = dlock__obs_start(l);
   char *channel = l->channel;
   size_t channel_len = l->channel_len;
@@ -426,13 +439,9 @@ static void release_cancel(dlock__aop *op) {
 
 int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
                          dlock_done_cb cb, void *data) {
-  lock_op *o = dlock__calloc(1, sizeof(*o));
+  lock_op *o = new_op(l, owner, cb, data, "an unlock");
   if (o == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory starting an unlock");
-  o->l = l;
-  o->owner = owner;
-  o->cb = cb;
-  o->data = data;
+    return DLOCK_ENOMEM;
   dlock__backoff retry = DLOCK__BACKOFF_RETRY;
   o->retry = retry;
   dlock__obs_peek(l, owner, &o->obs_before);
@@ -464,12 +473,7 @@ int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
  * travel together anyway (group writes). */
 typedef struct renew_op {
   dlock__aop op;
-  char *name, *prefix;
-  size_t name_len, prefix_len;
-  uint64_t owner, seq;
-  int kind;
-  char field[DLOCK__FIELD_MAX + 8];
-  size_t field_len;
+  dlock__renewal it;
   char lease[24];
   const char *argv[4];
   size_t lens[4];
@@ -479,8 +483,7 @@ typedef struct renew_op {
 
 static void renew_free(renew_op *r) {
   dlock__loop_remove(&r->op);
-  dlock__free(r->name);
-  dlock__free(r->prefix);
+  dlock__renewal_free(&r->it);
   dlock__free(r);
 }
 
@@ -507,9 +510,9 @@ static void renew_run(dlock__aop *op) {
   dlock_client_t *c = op->lp->c;
   int lost = 0;
   pthread_mutex_lock(&c->mu);
-  dlock__hold *h =
-      dlock__holds_find(&c->holds, r->name, r->name_len, r->owner, r->kind);
-  if (h != NULL && h->seq == r->seq && !h->lost) {
+  dlock__hold *h = dlock__holds_find(&c->holds, r->it.name, r->it.name_len,
+                                     r->it.owner, r->it.kind);
+  if (h != NULL && h->seq == r->it.seq && !h->lost) {
     if (renewed)
       h->confirmed_us = r->sent_us;
     else if (h->releasing == 0 &&
@@ -519,7 +522,8 @@ static void renew_run(dlock__aop *op) {
   }
   pthread_mutex_unlock(&c->mu);
   if (lost && c->opt.on_lost != NULL)
-    c->opt.on_lost(c->opt.on_lost_data, r->name, r->name_len, r->owner);
+    c->opt.on_lost(c->opt.on_lost_data, r->it.name, r->it.name_len,
+                   r->it.owner);
   renew_free(r);
 }
 
@@ -543,58 +547,26 @@ static void renew_one(dlock__hold *h, void *arg) {
     return;
   col->n++;
   renew_op *r = dlock__calloc(1, sizeof(*r));
-  if (r == NULL || (r->name = dlock__malloc(h->name_len + 1)) == NULL) {
+  if (r == NULL || dlock__renewal_of(c, h, &r->it) != 0) {
     dlock__free(r);
     return;
   }
-  memcpy(r->name, h->name, h->name_len + 1);
-  r->name_len = h->name_len;
-  r->owner = h->owner;
-  r->seq = h->seq;
-  r->kind = h->kind;
-  if (h->kind == DLOCK__KIND_PERMIT) {
-    /* A permit is renewed by its id in its semaphore's zset. */
-    dlock__permit_id(c, h->owner, (unsigned char *)r->field);
-    r->field_len = DLOCK__PERMIT_ID_BYTES;
-  } else
-    r->field_len = dlock__owner_field(c, h->owner, r->field);
-  if (h->kind == DLOCK_WRITE) {
-    memcpy(r->field + r->field_len, ":write", 7);
-    r->field_len += 6;
-  }
   snprintf(r->lease, sizeof(r->lease), "%" PRId64, c->opt.watchdog_timeout_ms);
+  /* A permit's key is the zset "{name}:timeout", not the semaphore; a read
+   * hold's script also has "{name}", where its timeout keys live. */
   int n = 0;
-  if (h->kind == DLOCK__KIND_PERMIT) {
-    /* Its key is the zset "{name}:timeout", not the semaphore. */
-    if (dlock__permit_zset(h->name, h->name_len, &r->prefix, &r->prefix_len) !=
-        0) {
-      dlock__free(r->name);
-      dlock__free(r);
-      return;
-    }
-    r->argv[n] = r->prefix;
-    r->lens[n++] = r->prefix_len;
-  } else {
-    r->argv[n] = r->name;
-    r->lens[n++] = r->name_len;
-  }
+  r->argv[n] = h->kind == DLOCK__KIND_PERMIT ? r->it.prefix : r->it.name;
+  r->lens[n++] =
+      h->kind == DLOCK__KIND_PERMIT ? r->it.prefix_len : r->it.name_len;
   if (h->kind == DLOCK_READ) {
-    /* "{name}", where the read holds' timeout keys live. */
-    if (dlock__suffixed(h->name, h->name_len, "", 0, &r->prefix,
-                        &r->prefix_len) != 0) {
-      dlock__free(r->name);
-      dlock__free(r);
-      return;
-    }
-    r->prefix[--r->prefix_len] = '\0';
-    r->argv[n] = r->prefix;
-    r->lens[n++] = r->prefix_len;
+    r->argv[n] = r->it.prefix;
+    r->lens[n++] = r->it.prefix_len;
   }
   int nkeys = n;
   r->argv[n] = r->lease;
   r->lens[n++] = strlen(r->lease);
-  r->argv[n] = r->field;
-  r->lens[n++] = r->field_len;
+  r->argv[n] = r->it.field;
+  r->lens[n++] = r->it.field_len;
   r->call =
       (dlock__eval){h->kind == DLOCK_READ           ? &dlock__script_renew_read
                     : h->kind == DLOCK__KIND_PERMIT ? &dlock__script_psem_renew

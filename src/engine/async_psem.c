@@ -123,36 +123,14 @@ static int p_answer(dlock__lacq *a) {
   int rc = dlock__loop_eval_answer(&a->op, &t->call.call, &reply, &sy);
   if (rc != 0)
     return rc;
-  dlock__psem_taken got;
-  rc = dlock__psem_acquire_outcome(reply, &got);
-  freeReplyObject(reply);
-  if (rc < 0)
-    return rc;
-  if (rc == 1) {
-    /* Until the first lease among the permits taken ends, when one may
-     * come back without a message. */
-    a->m.busy.ttl_ms = got.sleep_ms;
+  rc = dlock__psem_answer(s, reply, &sy, t->owner, t->lease_ms, t->id,
+                          t->sent_us, give_back_detached, &t->permit,
+                          &a->m.busy.ttl_ms);
+  if (rc == 1)
     a->m.pass = 0;
-    return 1;
-  }
-  if (!sy.ok) {
-    /* Taken on the master only: given back, and not reported taken. */
-    give_back_detached(s, t->id);
-    return dlock__sync_fail(s->o.c, &sy, "semaphore", s->o.n.name, s->o.n.len);
-  }
-  rc = dlock__psem_record(s, t->owner, t->lease_ms, got.token, t->sent_us);
-  if (rc != 0) {
-    /* Not recorded means never renewed nor released: given back now. */
-    give_back_detached(s, t->id);
-    return rc;
-  }
-  if (t->lease_ms == DLOCK_WATCHDOG)
+  if (rc == 0 && t->lease_ms == DLOCK_WATCHDOG)
     dlock__loop_watch_holds(a->op.lp);
-  dlock__permit_hex(t->id, sizeof(t->id), t->permit.id);
-  t->permit.token = got.token;
-  t->permit.owner = t->owner;
-  t->permit.expires_ms = got.expires_ms;
-  return 0;
+  return rc;
 }
 
 /* An attempt that got no answer may have taken its permit: it is given

@@ -58,13 +58,22 @@ int dlock__counter_ready(dlock__counter *o, const char *null_detail) {
   return dlock__check_object(o->c);
 }
 
+/* dlock__counter_ready, then the call that 'build' makes on the names of
+ * 'o', into 'a'. */
+static int ready_call(dlock__counter *o, const char *null_detail,
+                      dlock__names_call_fn build, dlock__counter_call *a) {
+  int rc = dlock__counter_ready(o, null_detail);
+  if (rc == 0)
+    build(&o->n, a);
+  return rc;
+}
+
 int dlock__counter_read(dlock__counter *o, const char *null_detail,
                         dlock__get_outcome_fn outcome, int64_t *out) {
-  int rc = dlock__counter_ready(o, null_detail);
+  dlock__counter_call a;
+  int rc = ready_call(o, null_detail, dlock__counter_get_call, &a);
   if (rc != 0)
     return rc;
-  dlock__counter_call a;
-  dlock__counter_get_call(&o->n, &a);
   redisReply *r;
   rc = dlock__command(o->c, a.argc, a.argv, a.lens, &r);
   if (rc != 0)
@@ -87,6 +96,13 @@ int dlock__counter_eval(dlock_client_t *c, const dlock__counter_call *a,
   rc = dlock__decode_integer(reply, out);
   freeReplyObject(reply);
   return rc;
+}
+
+int dlock__counter_run(dlock__counter *o, const char *null_detail,
+                       dlock__names_call_fn build, int64_t *out) {
+  dlock__counter_call a;
+  int rc = ready_call(o, null_detail, build, &a);
+  return rc != 0 ? rc : dlock__counter_eval(o->c, &a, out);
 }
 
 int dlock__counter_try_set(dlock__counter *o, int64_t permits) {

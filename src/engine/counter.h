@@ -77,6 +77,15 @@ int dlock__counter_read(dlock__counter *o, const char *null_detail,
 int dlock__counter_eval(dlock_client_t *c, const dlock__counter_call *a,
                         int64_t *out);
 
+/* The builder of a call on an object's names alone. */
+typedef void (*dlock__names_call_fn)(const dlock__counter_names *n,
+                                     dlock__counter_call *a);
+
+/* Runs the call that 'build' makes on 'o' after dlock__counter_ready, as
+ * dlock__counter_eval: 0 with its number in '*out', or an error. */
+int dlock__counter_run(dlock__counter *o, const char *null_detail,
+                       dlock__names_call_fn build, int64_t *out);
+
 /* The try-set and add calls that both semaphores share (same key, same
  * channel, same meaning): try-set answers 1 when it set the permits, 0
  * when there were some already. */
@@ -115,11 +124,23 @@ int dlock__wait_for(dlock_client_t *c, const char *channel, size_t channel_len,
  * DLOCK_EIO when no random number could be read. */
 int dlock__psem_new_owner(dlock_psem_t *s, uint64_t *out);
 
-/* Records permit 'owner' of 's' just taken with 'token' (the attempt sent
- * at 'sent_us', for 'lease_ms' as given: DLOCK_WATCHDOG or ms), for its
- * renewal and its release: 0 or DLOCK_ENOMEM. */
-int dlock__psem_record(dlock_psem_t *s, uint64_t owner, int64_t lease_ms,
-                       uint64_t token, int64_t sent_us);
+/* How permit 'id' of 's' is given back when an attempt that took it
+ * cannot report it. */
+typedef void (*dlock__psem_give_back_fn)(dlock_psem_t *s,
+                                         const unsigned char *id);
+
+/* What the reply 'reply' (freed here) to the acquire call of permit 'id'
+ * ('owner'), sent at 'sent_us' for 'lease_ms' as given (DLOCK_WATCHDOG or
+ * ms) and replica-synced as 'sy' says, means for the attempt: 0 taken,
+ * recorded for its renewal and its release, and described in '*out'; 1
+ * not taken, with '*sleep_ms' until a permit may come back without a
+ * message; or an error, the permit given back by 'give_back' if it was
+ * taken. */
+int dlock__psem_answer(dlock_psem_t *s, redisReply *reply,
+                       const dlock__synced *sy, uint64_t owner,
+                       int64_t lease_ms, const unsigned char *id,
+                       int64_t sent_us, dlock__psem_give_back_fn give_back,
+                       dlock_permit_t *out, int64_t *sleep_ms);
 
 /* Adds 'n' (negative: takes away) to the permits the client holds of
  * semaphore 's'. 0, or DLOCK_ENOMEM. */

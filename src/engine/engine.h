@@ -199,29 +199,29 @@ typedef struct dlock__backoff {
 
 /* The spin lock's pauses: 1 ms doubling to 128 ms. */
 #define DLOCK__BACKOFF_SPIN                                                    \
-  { 1000, 7, 0, 0, 0 }
+  { .first_us = 1000, .max_step = 7 }
 /* ... or with spin_backoff DLOCK_BACKOFF_CONSTANT, 64 ms each. */
 #define DLOCK__BACKOFF_SPIN_CONSTANT                                           \
-  { 64000, 0, 0, 0, 1 }
+  { .first_us = 64000, .exact = 1 }
 /* An unlock sent again after a lost reply: at least 20 ms, and not
  * before the connection may be tried again. */
 #define DLOCK__BACKOFF_RETRY                                                   \
-  { 40000, 0, 0, 1, 0 }
+  { .first_us = 40000, .after_reconnect = 1 }
 /* The settling of unknown outcomes while Redis does not answer: from
  * 20 ms, doubling to about a second, not before the connection may be
  * tried again. */
 #define DLOCK__BACKOFF_SETTLE                                                  \
-  { 40000, 5, 0, 1, 0 }
+  { .first_us = 40000, .max_step = 5, .after_reconnect = 1 }
 /* A call riding an outage: 20 ms doubling to 640 ms, and not before the
  * connection may be tried again. */
 #define DLOCK__BACKOFF_OUTAGE                                                  \
-  { 20000, 5, 0, 1, 0 }
+  { .first_us = 20000, .max_step = 5, .after_reconnect = 1 }
 
 /* A cluster's TRYAGAIN or CLUSTERDOWN (a refusal made before the call
  * ran, while a slot migrates or the cluster heals): 2 ms doubling to
  * 128 ms, never past the call's deadline. */
 #define DLOCK__BACKOFF_BUSY                                                    \
-  { 2000, 6, 0, 0, 0 }
+  { .first_us = 2000, .max_step = 6 }
 
 /* When the next pause of 'b' ends, from 'now_us', bounded by 'until_us'
  * (and moves 'b' on a step). */

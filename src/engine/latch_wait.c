@@ -38,14 +38,9 @@ int dlock_latch_try_set_count(dlock_latch_t *l, int64_t count) {
 int dlock_latch_count_down(dlock_latch_t *l, int64_t *left) {
   if (left != NULL)
     *left = 0;
-  int rc =
-      dlock__counter_ready(l != NULL ? &l->o : NULL, "latch handle is NULL");
-  if (rc != 0)
-    return rc;
-  dlock__counter_call a;
-  dlock__latch_count_down_call(&l->o.n, &a);
   int64_t n;
-  rc = dlock__counter_eval(l->o.c, &a, &n);
+  int rc = dlock__counter_run(l != NULL ? &l->o : NULL, "latch handle is NULL",
+                              dlock__latch_count_down_call, &n);
   if (rc == 0)
     rc = dlock__latch_count_down_outcome(&l->o.n, n);
   if (rc == 0 && left != NULL)

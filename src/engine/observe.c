@@ -26,19 +26,6 @@ int64_t dlock__obs_start(const dlock_t *l) {
   return parts.depth > 0 ? -1 : dlock__now_us();
 }
 
-/* Marks the owner's hold of part 'l' as a composite's, so that its end is
- * not counted as a single lock's (an async part's hold is recorded by the
- * loop, outside the composite's start). */
-static void mark_part(dlock_t *l, uint64_t owner) {
-  dlock_client_t *c = l->c;
-  pthread_mutex_lock(&c->mu);
-  dlock__hold *h =
-      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
-  if (h != NULL)
-    h->obs_part = 1;
-  pthread_mutex_unlock(&c->mu);
-}
-
 /* The owner's hold of 'l' as the hold table has it. */
 static void look_up(dlock_t *l, uint64_t owner, dlock__obs_hold *o) {
   memset(o, 0, sizeof(*o));
@@ -68,8 +55,10 @@ int dlock__obs_acquired(dlock_t *l, uint64_t owner, int64_t wait_ms,
       parts.waited = 1;
       dlock__stat_contended(st, l->name, l->len, rc != 0, 0);
     }
+    /* Its end is not counted as a single lock's (an async part's hold is
+     * recorded by the loop, outside the composite's start). */
     if (rc == 0)
-      mark_part(l, owner);
+      dlock__mark_hold(l, owner, DLOCK__MARK_PART);
     return rc;
   }
   int64_t took = dlock__now_us() - start_us;

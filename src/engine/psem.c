@@ -69,7 +69,10 @@ typedef struct psem_try {
   dlock_permit_t *out;
 } psem_try;
 
-int dlock__psem_record(dlock_psem_t *s, uint64_t owner, int64_t lease_ms,
+/* Records permit 'owner' of 's' just taken with 'token' (the attempt sent
+ * at 'sent_us', for 'lease_ms' as given), for its renewal and its release:
+ * 0 or DLOCK_ENOMEM. */
+static int psem_record(dlock_psem_t *s, uint64_t owner, int64_t lease_ms,
                        uint64_t token, int64_t sent_us) {
   dlock_client_t *c = s->o.c;
   pthread_mutex_lock(&c->mu);
@@ -94,6 +97,46 @@ int dlock__psem_record(dlock_psem_t *s, uint64_t owner, int64_t lease_ms,
 static int psem_give_back(dlock_psem_t *s, const unsigned char *id,
                           int64_t *result);
 
+int dlock__psem_answer(dlock_psem_t *s, redisReply *reply,
+                       const dlock__synced *sy, uint64_t owner,
+                       int64_t lease_ms, const unsigned char *id,
+                       int64_t sent_us, dlock__psem_give_back_fn give_back,
+                       dlock_permit_t *out, int64_t *sleep_ms) {
+  dlock__psem_taken got;
+  int rc = dlock__psem_acquire_outcome(reply, &got);
+  freeReplyObject(reply);
+  if (rc < 0)
+    return rc;
+  if (rc == 1) {
+    /* Until the first lease among the permits taken ends, when one may
+     * come back without a message. */
+    *sleep_ms = got.sleep_ms;
+    return 1;
+  }
+  if (!sy->ok) {
+    /* Taken on the master only: given back, and not reported taken. */
+    give_back(s, id);
+    return dlock__sync_fail(s->o.c, sy, "semaphore", s->o.n.name, s->o.n.len);
+  }
+  rc = psem_record(s, owner, lease_ms, got.token, sent_us);
+  if (rc != 0) {
+    /* Not recorded means never renewed nor released: given back now. */
+    give_back(s, id);
+    return rc;
+  }
+  dlock__permit_hex(id, DLOCK__PERMIT_ID_BYTES, out->id);
+  out->token = got.token;
+  out->owner = owner;
+  out->expires_ms = got.expires_ms;
+  return 0;
+}
+
+/* Gives permit 'id' of 's' back, waiting for the answer. */
+static void give_back_now(dlock_psem_t *s, const unsigned char *id) {
+  int64_t ignored;
+  psem_give_back(s, id, &ignored);
+}
+
 static int psem_attempt(void *arg, int64_t *sleep_ms, int *pass) {
   psem_try *t = arg;
   dlock_psem_t *s = t->s;
@@ -108,36 +151,11 @@ static int psem_attempt(void *arg, int64_t *sleep_ms, int *pass) {
   rc = dlock__eval_write(s->o.c, 1, &call.call, &reply, 0, &sy);
   if (rc != 0)
     return rc;
-  dlock__psem_taken got;
-  rc = dlock__psem_acquire_outcome(reply, &got);
-  freeReplyObject(reply);
-  if (rc < 0)
-    return rc;
-  if (rc == 0 && !sy.ok) {
-    /* Taken on the master only: given back, and not reported taken. */
-    int64_t ignored;
-    psem_give_back(s, t->id, &ignored);
-    return dlock__sync_fail(s->o.c, &sy, "semaphore", s->o.n.name, s->o.n.len);
-  }
-  if (rc == 0) {
-    rc = dlock__psem_record(s, t->owner, t->lease_ms, got.token, sent_us);
-    if (rc != 0) {
-      /* Not recorded means never renewed nor released: given back now. */
-      int64_t ignored;
-      psem_give_back(s, t->id, &ignored);
-      return rc;
-    }
-    dlock__permit_hex(t->id, sizeof(t->id), t->out->id);
-    t->out->token = got.token;
-    t->out->owner = t->owner;
-    t->out->expires_ms = got.expires_ms;
-    return 0;
-  }
-  /* Until the first lease among the permits taken ends, when one may come
-   * back without a message. */
-  *sleep_ms = got.sleep_ms;
-  *pass = 0;
-  return 1;
+  rc = dlock__psem_answer(s, reply, &sy, t->owner, t->lease_ms, t->id, sent_us,
+                          give_back_now, t->out, sleep_ms);
+  if (rc == 1)
+    *pass = 0;
+  return rc;
 }
 
 /* An expirable permit is tried again under a new id after an attempt that

@@ -225,14 +225,10 @@ int dlock_sem_available(dlock_sem_t *s, int64_t *out) {
 int dlock_sem_drain(dlock_sem_t *s, int64_t *out) {
   if (out != NULL)
     *out = 0;
-  int rc = dlock__counter_ready(s != NULL ? &s->o : NULL,
-                                "semaphore handle is NULL");
-  if (rc != 0)
-    return rc;
-  dlock__counter_call a;
-  dlock__sem_drain_call(&s->o.n, &a);
   int64_t n;
-  rc = dlock__counter_eval(s->o.c, &a, &n);
+  int rc =
+      dlock__counter_run(s != NULL ? &s->o : NULL, "semaphore handle is NULL",
+                         dlock__sem_drain_call, &n);
   if (rc == 0 && n > 0)
     rc = dlock__sem_note_held(s, n);
   if (rc == 0 && out != NULL)

@@ -44,6 +44,7 @@
 
 #include "error.h"
 #include "monotime.h"
+#include "worker.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -62,13 +63,11 @@ struct dlock__settler {
   dlock_client_t *c;
   dlock__undo_fn undo; /* dlock__undo: it runs the release scripts, which
                         * themselves settle first (see above) */
-  pthread_mutex_t mu;
-  pthread_cond_t cv; /* the thread's wake-up, and the end of an undo */
+  /* The thread; its 'cv' is also where the end of an undo is told, and its
+   * 'mu' guards the list. */
+  dlock__worker w;
   unsettled *list;
   atomic_int count; /* entries in 'list', readable without 'mu' */
-  pthread_t thread;
-  int started;
-  int stopping;
   /* Retries of a background undo that failed: the first soon (a server
    * that stalled is usually back at once), later ones less often, as the
    * connection's own reconnect back-off. */
@@ -84,12 +83,7 @@ int dlock__settler_new(dlock_client_t *c, dlock__undo_fn undo,
   st->undo = undo;
   dlock__backoff retry = DLOCK__BACKOFF_SETTLE;
   st->retry = retry;
-  pthread_mutex_init(&st->mu, NULL);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&st->cv, &attr);
-  pthread_condattr_destroy(&attr);
+  dlock__worker_init(&st->w);
   *out = st;
   return 0;
 }
@@ -99,24 +93,21 @@ static void free_entry(unsettled *e) {
   dlock__free(e);
 }
 
+/* Frees the entries of 'st', not what they would have undone. */
+static void free_entries(dlock__settler *st) {
+  while (st->list != NULL) {
+    unsettled *e = st->list;
+    st->list = e->next;
+    free_entry(e);
+  }
+}
+
 void dlock__settler_free(dlock__settler *st) {
   if (st == NULL)
     return;
-  pthread_mutex_lock(&st->mu);
-  st->stopping = 1;
-  pthread_cond_broadcast(&st->cv);
-  int started = st->started;
-  pthread_mutex_unlock(&st->mu);
-  if (started)
-    pthread_join(st->thread, NULL);
+  dlock__worker_stop(&st->w);
   /* What is still unsettled expires with its lease. */
-  while (st->list != NULL) {
-    unsettled *next = st->list->next;
-    free_entry(st->list);
-    st->list = next;
-  }
-  pthread_cond_destroy(&st->cv);
-  pthread_mutex_destroy(&st->mu);
+  free_entries(st);
   dlock__free(st);
 }
 
@@ -127,14 +118,10 @@ int dlock__settler_forget(dlock__settler *st) {
    * the parent's, and the undos are the parent's business. A list a parent
    * thread was changing at the fork may be half changed: it is left as it
    * is. */
-  if (pthread_mutex_trylock(&st->mu) != 0)
+  if (pthread_mutex_trylock(&st->w.mu) != 0)
     return -1;
-  pthread_mutex_unlock(&st->mu);
-  while (st->list != NULL) {
-    unsettled *next = st->list->next;
-    free_entry(st->list);
-    st->list = next;
-  }
+  pthread_mutex_unlock(&st->w.mu);
+  free_entries(st);
   dlock__free(st);
   return 0;
 }
@@ -173,11 +160,11 @@ static void move_to_tail_locked(dlock__settler *st, unsettled *e) {
 /* Runs the undo of 'e', which the caller marked busy, outside 'mu'. */
 static int run_undo(dlock__settler *st, unsettled *e) {
   assert(e->busy);
-  pthread_mutex_unlock(&st->mu);
+  pthread_mutex_unlock(&st->w.mu);
   int rc = st->undo(e->l, e->owner, e->believed);
-  pthread_mutex_lock(&st->mu);
+  pthread_mutex_lock(&st->w.mu);
   e->busy = 0;
-  pthread_cond_broadcast(&st->cv);
+  pthread_cond_broadcast(&st->w.cv);
   if (rc == 0)
     remove_locked(st, e);
   return rc;
@@ -186,8 +173,8 @@ static int run_undo(dlock__settler *st, unsettled *e) {
 static void *settler_main(void *arg) {
   dlock__settler *st = arg;
   int64_t next_us = 0;
-  pthread_mutex_lock(&st->mu);
-  while (!st->stopping) {
+  pthread_mutex_lock(&st->w.mu);
+  while (!st->w.stopping) {
     unsettled *e = st->list;
     while (e != NULL && e->busy)
       e = e->next;
@@ -196,10 +183,10 @@ static void *settler_main(void *arg) {
       /* Nothing to do, or not yet: an owner settling its own entry, or a
        * new entry, wakes the thread. */
       if (e == NULL) {
-        pthread_cond_wait(&st->cv, &st->mu);
+        pthread_cond_wait(&st->w.cv, &st->w.mu);
       } else {
         struct timespec ts = dlock__timespec_at(next_us);
-        pthread_cond_timedwait(&st->cv, &st->mu, &ts);
+        pthread_cond_timedwait(&st->w.cv, &st->w.mu, &ts);
       }
       continue;
     }
@@ -214,13 +201,13 @@ static void *settler_main(void *arg) {
     /* Redis does not answer yet: wait as long as the connection does
      * before it tries again, and back off. */
     dlock__backoff retry = st->retry;
-    pthread_mutex_unlock(&st->mu);
+    pthread_mutex_unlock(&st->w.mu);
     int64_t at = dlock__backoff_next(st->c, &retry, dlock__now_us(), INT64_MAX);
-    pthread_mutex_lock(&st->mu);
+    pthread_mutex_lock(&st->w.mu);
     st->retry = retry;
     next_us = at;
   }
-  pthread_mutex_unlock(&st->mu);
+  pthread_mutex_unlock(&st->w.mu);
   return NULL;
 }
 
@@ -262,40 +249,38 @@ void dlock__unsettled_add(dlock_t *l, uint64_t owner, int64_t believed) {
   e->l = copy;
   e->owner = owner;
   e->believed = believed;
-  pthread_mutex_lock(&st->mu);
+  pthread_mutex_lock(&st->w.mu);
   if (find_locked(st, l, owner) != NULL) {
     /* One undo per owner and lock covers every attempt before it. */
-    pthread_mutex_unlock(&st->mu);
+    pthread_mutex_unlock(&st->w.mu);
     free_entry(e);
     return;
   }
   e->next = st->list;
   st->list = e;
   atomic_fetch_add(&st->count, 1);
-  if (!st->started && !st->stopping &&
-      pthread_create(&st->thread, NULL, settler_main, st) == 0)
-    st->started = 1;
+  dlock__worker_start(&st->w, settler_main, st);
   /* Without a thread (it could not be started), the owner's next call on
    * the lock settles it. */
-  pthread_cond_broadcast(&st->cv);
-  pthread_mutex_unlock(&st->mu);
+  pthread_cond_broadcast(&st->w.cv);
+  pthread_mutex_unlock(&st->w.mu);
 }
 
 int dlock__unsettled_settle(dlock_t *l, uint64_t owner) {
   dlock__settler *st = l->c->settle;
   if (atomic_load(&st->count) == 0)
     return 0;
-  pthread_mutex_lock(&st->mu);
+  pthread_mutex_lock(&st->w.mu);
   unsettled *e;
   /* Wait for an undo under way; it is bounded by the command timeout. */
   while ((e = find_locked(st, l, owner)) != NULL && e->busy)
-    pthread_cond_wait(&st->cv, &st->mu);
+    pthread_cond_wait(&st->w.cv, &st->w.mu);
   int rc = 0;
   if (e != NULL) {
     e->busy = 1;
     rc = run_undo(st, e);
   }
-  pthread_mutex_unlock(&st->mu);
+  pthread_mutex_unlock(&st->w.mu);
   if (rc == 0)
     return 0;
   char why[256];
@@ -310,11 +295,11 @@ int dlock__unsettled_pending(dlock_t *l, uint64_t owner, int64_t *believed) {
   dlock__settler *st = l->c->settle;
   if (atomic_load(&st->count) == 0)
     return 0;
-  pthread_mutex_lock(&st->mu);
+  pthread_mutex_lock(&st->w.mu);
   unsettled *e = find_locked(st, l, owner);
   if (e != NULL && believed != NULL)
     *believed = e->believed;
-  pthread_mutex_unlock(&st->mu);
+  pthread_mutex_unlock(&st->w.mu);
   return e != NULL;
 }
 

@@ -11,6 +11,7 @@
 #include "proto/slot.h"
 #include "scripts.h"
 #include "sem_kinds.h"
+#include "worker.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,26 +25,10 @@
 
 struct dlock__watchdog {
   dlock_client_t *c;
-  pthread_t thread;
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  int stopping;
+  dlock__worker w;
 };
 
-typedef struct renewal {
-  char *name;
-  size_t name_len;
-  /* Read locks: "{name}", where their timeout keys live; permits of an
-   * expirable-permit semaphore: "{name}:timeout", the zset they are in. */
-  char *prefix;
-  size_t prefix_len;
-  int kind;
-  uint64_t owner;
-  uint64_t seq;
-  char field[DLOCK__FIELD_MAX];
-  size_t field_len;
-  int slot; /* on a cluster, the slot of 'name' */
-} renewal;
+typedef dlock__renewal renewal;
 
 typedef struct round {
   renewal *items;
@@ -52,6 +37,46 @@ typedef struct round {
   const dlock_client_t *c;
   int64_t oldest_us; /* the earliest confirmation among the holds */
 } round;
+
+void dlock__renewal_free(dlock__renewal *r) {
+  dlock__free(r->name);
+  dlock__free(r->prefix);
+  r->name = r->prefix = NULL;
+}
+
+int dlock__renewal_of(const dlock_client_t *c, const dlock__hold *h,
+                      dlock__renewal *out) {
+  memset(out, 0, sizeof(*out));
+  if ((out->name = dlock__malloc(h->name_len + 1)) == NULL)
+    return DLOCK_ENOMEM;
+  memcpy(out->name, h->name, h->name_len + 1);
+  out->name_len = h->name_len;
+  out->owner = h->owner;
+  out->seq = h->seq;
+  out->kind = h->kind;
+  int rc = 0;
+  if (h->kind == DLOCK__KIND_PERMIT) {
+    /* A permit is renewed by its id in the semaphore's zset. */
+    dlock__permit_id(c, h->owner, (unsigned char *)out->field);
+    out->field_len = DLOCK__PERMIT_ID_BYTES;
+    rc = dlock__permit_zset(h->name, h->name_len, &out->prefix,
+                            &out->prefix_len);
+  } else {
+    out->field_len = dlock__owner_field(c, h->owner, out->field);
+    if (h->kind == DLOCK_WRITE) {
+      memcpy(out->field + out->field_len, ":write", 7);
+      out->field_len += 6;
+    }
+    /* A read hold's "{name}:" without its colon. */
+    if (h->kind == DLOCK_READ &&
+        (rc = dlock__suffixed(h->name, h->name_len, "", 0, &out->prefix,
+                              &out->prefix_len)) == 0)
+      out->prefix[--out->prefix_len] = '\0';
+  }
+  if (rc != 0)
+    dlock__renewal_free(out);
+  return rc;
+}
 
 static void collect_one(dlock__hold *h, void *arg) {
   round *r = arg;
@@ -70,52 +95,16 @@ static void collect_one(dlock__hold *h, void *arg) {
   renewal *it = &r->items[r->n];
   if (r->oldest_us == 0 || h->confirmed_us < r->oldest_us)
     r->oldest_us = h->confirmed_us;
-  if ((it->name = dlock__malloc(h->name_len + 1)) == NULL) {
+  if (dlock__renewal_of(r->c, h, it) != 0) {
     r->nomem = 1;
     return;
-  }
-  memcpy(it->name, h->name, h->name_len + 1);
-  it->name_len = h->name_len;
-  it->owner = h->owner;
-  it->seq = h->seq;
-  it->kind = h->kind;
-  it->prefix = NULL;
-  if (h->kind == DLOCK__KIND_PERMIT) {
-    /* A permit is renewed by its id in the semaphore's zset. */
-    dlock__permit_id(r->c, h->owner, (unsigned char *)it->field);
-    it->field_len = DLOCK__PERMIT_ID_BYTES;
-    if (dlock__permit_zset(h->name, h->name_len, &it->prefix,
-                           &it->prefix_len) != 0) {
-      dlock__free(it->name);
-      r->nomem = 1;
-      return;
-    }
-    r->n++;
-    return;
-  }
-  it->field_len = dlock__owner_field(r->c, h->owner, it->field);
-  if (h->kind == DLOCK_WRITE) {
-    memcpy(it->field + it->field_len, ":write", 7);
-    it->field_len += 6;
-  }
-  if (h->kind == DLOCK_READ) {
-    /* "{name}:" without its colon. */
-    if (dlock__suffixed(h->name, h->name_len, "", 0, &it->prefix,
-                        &it->prefix_len) != 0) {
-      dlock__free(it->name);
-      r->nomem = 1;
-      return;
-    }
-    it->prefix[--it->prefix_len] = '\0';
   }
   r->n++;
 }
 
 static void free_round(round *r) {
-  for (size_t i = 0; i < r->n; i++) {
-    dlock__free(r->items[i].name);
-    dlock__free(r->items[i].prefix);
-  }
+  for (size_t i = 0; i < r->n; i++)
+    dlock__renewal_free(&r->items[i]);
   dlock__free(r->items);
 }
 
@@ -392,17 +381,17 @@ static void *watchdog_main(void *arg) {
   if (period_us < 1000)
     period_us = 1000;
   int64_t next_us = dlock__add_us(dlock__now_us(), period_us);
-  pthread_mutex_lock(&wd->mu);
-  while (!wd->stopping) {
+  pthread_mutex_lock(&wd->w.mu);
+  while (!wd->w.stopping) {
     if (dlock__now_us() < next_us) {
       struct timespec ts = dlock__timespec_at(next_us);
-      pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
+      pthread_cond_timedwait(&wd->w.cv, &wd->w.mu, &ts);
       continue;
     }
-    pthread_mutex_unlock(&wd->mu);
+    pthread_mutex_unlock(&wd->w.mu);
     int64_t lease_end_us;
     int rc = renew_round(wd->c, &lease_end_us);
-    pthread_mutex_lock(&wd->mu);
+    pthread_mutex_lock(&wd->w.mu);
     next_us = dlock__add_us(dlock__now_us(),
                             rc == 0 ? period_us : period_us / RETRY_DIVISOR);
     /* A hold that could not be renewed is reported lost when its lease
@@ -410,7 +399,7 @@ static void *watchdog_main(void *arg) {
     if (lease_end_us > 0 && lease_end_us < next_us)
       next_us = lease_end_us;
   }
-  pthread_mutex_unlock(&wd->mu);
+  pthread_mutex_unlock(&wd->w.mu);
   return NULL;
 }
 
@@ -419,15 +408,9 @@ int dlock__watchdog_start(dlock_client_t *c, dlock__watchdog **out) {
   if (wd == NULL)
     return dlock__fail(DLOCK_ENOMEM, "out of memory starting the watchdog");
   wd->c = c;
-  pthread_mutex_init(&wd->mu, NULL);
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(&wd->cv, &attr);
-  pthread_condattr_destroy(&attr);
-  if (pthread_create(&wd->thread, NULL, watchdog_main, wd) != 0) {
-    pthread_cond_destroy(&wd->cv);
-    pthread_mutex_destroy(&wd->mu);
+  dlock__worker_init(&wd->w);
+  if (dlock__worker_start(&wd->w, watchdog_main, wd) != 0) {
+    dlock__worker_stop(&wd->w);
     dlock__free(wd);
     return dlock__fail(DLOCK_ENOMEM, "pthread_create failed");
   }
@@ -438,13 +421,7 @@ int dlock__watchdog_start(dlock_client_t *c, dlock__watchdog **out) {
 void dlock__watchdog_stop(dlock__watchdog *wd) {
   if (wd == NULL)
     return;
-  pthread_mutex_lock(&wd->mu);
-  wd->stopping = 1;
-  pthread_cond_signal(&wd->cv);
-  pthread_mutex_unlock(&wd->mu);
-  pthread_join(wd->thread, NULL);
-  pthread_cond_destroy(&wd->cv);
-  pthread_mutex_destroy(&wd->mu);
+  dlock__worker_stop(&wd->w);
   dlock__free(wd);
 }
 

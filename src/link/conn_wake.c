@@ -224,12 +224,7 @@ int dlock__conn_park(dlock__conn *c, caller *me) {
 /* Elsewhere a condition variable on 'mu' per caller. */
 int dlock__conn_caller_init(dlock__conn *c, caller *me) {
   (void)c;
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  int rc = pthread_cond_init(&me->cv, &attr);
-  pthread_condattr_destroy(&attr);
-  if (rc != 0)
+  if (dlock__cond_init_monotonic(&me->cv) != 0)
     return dlock__fail(DLOCK_ENOMEM, "pthread_cond_init failed");
   return 0;
 }

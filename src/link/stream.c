@@ -124,6 +124,21 @@ int dlock__stream_reply(dlock__stream *s, void **reply) {
   return 0;
 }
 
+int dlock__stream_read_each(dlock__stream *s,
+                            int (*fn)(void *arg, const redisReply *reply),
+                            void *arg) {
+  int rc = dlock__stream_read(s);
+  while (rc == 0) {
+    void *reply = NULL;
+    rc = dlock__stream_reply(s, &reply);
+    if (rc != 0 || reply == NULL)
+      break;
+    rc = fn(arg, reply);
+    freeReplyObject(reply);
+  }
+  return rc;
+}
+
 const char *dlock__stream_proto_error(const dlock__stream *s) {
   return s->reader->err ? s->reader->errstr : "";
 }
@@ -436,6 +451,20 @@ static int wait_fd(int fd, short events, int64_t deadline_us,
   }
 }
 
+/* wait_fd on the socket of 's' for the command 'cmd' to 'addr', which had
+ * 'budget_ms': 0 when ready, else why the command failed. */
+static int wait_ready(dlock__stream *s, short events, int64_t deadline_us,
+                      const dlock__cancel *cancel, const char *cmd,
+                      const char *addr, int64_t budget_ms) {
+  int w = wait_fd(dlock__stream_fd(s), events, deadline_us, cancel);
+  if (w == -2)
+    return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
+  if (w <= 0)
+    return dlock__fail(DLOCK_EIO, "%s %s: no complete answer within %lld ms",
+                       cmd, addr, (long long)budget_ms);
+  return 0;
+}
+
 /* Sends one command and reads its whole reply by 'deadline_us', into
  * '*out' (the caller's; an error reply too). 'budget_ms' is the time it
  * had, for the message. */
@@ -450,11 +479,7 @@ static int roundtrip(dlock__stream *s, const char *addr, int64_t deadline_us,
     rc = dlock__stream_flush(s, &done);
     if (rc != 0 || done)
       break;
-    int w = wait_fd(dlock__stream_fd(s), POLLOUT, deadline_us, cancel);
-    if (w == -2)
-      goto canceled;
-    if (w <= 0)
-      goto no_answer;
+    rc = wait_ready(s, POLLOUT, deadline_us, cancel, argv[0], addr, budget_ms);
   }
   while (rc == 0) {
     if (dlock__stream_reply(s, &reply) != 0)
@@ -462,23 +487,13 @@ static int roundtrip(dlock__stream *s, const char *addr, int64_t deadline_us,
                          argv[0], addr, dlock__stream_proto_error(s));
     if (reply != NULL)
       break;
-    int w = wait_fd(dlock__stream_fd(s), POLLIN, deadline_us, cancel);
-    if (w == -2)
-      goto canceled;
-    if (w <= 0)
-      goto no_answer;
-    rc = dlock__stream_read(s);
+    rc = wait_ready(s, POLLIN, deadline_us, cancel, argv[0], addr, budget_ms);
+    if (rc == 0)
+      rc = dlock__stream_read(s);
   }
   if (rc == 0)
     *out = reply;
   return rc;
-no_answer:
-  return dlock__fail(DLOCK_EIO, "%s %s: no complete answer within %lld ms",
-                     argv[0], addr, (long long)budget_ms);
-canceled:
-  if (reply != NULL)
-    freeReplyObject(reply);
-  return dlock__fail(DLOCK_ECANCELED, "client is shutting down");
 }
 
 int dlock__stream_command_cancel(dlock__stream *s, const char *addr,

@@ -176,6 +176,15 @@ int dlock__stream_take(dlock__stream *s, long r, int err, const char *buf,
  * caller. 0, or DLOCK_EPROTO when the bytes are not RESP. */
 int dlock__stream_reply(dlock__stream *s, void **reply);
 
+/* Reads what the server sent (dlock__stream_read) and hands each complete
+ * reply to 'fn' with 'arg', freeing it after. 0 when every reply was
+ * handed over; a negative code when the connection is closed or broken or
+ * the bytes are not RESP; or the first nonzero 'fn' returned, the replies
+ * after it left unread. */
+int dlock__stream_read_each(dlock__stream *s,
+                            int (*fn)(void *arg, const redisReply *reply),
+                            void *arg);
+
 /* The reader's description of a protocol error. */
 const char *dlock__stream_proto_error(const dlock__stream *s);
 

@@ -26,6 +26,18 @@ int dlock__has_hold(dlock_t *l, uint64_t owner) {
   return known;
 }
 
+void dlock__mark_hold(dlock_t *l, uint64_t owner, int mark) {
+  dlock_client_t *c = l->c;
+  pthread_mutex_lock(&c->mu);
+  dlock__hold *h =
+      dlock__holds_find(&c->holds, l->name, l->len, owner, l->kind->id);
+  if (h != NULL && mark == DLOCK__MARK_LOST)
+    h->lost = 1;
+  else if (h != NULL)
+    h->obs_part = 1;
+  pthread_mutex_unlock(&c->mu);
+}
+
 int dlock__lost_error(const dlock_t *l) {
   return dlock__fail(DLOCK_ELOST,
                      "lock \"%.100s\" was lost while held (its lease ran out "

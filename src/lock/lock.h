@@ -260,6 +260,17 @@ int dlock__has_hold(dlock_t *l, uint64_t owner);
 /* The hold count the client believes 'owner' has (0 when none or lost). */
 int64_t dlock__believed_count(dlock_t *l, uint64_t owner);
 
+/* What dlock__mark_hold sets on a hold. */
+enum dlock__mark {
+  DLOCK__MARK_LOST, /* lost: each of its unlocks will say so */
+  DLOCK__MARK_PART  /* a composite's part: its end is not counted as a
+                       single lock's */
+};
+
+/* Marks the hold of 'owner' on 'l' as 'mark' says (an enum dlock__mark),
+ * when the client has one. */
+void dlock__mark_hold(dlock_t *l, uint64_t owner, int mark);
+
 /* DLOCK_ELOST with its detail: the lock was lost while held. */
 int dlock__lost_error(const dlock_t *l);
 

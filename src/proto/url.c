@@ -235,6 +235,74 @@ void dlock__endpoint_describe(const dlock__endpoint *e, char *buf, size_t n) {
     snprintf(buf, n, "%s:%d", e->host ? e->host : "?", e->port);
 }
 
+/* ---- URLs of several nodes ---------------------------------------------- */
+
+/* What follows 'scheme' or its TLS form 'tls_scheme' in 'url' ('*tls' says
+ * which), or NULL when 'url' starts with neither. */
+static const char *after_scheme(const char *url, const char *scheme,
+                                const char *tls_scheme, int *tls) {
+  *tls = 0;
+  if (url == NULL)
+    return NULL;
+  if (strncmp(url, scheme, strlen(scheme)) == 0)
+    return url + strlen(scheme);
+  *tls = 1;
+  if (strncmp(url, tls_scheme, strlen(tls_scheme)) == 0)
+    return url + strlen(tls_scheme);
+  return NULL;
+}
+
+/* The comma-separated host[:port] list from 'p' to 'end' ([v6] hosts
+ * too), at most 'max' of them, into a new array '*nodes' of '*n' (which
+ * the URL's free function frees, also after a failure). A host without a
+ * port gets 'default_port', or parse_host_port's when that is 0. 'url'
+ * and 'hosts' name the URL and its hosts in messages. */
+static int parse_hosts(const char *p, const char *end, size_t max,
+                       int default_port, const char *url, const char *hosts,
+                       dlock__endpoint **nodes, size_t *n) {
+  size_t count = 1;
+  for (const char *c = p; c < end; c++)
+    count += *c == ',';
+  if (count > max)
+    return dlock__fail(DLOCK_EINVAL, "%s names more than %zu %s", url, max,
+                       hosts);
+  if ((*nodes = dlock__calloc(count, sizeof(**nodes))) == NULL)
+    return dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL");
+  int rc = 0;
+  while (p <= end && rc == 0) {
+    const char *comma = memchr(p, ',', (size_t)(end - p));
+    const char *item_end = comma ? comma : end;
+    if (item_end == p)
+      return dlock__fail(DLOCK_EINVAL, "%s has an empty host", url);
+    dlock__endpoint *e = &(*nodes)[(*n)++];
+    rc = parse_host_port(p, item_end, e);
+    int no_port = memchr(p, ':', (size_t)(item_end - p)) == NULL ||
+                  (*p == '[' && item_end[-1] == ']');
+    if (rc == 0 && no_port && default_port != 0)
+      e->port = default_port;
+    p = item_end + 1;
+  }
+  return rc;
+}
+
+/* Frees the data nodes' endpoint and the 'n' listed ones. */
+static void free_nodes(dlock__endpoint *data, dlock__endpoint *nodes,
+                       size_t n) {
+  dlock__endpoint_free(data);
+  for (size_t i = 0; i < n; i++)
+    dlock__endpoint_free(&nodes[i]);
+  dlock__free(nodes);
+}
+
+/* Gives the data nodes and the 'n' listed nodes the URL's TLS: every one
+ * of them speaks it, or none does. */
+static void set_tls(dlock__endpoint *data, dlock__endpoint *nodes, size_t n,
+                    int tls) {
+  data->tls = tls;
+  for (size_t i = 0; i < n; i++)
+    nodes[i].tls = tls;
+}
+
 /* ---- Sentinel URLs ------------------------------------------------------- */
 
 #define SENTINEL_SCHEME "redis-sentinel://"
@@ -242,19 +310,14 @@ void dlock__endpoint_describe(const dlock__endpoint *e, char *buf, size_t n) {
 #define SENTINEL_DEFAULT_PORT 26379
 
 int dlock__url_is_sentinel(const char *url) {
-  return url != NULL &&
-         (strncmp(url, SENTINEL_SCHEME, sizeof(SENTINEL_SCHEME) - 1) == 0 ||
-          strncmp(url, SENTINEL_TLS_SCHEME, sizeof(SENTINEL_TLS_SCHEME) - 1) ==
-              0);
+  int tls;
+  return after_scheme(url, SENTINEL_SCHEME, SENTINEL_TLS_SCHEME, &tls) != NULL;
 }
 
 void dlock__sentinel_url_free(dlock__sentinel_url *u) {
   if (u == NULL)
     return;
-  dlock__endpoint_free(&u->data);
-  for (size_t i = 0; i < u->n; i++)
-    dlock__endpoint_free(&u->sentinels[i]);
-  dlock__free(u->sentinels);
+  free_nodes(&u->data, u->sentinels, u->n);
   dlock__free(u->master);
   memset(u, 0, sizeof(*u));
 }
@@ -321,31 +384,9 @@ static int parse_sentinel(const char *rest, dlock__sentinel_url *out) {
   if (strchr(out->master, '/') != NULL || strchr(out->master, ' ') != NULL)
     return dlock__fail(DLOCK_EINVAL,
                        "Sentinel URL: the master's name has a '/' or a space");
-  /* The Sentinels: comma-separated host[:port], [v6] allowed. */
-  size_t count = 1;
-  for (const char *p = rest; p < slash; p++)
-    count += *p == ',';
-  if (count > DLOCK__SENTINELS_MAX)
-    return dlock__fail(DLOCK_EINVAL,
-                       "Sentinel URL names more than %d "
-                       "Sentinels",
-                       DLOCK__SENTINELS_MAX);
-  out->sentinels = dlock__calloc(count, sizeof(*out->sentinels));
-  if (out->sentinels == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL");
-  for (const char *p = rest; p <= slash && rc == 0;) {
-    const char *comma = memchr(p, ',', (size_t)(slash - p));
-    const char *item_end = comma ? comma : slash;
-    if (item_end == p)
-      return dlock__fail(DLOCK_EINVAL, "Sentinel URL has an empty host");
-    dlock__endpoint *e = &out->sentinels[out->n++];
-    rc = parse_host_port(p, item_end, e);
-    if (rc == 0 && memchr(p, ':', (size_t)(item_end - p)) == NULL)
-      e->port = SENTINEL_DEFAULT_PORT;
-    if (rc == 0 && *p == '[' && item_end[-1] == ']')
-      e->port = SENTINEL_DEFAULT_PORT;
-    p = item_end + 1;
-  }
+  /* The Sentinels, on their own default port. */
+  rc = parse_hosts(rest, slash, DLOCK__SENTINELS_MAX, SENTINEL_DEFAULT_PORT,
+                   "Sentinel URL", "Sentinels", &out->sentinels, &out->n);
   if (rc != 0)
     return rc;
   char *s_user = NULL, *s_pass = NULL;
@@ -376,19 +417,16 @@ int dlock__url_parse_sentinel(const char *url, dlock__sentinel_url *out) {
   if (out == NULL)
     return dlock__fail(DLOCK_EINVAL, "no Sentinel URL to fill");
   memset(out, 0, sizeof(*out));
-  if (!dlock__url_is_sentinel(url))
+  int tls;
+  const char *rest =
+      after_scheme(url, SENTINEL_SCHEME, SENTINEL_TLS_SCHEME, &tls);
+  if (rest == NULL)
     return dlock__fail(DLOCK_EINVAL, "not a redis-sentinel:// URL");
   /* rediss-sentinel:// is TLS to every Sentinel and every data node alike,
    * as a deployment whose Sentinels run tls-port and tls-replication has
    * it: Sentinel hands out the data nodes' TLS ports then. */
-  int tls =
-      strncmp(url, SENTINEL_TLS_SCHEME, sizeof(SENTINEL_TLS_SCHEME) - 1) == 0;
-  int rc = parse_sentinel(
-      url + (tls ? sizeof(SENTINEL_TLS_SCHEME) : sizeof(SENTINEL_SCHEME)) - 1,
-      out);
-  out->data.tls = tls;
-  for (size_t i = 0; i < out->n; i++)
-    out->sentinels[i].tls = tls;
+  int rc = parse_sentinel(rest, out);
+  set_tls(&out->data, out->sentinels, out->n, tls);
   if (rc != 0)
     dlock__sentinel_url_free(out);
   return rc;
@@ -400,19 +438,14 @@ int dlock__url_parse_sentinel(const char *url, dlock__sentinel_url *out) {
 #define CLUSTER_TLS_SCHEME "rediss-cluster://"
 
 int dlock__url_is_cluster(const char *url) {
-  return url != NULL &&
-         (strncmp(url, CLUSTER_SCHEME, sizeof(CLUSTER_SCHEME) - 1) == 0 ||
-          strncmp(url, CLUSTER_TLS_SCHEME, sizeof(CLUSTER_TLS_SCHEME) - 1) ==
-              0);
+  int tls;
+  return after_scheme(url, CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, &tls) != NULL;
 }
 
 void dlock__cluster_url_free(dlock__cluster_url *u) {
   if (u == NULL)
     return;
-  dlock__endpoint_free(&u->data);
-  for (size_t i = 0; i < u->n; i++)
-    dlock__endpoint_free(&u->seeds[i]);
-  dlock__free(u->seeds);
+  free_nodes(&u->data, u->seeds, u->n);
   memset(u, 0, sizeof(*u));
 }
 
@@ -461,40 +494,21 @@ static int parse_cluster(const char *rest, dlock__cluster_url *out) {
     return dlock__fail(DLOCK_EINVAL,
                        "cluster URL needs at least one seed node: "
                        "redis-cluster://host:port[,host:port...]");
-  size_t count = 1;
-  for (const char *p = rest; p < end; p++)
-    count += *p == ',';
-  if (count > DLOCK__SEEDS_MAX)
-    return dlock__fail(DLOCK_EINVAL, "cluster URL names more than %d seeds",
-                       DLOCK__SEEDS_MAX);
-  out->seeds = dlock__calloc(count, sizeof(*out->seeds));
-  if (out->seeds == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory parsing URL");
-  for (const char *p = rest; p <= end && rc == 0;) {
-    const char *comma = memchr(p, ',', (size_t)(end - p));
-    const char *item_end = comma ? comma : end;
-    if (item_end == p)
-      return dlock__fail(DLOCK_EINVAL, "cluster URL has an empty host");
-    rc = parse_host_port(p, item_end, &out->seeds[out->n++]);
-    p = item_end + 1;
-  }
-  return rc;
+  return parse_hosts(rest, end, DLOCK__SEEDS_MAX, 0, "cluster URL", "seeds",
+                     &out->seeds, &out->n);
 }
 
 int dlock__url_parse_cluster(const char *url, dlock__cluster_url *out) {
   if (out == NULL)
     return dlock__fail(DLOCK_EINVAL, "no cluster URL to fill");
   memset(out, 0, sizeof(*out));
-  if (!dlock__url_is_cluster(url))
+  int tls;
+  const char *rest =
+      after_scheme(url, CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, &tls);
+  if (rest == NULL)
     return dlock__fail(DLOCK_EINVAL, "not a redis-cluster:// URL");
-  int tls =
-      strncmp(url, CLUSTER_TLS_SCHEME, sizeof(CLUSTER_TLS_SCHEME) - 1) == 0;
-  int rc = parse_cluster(
-      url + (tls ? sizeof(CLUSTER_TLS_SCHEME) : sizeof(CLUSTER_SCHEME)) - 1,
-      out);
-  out->data.tls = tls;
-  for (size_t i = 0; i < out->n; i++)
-    out->seeds[i].tls = tls;
+  int rc = parse_cluster(rest, out);
+  set_tls(&out->data, out->seeds, out->n, tls);
   if (rc != 0)
     dlock__cluster_url_free(out);
   return rc;

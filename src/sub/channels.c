@@ -6,19 +6,12 @@
 #include "pubsub_int.h"
 
 #include "alloc.h"
+#include "fifo.h"
 #include "monotime.h"
 
 #include <assert.h>
 #include <string.h>
 #include <unistd.h>
-
-static void init_monotonic_cond(pthread_cond_t *cv) {
-  pthread_condattr_t attr;
-  pthread_condattr_init(&attr);
-  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-  pthread_cond_init(cv, &attr);
-  pthread_condattr_destroy(&attr);
-}
 
 dlock__sub *dlock__sub_find(dlock__pubsub *ps, const char *name, size_t len) {
   for (dlock__sub *s = ps->subs; s != NULL; s = s->next)
@@ -63,7 +56,7 @@ dlock__sub *dlock__sub_new(dlock__pubsub *ps, const char *name, size_t len) {
   }
   s->ps = ps;
   s->len = len;
-  init_monotonic_cond(&s->ready);
+  dlock__cond_init_monotonic(&s->ready);
   return s;
 }
 
@@ -146,12 +139,8 @@ void dlock__sub_enqueue_locked(dlock__sub *s, dlock__waiter *w) {
   w->pinned = 0;
   w->pin_holds = 0;
   w->parked = 0;
-  init_monotonic_cond(&w->cv);
-  if (s->tail != NULL)
-    s->tail->next = w;
-  else
-    s->head = w;
-  s->tail = w;
+  dlock__cond_init_monotonic(&w->cv);
+  DLOCK__FIFO_APPEND(s->head, s->tail, w);
   s->refs++;
   s->ps->waiting++;
   dlock__sub_check_locked(s->ps, s);
@@ -162,15 +151,7 @@ void dlock__sub_enqueue_locked(dlock__sub *s, dlock__waiter *w) {
  * waiting now, and lingers. */
 int dlock__sub_dequeue_locked(dlock__pubsub *ps, dlock__waiter *w) {
   dlock__sub *s = w->sub;
-  dlock__waiter *prev = NULL;
-  for (dlock__waiter *x = s->head; x != w; x = x->next)
-    prev = x;
-  if (prev != NULL)
-    prev->next = w->next;
-  else
-    s->head = w->next;
-  if (s->tail == w)
-    s->tail = prev;
+  DLOCK__FIFO_REMOVE(dlock__waiter, s->head, s->tail, w);
   pthread_cond_destroy(&w->cv);
   ps->waiting--;
   /* A wake-up not taken goes on; its value does not (it was meant for

@@ -6,6 +6,7 @@
 
 #include "alloc.h"
 #include "error.h"
+#include "fifo.h"
 #include "link/stream.h"
 #include "monotime.h"
 #include "reply.h"
@@ -320,22 +321,14 @@ static void on_frame(dlock__lsub *s, const redisReply *r) {
   }
 }
 
+static int frame_read(void *s, const redisReply *r) {
+  on_frame(s, r);
+  return 0;
+}
+
 static void read_frames(dlock__lsub *s) {
-  if (dlock__stream_read(s->ctx) != 0) {
+  if (dlock__stream_read_each(s->ctx, frame_read, s) != 0)
     disconnect(s);
-    return;
-  }
-  for (;;) {
-    void *reply = NULL;
-    if (dlock__stream_reply(s->ctx, &reply) != 0) {
-      disconnect(s);
-      return;
-    }
-    if (reply == NULL)
-      return;
-    on_frame(s, reply);
-    freeReplyObject(reply);
-  }
 }
 
 /* Joins past their deadline, lingering channels, an unanswered connection. */
@@ -452,11 +445,7 @@ int dlock__lsub_join(dlock__lsub *s, const char *channel, size_t len,
   w->value = 0;
   w->join_by = deadline_us;
   w->joined = is_active(s, ch);
-  if (ch->tail != NULL)
-    ch->tail->next = w;
-  else
-    ch->head = w;
-  ch->tail = w;
+  DLOCK__FIFO_APPEND(ch->head, ch->tail, w);
   ch->nwaiters++;
   if (w->joined)
     return 1;
@@ -471,18 +460,7 @@ void dlock__lsub_leave(dlock__lsub *s, dlock__lwaiter *w) {
   lchan *ch = w->ch;
   if (ch == NULL)
     return;
-  dlock__lwaiter *prev = NULL;
-  for (dlock__lwaiter *x = ch->head; x != NULL; prev = x, x = x->next) {
-    if (x != w)
-      continue;
-    if (prev != NULL)
-      prev->next = w->next;
-    else
-      ch->head = w->next;
-    if (ch->tail == w)
-      ch->tail = prev;
-    break;
-  }
+  DLOCK__FIFO_REMOVE(dlock__lwaiter, ch->head, ch->tail, w);
   w->ch = NULL;
   w->next = NULL;
   if (--ch->nwaiters == 0)

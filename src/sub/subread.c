@@ -188,26 +188,13 @@ static int handle_reply_locked(dlock__pubsub *ps, const redisReply *r) {
   return 0;
 }
 
+static int reply_read_locked(void *ps, const redisReply *r) {
+  return handle_reply_locked(ps, r);
+}
+
 void dlock__sub_read_replies_locked(dlock__pubsub *ps) {
-  if (dlock__stream_read(ps->ctx) != 0) {
+  if (dlock__stream_read_each(ps->ctx, reply_read_locked, ps) != 0)
     dlock__sub_on_disconnect_locked(ps);
-    return;
-  }
-  for (;;) {
-    void *reply = NULL;
-    if (dlock__stream_reply(ps->ctx, &reply) != 0) {
-      dlock__sub_on_disconnect_locked(ps);
-      return;
-    }
-    if (reply == NULL)
-      return;
-    int rc = handle_reply_locked(ps, reply);
-    freeReplyObject(reply);
-    if (rc != 0) {
-      dlock__sub_on_disconnect_locked(ps);
-      return;
-    }
-  }
 }
 
 /*

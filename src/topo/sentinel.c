@@ -262,6 +262,21 @@ static int ask_sentinel(dlock__sentinel *s, size_t i, int64_t deadline_us,
   return rc;
 }
 
+/* What opening a master of generation 'g' that gave 'rc' means for the
+ * lookup: 0 found (with '*gen' set), 1 try the next Sentinel (the reason
+ * added to 'why'), or an error that no other Sentinel would change (a
+ * wrong password, no memory, the client closing). */
+static int master_tried(int rc, unsigned g, unsigned *gen, char *why,
+                        size_t why_len) {
+  if (rc == 0)
+    *gen = g;
+  if (rc == 0 || rc == DLOCK_EAUTH || rc == DLOCK_ENOMEM ||
+      rc == DLOCK_ECANCELED)
+    return rc;
+  add_reason(why, why_len, dlock_last_error());
+  return 1;
+}
+
 /* Whether 'cancel' says stop now. */
 static int stop_now(const dlock__cancel *cancel) {
   return cancel->canceled != NULL && cancel->canceled(cancel->arg);
@@ -289,13 +304,9 @@ int dlock__sentinel_open(dlock__sentinel *s, int64_t deadline_us,
   if (known != NULL) {
     rc = open_master(s, known, known_port, deadline_us, cancel, out);
     dlock__free(known);
-    if (rc == 0) {
-      *gen = known_gen;
-      return 0;
-    }
-    if (rc == DLOCK_EAUTH || rc == DLOCK_ENOMEM || rc == DLOCK_ECANCELED)
+    rc = master_tried(rc, known_gen, gen, why, sizeof(why));
+    if (rc <= 0)
       return rc;
-    add_reason(why, sizeof(why), dlock_last_error());
   }
   for (size_t k = 0; k < s->url.n; k++) {
     if (dlock__now_us() >= deadline_us)
@@ -316,13 +327,9 @@ int dlock__sentinel_open(dlock__sentinel *s, int64_t deadline_us,
     unsigned g = set_master(s, host, strlen(host), port, i);
     rc = open_master(s, host, port, deadline_us, cancel, out);
     dlock__free(host);
-    if (rc == 0) {
-      *gen = g;
-      return 0;
-    }
-    if (rc == DLOCK_EAUTH || rc == DLOCK_ENOMEM || rc == DLOCK_ECANCELED)
+    rc = master_tried(rc, g, gen, why, sizeof(why));
+    if (rc <= 0)
       return rc;
-    add_reason(why, sizeof(why), dlock_last_error());
   }
   return dlock__fail(DLOCK_EIO,
                      "no master \"%s\" found through %zu "
@@ -564,16 +571,14 @@ static void watch_next(dlock__sentinel *s, int subscribed,
 }
 
 /* Reads what the Sentinel sent: 0, or -1 when the connection failed. */
+static int message_read(void *s, const redisReply *r) {
+  ((dlock__sentinel *)s)->wlast_rx = dlock__now_us();
+  on_message(s, r);
+  return 0;
+}
+
 static int watch_read(dlock__sentinel *s) {
-  if (dlock__stream_read(s->wst) != 0)
-    return -1;
-  void *reply;
-  while (dlock__stream_reply(s->wst, &reply) == 0 && reply != NULL) {
-    s->wlast_rx = dlock__now_us();
-    on_message(s, reply);
-    freeReplyObject(reply);
-  }
-  return s->wst->reader->err ? -1 : 0;
+  return dlock__stream_read_each(s->wst, message_read, s) != 0 ? -1 : 0;
 }
 
 void dlock__sentinel_watch_step(dlock__sentinel *s, short revents,
