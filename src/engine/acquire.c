@@ -132,7 +132,7 @@ static int confirm_grant(dlock_t *l, uint64_t owner, int64_t lease_ms) {
   if (wanted <= 0)
     return wanted;
   char field[DLOCK__FIELD_MAX], lease[24];
-  size_t field_len = l->kind->field(l, owner, field);
+  size_t field_len = dlock__kind_field(l, owner, field);
   snprintf(lease, sizeof(lease), "%" PRId64,
            lease_ms == DLOCK_WATCHDOG ? c->opt.watchdog_timeout_ms : lease_ms);
   const char *argv[] = {l->name, lease, field};

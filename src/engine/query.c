@@ -19,7 +19,7 @@ static int ask_number(dlock_t *l, const char *verb, int with_field,
   if (rc != 0)
     return rc;
   char field[DLOCK__FIELD_MAX];
-  size_t field_len = with_field ? l->kind->field(l, owner, field) : 0;
+  size_t field_len = with_field ? dlock__kind_field(l, owner, field) : 0;
   const char *argv[] = {verb, l->name, field};
   const size_t lens[] = {strlen(verb), l->len, field_len};
   redisReply *reply;

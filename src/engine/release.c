@@ -243,7 +243,7 @@ static int finish_release(dlock_t *l, uint64_t owner, int64_t left, int known,
                        "lease expired or it was deleted)",
                        l->name);
   char field[DLOCK__FIELD_MAX];
-  l->kind->field(l, owner, field);
+  dlock__kind_field(l, owner, field);
   return dlock__fail(DLOCK_ENOTHELD,
                      "attempt to unlock lock \"%.100s\", not held by owner %s",
                      l->name, field);

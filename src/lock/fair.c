@@ -149,7 +149,6 @@ const dlock__kind dlock__kind_fair = {
     .force_call = fair_force_call,
     .handed = fair_handed,
     .wait_channel = fair_wait_channel,
-    .field = dlock__field_plain,
 };
 
 /* The fair acquisition, refused to an owner that holds the lock (before
@@ -169,5 +168,4 @@ const dlock__kind dlock__kind_nonreentrant_fair = {
     .force_call = fair_force_call,
     .handed = fair_handed,
     .wait_channel = fair_wait_channel,
-    .field = dlock__field_plain,
 };

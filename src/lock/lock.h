@@ -152,7 +152,8 @@ struct dlock__kind {
   int (*handed)(dlock_t *l, int64_t lease_ms);
   /* The channel a waiter of 'owner' listens on; NULL: l->channel. */
   int (*wait_channel)(dlock_t *l, uint64_t owner, char **out, size_t *len);
-  /* The hash field of 'owner' (the writer's has ":write"). */
+  /* The hash field of 'owner' (the writer's has ":write"); NULL: the
+   * plain one (dlock__field_plain). */
   size_t (*field)(dlock_t *l, uint64_t owner, char buf[DLOCK__FIELD_MAX]);
   /* Composite kinds only: the whole acquisition and release, and the
    * queries. */
@@ -281,5 +282,9 @@ int dlock__handle_new(dlock_client_t *c, const dlock__kind *kind,
 /* The plain owner field "<client-id>:<owner>". */
 size_t dlock__field_plain(dlock_t *l, uint64_t owner,
                           char buf[DLOCK__FIELD_MAX]);
+
+/* The hash field of 'owner' in the lock of 'l', as its kind names it. */
+size_t dlock__kind_field(dlock_t *l, uint64_t owner,
+                         char buf[DLOCK__FIELD_MAX]);
 
 #endif

@@ -14,6 +14,12 @@ size_t dlock__field_plain(dlock_t *l, uint64_t owner,
   return dlock__owner_field(l->c, owner, buf);
 }
 
+size_t dlock__kind_field(dlock_t *l, uint64_t owner,
+                         char buf[DLOCK__FIELD_MAX]) {
+  return l->kind->field != NULL ? l->kind->field(l, owner, buf)
+                                : dlock__field_plain(l, owner, buf);
+}
+
 static int check_name(const char *name, size_t len) {
   if (name == NULL)
     return dlock__fail(DLOCK_EINVAL, "lock name is NULL");

@@ -102,7 +102,6 @@ const dlock__kind dlock__kind_reentrant = {
     .release_call = dlock__reentrant_release_call,
     .force_call = reentrant_force_call,
     .handed = reentrant_handed,
-    .field = dlock__field_plain,
 };
 
 const dlock__kind dlock__kind_spin = {
@@ -111,7 +110,6 @@ const dlock__kind dlock__kind_spin = {
     .acquire_call = dlock__reentrant_acquire_call,
     .release_call = dlock__reentrant_release_call,
     .force_call = reentrant_force_call,
-    .field = dlock__field_plain,
 };
 
 /* The reentrant acquisition, refused to an owner that holds the lock. An
@@ -133,5 +131,4 @@ const dlock__kind dlock__kind_nonreentrant = {
     .release_call = dlock__reentrant_release_call,
     .force_call = reentrant_force_call,
     .handed = reentrant_handed,
-    .field = dlock__field_plain,
 };

@@ -112,7 +112,6 @@ const dlock__kind dlock__kind_read = {
     .acquire_call = read_acquire_call,
     .release_call = read_release_call,
     .force_call = rw_force_call,
-    .field = dlock__field_plain,
 };
 
 const dlock__kind dlock__kind_write = {

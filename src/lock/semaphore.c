@@ -5,8 +5,8 @@
  * replies mean. The engine sends the calls and waits (engine/counter.c,
  * sem.c, psem.c, latch_wait.c).
  */
-#include "sem_kinds.h"
 #include "alloc.h"
+#include "sem_kinds.h"
 
 #include "error.h"
 #include "format_list.h"

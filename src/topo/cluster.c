@@ -302,6 +302,20 @@ static int ask_map(dlock__cluster *cl, int idx, const char *what,
   return dlock__conn_call(cl->nodes[idx]->conn, 1, &cmd, &len, r, deadline_us);
 }
 
+/* A slot map in which no slot has a master yet, for the reply 'r' being
+ * read into it; NULL out of memory, with the detail set and 'r' freed. */
+static short *empty_map(redisReply *r) {
+  short *map = dlock__malloc(DLOCK__SLOTS * sizeof(*map));
+  if (map == NULL) {
+    freeReplyObject(r);
+    (void)dlock__fail(DLOCK_ENOMEM, "out of memory reading a cluster map");
+    return NULL;
+  }
+  for (int s = 0; s < DLOCK__SLOTS; s++)
+    map[s] = -1;
+  return map;
+}
+
 /* Fills the slots of 'map' that have no owner from node 'idx''s CLUSTER
  * SLOTS. Redis 7.2 to 7.4 list a shard's slots as those of the first node
  * in it: after a failover that is often the dead master, which has none
@@ -325,13 +339,9 @@ static int fill_holes(dlock__cluster *cl, int idx, short *map,
     freeReplyObject(r);
     return 0; /* what CLUSTER SHARDS said stands */
   }
-  short *from_slots = dlock__malloc(DLOCK__SLOTS * sizeof(*from_slots));
-  if (from_slots == NULL) {
-    freeReplyObject(r);
-    return dlock__fail(DLOCK_ENOMEM, "out of memory reading a cluster map");
-  }
-  for (int s = 0; s < DLOCK__SLOTS; s++)
-    from_slots[s] = -1;
+  short *from_slots = empty_map(r);
+  if (from_slots == NULL)
+    return DLOCK_ENOMEM;
   int ranges = 0;
   rc = parse_slots(cl, r, from_slots, idx, &ranges);
   freeReplyObject(r);
@@ -383,13 +393,9 @@ static int refresh_from(dlock__cluster *cl, int idx, int64_t deadline_us) {
     freeReplyObject(r);
     return dlock__fail(DLOCK_EPROTO, "cluster map is not an array");
   }
-  short *map = dlock__malloc(DLOCK__SLOTS * sizeof(*map));
-  if (map == NULL) {
-    freeReplyObject(r);
-    return dlock__fail(DLOCK_ENOMEM, "out of memory reading a cluster map");
-  }
-  for (int s = 0; s < DLOCK__SLOTS; s++)
-    map[s] = -1;
+  short *map = empty_map(r);
+  if (map == NULL)
+    return DLOCK_ENOMEM;
   int masters = 0;
   rc = use_slots ? parse_slots(cl, r, map, idx, &masters)
                  : parse_shards(cl, r, map, idx, &masters);
