@@ -405,24 +405,25 @@ typedef struct dlock_options {
    * whole of its step; or DLOCK_BACKOFF_CONSTANT, 64 ms every time. */
   int spin_backoff;
   /* How long, in us, a blocking call waiting for Redis's reply keeps
-   * looking at its socket before it sleeps: 0 (the default) never, at
-   * most DLOCK_SPIN_US_MAX. On loopback or a fast network most replies
-   * come within 50 us, and taking them without the sleep and the wake-up
-   * can more than halve a lone caller's round trip on an idle machine
-   * (50 us gave 2.5 x the lock+unlock pairs per second of one thread on a
-   * 2-core VM; see the README's "Performance"). It costs processor time
-   * while it looks, so the client looks only while a single request is in
-   * flight on the connection, in at most one thread less than the
-   * processors online per process, and stops looking for a while after a
-   * few looks that caught nothing; but processes that look side by side
-   * on a busy machine take processor time from each other and from Redis
-   * (4 processes of 4 threads on one lock, 2 cores, measured slower in a
-   * run that was not quiet), which is why it is off unless asked for. A
+   * looking at its socket before it sleeps: DLOCK_SPIN_US_DEFAULT (50) by
+   * default, 0 never, at most DLOCK_SPIN_US_MAX. On loopback or a fast
+   * network most replies come within 50 us, and taking them without the
+   * sleep and the wake-up can more than halve a lone caller's round trip
+   * on an idle machine, as the JVM's and Go's runtimes do for Redisson
+   * and redsync (on a quiet 2-core VM, 50 us gave 2.5 x the lock+unlock
+   * pairs per second of one thread, with 16 threads and 4 processes of 4
+   * threads on one lock unharmed; see the README's "Performance"). It
+   * costs processor time while it looks, so the client looks only while a
+   * single request is in flight on the connection, in at most one thread
+   * less than the processors online per process, and stops looking for a
+   * while after a few looks that caught nothing. Set 0 where processor
+   * time matters more than latency (many processes on a busy machine). A
    * client on Redis Cluster, and an async client, never look. */
   int64_t spin_us;
 } dlock_options_t;
 
-/* The largest spin_us accepted. */
+/* The default and the largest spin_us accepted. */
+#define DLOCK_SPIN_US_DEFAULT 50
 #define DLOCK_SPIN_US_MAX 10000
 
 /* The largest replica_sync_replicas accepted. */

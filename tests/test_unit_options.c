@@ -28,7 +28,7 @@ TEST(options_init_fills_defaults_and_records_its_size) {
   ASSERT_EQ(o.command_timeout_ms, 3000);
   ASSERT_EQ(o.replica_sync_mode, DLOCK_SYNC_ALL);
   ASSERT_EQ(o.spin_backoff, DLOCK_BACKOFF_EXPONENTIAL);
-  ASSERT_EQ(o.spin_us, 0);
+  ASSERT_EQ(o.spin_us, DLOCK_SPIN_US_DEFAULT);
   ASSERT_EQ(o.watchdog_timeout_ms, 30000);
   ASSERT_EQ(o.unlock_retries, 2);
   ASSERT_EQ(o.fair_wait_timeout_ms, 300000);

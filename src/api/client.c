@@ -56,6 +56,7 @@ void dlock_options_init_size(dlock_options_t *o, size_t size) {
   d.replica_sync = 1;
   d.replica_sync_timeout_ms = 1000;
   d.outage_wait_ms = 30000;
+  d.spin_us = DLOCK_SPIN_US_DEFAULT;
   d.struct_size = size;
   /* Only the caller's bytes are written: a program built against an older
    * header has a smaller struct. Fields of a newer header that this
