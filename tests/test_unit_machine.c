@@ -66,16 +66,24 @@ static void start(dlock__acq *m, int64_t wait_ms) {
                   NULL, 0);
 }
 
+/* Started with a 5 s wait, its first attempt finding the lock taken: the
+ * machine waits, and its next step follows the pause that ran out, the
+ * second attempt answering 'second'. */
+static int start_waiting(dlock__acq *m, int second) {
+  start(m, 5000);
+  script.answers[0] = 1;
+  script.answers[1] = second;
+  int state = dlock__acq_step(m);
+  m->pending = 0;
+  return state;
+}
+
 /* A failed attempt after a wait: the queue place is given up and the
  * outcome settled, both failing too, and the caller is told the attempt's
  * failure, not theirs. */
 TEST(machine_keeps_the_failure_detail_through_its_cleanup) {
   dlock__acq m;
-  start(&m, 5000);
-  script.answers[0] = 1; /* taken: wait */
-  script.answers[1] = DLOCK_EIO;
-  ASSERT_EQ(dlock__acq_step(&m), DLOCK__ACQ_WAIT);
-  m.pending = 0; /* the pause ran out: attempt again */
+  ASSERT_EQ(start_waiting(&m, DLOCK_EIO), DLOCK__ACQ_WAIT);
   ASSERT_EQ(dlock__acq_step(&m), DLOCK__ACQ_DONE);
   ASSERT_EQ(script.attempts, 2);
   ASSERT_EQ(script.give_ups, 1);
@@ -91,12 +99,8 @@ TEST(machine_keeps_the_failure_detail_through_its_cleanup) {
  * failed. */
 TEST(machine_reports_a_time_out_over_a_failed_give_up) {
   dlock__acq m;
-  start(&m, 5000);
-  script.answers[0] = 1;
-  ASSERT_EQ(dlock__acq_step(&m), DLOCK__ACQ_WAIT);
+  ASSERT_EQ(start_waiting(&m, 1), DLOCK__ACQ_WAIT);
   m.deadline_us = 0; /* the wait is over */
-  m.pending = 0;
-  script.answers[1] = 1;
   ASSERT_EQ(dlock__acq_step(&m), DLOCK__ACQ_DONE);
   ASSERT_EQ(script.give_ups, 1);
   ASSERT_EQ(script.unknowns, 0);
