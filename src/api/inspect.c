@@ -32,11 +32,11 @@ void dlock_info_free(dlock_info_t *info) {
 /* Fields of the lock hash: "mode" names a read-write lock's mode, every
  * other field is a holder and its count. */
 static int read_holders(const redisReply *hash, dlock_info_t *info) {
-  if (hash->type != REDIS_REPLY_ARRAY || hash->elements % 2 != 0)
-    return dlock__fail(DLOCK_EPROTO, "HGETALL gave a bad reply");
-  info->holders = dlock__calloc(hash->elements / 2 + 1, sizeof(*info->holders));
+  int rc;
+  info->holders = dlock__reply_pairs_alloc(hash, sizeof(*info->holders),
+                                           "HGETALL", "lock", &rc);
   if (info->holders == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a lock");
+    return rc;
   for (size_t i = 0; i + 1 < hash->elements; i += 2) {
     const redisReply *k = hash->element[i], *v = hash->element[i + 1];
     if (k->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING)

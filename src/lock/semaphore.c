@@ -435,11 +435,11 @@ static int decode_counter(redisReply **r, const char *name,
   const redisReply *z = r[DLOCK__CQ_ZRANGE];
   if (!info->expirable)
     return 0;
-  if (z->type != REDIS_REPLY_ARRAY || z->elements % 2 != 0)
-    return dlock__fail(DLOCK_EPROTO, "ZRANGE gave a bad reply");
-  info->permits = dlock__calloc(z->elements / 2 + 1, sizeof(*info->permits));
+  int rc;
+  info->permits = dlock__reply_pairs_alloc(z, sizeof(*info->permits), "ZRANGE",
+                                           "semaphore", &rc);
   if (info->permits == NULL)
-    return dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a semaphore");
+    return rc;
   for (size_t i = 0; i + 1 < z->elements; i += 2) {
     const redisReply *m = z->element[i], *score = z->element[i + 1];
     if (m->type != REDIS_REPLY_STRING)

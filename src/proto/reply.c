@@ -95,3 +95,16 @@ const redisReply *dlock__reply_map_get(const redisReply *m, const char *key) {
       return m->element[i + 1];
   return NULL;
 }
+
+void *dlock__reply_pairs_alloc(const redisReply *r, size_t size,
+                               const char *cmd, const char *what, int *rc) {
+  *rc = 0;
+  if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0) {
+    *rc = dlock__fail(DLOCK_EPROTO, "%s gave a bad reply", cmd);
+    return NULL;
+  }
+  void *p = dlock__calloc(r->elements / 2 + 1, size);
+  if (p == NULL)
+    *rc = dlock__fail(DLOCK_ENOMEM, "out of memory inspecting a %s", what);
+  return p;
+}

@@ -42,4 +42,12 @@ long long dlock__reply_int(const redisReply *r);
  * or NULL. */
 const redisReply *dlock__reply_map_get(const redisReply *m, const char *key);
 
+/* An array of 'r->elements / 2' records of 'size' bytes, zeroed, with
+ * room for one more, for the pairs of the flat array 'r' (HGETALL, ZRANGE
+ * WITHSCORES); NULL with the code in '*rc' and the detail set when 'r' is
+ * not an array of pairs (DLOCK_EPROTO, naming 'cmd') or out of memory
+ * (DLOCK_ENOMEM, naming 'what'). */
+void *dlock__reply_pairs_alloc(const redisReply *r, size_t size,
+                               const char *cmd, const char *what, int *rc);
+
 #endif
