@@ -605,9 +605,11 @@ TEST(waiter_let_in_by_the_unlock_not_the_lease) {
   ASSERT_DLOCK_OK(dlock_unlock(f.red));
   ASSERT_EQ(pthread_join(w.th, NULL), 0);
   /* Granted within 30 s while the holder's lease had most of its minute
-   * to run: the unlock let it in. */
+   * to run: the unlock let it in. The wake-up comes from the first node
+   * the holder released, so the waiter's round can reach a node before
+   * the holder's release does; a quorum is what a grant promises. */
   ASSERT_DLOCK_OK(w.rc);
-  ASSERT_EQ(nodes_holding(&f), NODES);
+  ASSERT_GE(nodes_holding(&f), NODES / 2 + 1);
   ASSERT_DLOCK_OK(dlock_unlock_as(g.red, WAITER));
   ASSERT_EQ(wait_holding(&f, 0, 1000), 0);
   rfix_close_clients(&g);
