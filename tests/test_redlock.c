@@ -139,7 +139,7 @@ TEST(acquire_on_all_release_on_all) {
   printf("acquired in %" PRId64 " ms; %d nodes hold it at once\n",
          lu_now_ms() - t0, nodes_holding(&f));
   ASSERT_GE(nodes_holding(&f), NODES / 2 + 1);
-  ASSERT_EQ(wait_holding(&f, NODES, 1000), NODES);
+  ASSERT_EQ(wait_holding(&f, NODES, 5000), NODES);
   for (int i = 0; i < NODES; i++) {
     char field[256];
     lu_field(field, sizeof(field), f.c[i], me);
@@ -160,7 +160,7 @@ TEST(acquire_on_all_release_on_all) {
 
   ASSERT_DLOCK_OK(dlock_unlock(f.red));
   printf("%d nodes hold it right after the unlock\n", nodes_holding(&f));
-  ASSERT_EQ(wait_holding(&f, 0, 1000), 0);
+  ASSERT_EQ(wait_holding(&f, 0, 5000), 0);
   for (int i = 0; i < NODES; i++)
     ASSERT_EQ(keys_left(f.s[i]), 0);
   ASSERT_EQ(dlock_is_held(f.red), 0);
@@ -200,7 +200,7 @@ TEST(reentrancy) {
   ASSERT_EQ(dlock_is_held(f.red), 1);
   ASSERT_GE(nodes_holding(&f), NODES / 2 + 1);
   ASSERT_DLOCK_OK(dlock_unlock(f.red));
-  ASSERT_EQ(wait_holding(&f, 0, 1000), 0);
+  ASSERT_EQ(wait_holding(&f, 0, 5000), 0);
   ASSERT_DLOCK_ERR(dlock_unlock(f.red), DLOCK_ENOTHELD);
   rfix_free(&f);
 }
@@ -263,7 +263,7 @@ TEST(three_killed_no_quorum_no_leftovers) {
   ASSERT_LT(took, 3000);
   /* The two survivors may have granted it: released again. */
   printf("survivors holding: %d\n", nodes_holding(&f));
-  ASSERT_EQ(wait_holding(&f, 0, 1000), 0);
+  ASSERT_EQ(wait_holding(&f, 0, 5000), 0);
   ASSERT_EQ(keys_left(f.s[1]), 0);
   ASSERT_EQ(keys_left(f.s[4]), 0);
   ASSERT_EQ(dlock_is_held(f.red), 0);
@@ -276,7 +276,7 @@ TEST(three_killed_no_quorum_no_leftovers) {
          dlock_err_name(rc), took);
   ASSERT(rc == DLOCK_ENOQUORUM || rc == DLOCK_ETIMEDOUT);
   ASSERT_LT(took, 4000);
-  ASSERT_EQ(wait_holding(&f, 0, 1000), 0);
+  ASSERT_EQ(wait_holding(&f, 0, 5000), 0);
   ASSERT_EQ(keys_left(f.s[1]), 0);
   ASSERT_EQ(keys_left(f.s[4]), 0);
   ASSERT_DLOCK_ERR(dlock_unlock(f.red), DLOCK_ENOTHELD);
@@ -327,7 +327,7 @@ TEST(three_paused_no_quorum) {
   printf("3 of 5 paused: %s after %" PRId64 " ms\n", dlock_err_name(rc), took);
   ASSERT(rc == DLOCK_ENOQUORUM || rc == DLOCK_ETIMEDOUT || rc == DLOCK_EIO);
   ASSERT_LT(took, 4 * CMD_TIMEOUT + 1000);
-  ASSERT_EQ(wait_holding(&f, 0, 1000), 0);
+  ASSERT_EQ(wait_holding(&f, 0, 5000), 0);
   ASSERT_EQ(keys_left(f.s[0]), 0);
   ASSERT_EQ(keys_left(f.s[3]), 0);
   rfix_free(&f);
@@ -553,7 +553,7 @@ TEST(exclusion_two_client_sets) {
   ASSERT_EQ(atomic_load(&overlaps), 0);
   ASSERT_EQ(atomic_load(&token_bad), 0);
   ASSERT_EQ(lu_get_num_n(f1.s[0], "red:counter", 11), 3 * ITER);
-  ASSERT_EQ(wait_holding(&f1, 0, 1000), 0);
+  ASSERT_EQ(wait_holding(&f1, 0, 5000), 0);
   rfix_close_clients(&f2);
   rfix_free(&f1);
 }
@@ -611,7 +611,7 @@ TEST(waiter_let_in_by_the_unlock_not_the_lease) {
   ASSERT_DLOCK_OK(w.rc);
   ASSERT_GE(nodes_holding(&f), NODES / 2 + 1);
   ASSERT_DLOCK_OK(dlock_unlock_as(g.red, WAITER));
-  ASSERT_EQ(wait_holding(&f, 0, 1000), 0);
+  ASSERT_EQ(wait_holding(&f, 0, 5000), 0);
   rfix_close_clients(&g);
   rfix_free(&f);
 }
@@ -623,7 +623,7 @@ TEST(watchdog_renews_on_all_nodes) {
   rfix_t f;
   rfix_init(&f, "red:wd", 500); /* watchdog_timeout_ms 600 */
   ASSERT_DLOCK_OK(dlock_lock(f.red, DLOCK_WATCHDOG));
-  ASSERT_EQ(wait_holding(&f, NODES, 1000), NODES);
+  ASSERT_EQ(wait_holding(&f, NODES, 5000), NODES);
   for (int k = 0; k < 8; k++) { /* 2 s: more than three leases */
     lu_sleep_ms(250);
     for (int i = 0; i < NODES; i++) {
@@ -633,7 +633,7 @@ TEST(watchdog_renews_on_all_nodes) {
     }
   }
   ASSERT_DLOCK_OK(dlock_unlock(f.red));
-  ASSERT_EQ(wait_holding(&f, 0, 1000), 0);
+  ASSERT_EQ(wait_holding(&f, 0, 5000), 0);
   lu_sleep_ms(700);
   ASSERT_EQ(nodes_holding(&f), 0);
   for (int i = 0; i < NODES; i++)
@@ -671,7 +671,7 @@ TEST(watchdog_majority_lost_reported) {
   ASSERT_DLOCK_ERR(dlock_unlock(f.red), DLOCK_ELOST);
   printf("unlock took %" PRId64 " ms\n", lu_now_ms() - t0);
   /* Released on the survivors all the same. */
-  ASSERT_EQ(wait_holding(&f, 0, 1000), 0);
+  ASSERT_EQ(wait_holding(&f, 0, 5000), 0);
   ASSERT_EQ(keys_left(f.s[1]), 0);
   ASSERT_EQ(keys_left(f.s[3]), 0);
   rfix_free(&f);
