@@ -40,7 +40,7 @@ int dlock_trylock_async(dlock_t *l, uint64_t owner, int64_t wait_ms,
     return dlock__async_red_acquire(l, owner, wait_ms, lease_ms, cb, data);
   if (l->c == NULL)
     return dlock__async_multi_acquire(l, owner, wait_ms, lease_ms, cb, data);
-  return dlock__async_acquire(l->c->loop, l, owner, wait_ms, lease_ms, cb,
+  return dlock__async_acquire(l->c->loop, l, owner, wait_ms, lease_ms, 1, cb,
                               data);
 }
 
@@ -58,5 +58,5 @@ int dlock_unlock_async(dlock_t *l, uint64_t owner, dlock_done_cb cb,
     return dlock__async_red_release(l, owner, cb, data);
   if (l->c == NULL)
     return dlock__async_multi_release(l, owner, cb, data);
-  return dlock__async_release(l->c->loop, l, owner, cb, data);
+  return dlock__async_release(l->c->loop, l, owner, 1, cb, data);
 }

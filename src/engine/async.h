@@ -9,11 +9,15 @@
 
 #include "loop.h"
 
+/* A lock's acquisition and release. With 'cohort' (a lock of its own, not
+ * a composite's part), a waiter may be handed the lock by a release of
+ * another owner in the same loop, and a release hands the lock to such a
+ * waiter (handover.c says when). */
 int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
-                         int64_t wait_ms, int64_t lease_ms, dlock_done_cb cb,
-                         void *data);
-int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
+                         int64_t wait_ms, int64_t lease_ms, int cohort,
                          dlock_done_cb cb, void *data);
+int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
+                         int cohort, dlock_done_cb cb, void *data);
 
 /* The watchdog's round of an async client (the loop's 'renew'): renews
  * every hold of the client that has a watchdog, each as a script call of

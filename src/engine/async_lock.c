@@ -35,6 +35,7 @@ typedef struct lock_op {
   int has_call;
   int64_t sent_us;
   int64_t believed; /* the holds the owner had when the attempt went out */
+  int shares;       /* it shares the lock with the loop's other waiters */
   /* For the statistics and events: when the acquisition began, and the
    * hold an unlock releases as it was before. */
   int64_t obs_start_us;
@@ -45,6 +46,14 @@ typedef struct lock_op {
   dlock__release r;
   int sends;
   dlock__backoff retry;
+  /* A release that hands the lock to a waiter of this loop (handover.c):
+   * the waiter, pinned until the answer (NULL once it left: the client
+   * is closing), where it waits, and its owner. */
+  int handing;
+  dlock__lwaiter *next;
+  dlock__lsub *next_sub;
+  uint64_t next_owner;
+  int64_t next_lease;
 } lock_op;
 
 static lock_op *of_machine(dlock__acq *m) { return m->arg; }
@@ -300,6 +309,14 @@ static int a_timed_out(dlock__acq *m) {
   return dlock__lock_timed_out(o->l, o->wait_ms);
 }
 
+/* A new waiter that shares the lock (see dlock__async_acquire) queues
+ * behind the loop's waiters rather than try ahead of them, unless it
+ * holds the lock: as a blocking waiter does behind its client's threads. */
+static int a_queues_behind(dlock__acq *m) {
+  lock_op *o = of_machine(m);
+  return o->shares && dlock__believed_count(o->l, o->owner) == 0;
+}
+
 static const dlock__acq_ops async_lock_ops = {
     .prepare = a_prepare,
     .attempt = a_attempt,
@@ -308,6 +325,7 @@ static const dlock__acq_ops async_lock_ops = {
     .give_up = a_give_up,
     .unknown = a_unknown,
     .timed_out = a_timed_out,
+    .queues_behind = a_queues_behind,
 };
 
 static void lock_report(dlock__lacq *a, int status) {
@@ -341,8 +359,8 @@ static const dlock__lacq_ops lock_lacq_ops = {attempt_answer, lock_report,
                                               lock_give_back};
 
 int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
-                         int64_t wait_ms, int64_t lease_ms, dlock_done_cb cb,
-                         void *data) {
+                         int64_t wait_ms, int64_t lease_ms, int cohort,
+                         dlock_done_cb cb, void *data) {
   lock_op *o = new_op(l, owner, cb, data, "a lock");
   if (o == NULL)
     return DLOCK_ENOMEM;
@@ -367,12 +385,90 @@ int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
   m->wake = dlock__wake_lock;
   m->join_early = 1;
   m->ride_restarts = 1;
+  /* A waiter of a kind that takes hand-overs inside the client says the
+   * lease it wants, and shares the lock with other clients as a blocking
+   * waiter does (cohort.h). */
+  int shares = o->shares = cohort && l->kind->no_barging;
+  m->pause_if_woken = m->note_attempts = shares;
   m->who.owner = owner;
+  m->who.lease_ms = shares ? lease_ms : 0;
   dlock__lacq_start(lp, &o->a, &lock_lacq_ops);
   return 0;
 }
 
 /* ---- unlocking ---------------------------------------------------------- */
+
+/* ---- handing the lock to a waiter of the loop ---------------------------
+ */
+
+/* Ends the pin of the waiter the release chose with 'outcome' and
+ * 'token'. One that left already (the client is closing) cannot take up
+ * the hand-over: the lock it was handed is released now (the close may
+ * block), and one that may have been handed it is settled later, as after
+ * an attempt without an answer. */
+static void resolve_next(lock_op *o, uint64_t token, int outcome,
+                         int may_have_run) {
+  o->handing = 0;
+  if (o->next != NULL) {
+    dlock__lwaiter *w = o->next;
+    o->next = NULL;
+    dlock__cohort_loop_resolve(o->next_sub, w, token, outcome);
+  } else if (token != 0 &&
+             dlock__record_grant(o->l, o->next_owner, o->next_lease, token,
+                                 dlock__now_us()) == 0) {
+    (void)dlock__release_hold(o->l, o->next_owner);
+  } else if (token != 0 || may_have_run) {
+    dlock__note_unsettled(o->l, o->next_owner);
+  }
+}
+
+/* The hand-over's answer ('rc', and 'reply' when 0) applied: the unlock's
+ * result. */
+static int handover_answered(lock_op *o, int rc, redisReply *reply) {
+  uint64_t token = 0;
+  int outcome = DLOCK__RESOLVE_FAILED;
+  if (rc == 0) {
+    rc = dlock__handover_answered(o->l, o->owner, &o->r, reply, &token,
+                                  &outcome);
+  } else if (o->r.lost) {
+    rc = dlock__release_apply(o->l, o->owner, 0, &o->r);
+  } else {
+    dlock__release_failed(o->l, o->owner);
+  }
+  /* No answer: the script may have run, and handed it over. */
+  resolve_next(o, token, outcome,
+               token != 0 || (rc != 0 && dlock__outcome_unknown(rc)));
+  return rc;
+}
+
+/* Makes the release 'o' (begun, its call not built) a hand-over to the
+ * first waiter of the loop asleep on the lock's channel, if the rules of
+ * handover.c allow one: 1 when it is, 0 when the release goes as usual. */
+static int plan_handover(dlock__loop *lp, lock_op *o) {
+  dlock_t *l = o->l;
+  if (!dlock__handover_eligible(l, &o->r))
+    return 0;
+  dlock__lsub *sub = dlock__loop_sub_for(lp, l->channel, l->channel_len);
+  int at_cap;
+  dlock__lwaiter *next =
+      dlock__cohort_loop_reserve(sub, l->channel, l->channel_len, o->owner,
+                                 DLOCK__HANDOVER_RUN_MAX, &at_cap, &o->next);
+  if (next == NULL)
+    return 0;
+  const dlock__cohort_member *to = next->owner_data;
+  o->handing = 1;
+  o->next_sub = sub;
+  o->next_owner = to->owner;
+  o->next_lease = to->lease_ms;
+  if (dlock__handover_call(l, o->owner, &o->r, to->owner, to->lease_ms, at_cap,
+                           &o->call) != 0) {
+    resolve_next(o, 0, DLOCK__RESOLVE_FAILED, 0);
+    dlock__call_free(&o->call);
+    dlock__call_init(&o->call);
+    return 0;
+  }
+  return 1;
+}
 
 static void release_run(dlock__aop *op) {
   lock_op *o = (lock_op *)op;
@@ -390,6 +486,8 @@ static void release_run(dlock__aop *op) {
     if (rc != 0) {
       dlock__release_failed(l, o->owner);
       dlock__release_end(&o->r);
+      if (o->handing)
+        resolve_next(o, 0, DLOCK__RESOLVE_FAILED, o->sends > 1);
       finish(o, rc);
     }
     return;
@@ -406,7 +504,9 @@ static void release_run(dlock__aop *op) {
         dlock__backoff_next(l->c, &o->retry, dlock__now_us(), INT64_MAX);
     return;
   }
-  if (rc != 0 && o->r.lost) {
+  if (o->handing) {
+    rc = handover_answered(o, rc, reply);
+  } else if (rc != 0 && o->r.lost) {
     rc = dlock__release_apply(l, o->owner, 0, &o->r);
   } else if (rc != 0) {
     dlock__release_failed(l, o->owner);
@@ -424,11 +524,29 @@ static void release_cancel(dlock__aop *op) {
      * and the hold is left to expire, as after an unlock without an
      * answer. */
     redisReply *reply;
-    if (!op->in_flight && o->sends > 0 &&
-        dlock__loop_eval_answer(op, &o->call.eval, &reply, NULL) == 0)
+    int answered =
+        !op->in_flight && o->sends > 0 &&
+        dlock__loop_eval_answer(op, &o->call.eval, &reply, NULL) == 0;
+    if (o->handing) {
+      /* The waiter is closing too: whatever the answer, it takes up
+       * nothing now, and a hand-over that may have run is settled. */
+      uint64_t token = 0;
+      int outcome = DLOCK__RESOLVE_FAILED;
+      if (answered)
+        (void)dlock__handover_answered(o->l, o->owner, &o->r, reply, &token,
+                                       &outcome);
+      else
+        dlock__release_failed(o->l, o->owner);
+      if (o->next != NULL) {
+        o->next->pin = NULL;
+        o->next = NULL;
+      }
+      resolve_next(o, token, outcome, !answered && o->sends > 0);
+    } else if (answered) {
       (void)dlock__finish_release(o->l, o->owner, reply, &o->r);
-    else
+    } else {
       dlock__release_failed(o->l, o->owner);
+    }
     dlock__release_end(&o->r);
   }
   o->finished = 1;
@@ -438,7 +556,7 @@ static void release_cancel(dlock__aop *op) {
 }
 
 int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
-                         dlock_done_cb cb, void *data) {
+                         int cohort, dlock_done_cb cb, void *data) {
   lock_op *o = new_op(l, owner, cb, data, "an unlock");
   if (o == NULL)
     return DLOCK_ENOMEM;
@@ -449,7 +567,8 @@ int dlock__async_release(dlock__loop *lp, dlock_t *l, uint64_t owner,
   if (rc == 0) {
     dlock__call_init(&o->call);
     o->has_call = 1;
-    rc = l->kind->release_call(l, owner, &o->r, &o->call);
+    if (!(cohort && plan_handover(lp, o)))
+      rc = l->kind->release_call(l, owner, &o->r, &o->call);
     if (rc != 0)
       dlock__release_failed(l, owner);
   }

@@ -121,8 +121,9 @@ static dlock__loop *loop_of_part(const multi_op *mo, size_t i) {
 /* Part 'i' acquired or released, counted with the whole (observe.h). */
 static int part_acquire(multi_op *mo, size_t i, int64_t wait_ms) {
   dlock__obs_parts(1);
-  int rc = dlock__async_acquire(loop_of_part(mo, i), mo->l->subs[i], mo->owner,
-                                wait_ms, mo->lease_ms, part_done, &mo->refs[i]);
+  int rc =
+      dlock__async_acquire(loop_of_part(mo, i), mo->l->subs[i], mo->owner,
+                           wait_ms, mo->lease_ms, 0, part_done, &mo->refs[i]);
   dlock__obs_parts(0);
   return rc;
 }
@@ -130,7 +131,7 @@ static int part_acquire(multi_op *mo, size_t i, int64_t wait_ms) {
 static int part_release(multi_op *mo, size_t i) {
   dlock__obs_parts(1);
   int rc = dlock__async_release(loop_of_part(mo, i), mo->l->subs[i], mo->owner,
-                                part_done, &mo->refs[i]);
+                                0, part_done, &mo->refs[i]);
   dlock__obs_parts(0);
   return rc;
 }

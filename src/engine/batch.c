@@ -400,8 +400,7 @@ void dlock__release_each(dlock_t *l, uint64_t owner, const unsigned char *which,
     }
     /* A last hold handed to a thread of this client waiting for it goes
      * there, as on the ordinary path. */
-    if (sub->kind->no_barging &&
-        (rc = dlock__handover_release(sub, owner, &rel[i])) != 1) {
+    if ((rc = dlock__handover_release(sub, owner, &rel[i])) != 1) {
       state[i] = rc;
       continue;
     }

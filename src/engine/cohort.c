@@ -104,27 +104,30 @@ typedef struct handover_pick {
   int at_cap;
 } handover_pick;
 
-/* Whether a releasing thread may hand 'w' (not awake, not reserved) what
- * it releases. */
-static int takes_handover(const dlock__waiter *w, void *arg) {
-  const handover_pick *p = arg;
-  const dlock__cohort_member *m = dlock__cohort_of(w);
+/* Whether a release may hand member 'm' of a waiter (not awake, not
+ * reserved; 'parked' when it sleeps in its wait) what it releases. */
+static int may_hand(const dlock__cohort_member *m, int parked,
+                    const handover_pick *p) {
   if (m == NULL)
     return 0;
   /* Permits go only to a waiter that is asleep: one in the middle of an
    * attempt could take permits in Redis as well, and hold twice as many
    * as it counts. */
   if (p->permits > 0)
-    return w->parked && m->permits > 0 && m->permits <= p->permits;
+    return parked && m->permits > 0 && m->permits <= p->permits;
   return m->lease_ms != 0 && m->owner != p->owner;
 }
 
-/* Counts the run of hand-overs on the channel: one more with 'pinned',
- * and a release without one ends it. */
-static int count_run(void **slot, dlock__waiter *pinned, void *arg) {
+static int takes_handover(const dlock__waiter *w, void *arg) {
+  return may_hand(dlock__cohort_of(w), w->parked, arg);
+}
+
+/* Counts the run of hand-overs on the channel: one more when a waiter was
+ * 'pinned', and a release without one ends it. */
+static int count_run_of(void **slot, int pinned, void *arg) {
   handover_pick *p = arg;
-  cohort_channel *ch = channel_of(slot, pinned != NULL);
-  if (pinned == NULL) {
+  cohort_channel *ch = channel_of(slot, pinned);
+  if (!pinned) {
     if (ch != NULL)
       ch->handover_run = 0;
     return 0;
@@ -136,6 +139,10 @@ static int count_run(void **slot, dlock__waiter *pinned, void *arg) {
   if (!p->at_cap && ch->handover_run++ == 0)
     ch->run_started_us = dlock__now_us();
   return 0;
+}
+
+static int count_run(void **slot, dlock__waiter *pinned, void *arg) {
+  return count_run_of(slot, pinned != NULL, arg);
 }
 
 static dlock__waiter *reserve(dlock__pubsub *ps, const char *channel,
@@ -181,6 +188,12 @@ static void end_run(void **slot, void *arg) {
   ch->handover_run = 0;
 }
 
+/* Whether a waiter that was reserved wakes at the end of its reservation
+ * with 'outcome' (not DLOCK__RESOLVE_HANDED), as a member 'm'. */
+static int wakes_at_end(const dlock__cohort_member *m, int outcome) {
+  return outcome == DLOCK__RESOLVE_FAILED || m->permits > 0;
+}
+
 void dlock__cohort_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,
                            int outcome) {
   if (outcome == DLOCK__RESOLVE_HANDED) {
@@ -193,7 +206,50 @@ void dlock__cohort_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,
    * released for everyone is not woken: the unlock message wakes the
    * waiter like any other, and it only has to notice that it is no longer
    * reserved. */
-  int wake =
-      outcome == DLOCK__RESOLVE_FAILED || dlock__cohort_of(w)->permits > 0;
+  int wake = wakes_at_end(dlock__cohort_of(w), outcome);
   dlock__pubsub_unpin(ps, w, wake, 0, end_run, &outcome);
+}
+
+/* ---- the same rules for an event loop's waiters (loopsub.h) -------------
+ */
+
+int64_t dlock__cohort_loop_pause(dlock__lsub *s, dlock__lwaiter *w,
+                                 uint64_t random) {
+  pause_read p = {0, 0};
+  dlock__lsub_with_slot(s, w, read_pause, &p);
+  if (p.yield > 0)
+    return p.yield;
+  return p.window > 0 ? (int64_t)(random % (uint64_t)(p.window + 1)) : 0;
+}
+
+void dlock__cohort_loop_note(dlock__lsub *s, dlock__lwaiter *w, int failed) {
+  dlock__lsub_with_slot(s, w, note_failed, &failed);
+}
+
+/* Only a waiter asleep in its wait, whatever it waits for: the loop runs
+ * one step at a time, and a waiter with an attempt of its own in flight
+ * would take the lock, or be refused, whatever the hand-over does. */
+static int loop_takes_handover(const dlock__lwaiter *w, void *arg) {
+  return w->parked && may_hand(w->owner_data, w->parked, arg);
+}
+
+dlock__lwaiter *dlock__cohort_loop_reserve(dlock__lsub *s, const char *channel,
+                                           size_t len, uint64_t owner,
+                                           int max_run, int *at_cap,
+                                           dlock__lwaiter **ref) {
+  handover_pick p = {owner, 0, max_run, 0};
+  dlock__lwaiter *w = dlock__lsub_pin_first(
+      s, channel, len, loop_takes_handover, count_run_of, &p, ref);
+  *at_cap = p.at_cap;
+  return w;
+}
+
+void dlock__cohort_loop_resolve(dlock__lsub *s, dlock__lwaiter *w,
+                                uint64_t token, int outcome) {
+  if (outcome == DLOCK__RESOLVE_HANDED) {
+    dlock__lsub_unpin(s, w, 1, token, NULL, NULL);
+    return;
+  }
+  int wake = wakes_at_end(w->owner_data, outcome);
+  dlock__lsub_unpin(s, w, wake, 0, end_run, &outcome);
 }

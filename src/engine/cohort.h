@@ -9,6 +9,7 @@
 #ifndef DLOCK_COHORT_H
 #define DLOCK_COHORT_H
 
+#include "loopsub.h"
 #include "pubsub.h"
 
 #include <stddef.h>
@@ -72,6 +73,23 @@ dlock__waiter *dlock__cohort_reserve_permits(dlock__pubsub *ps,
  * when handed over). */
 void dlock__cohort_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,
                            int outcome);
+
+/*
+ * The same rules for the waiters of an event loop's pub/sub (loopsub.h),
+ * whose 'owner_data' is their member and whose channel's slot keeps the
+ * same state. A reserved waiter is one asleep in its wait ('parked'),
+ * pinned there until dlock__cohort_loop_resolve; '*ref' is where the
+ * release keeps it, cleared if it leaves first (the client's close).
+ */
+int64_t dlock__cohort_loop_pause(dlock__lsub *s, dlock__lwaiter *w,
+                                 uint64_t random);
+void dlock__cohort_loop_note(dlock__lsub *s, dlock__lwaiter *w, int failed);
+dlock__lwaiter *dlock__cohort_loop_reserve(dlock__lsub *s, const char *channel,
+                                           size_t len, uint64_t owner,
+                                           int max_run, int *at_cap,
+                                           dlock__lwaiter **ref);
+void dlock__cohort_loop_resolve(dlock__lsub *s, dlock__lwaiter *w,
+                                uint64_t token, int outcome);
 
 /* How the messages of each kind's channel wake its waiters (wake.c), for
  * dlock__pubsub_join_as. A lock's: "1" wakes every waiter (Redisson's

@@ -116,6 +116,18 @@ int dlock__release_apply(dlock_t *l, uint64_t owner, int64_t left,
  * result, with 'r' freed. */
 int dlock__handover_release(dlock_t *l, uint64_t owner, dlock__release *r);
 
+/* Whether release 'r' may hand the lock over inside the client: the last
+ * hold, plain, of a kind that takes hand-overs. */
+int dlock__handover_eligible(const dlock_t *l, const dlock__release *r);
+
+/* Applies the hand-over script's 'reply' (freed) to the release 'r' of
+ * 'owner', as dlock__release_apply does; sets what the reserved waiter is
+ * told: the token it now holds the lock with (0: none) and the outcome
+ * (enum dlock__resolve). Returns the unlock's result. */
+int dlock__handover_answered(dlock_t *l, uint64_t owner,
+                             const dlock__release *r, redisReply *reply,
+                             uint64_t *token, int *outcome);
+
 /* After dlock__release_begin succeeded but no answer came: the hold stops
  * being renewed if it was the last (it expires with its lease) and is
  * marked abandoned, so the owner's next call finishes the release. */

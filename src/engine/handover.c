@@ -42,35 +42,51 @@ static int run_handover(dlock_t *l, uint64_t owner, dlock__release *r,
   dlock__handover_call(l, owner, r, to->owner, to->lease_ms, at_cap, &call);
   redisReply *reply;
   int rc = dlock__release_send(l, owner, r, &call.eval, &reply);
+  dlock__call_free(&call);
   if (rc != 0) {
     dlock__cohort_resolve(c->ps, next, 0, DLOCK__RESOLVE_FAILED);
     return rc;
   }
-  int64_t left = 0;
-  uint64_t token = 0;
-  int outcome = DLOCK__RESOLVE_FAILED;
-  rc = r->lost ? 0 : dlock__decode_handover(reply, &left, &token, &outcome);
-  freeReplyObject(reply);
-  if (rc != 0) {
-    dlock__release_failed(l, owner);
-    dlock__cohort_resolve(c->ps, next, 0, DLOCK__RESOLVE_FAILED);
-    return rc;
-  }
-  rc = dlock__release_apply(l, owner, left, r);
-  if (r->lost)
-    outcome = DLOCK__RESOLVE_FAILED;
+  uint64_t token;
+  int outcome;
+  rc = dlock__handover_answered(l, owner, r, reply, &token, &outcome);
   dlock__cohort_resolve(c->ps, next, token, outcome);
-  dlock__stat_add(c->stats, DLOCK__ST_HANDOVERS, token != 0);
   return rc;
 }
 
-int dlock__handover_release(dlock_t *l, uint64_t owner, dlock__release *r) {
+int dlock__handover_answered(dlock_t *l, uint64_t owner,
+                             const dlock__release *r, redisReply *reply,
+                             uint64_t *token, int *outcome) {
+  int64_t left = 0;
+  *token = 0;
+  *outcome = DLOCK__RESOLVE_FAILED;
+  int rc = r->lost ? 0 : dlock__decode_handover(reply, &left, token, outcome);
+  freeReplyObject(reply);
+  if (rc != 0) {
+    dlock__release_failed(l, owner);
+    *token = 0;
+    *outcome = DLOCK__RESOLVE_FAILED;
+    return rc;
+  }
+  rc = dlock__release_apply(l, owner, left, r);
+  if (r->lost) {
+    *token = 0;
+    *outcome = DLOCK__RESOLVE_FAILED;
+  }
+  dlock__stat_add(l->c->stats, DLOCK__ST_HANDOVERS, *token != 0);
+  return rc;
+}
+
+int dlock__handover_eligible(const dlock_t *l, const dlock__release *r) {
   /* Only a plain last hold: a lost or abandoned one, or one the client has
    * no record of, goes the usual way, which knows how to report them. */
-  if (r->lost || !r->known || r->abandoned || strcmp(r->count, "1") != 0)
-    return 1;
+  return l->kind->no_barging && !r->lost && r->known && !r->abandoned &&
+         strcmp(r->count, "1") == 0;
+}
+
+int dlock__handover_release(dlock_t *l, uint64_t owner, dlock__release *r) {
   /* An event loop's client has no waiting threads to hand it to. */
-  if (l->c->ps == NULL)
+  if (!dlock__handover_eligible(l, r) || l->c->ps == NULL)
     return 1;
   int at_cap;
   dlock__waiter *next =
@@ -86,7 +102,7 @@ int dlock__release_hold(dlock_t *l, uint64_t owner) {
     dlock__release_end(&r);
     return rc;
   }
-  if (l->kind->no_barging && (rc = dlock__handover_release(l, owner, &r)) != 1)
+  if ((rc = dlock__handover_release(l, owner, &r)) != 1)
     return rc;
   return dlock__run_release_call(l, owner, &r, 0);
 }

@@ -20,6 +20,12 @@ static void on_channel(dlock__lwaiter *w, int ev) {
     dlock__loop_ready(&a->op);
     return;
   }
+  if (ev == 4) {
+    /* Its pin ended with nothing for it: its time may have come meanwhile. */
+    if (a->m.state == DLOCK__ACQ_WAIT)
+      dlock__loop_ready(&a->op);
+    return;
+  }
   if (ev <= 0 && a->rejoining) {
     a->rejoining = 0; /* looked again already (see rejoin) */
     return;
@@ -85,8 +91,18 @@ static void chan_pass(dlock__acq *m) {
   dlock__lsub_pass(sub_of(a), &a->lw);
 }
 
-static const dlock__acq_chan loop_chan = {chan_join_active, chan_join,
-                                          chan_leave, chan_pass};
+static int64_t chan_pause(dlock__acq *m, uint64_t random) {
+  dlock__lacq *a = dlock__lacq_of(m);
+  return dlock__cohort_loop_pause(sub_of(a), &a->lw, random);
+}
+
+static void chan_note(dlock__acq *m, int failed) {
+  dlock__lacq *a = dlock__lacq_of(m);
+  dlock__cohort_loop_note(sub_of(a), &a->lw, failed);
+}
+
+static const dlock__acq_chan loop_chan = {
+    chan_join_active, chan_join, chan_leave, chan_pass, chan_pause, chan_note};
 
 /* ---- running the machine ------------------------------------------------ */
 
@@ -164,6 +180,10 @@ static int take_event(dlock__lacq *a) {
     m->pending = a->ops->answer(a);
     return m->pending == DLOCK__ACQ_INFLIGHT;
   case DLOCK__ACQ_WAIT:
+    /* Pinned by a release handing it the lock: it stays for the outcome,
+     * whatever came meanwhile (kept), even past its deadline. */
+    if (a->lw.pin != NULL)
+      return 1;
     if (a->wake_ev != 0)
       m->pending = take_wake(a);
     else if (a->op.at_us != INT64_MAX)
@@ -210,14 +230,24 @@ static void rejoin(dlock__lacq *a) {
     a->op.at_us = INT64_MAX;
 }
 
+/* Says whether the machine sleeps on its channel now, where a release in
+ * the loop may pin it (cohort.h): after every step the loop runs. */
+static void note_parked(dlock__lacq *a) {
+  a->lw.parked = !a->finished && a->m.state == DLOCK__ACQ_WAIT && a->m.joined;
+}
+
 static void lacq_run(dlock__aop *op) {
   dlock__lacq *a = (dlock__lacq *)op;
-  if (a->rejoin && !a->finished)
+  /* A pinned waiter moves once its pin ends. */
+  if (a->rejoin && !a->finished && a->lw.pin == NULL)
     rejoin(a);
-  if (a->finished)
+  if (a->finished) {
     report(a);
-  else if (take_event(a) == 0)
+    return;
+  }
+  if (take_event(a) == 0)
     drive(a);
+  note_parked(a);
 }
 
 /* At the client's close: whatever the machine has is given back, and the
@@ -227,10 +257,14 @@ static void lacq_cancel(dlock__aop *op) {
   dlock__acq *m = &a->m;
   int attempt =
       !a->finished && m->state == DLOCK__ACQ_SENT && m->sent != DLOCK__ACQ_JOIN;
+  /* A hand-over it was told of and has not taken up: the lock is its
+   * owner's in Redis, as after an attempt without an answer. (Still
+   * pinned, it is left to the release, which learns of it here.) */
+  int handed = !a->finished && a->wake_ev == 2 && m->who.lease_ms != 0;
   if (a->lw.ch != NULL)
     dlock__lsub_leave(sub_of(a), &a->lw);
   a->ops->give_back(a, a->finished && a->status == 0, attempt && !op->in_flight,
-                    attempt && op->in_flight,
+                    (attempt && op->in_flight) || handed,
                     !a->finished && m->tried && m->wait_ms != 0);
   if (m->free_channel)
     dlock__free(m->channel);
@@ -247,9 +281,11 @@ void dlock__lacq_start(dlock__loop *lp, dlock__lacq *a,
   a->m.chan = &loop_chan;
   a->lw.on = on_channel;
   a->lw.arg = a;
+  a->lw.owner_data = &a->m.who;
   a->op.run = lacq_run;
   a->op.cancel = lacq_cancel;
   dlock__loop_add(lp, &a->op);
   drive(a);
+  note_parked(a);
   dlock__loop_poke(lp);
 }

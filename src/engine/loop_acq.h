@@ -24,7 +24,8 @@ typedef struct dlock__lacq_ops {
   /* At the client's close, before DLOCK_ECANCELED is reported: gives back
    * what it may hold. 'granted': the machine ended with a grant not yet
    * reported; 'answered': an attempt's answer came and was not taken;
-   * 'unknown': an attempt is in flight; 'queued': it may hold a queue
+   * 'unknown': an attempt is in flight, or a release of the client handed
+   * it the lock and it did not take it up yet; 'queued': it may hold a queue
    * place. May block (the close may). */
   void (*give_back)(dlock__lacq *a, int granted, int answered, int unknown,
                     int queued);

@@ -69,6 +69,19 @@ static void chan_pass(dlock__acq *m) {
     dlock__pubsub_pass(m->c->ps, &m->w);
 }
 
+static int64_t chan_pause(dlock__acq *m) {
+  if (m->chan != NULL)
+    return m->chan->pause(m, dlock__jitter());
+  return dlock__cohort_contention_pause(m->c->ps, &m->w, dlock__jitter());
+}
+
+static void chan_note(dlock__acq *m, int failed) {
+  if (m->chan != NULL)
+    m->chan->note(m, failed);
+  else
+    dlock__cohort_note_attempt(m->c->ps, &m->w, failed);
+}
+
 /* The machine fails with 'rc', whose detail the calling thread's last
  * failure holds now: kept with the machine. */
 static void failed(dlock__acq *m, int rc) {
@@ -146,7 +159,7 @@ static int prepare(dlock__acq *m) {
 static int attempted(dlock__acq *m, int rc) {
   int woken = m->was_woken;
   if (woken && rc >= 0 && m->note_attempts)
-    dlock__cohort_note_attempt(m->c->ps, &m->w, rc == 1);
+    chan_note(m, rc == 1);
   if (rc >= 0 && !m->ride_restarts)
     memset(&m->ride, 0, sizeof(m->ride));
   if (rc < 0 && !m->ride_restarts && ride(m, rc))
@@ -268,8 +281,7 @@ static int woke(dlock__acq *m) {
   /* Woken by a message of the channel: hold back first, if contended. */
   m->woken = ev == 1 && m->pause_if_woken;
   if (m->woken && m->joined) {
-    m->until_us = dlock__now_us() + dlock__cohort_contention_pause(
-                                        m->c->ps, &m->w, dlock__jitter());
+    m->until_us = dlock__now_us() + chan_pause(m);
     return DLOCK__ACQ_HOLD;
   }
   return DLOCK__ACQ_ATTEMPT;

@@ -82,6 +82,10 @@ typedef struct dlock__acq_chan {
   void (*leave)(dlock__acq *m);
   /* Hands a wake-up this waiter cannot use to the next in line. */
   void (*pass)(dlock__acq *m);
+  /* The contention pause before an attempt after a wake-up, and the
+   * report of such an attempt's outcome (cohort.h), for this channel. */
+  int64_t (*pause)(dlock__acq *m, uint64_t random);
+  void (*note)(dlock__acq *m, int failed);
 } dlock__acq_chan;
 
 /* How a machine waits between its attempts. */

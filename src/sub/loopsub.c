@@ -32,6 +32,7 @@ typedef struct dlock__lchan {
   int pending;    /* its (un)subscriptions not confirmed yet */
   int resync;     /* subscribed again after a reconnect: wake everyone */
   int64_t idle_since;
+  void *slot; /* the engine's, for the channel */
 } lchan;
 
 struct dlock__lsub {
@@ -70,6 +71,7 @@ int dlock__lsub_new(const dlock__endpoint *ep, const dlock__tls *tls,
 }
 
 static void free_chan(lchan *ch) {
+  dlock__free(ch->slot);
   dlock__free(ch->name);
   dlock__free(ch);
 }
@@ -116,7 +118,7 @@ static void wake_all(lchan *ch) {
 static void wake_first(lchan *ch, int64_t count, uint64_t value,
                        const dlock__lwaiter *except) {
   for (dlock__lwaiter *w = ch->head; w != NULL && count > 0; w = w->next) {
-    if (w != except && w->joined && !w->awake) {
+    if (w != except && w->joined && !w->awake && w->pin == NULL) {
       wake_one(w, value);
       count--;
     }
@@ -444,6 +446,8 @@ int dlock__lsub_join(dlock__lsub *s, const char *channel, size_t len,
   w->awake = 0;
   w->value = 0;
   w->join_by = deadline_us;
+  w->parked = 0;
+  w->pin = NULL;
   w->joined = is_active(s, ch);
   DLOCK__FIFO_APPEND(ch->head, ch->tail, w);
   ch->nwaiters++;
@@ -461,6 +465,10 @@ void dlock__lsub_leave(dlock__lsub *s, dlock__lwaiter *w) {
   if (ch == NULL)
     return;
   DLOCK__FIFO_REMOVE(dlock__lwaiter, ch->head, ch->tail, w);
+  /* Pinned still (the client is closing): the pinner learns it is gone. */
+  if (w->pin != NULL)
+    *w->pin = NULL;
+  w->pin = NULL;
   w->ch = NULL;
   w->next = NULL;
   if (--ch->nwaiters == 0)
@@ -472,4 +480,46 @@ void dlock__lsub_pass(dlock__lsub *s, dlock__lwaiter *w) {
   (void)s;
   if (w->ch != NULL)
     wake_first(w->ch, 1, 0, w);
+}
+
+/* ---- pinning, for a release made in the loop ---------------------------- */
+
+dlock__lwaiter *dlock__lsub_pin_first(dlock__lsub *s, const char *channel,
+                                      size_t len,
+                                      dlock__lpin_eligible_fn eligible,
+                                      dlock__lpin_note_fn note, void *arg,
+                                      dlock__lwaiter **ref) {
+  lchan *ch = find(s, channel, len);
+  if (ch == NULL)
+    return NULL;
+  dlock__lwaiter *chosen = NULL;
+  for (dlock__lwaiter *w = ch->head; w != NULL; w = w->next)
+    if (w->joined && !w->awake && w->pin == NULL && eligible(w, arg)) {
+      chosen = w;
+      break;
+    }
+  if (note(&ch->slot, chosen != NULL, arg) != 0 || chosen == NULL)
+    return NULL;
+  chosen->pin = ref;
+  *ref = chosen;
+  return chosen;
+}
+
+void dlock__lsub_unpin(dlock__lsub *s, dlock__lwaiter *w, int wake,
+                       uint64_t value, dlock__slot_fn fn, void *arg) {
+  (void)s;
+  w->pin = NULL;
+  if (fn != NULL && w->ch != NULL)
+    fn(&w->ch->slot, arg);
+  if (wake)
+    wake_one(w, value);
+  else
+    tell(w, 4);
+}
+
+void dlock__lsub_with_slot(dlock__lsub *s, dlock__lwaiter *w, dlock__slot_fn fn,
+                           void *arg) {
+  (void)s;
+  if (w->ch != NULL)
+    fn(&w->ch->slot, arg);
 }

@@ -35,8 +35,9 @@ struct dlock__lchan;
  * be in time: the waiter then sleeps by its lock's TTL), 1 when a message
  * wakes it, 2 when the wake-up carries 'value', 3 when the server dropped the
  * channel (a sharded channel whose slot moved to another node: the waiter
- * is to leave and join again where it is now), or a negative code when
- * Redis refuses the subscription. 'on' must not call into the lsub.
+ * is to leave and join again where it is now), 4 when its pin ended with
+ * no wake-up, or a negative code when Redis refuses the subscription. 'on' must
+ * not call into the lsub.
  */
 typedef struct dlock__lwaiter {
   struct dlock__lwaiter *next;
@@ -47,6 +48,14 @@ typedef struct dlock__lwaiter {
   int awake;       /* woken and not yet rearmed */
   uint64_t value;  /* what the wake-up carried */
   int64_t join_by; /* a join not answered by then counts as answered */
+  /* Who the waiter is, for the rules that choose a waiter to pin (the
+   * engine's; not read here), and whether it sleeps in its wait now (set
+   * by its owner). */
+  const void *owner_data;
+  int parked;
+  /* While pinned (dlock__lsub_pin_first): where the pinner keeps it,
+   * cleared if it leaves before it is unpinned. */
+  struct dlock__lwaiter **pin;
 } dlock__lwaiter;
 
 /* A connection to 'ep' ('tls' for rediss://, else NULL; both must outlive
@@ -84,6 +93,34 @@ void dlock__lsub_leave(dlock__lsub *s, dlock__lwaiter *w);
 
 /* Hands a wake-up 'w' cannot use to the next waiter in line not awake. */
 void dlock__lsub_pass(dlock__lsub *s, dlock__lwaiter *w);
+
+/*
+ * For a release made in the loop: pins the first waiter on 'channel' that
+ * is joined, not awake, not pinned and 'eligible', so that it stays in its
+ * wait (its owner looks at 'pin') until dlock__lsub_unpin. '*ref' is
+ * where the pinner keeps it: set to NULL if the waiter leaves first (the
+ * client's close). 'note' then runs on the channel's slot with whether a
+ * waiter was pinned; when it returns other than 0, none is. Messages of
+ * the channel skip a pinned waiter. Returns the waiter pinned, or NULL.
+ */
+typedef int (*dlock__lpin_eligible_fn)(const dlock__lwaiter *w, void *arg);
+typedef int (*dlock__lpin_note_fn)(void **slot, int pinned, void *arg);
+dlock__lwaiter *dlock__lsub_pin_first(dlock__lsub *s, const char *channel,
+                                      size_t len,
+                                      dlock__lpin_eligible_fn eligible,
+                                      dlock__lpin_note_fn note, void *arg,
+                                      dlock__lwaiter **ref);
+
+/* Ends the pin of 'w': runs 'fn' (NULL: nothing) on its channel's slot,
+ * then wakes it with 'value' when 'wake' is set, else tells its 'on' 4
+ * (look again: nothing came). */
+void dlock__lsub_unpin(dlock__lsub *s, dlock__lwaiter *w, int wake,
+                       uint64_t value, dlock__slot_fn fn, void *arg);
+
+/* Runs 'fn' on the slot of the channel 'w' waits on: what the engine
+ * keeps for the channel, freed (dlock__free) with it. */
+void dlock__lsub_with_slot(dlock__lsub *s, dlock__lwaiter *w, dlock__slot_fn fn,
+                           void *arg);
 
 /* What the connection waits for, as dlock__conn_watch. */
 void dlock__lsub_watch(dlock__lsub *s, int *fd, short *events,
