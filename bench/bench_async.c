@@ -222,16 +222,22 @@ static void run_child(int proc, int go_fd, int out_fd) {
   while (running > 0)
     turn(&lp);
   child_header_t h = {0, 0, 0, pairs.n, waits.n};
+  uint64_t *counts = calloc((size_t)nthreads, sizeof *counts);
+  if (counts == NULL)
+    bench_fail("out of memory");
   for (int i = 0; i < nthreads; i++) {
     h.acq += ws[i].acq;
     h.win += ws[i].win;
     h.errors += ws[i].errors;
+    counts[i] = ws[i].acq;
     dlock_free(ws[i].l);
   }
   if (bench_write_all(out_fd, &h, sizeof h) < 0 ||
       bench_write_all(out_fd, pairs.v, pairs.n * sizeof(uint64_t)) < 0 ||
-      bench_write_all(out_fd, waits.v, waits.n * sizeof(uint64_t)) < 0)
+      bench_write_all(out_fd, waits.v, waits.n * sizeof(uint64_t)) < 0 ||
+      bench_write_all(out_fd, counts, (size_t)nthreads * sizeof *counts) < 0)
     exit(1);
+  free(counts);
   dlock_client_close(lp.c);
   close(lp.ep);
   free(ws);
@@ -309,19 +315,36 @@ int main(int argc, char **argv) {
     if (bench_write_all(to_child[p], "g", 1) < 0)
       failed_run = 1;
   uint64_t acq = 0, win = 0, errors = 0;
+  /* The fewest and most acquisitions of one worker, as bench_lock's
+   * threads: how evenly the lock went round. */
+  uint64_t min = UINT64_MAX, max = 0;
+  uint64_t *counts = calloc((size_t)nthreads, sizeof *counts);
+  if (counts == NULL)
+    bench_fail("out of memory");
   bench_samples_t pair = {0, 0, 0}, wait = {0, 0, 0};
   for (int p = 0; p < nprocs; p++) {
     child_header_t h;
     if (bench_read_all(from_child[p], &h, sizeof h) < 0 ||
         bench_read_samples(from_child[p], h.npair, &pair) < 0 ||
-        bench_read_samples(from_child[p], h.nwait, &wait) < 0) {
+        bench_read_samples(from_child[p], h.nwait, &wait) < 0 ||
+        bench_read_all(from_child[p], counts,
+                       (size_t)nthreads * sizeof *counts) < 0) {
       failed_run = 1;
       continue;
     }
     acq += h.acq;
     win += h.win;
     errors += h.errors;
+    for (int i = 0; i < nthreads; i++) {
+      if (counts[i] < min)
+        min = counts[i];
+      if (counts[i] > max)
+        max = counts[i];
+    }
   }
+  free(counts);
+  if (min == UINT64_MAX)
+    min = 0;
   bench_cmdstats(r, &after);
   for (int p = 0; p < nprocs; p++) {
     int status;
@@ -354,11 +377,12 @@ int main(int argc, char **argv) {
    * connection and are in the wire count already. */
   printf("acq=%" PRIu64 " win=%" PRIu64
          " seconds=%.3f rate=%.1f pair_p50=%.1f pair_p99=%.1f "
-         "wait_p50=%.1f wait_p99=%.1f min=0 max=0 cmds=%" PRIu64
-         " cmds_all=%" PRIu64 " counter=%s errors=%" PRIu64 "\n",
+         "wait_p50=%.1f wait_p99=%.1f min=%" PRIu64 " max=%" PRIu64
+         " cmds=%" PRIu64 " cmds_all=%" PRIu64 " counter=%s errors=%" PRIu64
+         "\n",
          acq, win, seconds, (double)win / seconds, bench_quantile(&pair, 0.5),
          bench_quantile(&pair, 0.99), bench_quantile(&wait, 0.5),
-         bench_quantile(&wait, 0.99), after.wire - before.wire,
+         bench_quantile(&wait, 0.99), min, max, after.wire - before.wire,
          after.all - before.all, counter, errors);
   redisFree(r);
   free(pair.v);

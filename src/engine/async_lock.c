@@ -386,10 +386,10 @@ int dlock__async_acquire(dlock__loop *lp, dlock_t *l, uint64_t owner,
   m->join_early = 1;
   m->ride_restarts = 1;
   /* A waiter of a kind that takes hand-overs inside the client says the
-   * lease it wants, and shares the lock with other clients as a blocking
-   * waiter does (cohort.h). */
+   * lease it wants, and holds back after its loop's run of them
+   * (cohort.h). */
   int shares = o->shares = cohort && l->kind->no_barging;
-  m->pause_if_woken = m->note_attempts = shares;
+  m->pause_if_woken = shares;
   m->who.owner = owner;
   m->who.lease_ms = shares ? lease_ms : 0;
   dlock__lacq_start(lp, &o->a, &lock_lacq_ops);

@@ -213,17 +213,10 @@ void dlock__cohort_resolve(dlock__pubsub *ps, dlock__waiter *w, uint64_t token,
 /* ---- the same rules for an event loop's waiters (loopsub.h) -------------
  */
 
-int64_t dlock__cohort_loop_pause(dlock__lsub *s, dlock__lwaiter *w,
-                                 uint64_t random) {
+int64_t dlock__cohort_loop_pause(dlock__lsub *s, dlock__lwaiter *w) {
   pause_read p = {0, 0};
   dlock__lsub_with_slot(s, w, read_pause, &p);
-  if (p.yield > 0)
-    return p.yield;
-  return p.window > 0 ? (int64_t)(random % (uint64_t)(p.window + 1)) : 0;
-}
-
-void dlock__cohort_loop_note(dlock__lsub *s, dlock__lwaiter *w, int failed) {
-  dlock__lsub_with_slot(s, w, note_failed, &failed);
+  return p.yield > 0 ? p.yield : 0;
 }
 
 /* Only a waiter asleep in its wait, whatever it waits for: the loop runs

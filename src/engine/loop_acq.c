@@ -91,18 +91,13 @@ static void chan_pass(dlock__acq *m) {
   dlock__lsub_pass(sub_of(a), &a->lw);
 }
 
-static int64_t chan_pause(dlock__acq *m, uint64_t random) {
+static int64_t chan_pause(dlock__acq *m) {
   dlock__lacq *a = dlock__lacq_of(m);
-  return dlock__cohort_loop_pause(sub_of(a), &a->lw, random);
+  return dlock__cohort_loop_pause(sub_of(a), &a->lw);
 }
 
-static void chan_note(dlock__acq *m, int failed) {
-  dlock__lacq *a = dlock__lacq_of(m);
-  dlock__cohort_loop_note(sub_of(a), &a->lw, failed);
-}
-
-static const dlock__acq_chan loop_chan = {
-    chan_join_active, chan_join, chan_leave, chan_pass, chan_pause, chan_note};
+static const dlock__acq_chan loop_chan = {chan_join_active, chan_join,
+                                          chan_leave, chan_pass, chan_pause};
 
 /* ---- running the machine ------------------------------------------------ */
 

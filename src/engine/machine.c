@@ -71,15 +71,8 @@ static void chan_pass(dlock__acq *m) {
 
 static int64_t chan_pause(dlock__acq *m) {
   if (m->chan != NULL)
-    return m->chan->pause(m, dlock__jitter());
+    return m->chan->pause(m);
   return dlock__cohort_contention_pause(m->c->ps, &m->w, dlock__jitter());
-}
-
-static void chan_note(dlock__acq *m, int failed) {
-  if (m->chan != NULL)
-    m->chan->note(m, failed);
-  else
-    dlock__cohort_note_attempt(m->c->ps, &m->w, failed);
 }
 
 /* The machine fails with 'rc', whose detail the calling thread's last
@@ -159,7 +152,7 @@ static int prepare(dlock__acq *m) {
 static int attempted(dlock__acq *m, int rc) {
   int woken = m->was_woken;
   if (woken && rc >= 0 && m->note_attempts)
-    chan_note(m, rc == 1);
+    dlock__cohort_note_attempt(m->c->ps, &m->w, rc == 1);
   if (rc >= 0 && !m->ride_restarts)
     memset(&m->ride, 0, sizeof(m->ride));
   if (rc < 0 && !m->ride_restarts && ride(m, rc))

@@ -82,10 +82,9 @@ typedef struct dlock__acq_chan {
   void (*leave)(dlock__acq *m);
   /* Hands a wake-up this waiter cannot use to the next in line. */
   void (*pass)(dlock__acq *m);
-  /* The contention pause before an attempt after a wake-up, and the
-   * report of such an attempt's outcome (cohort.h), for this channel. */
-  int64_t (*pause)(dlock__acq *m, uint64_t random);
-  void (*note)(dlock__acq *m, int failed);
+  /* The pause before an attempt after a wake-up (cohort.h), for this
+   * channel; its waiters' attempts are not noted ('note_attempts' 0). */
+  int64_t (*pause)(dlock__acq *m);
 } dlock__acq_chan;
 
 /* How a machine waits between its attempts. */
@@ -118,7 +117,8 @@ struct dlock__acq {
   dlock__wake_fn wake; /* how the channel's messages wake (cohort.h) */
   int join_early;      /* join a live channel before the first attempt */
   int pause_if_woken;  /* hold back after a wake-up (contention pause) */
-  int note_attempts;   /* report woken attempts' outcomes (contention) */
+  int note_attempts;   /* report woken attempts' outcomes (contention;
+                          the client's pub/sub only) */
   int ride_restarts;   /* an outage restarts from 'prepare', having left */
   char *channel;       /* the channel waited on */
   size_t channel_len;
