@@ -102,6 +102,16 @@ static inline dlock_client_t *tl_client_opts(const dlock_options_t *o) {
   return c;
 }
 
+/* An async client on 's' with the tests' options, attached to a fresh
+ * loop 't'. */
+static inline dlock_client_t *tl_async_client(rp_server_t *s, tl_loop *t) {
+  dlock_options_t o;
+  lu_options(&o, s);
+  dlock_client_t *c = tl_client_opts(&o);
+  tl_init(t, c);
+  return c;
+}
+
 /* The result of one operation, with a failure's detail. */
 typedef struct tl_done {
   int calls;

@@ -12,15 +12,6 @@
 
 #include "loop_util.h"
 
-/* An async client on 's' attached to a fresh loop 't'. */
-static dlock_client_t *async_client(rp_server_t *s, tl_loop *t) {
-  dlock_options_t o;
-  lu_options(&o, s);
-  dlock_client_t *c = tl_client_opts(&o);
-  tl_init(t, c);
-  return c;
-}
-
 /* Unlocks through the loop and checks that it worked. */
 static void unlock_ok(tl_loop *t, dlock_t *l, uint64_t owner) {
   tl_done u = {0};
@@ -42,7 +33,7 @@ static int64_t numsub(rp_server_t *s, const char *chan) {
 TEST(async_lock_unlock_one_round_trip_each) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *c = async_client(s, &t);
+  dlock_client_t *c = tl_async_client(s, &t);
   dlock_t *l = lu_get(c, "async-basic");
   uint64_t owner = dlock_owner_new();
   tl_done d = {0};
@@ -90,7 +81,7 @@ TEST(async_lock_unlock_one_round_trip_each) {
 TEST(async_and_blocking_verbs_refuse_the_other_client) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *ac = tl_async_client(s, &t);
   dlock_client_t *bc = lu_client(s);
   dlock_t *al = lu_get(ac, "async-refuse"), *bl = lu_get(bc, "async-refuse");
   tl_done d = {0};
@@ -116,7 +107,7 @@ TEST(async_and_blocking_verbs_refuse_the_other_client) {
 TEST(async_waiter_is_woken_by_the_unlock_message) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *ac = tl_async_client(s, &t);
   dlock_client_t *bc = lu_client(s);
   dlock_t *al = lu_get(ac, "async-wake"), *bl = lu_get(bc, "async-wake");
   /* Held for a minute: only the message can wake the waiter in time. */
@@ -153,7 +144,7 @@ TEST(async_waiter_is_woken_by_the_unlock_message) {
 TEST(async_trylock_times_out_and_leaves_nothing) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *ac = tl_async_client(s, &t);
   dlock_client_t *bc = lu_client(s);
   dlock_t *af = NULL, *bf = NULL;
   ASSERT_DLOCK_OK(dlock_get_fair(ac, "async-fair-to", &af));
@@ -291,7 +282,7 @@ TEST(async_read_modify_write_stays_exact_beside_threads) {
   tl_loop t;
   rmw all;
   memset(&all, 0, sizeof(all));
-  all.c = async_client(s, &t);
+  all.c = tl_async_client(s, &t);
   dlock_t *l = lu_get(all.c, "async-rmw");
   pthread_t th[RMW_THREADS];
   rmw_thread ta = {s, 20};
@@ -380,7 +371,7 @@ TEST(async_watchdog_renews_from_the_loop_and_reports_a_loss) {
 TEST(async_close_cancels_each_pending_operation_once) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *ac = tl_async_client(s, &t);
   dlock_client_t *bc = lu_client(s);
   dlock_t *af = NULL, *bf = NULL, *al = lu_get(ac, "async-close-b");
   ASSERT_DLOCK_OK(dlock_get_fair(ac, "async-close", &af));
@@ -442,7 +433,7 @@ static void unlock_then_close(dlock_t *l, uint64_t owner, int status,
 TEST(async_callbacks_may_start_operations_and_close_the_client) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *c = async_client(s, &t);
+  dlock_client_t *c = tl_async_client(s, &t);
   dlock_t *l = lu_get(c, "async-reenter");
   reenter r = {c, 0, -1};
   ASSERT_DLOCK_OK(dlock_lock_async(l, 5, 10000, unlock_then_close, &r));
@@ -458,7 +449,7 @@ TEST(async_callbacks_may_start_operations_and_close_the_client) {
 TEST(async_spin_and_rw_locks) {
   rp_server_t *s = lu_server(1);
   tl_loop t;
-  dlock_client_t *c = async_client(s, &t);
+  dlock_client_t *c = tl_async_client(s, &t);
   dlock_t *sp = NULL, *rd = NULL, *wr = NULL;
   ASSERT_DLOCK_OK(dlock_get_spin(c, "async-spin", &sp));
   ASSERT_DLOCK_OK(dlock_get_rw(c, "async-rw", &rd, &wr));
@@ -502,7 +493,7 @@ TEST(async_spin_and_rw_locks) {
 TEST(async_rides_a_redis_restart) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *c = async_client(s, &t);
+  dlock_client_t *c = tl_async_client(s, &t);
   dlock_t *l = lu_get(c, "async-restart");
   tl_done a = {0};
   ASSERT_DLOCK_OK(dlock_lock_async(l, 1, 5000, tl_done_cb, &a));
@@ -575,7 +566,7 @@ static void latch_done(dlock_latch_t *l, int status, int64_t value,
 TEST(async_semaphore_waits_for_a_release_and_gives_back) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *ac = tl_async_client(s, &t);
   dlock_client_t *bc = lu_client(s);
   dlock_sem_t *as = NULL, *bs = NULL;
   ASSERT_DLOCK_OK(dlock_sem_get(ac, "async-sem", &as));
@@ -626,7 +617,7 @@ TEST(async_semaphore_waits_for_a_release_and_gives_back) {
 TEST(async_latch_await_and_count_down) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *ac = tl_async_client(s, &t);
   dlock_client_t *bc = lu_client(s);
   dlock_latch_t *al = NULL, *bl = NULL;
   ASSERT_DLOCK_OK(dlock_latch_get(ac, "async-latch", &al));
@@ -661,7 +652,7 @@ TEST(async_latch_await_and_count_down) {
 TEST(async_paused_server_fails_the_attempt_and_the_loop_goes_on) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *c = async_client(s, &t);
+  dlock_client_t *c = tl_async_client(s, &t);
   dlock_t *l = lu_get(c, "async-paused");
   tl_done a = {0}, b = {0};
   ASSERT_EQ(rp_pause(s), 0);
@@ -691,7 +682,7 @@ TEST(async_paused_server_fails_the_attempt_and_the_loop_goes_on) {
 TEST(async_waiter_rides_a_server_killed_and_restarted) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *ac = tl_async_client(s, &t);
   dlock_client_t *bc = lu_client(s);
   dlock_t *al = lu_get(ac, "async-killed"), *bl = lu_get(bc, "async-killed");
   ASSERT_DLOCK_OK(dlock_trylock(bl, 0, 60000));
@@ -721,7 +712,7 @@ TEST(async_waiter_rides_a_server_killed_and_restarted) {
 TEST(async_multilock_waits_holding_nothing_then_takes_all) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *ac = tl_async_client(s, &t);
   dlock_client_t *bc = lu_client(s);
   dlock_t *parts[2] = {lu_get(ac, "async-multi-a"),
                        lu_get(ac, "async-multi-b")};
@@ -788,7 +779,7 @@ TEST(async_redlock_needs_a_majority_of_servers) {
   dlock_t *ap[RED_N], *bp[RED_N], *ared = NULL;
   for (int i = 0; i < RED_N; i++) {
     srv[i] = lu_server(0);
-    ac[i] = async_client(srv[i], &ls[i]);
+    ac[i] = tl_async_client(srv[i], &ls[i]);
     bc[i] = lu_client(srv[i]);
     ap[i] = lu_get(ac[i], "async-red");
     bp[i] = lu_get(bc[i], "async-red");
@@ -891,7 +882,7 @@ TEST(async_multi_and_red_locks_ride_a_restart) {
   dlock_t *ap[RED_N];
   for (int i = 0; i < RED_N; i++) {
     srv[i] = lu_server(0);
-    ac[i] = async_client(srv[i], &ls[i]);
+    ac[i] = tl_async_client(srv[i], &ls[i]);
     ap[i] = lu_get(ac[i], key);
   }
   for (int red = 0; red < 2; red++) {
@@ -937,7 +928,7 @@ TEST(async_multi_and_red_locks_ride_a_restart) {
 
   /* A client of a server that is down before it ever connected. */
   ASSERT_EQ(rp_kill(srv[2]), 0);
-  ac[RED_N] = async_client(srv[2], &ls[RED_N]);
+  ac[RED_N] = tl_async_client(srv[2], &ls[RED_N]);
   dlock_t *pair[2] = {lu_get(ac[0], "async-out:never"),
                       lu_get(ac[RED_N], "async-out:never")};
   dlock_t *m = NULL;
@@ -1181,7 +1172,7 @@ TEST(async_statistics_count_semaphores_composites_and_pubsub) {
   dlock_t *node[RED_N];
   for (int i = 0; i < RED_N; i++) {
     srv[i] = lu_server(0);
-    ac[i] = async_client(srv[i], &ls[i]);
+    ac[i] = tl_async_client(srv[i], &ls[i]);
     node[i] = lu_get(ac[i], "async-st:red");
   }
   dlock_client_t *bc = lu_client(srv[0]);
@@ -1298,7 +1289,7 @@ static void close_again(dlock_t *l, uint64_t owner, int status, void *data) {
 TEST(async_close_whose_callback_closes_again) {
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *ac = async_client(s, &t);
+  dlock_client_t *ac = tl_async_client(s, &t);
   dlock_client_t *bc = lu_client(s);
   dlock_t *al = lu_get(ac, "async-close-again"),
           *bl = lu_get(bc, "async-close-again");

@@ -14,15 +14,6 @@
 #include "lock.h"
 #include "loop_util.h"
 
-/* An async client on 's' attached to a fresh loop 't'. */
-static dlock_client_t *async_client(rp_server_t *s, tl_loop *t) {
-  dlock_options_t o;
-  lu_options(&o, s);
-  dlock_client_t *c = tl_client_opts(&o);
-  tl_init(t, c);
-  return c;
-}
-
 static void lock_ok(tl_loop *t, dlock_t *l, uint64_t owner, int64_t lease) {
   tl_done d = {0};
   ASSERT_DLOCK_OK(dlock_lock_async(l, owner, lease, tl_done_cb, &d));
@@ -55,7 +46,7 @@ TEST(async_unlock_hands_the_lock_to_a_waiter_of_the_loop) {
   const char *name = "aho:same";
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *c = async_client(s, &t);
+  dlock_client_t *c = tl_async_client(s, &t);
   dlock_t *l = lu_get(c, name);
   char ch[256], tok[256], field[256];
   lu_channel(ch, sizeof(ch), name, strlen(name));
@@ -187,7 +178,7 @@ TEST(async_handover_run_lets_another_client_in) {
   const char *name = "aho:run";
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *c = async_client(s, &t);
+  dlock_client_t *c = tl_async_client(s, &t);
   cyclers all;
   memset(&all, 0, sizeof(all));
   outsider o = {s, name, 0, 0, -1};
@@ -261,7 +252,7 @@ TEST(async_close_with_a_handover_in_flight_leaves_no_lock) {
   const char *name = "aho:close";
   rp_server_t *s = lu_server(0);
   tl_loop t;
-  dlock_client_t *c = async_client(s, &t);
+  dlock_client_t *c = tl_async_client(s, &t);
   dlock_t *l = lu_get(c, name);
   char ch[256];
   lu_channel(ch, sizeof(ch), name, strlen(name));
