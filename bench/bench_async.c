@@ -4,12 +4,17 @@
  * running a plain epoll loop, with its T workers as operations in flight
  * on one async client rather than threads.
  *
- *   bench_async --url URL --mode loop --procs P --threads T [--distinct]
- *               [--work] [--seconds S] [--name PREFIX] [--dist PATH]
+ *   bench_async --url URL --mode loop|herd --procs P --threads T
+ *               [--distinct] [--work] [--seconds S] [--timeout S]
+ *               [--name PREFIX] [--dist PATH]
  *
  * Each worker loops "lock; [GET+SET counter, through the client's own
  * connection]; unlock" on one lock name, or a name of its own with
- * --distinct. Output: one line of key=value pairs, as bench_lock's.
+ * --distinct. With --mode herd the parent holds the lock while every
+ * worker starts waiting for it (within --timeout seconds), then releases
+ * it: each worker takes it once, does the GET+SET and unlocks, and the
+ * time is that from the release to the last worker done. Output: one line
+ * of key=value pairs, as bench_lock's.
  */
 #include "common.h"
 
@@ -28,8 +33,8 @@
 static const char *url = "redis://127.0.0.1:6379";
 static const char *prefix = "bench:lock";
 static const char *dist;
-static int nprocs = 1, nthreads = 1, distinct, work;
-static double seconds = 2.0;
+static int nprocs = 1, nthreads = 1, distinct, work, herd;
+static double seconds = 2.0, herd_timeout = 120.0;
 
 typedef struct loop {
   int ep;
@@ -44,7 +49,7 @@ typedef struct worker {
   int step; /* 0 lock, 1 get, 2 set, 3 unlock */
   long long seen;
   uint64_t start_ns, asked_ns;
-  uint64_t acq, win, errors;
+  uint64_t acq, win, errors, done_ns;
   int stopped;
 } worker;
 
@@ -96,7 +101,7 @@ static void locked(dlock_t *l, uint64_t owner, int status, void *data) {
   uint64_t now = bench_now_ns();
   bench_samples_add(&waits, now - w->asked_ns);
   w->acq++;
-  w->step = work ? 1 : 3;
+  w->step = work || herd ? 1 : 3;
   next(w);
 }
 
@@ -125,9 +130,16 @@ static void unlocked(dlock_t *l, uint64_t owner, int status, void *data) {
   }
   uint64_t now = bench_now_ns();
   bench_samples_add(&pairs, now - w->start_ns);
-  if (now <= end_ns)
+  if (now <= end_ns || herd)
     w->win++;
+  w->done_ns = now;
   w->step = 0;
+  /* A herd's worker takes the lock once. */
+  if (herd) {
+    w->stopped = 1;
+    running--;
+    return;
+  }
   next(w);
 }
 
@@ -144,7 +156,10 @@ static void next(worker *w) {
       return;
     }
     w->start_ns = w->asked_ns = bench_now_ns();
-    rc = dlock_lock_async(w->l, w->owner, DLOCK_WATCHDOG, locked, w);
+    rc = herd ? dlock_trylock_async(w->l, w->owner,
+                                    (int64_t)(herd_timeout * 1000),
+                                    DLOCK_WATCHDOG, locked, w)
+              : dlock_lock_async(w->l, w->owner, DLOCK_WATCHDOG, locked, w);
     break;
   case 1:
     rc = dlock_client_command_async(w->lp->c, 2, get, NULL, replied, w);
@@ -184,7 +199,7 @@ static void turn(loop *lp) {
 }
 
 typedef struct child_header {
-  uint64_t acq, win, errors, npair, nwait;
+  uint64_t acq, win, errors, done_ns, npair, nwait;
 } child_header_t;
 
 static void run_child(int proc, int go_fd, int out_fd) {
@@ -219,9 +234,14 @@ static void run_child(int proc, int go_fd, int out_fd) {
   running = nthreads;
   for (int i = 0; i < nthreads; i++)
     next(&ws[i]);
+  /* A herd's workers say they wait; the parent releases the lock once
+   * every worker has and they had time to settle, while this loop turns. */
+  for (int i = 0; herd && i < nthreads; i++)
+    if (bench_write_all(out_fd, "w", 1) < 0)
+      exit(1);
   while (running > 0)
     turn(&lp);
-  child_header_t h = {0, 0, 0, pairs.n, waits.n};
+  child_header_t h = {0, 0, 0, 0, pairs.n, waits.n};
   uint64_t *counts = calloc((size_t)nthreads, sizeof *counts);
   if (counts == NULL)
     bench_fail("out of memory");
@@ -230,6 +250,8 @@ static void run_child(int proc, int go_fd, int out_fd) {
     h.win += ws[i].win;
     h.errors += ws[i].errors;
     counts[i] = ws[i].acq;
+    if (ws[i].done_ns > h.done_ns)
+      h.done_ns = ws[i].done_ns;
     dlock_free(ws[i].l);
   }
   if (bench_write_all(out_fd, &h, sizeof h) < 0 ||
@@ -245,9 +267,9 @@ static void run_child(int proc, int go_fd, int out_fd) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: bench_async --url URL --mode loop --procs P "
+  fprintf(stderr, "usage: bench_async --url URL --mode loop|herd --procs P "
                   "--threads T [--distinct] [--work] [--seconds S] "
-                  "[--name PREFIX] [--dist PATH]\n");
+                  "[--timeout S] [--name PREFIX] [--dist PATH]\n");
   exit(2);
 }
 
@@ -263,10 +285,14 @@ int main(int argc, char **argv) {
     else if (strcmp(a, "--url") == 0)
       url = v, i++;
     else if (strcmp(a, "--mode") == 0) {
-      if (strcmp(v, "loop") != 0)
+      if (strcmp(v, "herd") == 0)
+        herd = 1;
+      else if (strcmp(v, "loop") != 0)
         usage();
       i++;
-    } else if (strcmp(a, "--procs") == 0)
+    } else if (strcmp(a, "--timeout") == 0)
+      herd_timeout = atof(v), i++;
+    else if (strcmp(a, "--procs") == 0)
       nprocs = atoi(v), i++;
     else if (strcmp(a, "--threads") == 0)
       nthreads = atoi(v), i++;
@@ -280,10 +306,23 @@ int main(int argc, char **argv) {
       usage();
   }
   if (nprocs < 1 || nprocs > 64 || nthreads < 1 || nthreads > 4096 ||
-      !(seconds > 0))
+      !(seconds > 0) || !(herd_timeout > 0) || (herd && distinct))
     usage();
   redisContext *r = bench_connect(url);
   freeReplyObject(redisCommand(r, "SET " COUNTER_KEY " 0"));
+  /* In a herd the parent holds the lock while the workers line up. */
+  dlock_client_t *holder = NULL;
+  dlock_t *held = NULL;
+  if (herd) {
+    dlock_options_t o;
+    int rc;
+    dlock_options_init(&o);
+    o.url = url;
+    if ((rc = dlock_client_open(&o, &holder)) != 0 ||
+        (rc = dlock_get(holder, prefix, &held)) != 0 ||
+        (rc = dlock_lock(held, DLOCK_WATCHDOG)) != 0)
+      bench_die("herd holder", rc);
+  }
   signal(SIGPIPE, SIG_IGN);
   pid_t pids[64];
   int to_child[64], from_child[64];
@@ -311,10 +350,25 @@ int main(int argc, char **argv) {
       failed_run = 1;
   bench_cmdstats_t before, after;
   bench_cmdstats(r, &before);
+  uint64_t t0 = bench_now_ns();
   for (int p = 0; p < nprocs; p++)
     if (bench_write_all(to_child[p], "g", 1) < 0)
       failed_run = 1;
-  uint64_t acq = 0, win = 0, errors = 0;
+  if (herd) {
+    /* Every worker waits; a short pause lets the last ones make their
+     * first attempt and go to sleep. */
+    for (int p = 0; p < nprocs; p++)
+      for (int i = 0; i < nthreads; i++)
+        if (bench_read_all(from_child[p], &byte, 1) < 0)
+          failed_run = 1;
+    bench_sleep_us(200000);
+    bench_cmdstats(r, &before);
+    t0 = bench_now_ns();
+    int rc = dlock_unlock(held);
+    if (rc != 0)
+      bench_die("herd unlock", rc);
+  }
+  uint64_t acq = 0, win = 0, errors = 0, done = 0;
   /* The fewest and most acquisitions of one worker, as bench_lock's
    * threads: how evenly the lock went round. */
   uint64_t min = UINT64_MAX, max = 0;
@@ -335,6 +389,8 @@ int main(int argc, char **argv) {
     acq += h.acq;
     win += h.win;
     errors += h.errors;
+    if (h.done_ns > done)
+      done = h.done_ns;
     for (int i = 0; i < nthreads; i++) {
       if (counts[i] < min)
         min = counts[i];
@@ -363,9 +419,11 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s.wait", dist);
     bench_write_dist(&wait, path);
   }
+  /* The herd's time runs from the release to the last worker done. */
+  double secs = herd ? (double)((done > t0 ? done : t0) - t0) / 1e9 : seconds;
   const char *counter = "-";
   long long c = bench_number(r, "GET " COUNTER_KEY);
-  if (work) {
+  if (work || herd) {
     counter = (uint64_t)c == acq ? "ok" : "bad";
     if ((uint64_t)c != acq)
       fprintf(stderr,
@@ -380,10 +438,12 @@ int main(int argc, char **argv) {
          "wait_p50=%.1f wait_p99=%.1f min=%" PRIu64 " max=%" PRIu64
          " cmds=%" PRIu64 " cmds_all=%" PRIu64 " counter=%s errors=%" PRIu64
          "\n",
-         acq, win, seconds, (double)win / seconds, bench_quantile(&pair, 0.5),
-         bench_quantile(&pair, 0.99), bench_quantile(&wait, 0.5),
-         bench_quantile(&wait, 0.99), min, max, after.wire - before.wire,
-         after.all - before.all, counter, errors);
+         acq, win, secs, secs > 0 ? (double)win / secs : 0,
+         bench_quantile(&pair, 0.5), bench_quantile(&pair, 0.99),
+         bench_quantile(&wait, 0.5), bench_quantile(&wait, 0.99), min, max,
+         after.wire - before.wire, after.all - before.all, counter, errors);
+  dlock_free(held);
+  dlock_client_close(holder);
   redisFree(r);
   free(pair.v);
   free(wait.v);
