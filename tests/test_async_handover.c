@@ -21,16 +21,27 @@ static void lock_ok(tl_loop *t, dlock_t *l, uint64_t owner, int64_t lease) {
   ASSERT_DLOCK_OK(d.status);
 }
 
-/* Turns the loop until the client listens on 'ch' beside the raw
- * subscriber, and then a while longer, so that the loop's waiter has made
- * the attempt that follows its join and sleeps in its wait. */
-static void settle(tl_loop *t, rp_server_t *s, const char *ch) {
-  int64_t end = lu_now_ms() + 20000;
-  while (lu_numsub(s, ch, strlen(ch)) < 2) {
+/* Starts a wait of 'owner' for 'l' (lease 'lease_ms'), and turns the loop
+ * until the waiter sleeps in it: the client listens on 'ch' beside the
+ * raw subscriber, Redis ran an attempt of the waiter, and no script ran
+ * while the loop turned for two spells of 200 ms in a row (the attempt
+ * after a join comes within a turn of the join's answer). */
+static void start_waiter(tl_loop *t, rp_server_t *s, dlock_t *l, uint64_t owner,
+                         int64_t lease_ms, const char *ch, tl_done *d) {
+  int64_t calls = lu_cmd_calls(s, "evalsha");
+  ASSERT_DLOCK_OK(dlock_lock_async(l, owner, lease_ms, tl_done_cb, d));
+  int64_t end = lu_now_ms() + 30000;
+  int quiet = 0;
+  while (quiet < 2) {
     ASSERT_LT(lu_now_ms(), end);
-    tl_turn(t, 20);
+    int64_t before = lu_cmd_calls(s, "evalsha");
+    tl_run_for(t, 200);
+    int64_t now = lu_cmd_calls(s, "evalsha");
+    quiet = lu_numsub(s, ch, strlen(ch)) >= 2 && now > calls && now == before
+                ? quiet + 1
+                : 0;
   }
-  tl_run_for(t, 200);
+  ASSERT_EQ(d->calls, 0);
 }
 
 static uint64_t handovers(dlock_client_t *c) {
@@ -56,9 +67,7 @@ TEST(async_unlock_hands_the_lock_to_a_waiter_of_the_loop) {
   lock_ok(&t, l, a, 60000);
   uint64_t t0 = dlock_token_as(l, a);
   tl_done w = {0}, u = {0};
-  ASSERT_DLOCK_OK(dlock_lock_async(l, b, 5000, tl_done_cb, &w));
-  settle(&t, s, ch);
-  ASSERT_EQ(w.calls, 0);
+  start_waiter(&t, s, l, b, 5000, ch, &w);
   int64_t calls = lu_cmd_calls(s, "evalsha");
   uint64_t before = handovers(c);
   ASSERT_DLOCK_OK(dlock_unlock_async(l, a, tl_done_cb, &u));
@@ -234,8 +243,7 @@ static void hand_round(tl_loop *t, rp_server_t *s, dlock_t *l, uint64_t a,
                        uint64_t b, const char *ch) {
   lock_ok(t, l, a, 60000);
   tl_done w = {0}, u = {0}, u2 = {0};
-  ASSERT_DLOCK_OK(dlock_lock_async(l, b, 60000, tl_done_cb, &w));
-  settle(t, s, ch);
+  start_waiter(t, s, l, b, 60000, ch, &w);
   ASSERT_DLOCK_OK(dlock_unlock_async(l, a, tl_done_cb, &u));
   tl_run_until(t, &w.calls, 10000);
   ASSERT_DLOCK_OK(w.status);
@@ -261,8 +269,7 @@ TEST(async_close_with_a_handover_in_flight_leaves_no_lock) {
   hand_round(&t, s, l, a, b, ch);
   lock_ok(&t, l, a, 60000);
   tl_done w = {0}, u = {0};
-  ASSERT_DLOCK_OK(dlock_lock_async(l, b, 60000, tl_done_cb, &w));
-  settle(&t, s, ch);
+  start_waiter(&t, s, l, b, 60000, ch, &w);
   ASSERT_DLOCK_OK(dlock_unlock_async(l, a, tl_done_cb, &u));
   dlock_client_close(c);
   ASSERT_EQ(u.calls, 1);
