@@ -49,7 +49,7 @@ struct dlock_client {
    * client's opening and closing asks which of these it is. */
   dlock__route route;
   dlock__locator locator; /* the Sentinel discovery as the connection's */
-  dlock__tls *tls; /* loaded TLS settings for a rediss:// URL, else NULL */
+  dlock__tls *tls;   /* loaded TLS settings for a rediss:// URL, else NULL */
   dlock__pubsub *ps; /* NULL for an async client, which has 'loop' */
   struct dlock__loop *loop;
   dlock__watchdog *wd;

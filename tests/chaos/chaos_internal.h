@@ -77,7 +77,7 @@ typedef struct chaos_env {
   int nnodes;
   const char *urls[CHAOS_NODES_MAX];
   const char *tls_ca; /* a TLS run: the CA file the clients trust */
-  int resource_port; /* the resource server, on 127.0.0.1 */
+  int resource_port;  /* the resource server, on 127.0.0.1 */
   int64_t deadline_us;
   const char *dir; /* the history directory */
 } chaos_env_t;

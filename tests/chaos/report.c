@@ -279,7 +279,8 @@ void chaos_print_summary(FILE *out, const chaos_config_t *c,
     }
   fprintf(out, " total %" PRId64 "\n", total);
   if (c->sentinel)
-    fprintf(out, "failovers    %" PRId64 " (a new master named by the Sentinels)\n",
+    fprintf(out,
+            "failovers    %" PRId64 " (a new master named by the Sentinels)\n",
             r->failovers);
   if (c->cluster)
     fprintf(out,
