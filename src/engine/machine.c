@@ -273,11 +273,11 @@ static int woke(dlock__acq *m) {
   }
   /* Woken by a message of the channel: hold back first, if contended. */
   m->woken = ev == 1 && m->pause_if_woken;
-  if (m->woken && m->joined) {
-    m->until_us = dlock__now_us() + chan_pause(m);
-    return DLOCK__ACQ_HOLD;
-  }
-  return DLOCK__ACQ_ATTEMPT;
+  int64_t pause = m->woken && m->joined ? chan_pause(m) : 0;
+  if (pause <= 0)
+    return DLOCK__ACQ_ATTEMPT; /* no hold-back due: no wait, no loop turn */
+  m->until_us = dlock__now_us() + pause;
+  return DLOCK__ACQ_HOLD;
 }
 
 /* The answer of what went out came: 'm->pending'. */
