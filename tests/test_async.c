@@ -679,6 +679,53 @@ TEST(async_paused_server_fails_the_attempt_and_the_loop_goes_on) {
   rp_free(s);
 }
 
+/* An attempt that gets no answer and is tried again within the wait: the
+ * stalled attempt runs once the server goes on, and the retry finds the
+ * lock its owner's already. Nothing may take that grant back (an undo of
+ * the first attempt sent before the retry could reach Redis after it, as
+ * on a cluster whose master fails over): the lock is held once, with the
+ * one token the stalled attempt was given, not released and taken anew. */
+TEST(async_retried_attempt_keeps_what_the_stalled_one_took) {
+  rp_server_t *s = lu_server(0);
+  tl_loop t;
+  dlock_options_t o;
+  lu_options(&o, s);
+  o.command_timeout_ms = 300;
+  o.connect_timeout_ms = 300;
+  dlock_client_t *c = tl_client_opts(&o);
+  tl_init(&t, c);
+  dlock_t *l = lu_get(c, "async-retried");
+  uint64_t me = dlock_owner_new();
+  tl_done a = {0}, b = {0};
+  /* A first grant and release, so that the scripts are loaded and the
+   * token sequence is known. */
+  ASSERT_DLOCK_OK(dlock_trylock_async(l, me, 0, 60000, tl_done_cb, &a));
+  tl_run_until(&t, &a.calls, 10000);
+  ASSERT_DLOCK_OK(a.status);
+  uint64_t first = dlock_token_as(l, me);
+  unlock_ok(&t, l, me);
+  ASSERT_EQ(rp_pause(s), 0);
+  ASSERT_DLOCK_OK(dlock_trylock_async(l, me, 30000, 60000, tl_done_cb, &b));
+  tl_run_for(&t, 1200); /* the attempt times out; the machine rides */
+  ASSERT_EQ(b.calls, 0);
+  ASSERT_EQ(rp_resume(s), 0);
+  tl_run_until(&t, &b.calls, 30000);
+  ASSERT_DLOCK_OK(b.status);
+  /* Long enough for anything sent before the grant to be answered. */
+  tl_run_for(&t, 500);
+  char field[256];
+  lu_field(field, sizeof(field), c, me);
+  ASSERT_EQ(lu_hget_num(s, "async-retried", field), 1);
+  ASSERT_GT(lu_pttl(s, "async-retried"), 30000);
+  ASSERT_EQ(dlock_token_as(l, me), first + 1);
+  unlock_ok(&t, l, me);
+  ASSERT_EQ(lu_exists(s, "async-retried"), 0);
+  dlock_free(l);
+  dlock_client_close(c);
+  tl_close(&t);
+  rp_free(s);
+}
+
 TEST(async_waiter_rides_a_server_killed_and_restarted) {
   rp_server_t *s = lu_server(0);
   tl_loop t;

@@ -36,6 +36,11 @@ typedef struct lock_op {
   int64_t sent_us;
   int64_t believed; /* the holds the owner had when the attempt went out */
   int shares;       /* it shares the lock with the loop's other waiters */
+  /* An attempt got no answer, or a grant too few replicas acknowledged,
+   * and no later attempt was answered: what it may have taken is given
+   * back (with 'owed_believed' holds left) when the acquisition ends. */
+  int owes_undo;
+  int64_t owed_believed;
   /* For the statistics and events: when the acquisition began, and the
    * hold an unlock releases as it was before. */
   int64_t obs_start_us;
@@ -210,6 +215,19 @@ void dlock__async_raise_token(dlock__loop *lp, dlock_t *part, uint64_t token) {
 
 /* ---- the machine's steps ------------------------------------------------ */
 
+/*
+ * What an attempt without an answer may have taken is given back once the
+ * acquisition ends without the lock, not at once. The machine tries again
+ * after an outage pause, and an undo sent meanwhile could reach Redis after
+ * that next attempt (a request held for a master that fails over goes when
+ * the map is read again), and take back the grant it got. The next attempt
+ * needs no undo before it: it sets the owner's count from the client's.
+ */
+static void owe_undo(lock_op *o, int64_t believed) {
+  o->owes_undo = 1;
+  o->owed_believed = believed;
+}
+
 /* Before an attempt: a hold found lost is reported (no round trip). */
 static int a_prepare(dlock__acq *m) {
   lock_op *o = of_machine(m);
@@ -253,12 +271,17 @@ static int attempt_answer(dlock__lacq *a) {
   drop_call(o);
   if (rc != 0)
     return rc;
+  /* An answer supersedes an earlier attempt that got none: the scripts
+   * set the owner's count from the client's, so what that one may have
+   * taken is now either this grant or gone. */
+  o->owes_undo = 0;
   dlock__acquired got;
   if (!sy.ok && dlock__decode_acquire(reply, &got) == 0 && got.held) {
-    /* Granted on the master only: given back (the owner's holds set back
-     * to what it had), and not reported held. */
+    /* Granted on the master only: not reported held, and given back (the
+     * owner's holds set back to what it had) unless an attempt after it
+     * is answered. */
     freeReplyObject(reply);
-    undo_detached(loop_of(o), o->l, o->owner, o->believed);
+    owe_undo(o, o->believed);
     return dlock__sync_fail(o->l->c, &sy, "lock", o->l->name, o->l->len);
   }
   rc = dlock__finish_acquire(o->l, o->owner, o->lease_ms, reply, o->sent_us,
@@ -300,8 +323,7 @@ static void a_give_up(dlock__acq *m) {
 
 static void a_unknown(dlock__acq *m) {
   lock_op *o = of_machine(m);
-  undo_detached(loop_of(o), o->l, o->owner,
-                dlock__believed_count(o->l, o->owner));
+  owe_undo(o, dlock__believed_count(o->l, o->owner));
 }
 
 static int a_timed_out(dlock__acq *m) {
@@ -330,6 +352,9 @@ static const dlock__acq_ops async_lock_ops = {
 
 static void lock_report(dlock__lacq *a, int status) {
   lock_op *o = (lock_op *)a;
+  if (o->owes_undo && status != 0)
+    undo_detached(loop_of(o), o->l, o->owner, o->owed_believed);
+  o->owes_undo = 0;
   /* Counted and raised as a blocking acquisition is, from the loop. */
   status = dlock__obs_acquired(o->l, o->owner, o->wait_ms, o->obs_start_us,
                                a->m.waited, status);
@@ -347,8 +372,9 @@ static void lock_give_back(dlock__lacq *a, int granted, int answered,
       granted = dlock__finish_acquire(o->l, o->owner, o->lease_ms, reply,
                                       o->sent_us, &a->m.busy) == 0;
   }
-  if (unknown)
+  if (unknown || o->owes_undo)
     dlock__note_unsettled(o->l, o->owner);
+  o->owes_undo = 0;
   if (queued)
     (void)dlock__leave_queue(o->l, o->owner);
   if (granted)

@@ -305,13 +305,33 @@ static void probe(dlock__loop *lp) {
   lp->probe_op = op;
 }
 
-/* Holds 'op' on the loop's timer for 'us', its answers dropped. */
+/*
+ * Holds 'op' on the loop's timer for 'us', its answers dropped. The
+ * requests held meanwhile share that time, and go again then in the order
+ * of their operations, oldest first: held each on a timer of its own, a
+ * later request could overtake an earlier one to the same master, such as
+ * an owner's next attempt overtaking the undo of its attempt that got no
+ * answer (async_lock.c), which would then take back the new grant.
+ */
 static void hold(dlock__aop *op, int64_t us) {
+  dlock__loop *lp = op->lp;
+  int64_t now = dlock__now_us();
   drop_answers(op);
   op->in_flight = 0;
   op->skip = 0;
-  op->resend_at = dlock__now_us() + us;
+  if (lp->held_until <= now)
+    lp->held_until = now + us;
+  op->resend_at = lp->held_until;
   op->at_us = op->resend_at;
+}
+
+/* 1 when requests for a shard are held until a time to come: 'op's then
+ * waits with them (hold), so as not to go ahead of them. */
+static int behind_held(dlock__aop *op) {
+  if (op->lp->held_until <= dlock__now_us())
+    return 0;
+  hold(op, 0);
+  return 1;
 }
 
 /* 1 when 'op' is to wait for the pub/sub probe's answer (looking again
@@ -412,7 +432,8 @@ static int send_to(dlock__aop *op, int n, char *const *cmds, const size_t *lens,
   rc = keep_sent(op, n, cmds, lens);
   if (rc != 0)
     return rc;
-  if (held_for_probe(op) || (ask < 0 && op->slot >= 0 && parked(op, conn)))
+  if (held_for_probe(op) ||
+      (ask < 0 && op->slot >= 0 && (behind_held(op) || parked(op, conn))))
     return 0;
   drop_answers(op);
   op->in_flight = 0;

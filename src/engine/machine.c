@@ -103,10 +103,12 @@ static int rides_out(int rc) { return rc == DLOCK_EIO || rc == DLOCK_ENOSYNC; }
 /*
  * Whether an attempt that failed with 'rc' is made again after a pause:
  * until the wait runs out (or outage_wait_ms after the first such error,
- * when the wait has no end). A retried acquisition is safe: the attempt
- * that got no answer is settled first (the ops' prepare), and the
- * scripts set the owner's count from the client's, not by adding. 1 with
- * 'm->until_us' the end of the pause, or 0.
+ * when the wait has no end). A retried acquisition is safe: the scripts
+ * set the owner's count from the client's, not by adding, and the attempt
+ * that got no answer is settled before the retry (a blocking client's
+ * prepare) or once the machine ends without the lock (an event loop's,
+ * whose undo could otherwise overtake the retry). 1 with 'm->until_us'
+ * the end of the pause, or 0.
  */
 static int ride(dlock__acq *m, int rc) {
   dlock_client_t *c = m->c;
