@@ -328,8 +328,13 @@ static void hold(dlock__aop *op, int64_t us) {
 /* 1 when requests for a shard are held until a time to come: 'op's then
  * waits with them (hold), so as not to go ahead of them. */
 static int behind_held(dlock__aop *op) {
-  if (op->lp->held_until <= dlock__now_us())
+  dlock__loop *lp = op->lp;
+  if (lp->held_until == 0)
+    return 0; /* the usual case, without a look at the clock */
+  if (lp->held_until <= dlock__now_us()) {
+    lp->held_until = 0;
     return 0;
+  }
   hold(op, 0);
   return 1;
 }

@@ -128,8 +128,8 @@ struct dlock__loop {
   int mapping;       /* a read of the slot map is in flight */
   int64_t mapped_us; /* when the last one was sent */
   int map_next;      /* the node asked next */
-  /* Until when requests are held (see hold in loop.c): every one held
-   * meanwhile goes again at that time, oldest operation first. */
+  /* Until when requests are held (see hold in loop.c; 0: none is): every
+   * one held meanwhile goes again at that time, oldest operation first. */
   int64_t held_until;
 };
 
