@@ -401,6 +401,121 @@ TEST(async_cluster_master_killed_under_a_holder_and_a_waiter) {
   cg_free(g);
 }
 
+/* One plain command's end, and its place among the ends. */
+typedef struct ordered {
+  int calls, status, place;
+  int *ends;
+} ordered;
+
+static void ordered_done(dlock_client_t *c, int status, dlock_reply_t *reply,
+                         void *data) {
+  ordered *d = data;
+  (void)c;
+  dlock_reply_free(reply);
+  d->calls++;
+  d->status = status;
+  d->place = ++*d->ends;
+}
+
+/*
+ * Requests made while the master of their slot is dead wait for it to
+ * reconnect, or for the map to name its replica: those made a few ms
+ * apart must reach the new master in the order they were made, as on a
+ * live link (an owner's next attempt must not overtake the undo of its
+ * last one, say). Batches of them go every 100 ms from the kill until one
+ * gets through whole; in each batch, those that ran (the others failed
+ * to connect, and did not) are in its list in the order made.
+ */
+TEST(async_cluster_requests_held_for_a_dead_master_keep_their_order) {
+  cg_group_t *g = cluster();
+  tl_loop t;
+  dlock_options_t o;
+  cluster_options(&o, g, 30000);
+  o.command_timeout_ms = 20000; /* longer than the failover */
+  dlock_client_t *ac = tl_client_opts(&o);
+  tl_init(&t, ac);
+  char tag[32];
+  for (int i = 0;; i++) {
+    snprintf(tag, sizeof(tag), "aord%d", i);
+    if (cg_master_of_slot(g, 0, dlock__key_slot(tag, strlen(tag))) == 0)
+      break;
+  }
+  int slot = dlock__key_slot(tag, strlen(tag));
+  /* The link to the master is up and the map read. */
+  const char *get[] = {"GET", tag};
+  int ends = 0;
+  ordered first = {0, 0, 0, &ends};
+  ASSERT_DLOCK_OK(
+      dlock_client_command_async(ac, 2, get, NULL, ordered_done, &first));
+  tl_run_until(&t, &first.calls, 30000);
+  ASSERT_DLOCK_OK(first.status);
+
+  enum { N = 5, BATCHES = 400 };
+  static ordered d[BATCHES][N];
+  static char key[BATCHES][48];
+  const char *value[N] = {"0", "1", "2", "3", "4"};
+  memset(d, 0, sizeof(d));
+  int replica = cg_replica_of(g, 0);
+  ASSERT_GT(replica, 0);
+  int64_t t0 = lu_now_ms();
+  ASSERT_EQ(rp_kill(cg_node(g, 0)), 0);
+  int batches = 0, whole = 0;
+  while (!whole) {
+    ASSERT_LT(batches, BATCHES);
+    int b = batches++;
+    snprintf(key[b], sizeof(key[b]), "{%s}:%d", tag, b);
+    for (int i = 0; i < N; i++) {
+      d[b][i].ends = &ends;
+      const char *push[] = {"RPUSH", key[b], value[i]};
+      ASSERT_DLOCK_OK(dlock_client_command_async(ac, 3, push, NULL,
+                                                 ordered_done, &d[b][i]));
+      tl_run_for(&t, 7); /* apart by less than a retry's 20 ms */
+    }
+    tl_run_for(&t, 65);
+    /* The batches before this one that are over: one whole ends it. */
+    for (int k = 0; k < b && !whole; k++) {
+      int ok = 0, over = 0;
+      for (int i = 0; i < N; i++) {
+        over += d[k][i].calls;
+        ok += d[k][i].calls == 1 && d[k][i].status == 0;
+      }
+      whole = over == N && ok == N;
+    }
+  }
+  for (int b = 0; b < batches; b++)
+    for (int i = 0; i < N; i++)
+      tl_run_until(&t, &d[b][i].calls, 60000);
+  printf("%d batches over %" PRId64 " ms from the kill\n", batches,
+         lu_now_ms() - t0);
+  int promoted = cg_master_of_slot(g, replica, slot);
+  ASSERT_EQ(promoted, replica);
+  int ran_total = 0;
+  for (int b = 0; b < batches; b++) {
+    redisReply *r = rp_cmd(cg_node(g, promoted), "LRANGE %s 0 -1", key[b]);
+    ASSERT_NOT_NULL(r);
+    ASSERT_EQ(r->type, REDIS_REPLY_ARRAY);
+    size_t at = 0;
+    for (int i = 0; i < N; i++) {
+      ASSERT_EQ(d[b][i].calls, 1);
+      if (d[b][i].status != 0) {
+        ASSERT_EQ(d[b][i].status, DLOCK_EIO);
+        continue;
+      }
+      ASSERT_LT(at, r->elements);
+      ASSERT_STR_EQ(r->element[at]->str, value[i]);
+      at++;
+    }
+    ASSERT_EQ(at, r->elements);
+    ran_total += (int)at;
+    freeReplyObject(r);
+  }
+  printf("%d of %d requests ran, each batch's in order\n", ran_total,
+         batches * N);
+  dlock_client_close(ac);
+  tl_close(&t);
+  cg_free(g);
+}
+
 TEST(async_cluster_without_sharded_pubsub_wakes_by_classic_message) {
   cg_group_t *g = NULL;
   ASSERT_EQ(cg_start_conf(CG_NO_SHARDED_PUBSUB, &g), 0);

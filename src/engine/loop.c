@@ -308,10 +308,11 @@ static void probe(dlock__loop *lp) {
 /*
  * Holds 'op' on the loop's timer for 'us', its answers dropped. The
  * requests held meanwhile share that time, and go again then in the order
- * of their operations, oldest first: held each on a timer of its own, a
- * later request could overtake an earlier one to the same master, such as
- * an owner's next attempt overtaking the undo of its attempt that got no
- * answer (async_lock.c), which would then take back the new grant.
+ * of their operations, oldest first; a request for a slot that an older
+ * one waits for waits with it (behind_held). Held each on a timer of its
+ * own, a later request could overtake an earlier one to the same master,
+ * such as an owner's next attempt overtaking the undo of its attempt that
+ * got no answer (async_lock.c), which would then take back the new grant.
  */
 static void hold(dlock__aop *op, int64_t us) {
   dlock__loop *lp = op->lp;
@@ -325,18 +326,34 @@ static void hold(dlock__aop *op, int64_t us) {
   op->at_us = op->resend_at;
 }
 
-/* 1 when requests for a shard are held until a time to come: 'op's then
- * waits with them (hold), so as not to go ahead of them. */
+/* 1 when an operation older than 'op' is held with a request for the
+ * same slot (for a master that is down, or refused with TRYAGAIN): 'op'
+ * then waits with it, so as not to go ahead of it. Only while something
+ * is held does this look at the other operations; requests for other
+ * slots go on meanwhile. */
 static int behind_held(dlock__aop *op) {
   dlock__loop *lp = op->lp;
   if (lp->held_until == 0)
-    return 0; /* the usual case, without a look at the clock */
-  if (lp->held_until <= dlock__now_us()) {
-    lp->held_until = 0;
-    return 0;
+    return 0; /* the usual case: nothing held, nothing to look at */
+  int older = 1, held = 0;
+  for (dlock__aop *o = lp->ops; o != NULL; o = o->next) {
+    if (o == op) {
+      older = 0;
+      continue;
+    }
+    if (o->resend_at == 0)
+      continue;
+    held = 1;
+    if (older && o->slot == op->slot) {
+      /* Due now perhaps, but not run yet: 'op' goes after it all the
+       * same, as the loop runs what is due oldest first. */
+      hold(op, 0);
+      return 1;
+    }
   }
-  hold(op, 0);
-  return 1;
+  if (!held)
+    lp->held_until = 0;
+  return 0;
 }
 
 /* 1 when 'op' is to wait for the pub/sub probe's answer (looking again
@@ -549,6 +566,9 @@ static int redirected(dlock__aop *op) {
     int shift = op->redirects < 7 ? op->redirects : 7;
     op->resend_at = dlock__now_us() + (10000 << shift) / 2;
     op->at_us = op->resend_at;
+    /* Later requests for its slot wait for it (behind_held). */
+    if (op->lp->held_until < op->resend_at)
+      op->lp->held_until = op->resend_at;
     drop_answers(op);
     return 1;
   }
