@@ -363,6 +363,18 @@ TEST(async_cluster_failover_under_a_holder_and_a_waiter) {
   cg_free(g);
 }
 
+/* Writes into 'name' the first of 'prefix'0, 'prefix'1, ... whose slot
+ * node 0 serves; returns the slot. */
+static int name_on_node0(cg_group_t *g, const char *prefix, char *name,
+                         size_t size) {
+  for (int i = 0;; i++) {
+    snprintf(name, size, "%s%d", prefix, i);
+    int slot = dlock__key_slot(name, strlen(name));
+    if (cg_master_of_slot(g, 0, slot) == 0)
+      return slot;
+  }
+}
+
 TEST(async_cluster_master_killed_under_a_holder_and_a_waiter) {
   cg_group_t *g = cluster();
   tl_loop t;
@@ -370,12 +382,7 @@ TEST(async_cluster_master_killed_under_a_holder_and_a_waiter) {
   /* A name on node 0, the first seed, whose connection every node-less
    * request would use. */
   char name[32];
-  for (int i = 0;; i++) {
-    snprintf(name, sizeof(name), "akill%d", i);
-    if (cg_master_of_slot(g, 0, dlock__key_slot(name, strlen(name))) == 0)
-      break;
-  }
-  int slot = dlock__key_slot(name, strlen(name));
+  int slot = name_on_node0(g, "akill", name, sizeof(name));
   dlock_t *l = lu_get(ac, name);
   uint64_t holder = dlock_owner_new(), waiter = dlock_owner_new();
   tl_done w = {0};
@@ -435,12 +442,7 @@ TEST(async_cluster_requests_held_for_a_dead_master_keep_their_order) {
   dlock_client_t *ac = tl_client_opts(&o);
   tl_init(&t, ac);
   char tag[32];
-  for (int i = 0;; i++) {
-    snprintf(tag, sizeof(tag), "aord%d", i);
-    if (cg_master_of_slot(g, 0, dlock__key_slot(tag, strlen(tag))) == 0)
-      break;
-  }
-  int slot = dlock__key_slot(tag, strlen(tag));
+  int slot = name_on_node0(g, "aord", tag, sizeof(tag));
   /* The link to the master is up and the map read. */
   const char *get[] = {"GET", tag};
   int ends = 0;
