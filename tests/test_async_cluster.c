@@ -408,22 +408,6 @@ TEST(async_cluster_master_killed_under_a_holder_and_a_waiter) {
   cg_free(g);
 }
 
-/* One plain command's end, and its place among the ends. */
-typedef struct ordered {
-  int calls, status, place;
-  int *ends;
-} ordered;
-
-static void ordered_done(dlock_client_t *c, int status, dlock_reply_t *reply,
-                         void *data) {
-  ordered *d = data;
-  (void)c;
-  dlock_reply_free(reply);
-  d->calls++;
-  d->status = status;
-  d->place = ++*d->ends;
-}
-
 /*
  * Requests made while the master of their slot is dead wait for it to
  * reconnect, or for the map to name its replica: those made a few ms
@@ -445,15 +429,14 @@ TEST(async_cluster_requests_held_for_a_dead_master_keep_their_order) {
   int slot = name_on_node0(g, "aord", tag, sizeof(tag));
   /* The link to the master is up and the map read. */
   const char *get[] = {"GET", tag};
-  int ends = 0;
-  ordered first = {0, 0, 0, &ends};
+  cmd_done first = {0};
   ASSERT_DLOCK_OK(
-      dlock_client_command_async(ac, 2, get, NULL, ordered_done, &first));
+      dlock_client_command_async(ac, 2, get, NULL, reply_done, &first));
   tl_run_until(&t, &first.calls, 30000);
   ASSERT_DLOCK_OK(first.status);
 
   enum { N = 5, BATCHES = 400 };
-  static ordered d[BATCHES][N];
+  static cmd_done d[BATCHES][N];
   static char key[BATCHES][48];
   const char *value[N] = {"0", "1", "2", "3", "4"};
   memset(d, 0, sizeof(d));
@@ -467,10 +450,9 @@ TEST(async_cluster_requests_held_for_a_dead_master_keep_their_order) {
     int b = batches++;
     snprintf(key[b], sizeof(key[b]), "{%s}:%d", tag, b);
     for (int i = 0; i < N; i++) {
-      d[b][i].ends = &ends;
       const char *push[] = {"RPUSH", key[b], value[i]};
       int rc =
-          dlock_client_command_async(ac, 3, push, NULL, ordered_done, &d[b][i]);
+          dlock_client_command_async(ac, 3, push, NULL, reply_done, &d[b][i]);
       if (rc != 0) {
         /* Refused at once, sent nowhere (a reconnect's back-off). */
         ASSERT_EQ(rc, DLOCK_EIO);

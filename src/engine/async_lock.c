@@ -34,13 +34,11 @@ typedef struct lock_op {
   dlock__call call; /* the attempt or release in flight */
   int has_call;
   int64_t sent_us;
-  int64_t believed; /* the holds the owner had when the attempt went out */
-  int shares;       /* it shares the lock with the loop's other waiters */
+  int shares; /* it shares the lock with the loop's other waiters */
   /* An attempt got no answer, or a grant too few replicas acknowledged,
    * and no later attempt was answered: what it may have taken is given
-   * back (with 'owed_believed' holds left) when the acquisition ends. */
+   * back when the acquisition ends (see "Owing an undo"). */
   int owes_undo;
-  int64_t owed_believed;
   /* For the statistics and events: when the acquisition began, and the
    * hold an unlock releases as it was before. */
   int64_t obs_start_us;
@@ -216,17 +214,14 @@ void dlock__async_raise_token(dlock__loop *lp, dlock_t *part, uint64_t token) {
 /* ---- the machine's steps ------------------------------------------------ */
 
 /*
- * What an attempt without an answer may have taken is given back once the
- * acquisition ends without the lock, not at once. The machine tries again
- * after an outage pause, and an undo sent meanwhile could reach Redis after
- * that next attempt (a request held for a master that fails over goes when
- * the map is read again), and take back the grant it got. The next attempt
- * needs no undo before it: it sets the owner's count from the client's.
+ * Owing an undo ('owes_undo'). What an attempt without an answer may have
+ * taken is given back once the acquisition ends without the lock, not at
+ * once. The machine tries again after an outage pause, and an undo sent
+ * meanwhile could reach Redis after that next attempt (a request held for
+ * a master that fails over goes when the map is read again), and take
+ * back the grant it got. The next attempt needs no undo before it: it
+ * sets the owner's count from the client's.
  */
-static void owe_undo(lock_op *o, int64_t believed) {
-  o->owes_undo = 1;
-  o->owed_believed = believed;
-}
 
 /* Before an attempt: a hold found lost is reported (no round trip). */
 static int a_prepare(dlock__acq *m) {
@@ -250,7 +245,6 @@ static int a_attempt(dlock__acq *m, int queue) {
   o->has_call = 1;
   int rc = l->kind->acquire_call(l, &ask, &o->call);
   o->sent_us = dlock__now_us();
-  o->believed = ask.believed;
   if (rc == 0)
     rc = dlock__loop_eval(&o->a.op, &o->call.eval);
   if (rc != 0) {
@@ -281,7 +275,7 @@ static int attempt_answer(dlock__lacq *a) {
      * owner's holds set back to what it had) unless an attempt after it
      * is answered. */
     freeReplyObject(reply);
-    owe_undo(o, o->believed);
+    o->owes_undo = 1;
     return dlock__sync_fail(o->l->c, &sy, "lock", o->l->name, o->l->len);
   }
   rc = dlock__finish_acquire(o->l, o->owner, o->lease_ms, reply, o->sent_us,
@@ -323,7 +317,7 @@ static void a_give_up(dlock__acq *m) {
 
 static void a_unknown(dlock__acq *m) {
   lock_op *o = of_machine(m);
-  owe_undo(o, dlock__believed_count(o->l, o->owner));
+  o->owes_undo = 1;
 }
 
 static int a_timed_out(dlock__acq *m) {
@@ -352,8 +346,11 @@ static const dlock__acq_ops async_lock_ops = {
 
 static void lock_report(dlock__lacq *a, int status) {
   lock_op *o = (lock_op *)a;
+  /* Not granted, so the owner's count is still what it was when the
+   * attempt went out: the undo sets its holds back to that. */
   if (o->owes_undo && status != 0)
-    undo_detached(loop_of(o), o->l, o->owner, o->owed_believed);
+    undo_detached(loop_of(o), o->l, o->owner,
+                  dlock__believed_count(o->l, o->owner));
   o->owes_undo = 0;
   /* Counted and raised as a blocking acquisition is, from the loop. */
   status = dlock__obs_acquired(o->l, o->owner, o->wait_ms, o->obs_start_us,
